@@ -1,0 +1,50 @@
+# BlockX Worker. `make serve` builds and runs a worker; `make test` builds and runs every test.
+PY      ?= python3
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+PIP     := $(VPY) -m pip
+STAMP   := $(VENV)/.installed
+PYTEST  := $(VPY) -m pytest
+ARGS    ?=
+
+.PHONY: build serve test test-compiled test-twins etcd bench bench-micro bench-micro-ci clean
+
+build: $(STAMP)
+	$(VPY) setup.py -q build_ext --inplace
+	$(VPY) -c "import blockx._fast as f, blockx.worker.v1.worker_pb2" 
+
+$(STAMP): pyproject.toml setup.py
+	test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install -q "Cython==3.3.1" "grpcio-tools>=1.70"
+	$(PIP) install -q --no-build-isolation -e ".[dev]"
+	touch $(STAMP)
+
+serve: build
+	$(VENV)/bin/blockx serve $(ARGS)
+
+# etcd-server is a test dependency of the e2e suite (a real etcd, started by the tests).
+etcd:
+	@command -v etcd >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null)
+	@command -v etcd >/dev/null 2>&1 || { echo "etcd is missing and could not be installed" >&2; exit 1; }
+
+test: build etcd test-compiled test-twins bench-micro-ci
+
+test-compiled:
+	$(PYTEST) -q -p no:cacheprovider tests $(ARGS)
+
+# The pure-Python twins of every hot path pass the same unit suites.
+test-twins:
+	BLOCKX_NO_EXTENSIONS=1 $(PYTEST) -q -p no:cacheprovider tests/unit $(ARGS)
+
+bench-micro: build
+	$(VPY) -m bench.micro
+
+bench-micro-ci: build
+	$(VPY) -m bench.micro --fast --check
+
+bench: build
+	$(VPY) bench/e2e_load.py $(ARGS)
+
+clean:
+	rm -rf build blockx/_fast/*.c blockx/_fast/*.so blockx/worker/v1/*_pb2*.py* *.egg-info

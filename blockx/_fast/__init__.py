@@ -1,0 +1,34 @@
+"""Hot paths: each module NAME exists as a compiled Cython extension
+(`NAME.pyx` + `NAME.pxd`) and as a pure-Python twin (`NAME_py.py`).
+
+The twin is the test oracle and the benchmark baseline. `BLOCKX_NO_EXTENSIONS=1`
+selects the twins everywhere; otherwise a missing compiled module is an error
+(a silent fallback would hide a broken build behind a 10x slowdown)."""
+
+import importlib
+import os
+
+NO_EXTENSIONS = os.environ.get("BLOCKX_NO_EXTENSIONS", "") not in ("", "0")
+
+
+def load(name: str):
+    """The implementation of hot module `name` that this process uses."""
+    if NO_EXTENSIONS:
+        return importlib.import_module(f"blockx._fast.{name}_py")
+    try:
+        return importlib.import_module(f"blockx._fast.{name}")
+    except ImportError as exc:
+        raise ImportError(
+            f"compiled hot path blockx._fast.{name} is not built ({exc}); "
+            "run `make build`, or set BLOCKX_NO_EXTENSIONS=1 to use the pure-Python twins"
+        ) from exc
+
+
+def implementations(name: str):
+    """[(label, module)] of every implementation in use: compiled and twin, or
+    only the twin under BLOCKX_NO_EXTENSIONS=1. Tests parametrize over this."""
+    out = []
+    if not NO_EXTENSIONS:
+        out.append(("cython", importlib.import_module(f"blockx._fast.{name}")))
+    out.append(("python", importlib.import_module(f"blockx._fast.{name}_py")))
+    return out

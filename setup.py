@@ -1,0 +1,67 @@
+"""Build script: compiles the Cython hot paths in blockx/_fast and generates the
+gRPC code from proto/ (the generated *_pb2*.py files are never committed)."""
+import glob
+import os
+import subprocess
+import sys
+
+from setuptools import setup, find_packages
+from setuptools.command.build_py import build_py
+from setuptools.command.egg_info import egg_info
+from Cython.Build import cythonize
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROTOS = sorted(glob.glob(os.path.join("proto", "blockx", "**", "*.proto"), recursive=True))
+
+
+def generate_protos():
+    """Generate blockx/worker/v1/worker_pb2{,_grpc}.py (+ .pyi) into the package tree.
+
+    protoc is run with -Iproto and --python_out=., so the generated module path
+    (blockx.worker.v1) lands inside the blockx package itself."""
+    if not PROTOS:
+        return
+    outs = [p.replace("proto" + os.sep, "", 1)[: -len(".proto")] + "_pb2.py" for p in PROTOS]
+    if all(os.path.exists(os.path.join(HERE, o)) and
+           os.path.getmtime(os.path.join(HERE, o)) >= os.path.getmtime(os.path.join(HERE, p))
+           for o, p in zip(outs, PROTOS)):
+        return
+    cmd = [sys.executable, "-m", "grpc_tools.protoc", "-Iproto", "--python_out=.",
+           "--pyi_out=.", "--grpc_python_out=."] + PROTOS
+    subprocess.check_call(cmd, cwd=HERE)
+
+
+class BuildPy(build_py):
+    def run(self):
+        generate_protos()
+        super().run()
+
+
+class EggInfo(egg_info):
+    def run(self):
+        generate_protos()
+        super().run()
+
+
+generate_protos()
+
+extensions = cythonize(
+    sorted(glob.glob(os.path.join("blockx", "_fast", "*.pyx"))),
+    compiler_directives={
+        "language_level": "3",
+        "boundscheck": False,
+        "wraparound": False,
+        "cdivision": True,
+        "initializedcheck": False,
+    },
+    quiet=True,
+)
+
+setup(
+    packages=find_packages(include=["blockx", "blockx.*"]) + ["blockx_executor"],
+    package_dir={"blockx_executor": "executor/blockx_executor"},
+    package_data={"blockx._fast": ["*.pxd", "*.pyx"], "blockx": ["examples/functions/*.py"]},
+    ext_modules=extensions,
+    cmdclass={"build_py": BuildPy, "egg_info": EggInfo},
+    zip_safe=False,
+)
