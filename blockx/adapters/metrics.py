@@ -1,0 +1,284 @@
+"""Prometheus metrics for the Worker, in a registry of its own.
+
+Theory of operation: the hot path (dispatching and completing calls, UDS frames)
+runs hundreds of thousands of times a second on the one event loop, so it never
+calls into prometheus_client. It bumps plain int attributes
+(`metrics.calls_dispatched += n`) or `collections.Counter` entries
+(`metrics.calls_failed[kind] += 1`), and a custom Collector turns them into metric
+families only when /metrics is scraped. Gauges are either attributes the owner
+sets or zero-argument callbacks read at scrape time (`slots_fn`, `outbox_depth_fn`,
+`executors_healthy_fn`). Phase-duration histograms are observed once per task
+phase, rare enough to use prometheus_client directly.
+
+Scrapes run on prometheus_client's HTTP thread. Reads of ints are atomic under
+the GIL, labelled counters are copied with `dict(...)` (a single C-level copy)
+before iterating, and a failing callback only drops its own family, so a scrape
+never disturbs or crashes the loop.
+
+The HTTP endpoint binds exactly the configured address (`127.0.0.1:9464` by
+default); prometheus_client would otherwise listen on 0.0.0.0.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, start_http_server
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+__all__ = [
+    "CONTENT_TYPE_LATEST",
+    "ETCD_STATES",
+    "Metrics",
+    "PHASE_BUCKETS",
+    "SLOT_STATES",
+    "parse_listen_addr",
+]
+
+log = logging.getLogger("blockx.metrics")
+
+SLOT_STATES = ("free", "allocated", "running")
+ETCD_STATES = ("idle", "disabled", "registering", "registered", "retrying", "deregistered")
+# Task phases last from a millisecond (a cached callList) to hours (MaxTaskTimeoutMs 8h).
+PHASE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 28800.0)
+
+
+def parse_listen_addr(addr: str) -> tuple[str, int]:
+    """'127.0.0.1:9464' / '[::1]:9464' / ':9464' -> (host, port).
+
+    An empty host (Go's ':9464') means every interface, written out as 0.0.0.0 so
+    that the choice is explicit.
+    """
+    if not isinstance(addr, str) or ":" not in addr:
+        raise ValueError(f"metrics address {addr!r} must be HOST:PORT, e.g. 127.0.0.1:9464")
+    host, _, port_s = addr.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        port = int(port_s)
+    except ValueError:
+        raise ValueError(f"metrics address {addr!r}: port {port_s!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"metrics address {addr!r}: port {port} out of range 0..65535")
+    return host or "0.0.0.0", port
+
+
+class Metrics:
+    """All Worker metrics. Bump the attributes; `render()` or /metrics exports them."""
+
+    def __init__(self, *, process_metrics: bool = True) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+
+        # ---- plain counters (monotonic; owners only ever add) ----
+        self.tasks_submitted = 0
+        self.calls_dispatched = 0
+        self.calls_completed = 0
+        self.calls_retried = 0
+        self.call_cache_hits = 0
+        self.singleflight_waiters = 0
+        self.executor_restarts = 0
+        self.executor_wedge_kills = 0
+        self.executor_heartbeat_timeouts = 0
+        self.uds_frames_in = 0
+        self.uds_frames_out = 0
+        self.uds_bytes_in = 0
+        self.uds_bytes_out = 0
+        self.etcd_publishes = 0
+        self.etcd_registrations = 0
+        self.etcd_errors = 0
+
+        # ---- labelled counters ----
+        self.calls_failed: Counter[str] = Counter()                   # error_kind
+        self.tasks_terminal: Counter[tuple[str, str]] = Counter()     # (state, failure_code)
+        self.grpc_requests: Counter[tuple[str, str]] = Counter()      # (method, code)
+
+        # ---- gauges: a value the owner sets, or a callback read at scrape time ----
+        self.slots: dict[str, int] = dict.fromkeys(SLOT_STATES, 0)
+        self.slots_fn: Callable[[], Mapping[str, int]] | None = None
+        self.executors_healthy = 0
+        self.executors_healthy_fn: Callable[[], int] | None = None
+        self.outbox_depth = 0
+        self.outbox_depth_fn: Callable[[], int] | None = None
+        self.etcd_state = "idle"
+
+        self._phase_hist = Histogram(
+            "blockx_task_phase_duration_seconds",
+            "Wall time a task spent in each phase (builder, calls, plugin) and in total.",
+            ["phase"], buckets=PHASE_BUCKETS, registry=self.registry)
+        self.registry.register(_WorkerCollector(self))
+        if process_metrics:
+            ProcessCollector(registry=self.registry)
+            PlatformCollector(registry=self.registry)
+
+        self._http_server = None
+        self._http_thread: threading.Thread | None = None
+
+    # ---- convenience for less-hot paths ----
+    def task_terminal(self, state: str, failure_code: str = "") -> None:
+        self.tasks_terminal[(state, failure_code or "")] += 1
+
+    def call_failed(self, error_kind: str, n: int = 1) -> None:
+        self.calls_failed[error_kind] += n
+
+    def grpc_request(self, method: str, code: str) -> None:
+        self.grpc_requests[(method, code)] += 1
+
+    def observe_phase(self, phase: str, seconds: float) -> None:
+        self._phase_hist.labels(phase).observe(seconds)
+
+    def set_slots(self, free: int, allocated: int, running: int) -> None:
+        self.slots = {"free": free, "allocated": allocated, "running": running}
+
+    def set_etcd_state(self, state: str) -> None:
+        if state not in ETCD_STATES:
+            raise ValueError(f"unknown etcd registration state {state!r}")
+        self.etcd_state = state
+
+    # ---- exposition ----
+    def render(self) -> bytes:
+        """The Prometheus text exposition of everything (what /metrics serves)."""
+        return generate_latest(self.registry)
+
+    def start_http(self, addr: str = "127.0.0.1:9464") -> int:
+        """Serve /metrics on exactly `addr` from a daemon thread; returns the bound port."""
+        if self._http_server is not None:
+            raise RuntimeError("metrics HTTP server already started")
+        host, port = parse_listen_addr(addr)
+        try:
+            server, thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot serve metrics on {addr}: {exc.strerror or exc}") from exc
+        self._http_server, self._http_thread = server, thread
+        return server.server_port
+
+    @property
+    def http_port(self) -> int | None:
+        return self._http_server.server_port if self._http_server is not None else None
+
+    def stop_http(self, timeout: float = 5.0) -> None:
+        server, thread = self._http_server, self._http_thread
+        self._http_server = self._http_thread = None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout)
+
+
+def _snapshot(counter: Mapping) -> dict:
+    # dict(Counter) is one C-level copy under the GIL: safe against the loop
+    # thread inserting a new key mid-scrape, unlike iterating the live object.
+    for _ in range(3):
+        try:
+            return dict(counter)
+        except RuntimeError:
+            continue
+    return {}
+
+
+class _WorkerCollector(Collector):
+    def __init__(self, m: Metrics) -> None:
+        self._m = m
+
+    def describe(self) -> Iterable[Metric]:
+        # Declaring names lets the registry reject clashes at registration time
+        # without running the callbacks.
+        return list(self._families(describe_only=True))
+
+    def collect(self) -> Iterable[Metric]:
+        return list(self._families(describe_only=False))
+
+    def _families(self, *, describe_only: bool) -> Iterable[Metric]:
+        m = self._m
+
+        def counter(name: str, doc: str, value: int) -> Metric:
+            return CounterMetricFamily(name, doc, value=value)
+
+        yield counter("blockx_tasks_submitted", "Tasks accepted by SubmitTask (new, not idempotent repeats).", m.tasks_submitted)
+        yield counter("blockx_calls_dispatched", "Calls sent to an executor (ExecuteCall), retries included.", m.calls_dispatched)
+        yield counter("blockx_calls_completed", "Calls that completed successfully.", m.calls_completed)
+        yield counter("blockx_calls_retried", "Call attempts re-queued after a retryable failure.", m.calls_retried)
+        yield counter("blockx_call_cache_hits", "Calls answered from the call cache without dispatch.", m.call_cache_hits)
+        yield counter("blockx_singleflight_waiters", "Calls that joined an identical in-flight call instead of dispatching.", m.singleflight_waiters)
+        yield counter("blockx_executor_restarts", "Executor processes restarted by the pool manager.", m.executor_restarts)
+        yield counter("blockx_executor_wedge_kills", "Executors killed by the wedge backstop.", m.executor_wedge_kills)
+        yield counter("blockx_executor_heartbeat_timeouts", "Executors declared lost after missing heartbeats.", m.executor_heartbeat_timeouts)
+        yield counter("blockx_etcd_publishes", "Heartbeats written to etcd.", m.etcd_publishes)
+        yield counter("blockx_etcd_registrations", "Successful etcd registrations (lease granted and key written).", m.etcd_registrations)
+        yield counter("blockx_etcd_errors", "Failed etcd operations (registration, refresh, publish, deregister).", m.etcd_errors)
+
+        frames = CounterMetricFamily("blockx_uds_frames", "Frames on executor Unix sockets.", labels=["direction"])
+        frames.add_metric(["in"], m.uds_frames_in)
+        frames.add_metric(["out"], m.uds_frames_out)
+        yield frames
+        nbytes = CounterMetricFamily("blockx_uds_bytes", "Bytes on executor Unix sockets.", labels=["direction"])
+        nbytes.add_metric(["in"], m.uds_bytes_in)
+        nbytes.add_metric(["out"], m.uds_bytes_out)
+        yield nbytes
+
+        failed = CounterMetricFamily("blockx_calls_failed", "Call attempts that failed, by errorKind.", labels=["error_kind"])
+        terminal = CounterMetricFamily("blockx_tasks_terminal", "Tasks that reached a terminal state.", labels=["state", "failure_code"])
+        grpc_req = CounterMetricFamily("blockx_grpc_requests", "gRPC requests handled, by method and status code.", labels=["method", "code"])
+        if not describe_only:
+            for kind, n in sorted(_snapshot(m.calls_failed).items()):
+                failed.add_metric([str(kind)], n)
+            for (state, code), n in sorted(_snapshot(m.tasks_terminal).items()):
+                terminal.add_metric([str(state), str(code)], n)
+            for (method, code), n in sorted(_snapshot(m.grpc_requests).items()):
+                grpc_req.add_metric([str(method), str(code)], n)
+        yield failed
+        yield terminal
+        yield grpc_req
+
+        slots = GaugeMetricFamily("blockx_slots", "Task slots by state.", labels=["state"])
+        if not describe_only:
+            values = _read(m.slots_fn, m.slots, "slots_fn")
+            if values is not None:
+                for state in SLOT_STATES:
+                    slots.add_metric([state], values.get(state, 0))
+        yield slots
+
+        for name, doc, fn, value, attr in (
+            ("blockx_executors_healthy", "Executors attached and healthy.", m.executors_healthy_fn, m.executors_healthy, "executors_healthy_fn"),
+            ("blockx_outbox_depth", "Largest executor outbox backlog (frames) across connections.", m.outbox_depth_fn, m.outbox_depth, "outbox_depth_fn"),
+        ):
+            g = GaugeMetricFamily(name, doc)
+            if not describe_only:
+                v = _read(fn, value, attr)
+                if v is not None:
+                    g.add_metric([], v)
+            yield g
+
+        etcd = GaugeMetricFamily("blockx_etcd_registration_state",
+                                 "etcd registration state: 1 for the current state, 0 for the others.",
+                                 labels=["state"])
+        for state in ETCD_STATES:
+            etcd.add_metric([state], 1.0 if m.etcd_state == state else 0.0)
+        yield etcd
+
+
+_reported_failures: set[str] = set()
+
+
+def _read(fn: Callable[[], Any] | None, fallback: Any, what: str) -> Any:
+    if fn is None:
+        return fallback
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001 - a broken callback drops its sample, not the scrape
+        # Traceback once per callback; later scrapes would only repeat it.
+        first = what not in _reported_failures
+        _reported_failures.add(what)
+        log.log(logging.WARNING if first else logging.DEBUG,
+                "metrics callback %s failed; its sample is omitted", what, exc_info=first)
+        return None

@@ -1,0 +1,208 @@
+"""Structured logging: one JSON object per line on stderr.
+
+Every line carries `ts` (RFC 3339 UTC, milliseconds), `level`, `logger` and `msg`,
+then the record's structured fields at the top level. Fields come from
+`extra={"fields": {...}}` or from `log_event(logger, "task_finished", **fields)`,
+which also sets `event`. A field whose name collides with one of the fixed keys
+is kept under `field.<name>` rather than silently overwriting it.
+
+Logging must never take the Worker down: values orjson cannot encode are
+converted (protobuf messages to dicts, bytes decoded, sets to lists, anything
+else to its repr) and, should encoding still fail, a minimal line with the
+error is written instead of raising.
+
+`RateLimiter` keeps a failure that repeats every 200 ms (etcd down, an executor
+flapping) from flooding the log: the first occurrence is logged at once, then at
+most one line per interval carrying how many were suppressed meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from typing import IO, Any
+
+import orjson
+
+__all__ = ["JsonFormatter", "RateLimiter", "log_event", "parse_level", "setup_logging"]
+
+RESERVED = ("ts", "level", "logger", "msg", "event", "exc", "stack")
+_OPTS = orjson.OPT_NON_STR_KEYS
+_LEVEL_ALIASES = {"warn": "WARNING", "fatal": "CRITICAL", "trace": "DEBUG"}
+_HANDLER_MARK = "_blockx_json_handler"
+
+
+def parse_level(level: str | int) -> int:
+    """'info', 'WARN', 'debug', 20 -> a logging level; a clear error otherwise."""
+    if isinstance(level, bool):
+        raise ValueError(f"invalid log level {level!r}")
+    if isinstance(level, int):
+        return level
+    name = str(level).strip()
+    name = _LEVEL_ALIASES.get(name.lower(), name.upper())
+    value = logging.getLevelName(name)
+    if not isinstance(value, int):
+        raise ValueError(
+            f"invalid log level {level!r}: use one of debug, info, warning, error, critical")
+    return value
+
+
+def _default(obj: Any) -> Any:
+    # Called by orjson for anything it cannot encode natively.
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return bytes(obj).decode("utf-8", "backslashreplace")
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj, key=repr)
+    if hasattr(obj, "DESCRIPTOR") and hasattr(obj, "ListFields"):
+        try:
+            from google.protobuf import json_format
+            return json_format.MessageToDict(obj, preserving_proto_field_name=False)
+        except Exception:  # noqa: BLE001 - fall through to repr
+            pass
+    try:
+        return repr(obj)
+    except Exception as exc:  # noqa: BLE001 - a broken __repr__ must not break logging
+        return f"<unrepresentable {type(obj).__name__}: {type(exc).__name__}>"
+
+
+def _iso_ms(created: float) -> str:
+    secs = int(created)
+    ms = int((created - secs) * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{ms:03d}Z"
+
+
+class JsonFormatter(logging.Formatter):
+    """Formats a LogRecord as one JSON line (no trailing newline)."""
+
+    def __init__(self, static_fields: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self._static = dict(static_fields or {})
+
+    def format(self, record: logging.LogRecord) -> str:
+        try:
+            return self._format(record)
+        except Exception as exc:  # noqa: BLE001 - never raise out of logging
+            fallback = {
+                "ts": _iso_ms(getattr(record, "created", time.time())),
+                "level": getattr(record, "levelname", "ERROR").lower(),
+                "logger": getattr(record, "name", "?"),
+                "msg": _safe_str(getattr(record, "msg", "")),
+                "log_error": f"{type(exc).__name__}: {exc}",
+            }
+            return orjson.dumps(fallback, default=_safe_str).decode()
+
+    def _format(self, record: logging.LogRecord) -> str:
+        try:
+            msg = record.getMessage()
+        except Exception:  # noqa: BLE001 - bad %-args
+            msg = f"{_safe_str(record.msg)} {_safe_str(record.args)}"
+        out: dict[str, Any] = {
+            "ts": _iso_ms(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": msg,
+        }
+        event = getattr(record, "event", None)
+        if event is not None:
+            out["event"] = event
+        for source in (self._static, getattr(record, "fields", None)):
+            if not source:
+                continue
+            if not isinstance(source, Mapping):
+                out["field.fields"] = source
+                continue
+            for key, value in source.items():
+                key = key if isinstance(key, str) else _safe_str(key)
+                out[f"field.{key}" if key in RESERVED else key] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            out["exc"] = record.exc_text
+        if record.stack_info:
+            out["stack"] = self.formatStack(record.stack_info)
+        try:
+            return orjson.dumps(out, default=_default, option=_OPTS).decode()
+        except TypeError:
+            # e.g. an int beyond 64 bits or a cyclic structure: degrade value by value.
+            safe = {k: _encodable(v) for k, v in out.items()}
+            return orjson.dumps(safe, default=_default, option=_OPTS).decode()
+
+
+def _encodable(value: Any) -> Any:
+    try:
+        orjson.dumps(value, default=_default, option=_OPTS)
+        return value
+    except TypeError:
+        return _safe_str(value)
+
+
+def _safe_str(value: Any) -> str:
+    try:
+        return value if isinstance(value, str) else repr(value)
+    except Exception:  # noqa: BLE001
+        return f"<unrepresentable {type(value).__name__}>"
+
+
+class _SafeStreamHandler(logging.StreamHandler):
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging API
+        # A closed or broken stderr must not print tracebacks per record.
+        pass
+
+
+def setup_logging(level: str | int = "info", *, stream: IO[str] | None = None,
+                  static_fields: Mapping[str, Any] | None = None) -> logging.Handler:
+    """Route the root logger to JSON lines on `stream` (stderr by default).
+
+    Idempotent: a second call replaces the handler the first installed, so tests
+    and `blockx serve` can both call it. Returns the installed handler.
+    """
+    lvl = parse_level(level)
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if getattr(h, _HANDLER_MARK, False):
+            root.removeHandler(h)
+            h.close()
+    handler = _SafeStreamHandler(stream if stream is not None else sys.stderr)
+    setattr(handler, _HANDLER_MARK, True)
+    handler.setFormatter(JsonFormatter(static_fields))
+    root.addHandler(handler)
+    root.setLevel(lvl)
+    logging.captureWarnings(True)
+    return handler
+
+
+def log_event(logger: logging.Logger, event: str, level: int = logging.INFO,
+              exc_info: Any = None, **fields: Any) -> None:
+    """Log a named event with structured fields: `log_event(log, "task_finished", taskId=...)`."""
+    if logger.isEnabledFor(level):
+        logger.log(level, event, exc_info=exc_info, extra={"event": event, "fields": fields})
+
+
+class RateLimiter:
+    """Allows one event per `interval_s` per key; counts what it suppressed.
+
+    `check(key)` returns None when the caller should stay quiet, otherwise the
+    number of occurrences suppressed since the last allowed one (0 the first time).
+    """
+
+    def __init__(self, interval_s: float = 5.0, clock=time.monotonic) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def check(self, key: str = "") -> int | None:
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval_s:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return None
+        self._last[key] = now
+        return self._suppressed.pop(key, 0)
+
+    def reset(self, key: str = "") -> int:
+        """Forget `key` (the condition cleared); returns the suppressed count."""
+        self._last.pop(key, None)
+        return self._suppressed.pop(key, 0)
