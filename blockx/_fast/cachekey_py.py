@@ -49,7 +49,8 @@ def hash128(data: bytes, seed: int = 0) -> bytes:
     (the byte layout of the reference C implementation on x86-64)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"data must be bytes-like, not {type(data).__name__}")
-    data = bytes(data)
+    if type(data) is not bytes:
+        data = bytes(memoryview(data))
     n = len(data)
     h1 = h2 = seed & 0xFFFFFFFF
     nblocks = n // 16
@@ -100,8 +101,12 @@ def cache_key(function_id: str, digest: str, args_json) -> bytes:
         raise TypeError(f"digest must be str, not {type(digest).__name__}")
     if not isinstance(args_json, (bytes, bytearray, memoryview)):
         raise TypeError(f"args_json must be bytes, not {type(args_json).__name__}")
+    if type(args_json) is not bytes:
+        args_json = bytes(memoryview(args_json))
     fid = function_id.encode("utf-8")
     dig = digest.encode("utf-8")
+    if len(fid) > 0xFFFFFFFF or len(dig) > 0xFFFFFFFF:
+        raise ValueError("function_id / digest longer than 4 GiB")
     return hash128(b"".join((_U32.pack(len(fid)), fid, _U32.pack(len(dig)), dig, args_json)))
 
 

@@ -1,0 +1,122 @@
+# The dispatcher's executor choice (compiled; twin: scoring_py.py).
+#
+# select_executor is the spec's selectExecutor: Filter, then Score. Filters run
+# in a fixed order so filter_reason names the first one that rejects a view (the
+# reason recorded in metrics and asserted in tests). The score prefers the
+# executor with the fewest runnable calls (its scheduler is least busy), then
+# the fewest calls this worker has in flight there, then the most headroom, and
+# finally the smallest executor_id so the choice is deterministic. With
+# sample_size > 0 only the first sample_size eligible views are scored
+# (power-of-d choices: bounded cost per decision on large pools); the caller
+# decides the order of the list (and thus any rotation or shuffling).
+# Views are typed records so the scan reads C fields, not attributes.
+
+cimport cython
+
+__all__ = ["ExecutorView", "select_executor", "filter_reason"]
+
+cdef enum:
+    R_OK = 0
+    R_UNHEALTHY = 1
+    R_STALLED = 2
+    R_NO_HEADROOM = 3
+    R_RUNNABLE = 4
+    R_INFLIGHT = 5
+    R_MEMORY = 6
+
+cdef tuple _REASONS = ("", "unhealthy", "stalled", "no_headroom", "runnable",
+                       "inflight", "memory")
+
+
+@cython.final
+cdef class ExecutorView:
+    """One executor's capacity as the dispatcher sees it (mutable, reused)."""
+
+    def __init__(self, str executor_id not None, *, bint healthy=False,
+                 long long runnable=0, long long local_inflight=0,
+                 long long usable_contexts=0, long long memory_bytes=0,
+                 long long last_scheduler_active_at_ms=0,
+                 str running_call_id not None="", long long heartbeat_seq=0):
+        self.executor_id = executor_id
+        self.healthy = healthy
+        self.runnable = runnable
+        self.local_inflight = local_inflight
+        self.usable_contexts = usable_contexts
+        self.memory_bytes = memory_bytes
+        self.last_scheduler_active_at_ms = last_scheduler_active_at_ms
+        self.running_call_id = running_call_id
+        self.heartbeat_seq = heartbeat_seq
+
+    def __repr__(self):
+        return (f"ExecutorView({self.executor_id!r}, healthy={self.healthy}, "
+                f"runnable={self.runnable}, local_inflight={self.local_inflight}, "
+                f"usable_contexts={self.usable_contexts}, memory_bytes={self.memory_bytes}, "
+                f"last_scheduler_active_at_ms={self.last_scheduler_active_at_ms}, "
+                f"running_call_id={self.running_call_id!r}, heartbeat_seq={self.heartbeat_seq})")
+
+
+cdef inline int reject_code(ExecutorView v, long long now_ms, long long max_runnable,
+                            long long max_inflight, long long memory_high_watermark,
+                            long long stall_timeout_ms) except -1:
+    if not v.healthy:
+        return R_UNHEALTHY
+    if (stall_timeout_ms > 0 and v.running_call_id != ""
+            and now_ms - v.last_scheduler_active_at_ms > stall_timeout_ms):
+        return R_STALLED
+    if v.usable_contexts - v.local_inflight <= 0:
+        return R_NO_HEADROOM
+    if max_runnable > 0 and v.runnable >= max_runnable:
+        return R_RUNNABLE
+    if max_inflight > 0 and v.local_inflight >= max_inflight:
+        return R_INFLIGHT
+    if memory_high_watermark > 0 and v.memory_bytes >= memory_high_watermark:
+        return R_MEMORY
+    return R_OK
+
+
+cdef Py_ssize_t select_index(list views, long long now_ms, Py_ssize_t sample_size,
+                             long long max_runnable, long long max_inflight,
+                             long long memory_high_watermark,
+                             long long stall_timeout_ms) except -2:
+    cdef Py_ssize_t i, n = len(views), best = -1, seen = 0
+    cdef long long run, inf, head, b_run = 0, b_inf = 0, b_head = 0
+    cdef ExecutorView v, b = None
+    for i in range(n):
+        v = views[i]
+        if reject_code(v, now_ms, max_runnable, max_inflight,
+                       memory_high_watermark, stall_timeout_ms) != R_OK:
+            continue
+        run = v.runnable
+        inf = v.local_inflight
+        head = v.usable_contexts - inf
+        if (best < 0 or run < b_run
+                or (run == b_run and (inf < b_inf
+                    or (inf == b_inf and (head > b_head
+                        or (head == b_head and v.executor_id < b.executor_id)))))):
+            best = i
+            b = v
+            b_run = run
+            b_inf = inf
+            b_head = head
+        seen += 1
+        if sample_size > 0 and seen >= sample_size:
+            break
+    return best
+
+
+def filter_reason(ExecutorView view not None, long long now_ms, long long max_runnable,
+                  long long max_inflight, long long memory_high_watermark,
+                  long long stall_timeout_ms) -> str:
+    """"" when view may take a call, else the first filter that rejects it."""
+    return _REASONS[reject_code(view, now_ms, max_runnable, max_inflight,
+                                memory_high_watermark, stall_timeout_ms)]
+
+
+def select_executor(views, long long now_ms, Py_ssize_t sample_size,
+                    long long max_runnable, long long max_inflight,
+                    long long memory_high_watermark, long long stall_timeout_ms) -> int:
+    """Index into views of the best eligible executor, or -1 if none is."""
+    if type(views) is not list:
+        views = list(views)
+    return select_index(<list>views, now_ms, sample_size, max_runnable, max_inflight,
+                        memory_high_watermark, stall_timeout_ms)
