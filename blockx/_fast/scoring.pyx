@@ -32,13 +32,19 @@ cdef tuple _REASONS = ("", "unhealthy", "stalled", "no_headroom", "runnable",
 cdef class ExecutorView:
     """One executor's capacity as the dispatcher sees it (mutable, reused)."""
 
-    def __init__(self, str executor_id not None, *, bint healthy=False,
-                 long long runnable=0, long long local_inflight=0,
-                 long long usable_contexts=0, long long memory_bytes=0,
-                 long long last_scheduler_active_at_ms=0,
-                 str running_call_id not None="", long long heartbeat_seq=0):
+    def __init__(self, str executor_id not None, *, healthy=False, runnable=0,
+                 local_inflight=0, usable_contexts=0, memory_bytes=0,
+                 last_scheduler_active_at_ms=0, str running_call_id not None="",
+                 heartbeat_seq=0):
+        # Checked here because C integer conversion would silently truncate floats.
+        for name, value in (("runnable", runnable), ("local_inflight", local_inflight),
+                            ("usable_contexts", usable_contexts), ("memory_bytes", memory_bytes),
+                            ("last_scheduler_active_at_ms", last_scheduler_active_at_ms),
+                            ("heartbeat_seq", heartbeat_seq)):
+            if not isinstance(value, int):
+                raise TypeError(f"{name} must be int")
         self.executor_id = executor_id
-        self.healthy = healthy
+        self.healthy = bool(healthy)
         self.runnable = runnable
         self.local_inflight = local_inflight
         self.usable_contexts = usable_contexts
