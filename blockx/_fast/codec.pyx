@@ -1,0 +1,388 @@
+# UDS frame codec (compiled; twin: codec_py.py, whose docstring states the wire
+# format and the decoder's rules; both must behave identically, error messages
+# included, which the parity tests check).
+#
+# Decoding theory:
+# - Whole frames inside a chunk are decoded straight from the chunk's buffer:
+#   the JSON is copied into a fresh bytes object for orjson (cheaper than a
+#   memoryview slice for small frames, DESIGN §8) and a sidecar is copied once.
+# - Only the tail of a chunk (one partial frame) is kept. Its length prefix and
+#   first 8 body bytes go to a small C array; once they are known the rest of
+#   the frame is written in place into bytes objects of the final size: either
+#   the whole body, or, for a well-formed BXB1 header, the JSON part and the
+#   sidecar separately, so even a sidecar spread over many chunks is copied
+#   exactly once and never re-copied when the frame completes.
+# - FrameTooLarge fires on the length prefix, before anything is allocated.
+# - boundscheck is off globally: every read below is guarded by an explicit
+#   length check against the buffer it reads from.
+
+cimport cython
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_GetItem
+from cpython.list cimport PyList_GET_SIZE
+from cpython.object cimport PyObject
+from cpython.unicode cimport PyUnicode_GET_LENGTH
+from libc.stdint cimport uint32_t
+from libc.string cimport memcmp, memcpy
+
+import orjson
+
+from blockx._fast.codec_py import _check_envelope, _json_kind
+from blockx._fast.errors import (
+    BadMagic,
+    FrameError,
+    FrameTooLarge,
+    InvalidJson,
+    JsonLengthOutOfRange,
+    NotAnObject,
+    TruncatedFrame,
+)
+
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+MAGIC = b"BXB1"
+
+cdef enum:
+    _MAX = 16 * 1024 * 1024
+    _IDLE = 0      # no partial frame
+    _PREFIX = 1    # collecting the 4-byte length prefix into _hdr
+    _HDR = 2       # collecting the first min(n, 8) body bytes into _hdr[4:]
+    _BODY = 3      # filling _body (generic path)
+    _STREAM = 4    # filling _json then _side (well-formed BXB1 header)
+
+cdef object _dumps = orjson.dumps
+cdef object _loads = orjson.loads
+cdef object _JSONDecodeError = orjson.JSONDecodeError
+cdef object _messageType = "messageType"
+
+
+cdef inline uint32_t _be32(const unsigned char* p) noexcept nogil:
+    return ((<uint32_t>p[0]) << 24) | ((<uint32_t>p[1]) << 16) | ((<uint32_t>p[2]) << 8) | p[3]
+
+
+cdef inline void _put_be32(unsigned char* p, uint32_t v) noexcept nogil:
+    p[0] = (v >> 24) & 0xFF
+    p[1] = (v >> 16) & 0xFF
+    p[2] = (v >> 8) & 0xFF
+    p[3] = v & 0xFF
+
+
+cdef object _too_large_body(Py_ssize_t n):
+    return FrameTooLarge(f"frame body of {n} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
+
+
+cdef object _too_large_prefix(uint32_t n):
+    return FrameTooLarge(f"frame length {n} exceeds the {MAX_FRAME_BYTES}-byte limit")
+
+
+# --- encoding --------------------------------------------------------------------------
+
+cpdef bytes encode_frame(object envelope, object sidecar=None):
+    """One frame for `envelope` with an optional binary sidecar (bytes-like).
+    Raises FrameTooLarge when the body would exceed MAX_FRAME_BYTES."""
+    cdef bytes body = _dumps(envelope)
+    cdef Py_ssize_t blen = PyBytes_GET_SIZE(body)
+    cdef Py_ssize_t n
+    cdef bytes out
+    cdef unsigned char* q
+    cdef Py_buffer view
+    if sidecar is None:
+        if blen > _MAX:
+            raise _too_large_body(blen)
+        out = PyBytes_FromStringAndSize(NULL, 4 + blen)
+        q = <unsigned char*>PyBytes_AS_STRING(out)
+        _put_be32(q, <uint32_t>blen)
+        memcpy(q + 4, PyBytes_AS_STRING(body), blen)
+        return out
+    PyObject_GetBuffer(sidecar, &view, PyBUF_SIMPLE)
+    try:
+        n = 8 + blen + view.len
+        if n > _MAX:
+            raise _too_large_body(n)
+        out = PyBytes_FromStringAndSize(NULL, 4 + n)
+        q = <unsigned char*>PyBytes_AS_STRING(out)
+        _put_be32(q, <uint32_t>n)
+        memcpy(q + 4, b"BXB1", 4)
+        _put_be32(q + 8, <uint32_t>blen)
+        memcpy(q + 12, PyBytes_AS_STRING(body), blen)
+        if view.len:
+            memcpy(q + 12 + blen, view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return out
+
+
+cpdef bytes encode_frames(object items):
+    """Many frames, back to back, in one buffer: `items` is an iterable of
+    (envelope, sidecar-or-None)."""
+    cdef list parts = []   # alternating body (bytes), sidecar (bytes or None)
+    cdef Py_ssize_t total = 0
+    cdef Py_ssize_t n, blen, slen, i, count
+    cdef bytes body, side, out
+    cdef unsigned char* q
+    for envelope, sidecar in items:
+        body = _dumps(envelope)
+        blen = PyBytes_GET_SIZE(body)
+        if sidecar is None:
+            if blen > _MAX:
+                raise _too_large_body(blen)
+            parts.append(body)
+            parts.append(None)
+            total += 4 + blen
+        else:
+            side = sidecar if PyBytes_CheckExact(sidecar) else bytes(memoryview(sidecar))
+            n = 8 + blen + PyBytes_GET_SIZE(side)
+            if n > _MAX:
+                raise _too_large_body(n)
+            parts.append(body)
+            parts.append(side)
+            total += 4 + n
+    out = PyBytes_FromStringAndSize(NULL, total)
+    q = <unsigned char*>PyBytes_AS_STRING(out)
+    count = PyList_GET_SIZE(parts)
+    i = 0
+    while i < count:
+        body = <bytes>parts[i]
+        blen = PyBytes_GET_SIZE(body)
+        if parts[i + 1] is None:
+            _put_be32(q, <uint32_t>blen)
+            memcpy(q + 4, PyBytes_AS_STRING(body), blen)
+            q += 4 + blen
+        else:
+            side = <bytes>parts[i + 1]
+            slen = PyBytes_GET_SIZE(side)
+            _put_be32(q, <uint32_t>(8 + blen + slen))
+            memcpy(q + 4, b"BXB1", 4)
+            _put_be32(q + 8, <uint32_t>blen)
+            memcpy(q + 12, PyBytes_AS_STRING(body), blen)
+            if slen:
+                memcpy(q + 12 + blen, PyBytes_AS_STRING(side), slen)
+            q += 12 + blen + slen
+        i += 2
+    return out
+
+
+# --- decoding --------------------------------------------------------------------------
+
+cdef inline object _load_json(object raw):
+    try:
+        return _loads(raw)
+    except _JSONDecodeError as exc:
+        raise InvalidJson(f"invalid JSON in frame envelope: {exc}") from None
+
+
+cdef inline int _check_mt(object env) except -1:
+    # Fast path of codec_py._check_envelope; the twin builds the error message.
+    cdef PyObject* mt = PyDict_GetItem(env, _messageType)
+    if mt == NULL or type(<object>mt) is not str or PyUnicode_GET_LENGTH(<object>mt) == 0:
+        _check_envelope(env)
+    return 0
+
+
+cdef object _decode_body(const unsigned char* p, Py_ssize_t n, object owner):
+    """(envelope, sidecar-or-None) for the n-byte body at p. `owner`, when not
+    None, is a bytes object holding exactly this body (saves a copy)."""
+    cdef uint32_t jl
+    cdef object env
+    if n == 0:
+        raise BadMagic("empty frame body; expected '{' (JSON envelope) or b'BXB1' (sidecar frame)")
+    if p[0] == 0x7B:  # '{'
+        env = _load_json(owner if owner is not None else
+                         PyBytes_FromStringAndSize(<char*>p, n))
+        # A '{'-led valid JSON document is always an object.
+        _check_mt(env)
+        return (env, None)
+    if n >= 4 and memcmp(p, b"BXB1", 4) == 0:
+        if n < 8:
+            raise JsonLengthOutOfRange(
+                f"BXB1 frame body of {n} bytes is shorter than its 8-byte header")
+        jl = _be32(p + 4)
+        if jl > <uint32_t>(n - 8):
+            raise JsonLengthOutOfRange(
+                f"BXB1 JSON length {jl} runs past the frame end "
+                f"(a {n}-byte body leaves {n - 8} bytes after the header)")
+        env = _load_json(PyBytes_FromStringAndSize(<char*>p + 8, jl))
+        if type(env) is not dict:
+            raise NotAnObject(f"frame envelope must be a JSON object, got {_json_kind(env)}")
+        _check_mt(env)
+        return (env, PyBytes_FromStringAndSize(<char*>p + 8 + jl, n - 8 - jl))
+    raise BadMagic(
+        f"frame body starts with {PyBytes_FromStringAndSize(<char*>p, 4 if n > 4 else n)!r}; "
+        "expected '{' (JSON envelope) or b'BXB1' (sidecar frame)")
+
+
+cdef object _decode_streamed(bytes js, bytes side):
+    cdef object env = _load_json(js)
+    if type(env) is not dict:
+        raise NotAnObject(f"frame envelope must be a JSON object, got {_json_kind(env)}")
+    _check_mt(env)
+    return (env, side)
+
+
+@cython.final
+cdef class FrameDecoder:
+    """Incremental decoder: feed() it arbitrary chunks of the byte stream; it
+    returns [(envelope, sidecar-or-None), ...] for every frame completed by the
+    chunk and keeps the rest (at most one partial frame)."""
+
+    def __cinit__(self):
+        self._state = _IDLE
+        self._got = 0
+        self._n = 0
+        self._jl = 0
+        self._body = None
+        self._json = None
+        self._side = None
+        self._error = None
+
+    @property
+    def buffered(self):
+        """Bytes of an incomplete frame held back."""
+        return self._got
+
+    @property
+    def failed(self):
+        return self._error is not None
+
+    cdef int _reset(self) except -1:
+        self._state = _IDLE
+        self._got = 0
+        self._body = None
+        self._json = None
+        self._side = None
+        return 0
+
+    def feed(self, data):
+        cdef list out = []
+        cdef Py_buffer view
+        err = self._error
+        if err is not None:
+            raise type(err)(str(err))
+        try:
+            if PyBytes_CheckExact(data):
+                self._feed(<const unsigned char*>PyBytes_AS_STRING(data),
+                           PyBytes_GET_SIZE(data), out)
+            else:
+                PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+                try:
+                    self._feed(<const unsigned char*>view.buf, view.len, out)
+                finally:
+                    PyBuffer_Release(&view)
+        except FrameError as exc:
+            exc.frames = out
+            self._error = exc
+            self._reset()
+            raise
+        return out
+
+    cdef int _feed(self, const unsigned char* p, Py_ssize_t size, list out) except -1:
+        cdef Py_ssize_t off = 0
+        cdef uint32_t n
+        while off < size:
+            if self._state == _IDLE:
+                if size - off >= 4:
+                    n = _be32(p + off)
+                    if n > _MAX:
+                        raise _too_large_prefix(n)
+                    if size - off - 4 >= <Py_ssize_t>n:
+                        out.append(_decode_body(p + off + 4, n, None))
+                        off += 4 + <Py_ssize_t>n
+                        continue
+                self._state = _PREFIX
+                self._got = 0
+            off += self._advance(p + off, size - off, out)
+        return 0
+
+    cdef Py_ssize_t _advance(self, const unsigned char* p, Py_ssize_t avail,
+                             list out) except -1:
+        """Feed up to `avail` bytes at p into the pending frame; return how many
+        were consumed (fewer than avail only when the frame completed)."""
+        cdef Py_ssize_t used = 0, k, want, bo, room
+        cdef uint32_t n, jl
+        cdef unsigned char* dst
+        cdef bytes body, js, side
+        if self._state == _PREFIX:
+            k = 4 - self._got
+            if k > avail:
+                k = avail
+            memcpy(self._hdr + self._got, p, k)
+            self._got += k
+            used = k
+            if self._got < 4:
+                return used
+            n = _be32(self._hdr)
+            if n > _MAX:
+                raise _too_large_prefix(n)
+            self._n = n
+            self._state = _HDR
+        if self._state == _HDR:
+            want = 4 + (self._n if self._n < 8 else 8)
+            k = want - self._got
+            if k > avail - used:
+                k = avail - used
+            memcpy(self._hdr + self._got, p + used, k)
+            self._got += k
+            used += k
+            if self._got < want:
+                return used
+            if self._n <= 8:
+                self._reset()
+                out.append(_decode_body(self._hdr + 4, self._n, None))
+                return used
+            jl = _be32(self._hdr + 8)
+            if memcmp(self._hdr + 4, b"BXB1", 4) == 0 and jl <= <uint32_t>(self._n - 8):
+                self._jl = jl
+                self._json = PyBytes_FromStringAndSize(NULL, jl)
+                self._side = PyBytes_FromStringAndSize(NULL, self._n - 8 - jl)
+                self._state = _STREAM
+            else:
+                self._body = PyBytes_FromStringAndSize(NULL, self._n)
+                memcpy(PyBytes_AS_STRING(self._body), self._hdr + 4, 8)
+                self._state = _BODY
+        if self._state == _BODY:
+            k = 4 + self._n - self._got
+            if k > avail - used:
+                k = avail - used
+            memcpy(PyBytes_AS_STRING(self._body) + (self._got - 4), p + used, k)
+            self._got += k
+            used += k
+            if self._got == 4 + self._n:
+                body = self._body
+                self._reset()
+                out.append(_decode_body(<const unsigned char*>PyBytes_AS_STRING(body),
+                                        PyBytes_GET_SIZE(body), body))
+            return used
+        # _STREAM: body offsets [8, 8+jl) go to _json, [8+jl, n) to _side.
+        while used < avail and self._got < 4 + self._n:
+            bo = self._got - 4
+            if bo < 8 + self._jl:
+                dst = <unsigned char*>PyBytes_AS_STRING(self._json) + (bo - 8)
+                room = 8 + self._jl - bo
+            else:
+                dst = <unsigned char*>PyBytes_AS_STRING(self._side) + (bo - 8 - self._jl)
+                room = self._n - bo
+            k = room if room < avail - used else avail - used
+            memcpy(dst, p + used, k)
+            self._got += k
+            used += k
+        if self._got == 4 + self._n:
+            js = self._json
+            side = self._side
+            self._reset()
+            out.append(_decode_streamed(js, side))
+        return used
+
+    def eof(self):
+        """The stream ended: raise TruncatedFrame if a frame was cut off."""
+        cdef Py_ssize_t have = self._got
+        if self._error is not None:
+            return
+        if self._state != _IDLE and have:
+            if have < 4:
+                msg = f"stream ended inside a frame length prefix ({have} of 4 bytes)"
+            else:
+                msg = f"stream ended inside a frame ({have - 4} of {self._n} body bytes received)"
+            self._error = TruncatedFrame(msg)
+            self._reset()
+            raise TruncatedFrame(msg)
