@@ -1,0 +1,106 @@
+"""Profile: what distinguishes one deployment form of the Worker from another.
+
+An entry point declares a Profile and hands it to `run.serve`; it never wires
+anything itself (spec, Worker > Extension points). A Profile only selects: which
+builders and writer plugins are registered (a builder not listed is not registered,
+and tasks naming it fail with BUILDER_NOT_FOUND), the etcd registry prefix, the
+service label, and `tune_defaults`, which may change built-in defaults but never
+an explicitly configured value (it runs before the WORKER_CONFIG file and env)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from blockx.app.config import WorkerFullConfig
+
+DEPLOYMENTS = ("block", "bundle")
+BLOCK_REGISTRY_PREFIX = "/blockx/workers/"
+BUNDLE_REGISTRY_PREFIX = "/blockx/bundle-workers/"
+
+
+class ProfileError(ValueError):
+    """A Profile that cannot run; `problems` lists each reason."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("invalid profile: " + "; ".join(self.problems))
+
+
+@dataclass(frozen=True)
+class Profile:
+    deployment: str
+    service: str
+    worker_registry_prefix: str
+    builders: tuple[str, ...]
+    plugins: tuple[str, ...]
+    tune_defaults: Callable[[WorkerFullConfig], None] | None = field(default=None, compare=False)
+    name: str = ""
+
+    def violations(self) -> list[str]:
+        from blockx.app.config import _check_prefix
+        from blockx.plugins.builders import KNOWN_BUILDERS
+        from blockx.plugins.writers import KNOWN_PLUGINS
+
+        out: list[str] = []
+        if self.deployment not in DEPLOYMENTS:
+            out.append(f"deployment must be one of {', '.join(DEPLOYMENTS)} (got {self.deployment!r})")
+        if not self.service or not self.service.strip():
+            out.append("service must not be empty (it labels traces and metrics)")
+        _check_prefix(self.worker_registry_prefix, self.deployment, "worker_registry_prefix", out)
+        if not self.builders:
+            out.append("builders must name at least one call builder")
+        for kind, names, known in (("builder", self.builders, KNOWN_BUILDERS),
+                                   ("plugin", self.plugins, KNOWN_PLUGINS)):
+            seen: set[str] = set()
+            for n in names:
+                if n in seen:
+                    out.append(f"{kind} {n!r} is listed twice")
+                seen.add(n)
+                if n not in known:
+                    out.append(f"unknown {kind} {n!r} (known: {', '.join(sorted(known))})")
+        if self.tune_defaults is not None and not callable(self.tune_defaults):
+            out.append("tune_defaults must be callable")
+        return out
+
+    def validate(self) -> None:
+        problems = self.violations()
+        if problems:
+            raise ProfileError(problems)
+
+
+def _tune_bundle(cfg: WorkerFullConfig) -> None:
+    # Bundle tasks are large scans: produce calls in batches under the credit
+    # window instead of materialising the whole call list.
+    cfg.stream_build.enabled = True
+
+
+BLOCK = Profile(
+    deployment="block",
+    service="blockx-worker",
+    worker_registry_prefix=BLOCK_REGISTRY_PREFIX,
+    builders=("callList", "static", "payload", "rangeScan"),
+    plugins=("log", "test"),
+    name="block",
+)
+
+BUNDLE = Profile(
+    deployment="bundle",
+    service="blockx-bundle-worker",
+    worker_registry_prefix=BUNDLE_REGISTRY_PREFIX,
+    builders=("callList", "rangeScan"),
+    plugins=("log", "test"),
+    tune_defaults=_tune_bundle,
+    name="bundle",
+)
+
+PROFILES = {"block": BLOCK, "bundle": BUNDLE}
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ProfileError([f"unknown profile {name!r} (known: {', '.join(PROFILES)})"]) from None
