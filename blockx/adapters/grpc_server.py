@@ -1,0 +1,150 @@
+"""WorkerService over grpc.aio: thin handlers that decode, call the orchestrator
+synchronously (it runs on this same loop) and encode. Core refusals
+(`WorkerError`) map to status codes per the spec; anything unexpected becomes
+INTERNAL with the exception text, and never takes the server down."""
+from __future__ import annotations
+
+import logging
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from blockx.adapters import wire
+from blockx.adapters.subscriptions import CLOSED, GONE
+from blockx.core.errors import WorkerError
+from blockx.worker.v1 import worker_pb2 as pb
+from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
+
+log = logging.getLogger("blockx.grpc")
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["WorkerService"].full_name
+MAX_WATCH_TASK_IDS = 10_000
+
+
+def _status(err: WorkerError) -> grpc.StatusCode:
+    return grpc.StatusCode[err.grpc_status_name]
+
+
+class WorkerService(pb_grpc.WorkerServiceServicer):
+    def __init__(self, orch, metrics=None) -> None:
+        self._orch = orch
+        self._metrics = metrics
+
+    def _count(self, method: str, code: str) -> None:
+        m = self._metrics
+        if m is not None:
+            m.grpc_request(method, code)
+
+    async def _refuse(self, context, method: str, err: WorkerError):
+        self._count(method, err.grpc_status_name)
+        await context.abort(_status(err), err.message)
+
+    async def RequestTaskSlot(self, request, context):
+        try:
+            snap = self._orch.request_task_slot(request.task_id, request.ttl_ms)
+        except WorkerError as err:
+            await self._refuse(context, "RequestTaskSlot", err)
+        self._count("RequestTaskSlot", "OK")
+        return wire.slot_response(snap)
+
+    async def SubmitTask(self, request, context):
+        try:
+            req, shadow = wire.submit_request_from_pb(request)
+            snap = self._orch.submit_task(req, shadow=shadow, raw_request=request)
+        except WorkerError as err:
+            await self._refuse(context, "SubmitTask", err)
+        self._count("SubmitTask", "OK")
+        return wire.submit_response(snap)
+
+    async def GetTaskResult(self, request, context):
+        try:
+            snap = self._orch.get_task_result(request.task_id)
+        except WorkerError as err:
+            await self._refuse(context, "GetTaskResult", err)
+        self._count("GetTaskResult", "OK")
+        return wire.result_response(snap)
+
+    async def WatchTasks(self, request, context):
+        orch = self._orch
+        subs = orch.subscriptions
+        task_ids = list(dict.fromkeys(request.task_ids))   # dedupe, keep order
+        if not task_ids:
+            self._count("WatchTasks", "INVALID_ARGUMENT")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "task_ids is empty: name at least one task to watch")
+        if len(task_ids) > MAX_WATCH_TASK_IDS:
+            self._count("WatchTasks", "INVALID_ARGUMENT")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"{len(task_ids)} task_ids exceed the limit of {MAX_WATCH_TASK_IDS} per stream; "
+                                "open several streams")
+        if subs.closed:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the worker is shutting down")
+        snaps = []
+        for tid in task_ids:
+            try:
+                snaps.append(orch.get_task_result(tid))
+            except WorkerError as err:
+                await self._refuse(context, "WatchTasks", err)
+        sub = subs.attach(task_ids)
+        pending = set()
+        finished = False
+        try:
+            for snap in snaps:
+                await context.write(wire.task_update(snap))
+                if not snap.is_terminal:
+                    pending.add(snap.task_id)
+            # States may have moved between the snapshot and the attach: the queue
+            # holds every publish since attach, and repeats are filtered below.
+            last = {s.task_id: s.state for s in snaps}
+            while pending:
+                item = await sub.queue.get()
+                if item is CLOSED:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                        "the worker is shutting down; re-watch on another worker")
+                if isinstance(item, tuple) and item[0] == GONE:
+                    await context.abort(grpc.StatusCode.NOT_FOUND,
+                                        f"task {item[1]!r} is gone: its slot reservation expired before SubmitTask")
+                tid = item.task_id
+                if tid not in pending or last.get(tid) == item.state:
+                    continue
+                last[tid] = item.state
+                await context.write(wire.task_update(item))
+                if item.is_terminal:
+                    pending.discard(tid)
+            finished = True
+            self._count("WatchTasks", "OK")
+        finally:
+            subs.detach(sub, disconnected=not finished)
+
+
+def build_server(orch, *, listen_addr: str, keepalive_time_ms: int, keepalive_timeout_ms: int,
+                 metrics=None) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+    """A server with WorkerService, grpc.health.v1 (starts NOT_SERVING) and
+    reflection. Returns (server, health servicer, bound port)."""
+    server = grpc.aio.server(options=[
+        ("grpc.keepalive_time_ms", keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+        ("grpc.max_send_message_length", 64 * 1024 * 1024),
+        ("grpc.so_reuseport", 0),
+    ])
+    pb_grpc.add_WorkerServiceServicer_to_server(WorkerService(orch, metrics), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+        server)
+    addr = listen_addr if not listen_addr.startswith(":") else "0.0.0.0" + listen_addr
+    port = server.add_insecure_port(addr)
+    if port == 0:
+        raise OSError(f"cannot listen on {listen_addr!r}: the address is in use or invalid")
+    return server, health_servicer, port
+
+
+async def set_health(health_servicer, serving: bool) -> None:
+    status = (health_pb2.HealthCheckResponse.SERVING if serving
+              else health_pb2.HealthCheckResponse.NOT_SERVING)
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, status)

@@ -1,0 +1,29 @@
+"""The adapter-side runtime record of one activated task.
+
+It holds what only the adapter can hold (the pinned function view, the IO
+scope, the asyncio task running the phases, the future the Calls phase waits
+on, the streaming producer) and none of the slot / phase truth, which stays in
+WorkerCore and DispatcherCore."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+class TaskRuntime:
+    __slots__ = ("task_id", "instance_id", "deadline_ms", "view", "io_scope", "runner",
+                 "calls_done", "producer", "credits", "stream", "started_wall_ms", "ended")
+
+    def __init__(self, task_id: str, instance_id: str, deadline_ms: int) -> None:
+        self.task_id = task_id
+        self.instance_id = instance_id
+        self.deadline_ms = deadline_ms
+        self.view: Any = None                 # plugins.function_code.FunctionView (pinned epoch)
+        self.io_scope: Any = None             # plugins.io TaskIOScope
+        self.runner: asyncio.Task | None = None
+        self.calls_done: asyncio.Future | None = None   # resolved with the ConvergeTaskCalls command
+        self.producer: asyncio.Task | None = None       # streaming build producer
+        self.credits: asyncio.Semaphore | None = None   # streaming batch credit window
+        self.stream: Any = None
+        self.started_wall_ms = 0
+        self.ended = False
