@@ -1,0 +1,107 @@
+"""Validation of RequestTaskSlot / SubmitTask input, and resolution of defaults.
+
+Rules: every check raises InvalidArgumentError with the field as the client
+wrote it (proto names), the bad value and the accepted range. Nothing here
+touches WorkerCore state, so a rejected request leaves the core unchanged.
+A value of 0 means "use the Config default" wherever proto3 cannot tell unset
+from zero (task_timeout_ms, call_retry_policy fields, ttl_ms).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .config import Config
+from .errors import InvalidArgumentError
+from .types import CONTINUE, FAST_FAIL, CallRetryPolicy, FunctionCall, ResultHandler, SubmitTaskRequest
+
+# Accepted spellings of CallFailurePolicy: our names, the proto enum names and numbers.
+_POLICIES: dict[Any, str] = {
+    "": FAST_FAIL, FAST_FAIL: FAST_FAIL, CONTINUE: CONTINUE,
+    "CALL_FAILURE_POLICY_UNSPECIFIED": FAST_FAIL, "CALL_FAILURE_POLICY_FAST_FAIL": FAST_FAIL,
+    "CALL_FAILURE_POLICY_CONTINUE": CONTINUE, 0: FAST_FAIL, 1: FAST_FAIL, 2: CONTINUE,
+    None: FAST_FAIL,
+}
+
+MAX_JITTER_PERCENT = 100
+
+
+def require_task_id(task_id: str) -> None:
+    if not task_id:
+        raise InvalidArgumentError("task_id is required (a non-empty id chosen by the caller, "
+                                   "unique per task; it is the idempotency key)")
+
+
+def resolve_ttl(ttl_ms: int, cfg: Config) -> int:
+    if ttl_ms < 0:
+        raise InvalidArgumentError(
+            f"ttl_ms {ttl_ms} is negative; use 0 for the default slot TTL "
+            f"({cfg.default_ttl_ms} ms) or a positive number of milliseconds")
+    return ttl_ms or cfg.default_ttl_ms
+
+
+class ResolvedSubmit:
+    """The request's fields with defaults applied; built only for valid requests."""
+    __slots__ = ("function_call", "result_handler", "timeout_ms", "call_failure_policy",
+                 "call_retry_policy", "instance_id")
+
+    def __init__(self, function_call: FunctionCall, result_handler: ResultHandler | None,
+                 timeout_ms: int, call_failure_policy: str, call_retry_policy: CallRetryPolicy,
+                 instance_id: str) -> None:
+        self.function_call = function_call
+        self.result_handler = result_handler
+        self.timeout_ms = timeout_ms
+        self.call_failure_policy = call_failure_policy
+        self.call_retry_policy = call_retry_policy
+        self.instance_id = instance_id
+
+
+def resolve_submit(req: SubmitTaskRequest, cfg: Config) -> ResolvedSubmit:
+    fc = req.function_call
+    if fc is None or not fc.type:
+        raise InvalidArgumentError(
+            "task.function_call.type is required: name the call builder to run (e.g. \"callList\")")
+
+    rh = req.result_handler
+    if rh is not None and not rh.type:
+        if rh.config:
+            raise InvalidArgumentError(
+                "task.result_handler.type is required when result_handler.config is set: "
+                "name the writer plugin, or omit result_handler to run no plugin")
+        rh = None
+
+    t = req.task_timeout_ms
+    if t < 0:
+        raise InvalidArgumentError(
+            f"task_timeout_ms {t} is negative; use 0 for the default task deadline "
+            f"({cfg.task_deadline_ms} ms) or a positive number of milliseconds")
+    if t > cfg.max_task_timeout_ms:
+        raise InvalidArgumentError(f"task_timeout_ms {t} exceeds maxTaskTimeoutMs {cfg.max_task_timeout_ms}")
+
+    try:
+        policy = _POLICIES[req.call_failure_policy]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError(
+            f"call_failure_policy {req.call_failure_policy!r} is not one of FAST_FAIL, CONTINUE") from None
+
+    rp = req.call_retry_policy
+    if rp is None:
+        retry = CallRetryPolicy(cfg.default_max_attempts, cfg.default_base_backoff_ms,
+                                cfg.default_retry_jitter_percent)
+    else:
+        if rp.max_attempts < 0:
+            raise InvalidArgumentError(
+                f"call_retry_policy.max_attempts {rp.max_attempts} is negative; use 0 for the "
+                f"default ({cfg.default_max_attempts}) or >= 1 (1 means no retry)")
+        if rp.base_backoff_ms < 0:
+            raise InvalidArgumentError(
+                f"call_retry_policy.base_backoff_ms {rp.base_backoff_ms} is negative; use 0 for "
+                f"the default ({cfg.default_base_backoff_ms} ms) or a positive number of milliseconds")
+        if not 0 <= rp.jitter_percent <= MAX_JITTER_PERCENT:
+            raise InvalidArgumentError(
+                f"call_retry_policy.jitter_percent {rp.jitter_percent} is outside 0..{MAX_JITTER_PERCENT}; "
+                f"use 0 for the default ({cfg.default_retry_jitter_percent})")
+        retry = CallRetryPolicy(rp.max_attempts or cfg.default_max_attempts,
+                                rp.base_backoff_ms or cfg.default_base_backoff_ms,
+                                rp.jitter_percent or cfg.default_retry_jitter_percent)
+
+    return ResolvedSubmit(fc, rh, t or cfg.task_deadline_ms, policy, retry, req.instance_id)

@@ -1,0 +1,105 @@
+"""The slot table: WorkerCore's single source of truth for capacity.
+
+Rules:
+- ``task_slots`` slots named ``slot-0`` .. ``slot-{task_slots-1}`` (0-based, like
+  the Go original's slice index). Any other string is not a slot of this worker.
+- FREE -> ALLOCATED (reservation, with a lease) -> RUNNING (task activated, lease
+  no longer matters) -> FREE (task converged). ALLOCATED -> FREE on lease expiry.
+- Allocation is "first FREE slot in index order", the spec's linear scan, done
+  with a min-heap of free indices: same answer, O(log n) instead of O(n).
+- ``free_capacity = task_slots - (ALLOCATED + RUNNING)``; the two counters are
+  kept exact so capacity and the heartbeat are O(1).
+- Leases live in a lazily invalidated TimerHeap keyed by slot generation, so a
+  lease armed for an earlier reservation of the same slot can never fire.
+
+The table knows nothing of tasks beyond the owning task id; WorkerCore keeps the
+task index consistent with it inside the same method call.
+"""
+from __future__ import annotations
+
+from heapq import heappop, heappush
+from typing import Any
+
+from .errors import InvalidArgumentError
+from .types import SlotEntry, SlotState
+from .worker_timers import TimerHeap
+
+_FREE = SlotState.FREE
+_ALLOCATED = SlotState.ALLOCATED
+_RUNNING = SlotState.RUNNING
+
+
+def _lease_live(at_ms: int, slot: SlotEntry, generation: Any) -> bool:
+    return slot.state is _ALLOCATED and slot.generation == generation
+
+
+class SlotTable:
+    __slots__ = ("slots", "size", "allocated", "running", "_by_id", "_free", "_leases")
+
+    def __init__(self, task_slots: int) -> None:
+        if task_slots <= 0:
+            raise ValueError(f"task_slots must be > 0, got {task_slots}")
+        self.size = task_slots
+        self.slots: list[SlotEntry] = [SlotEntry(i, f"slot-{i}") for i in range(task_slots)]
+        self._by_id: dict[str, int] = {s.slot_id: s.index for s in self.slots}
+        self._free: list[int] = list(range(task_slots))   # sorted, hence a valid min-heap
+        self.allocated = 0
+        self.running = 0
+        self._leases = TimerHeap(_lease_live)
+
+    # ---- lookups ----------------------------------------------------------
+
+    @property
+    def free_capacity(self) -> int:
+        return self.size - self.allocated - self.running
+
+    def parse(self, slot_id: str) -> SlotEntry:
+        """The slot named ``slot_id``; InvalidArgument if it is not a slot of this worker."""
+        i = self._by_id.get(slot_id)
+        if i is None:
+            raise InvalidArgumentError(
+                f"slot_id {slot_id!r} is not a slot of this worker (expected slot-0 .. "
+                f"slot-{self.size - 1}, as returned by RequestTaskSlot); "
+                "omit slot_id to reserve a slot inline")
+        return self.slots[i]
+
+    # ---- transitions --------------------------------------------------------
+
+    def allocate(self, task_id: str, lease_expires_at_ms: int) -> SlotEntry:
+        """FREE -> ALLOCATED for the lowest free index. Caller checked free_capacity."""
+        slot = self.slots[heappop(self._free)]
+        slot.state = _ALLOCATED
+        slot.task_id = task_id
+        slot.lease_expires_at_ms = lease_expires_at_ms
+        slot.generation += 1
+        self.allocated += 1
+        self._leases.push(lease_expires_at_ms, slot, slot.generation, self.size)
+        return slot
+
+    def activate(self, slot: SlotEntry) -> None:
+        """ALLOCATED -> RUNNING: the lease stops mattering (its timer goes stale)."""
+        slot.state = _RUNNING
+        self.allocated -= 1
+        self.running += 1
+
+    def release(self, slot: SlotEntry) -> None:
+        """ALLOCATED or RUNNING -> FREE."""
+        if slot.state is _ALLOCATED:
+            self.allocated -= 1
+        elif slot.state is _RUNNING:
+            self.running -= 1
+        else:
+            raise AssertionError(f"{slot.slot_id} released while FREE")
+        slot.state = _FREE
+        slot.task_id = None
+        slot.lease_expires_at_ms = 0
+        heappush(self._free, slot.index)
+
+    # ---- timers -------------------------------------------------------------
+
+    def expired(self, now: int) -> list[str]:
+        """Ids of ALLOCATED slots whose lease is due (lease_expires_at_ms <= now)."""
+        return [s.slot_id for s in self._leases.due(now)]
+
+    def earliest_lease(self) -> int | None:
+        return self._leases.earliest()
