@@ -73,7 +73,7 @@ class EtcdServer:
     """One single-member etcd cluster on 127.0.0.1."""
 
     def __init__(self, *, name: str = "t", data_dir: str | os.PathLike | None = None,
-                 binary: str | None = None) -> None:
+                 binary: str | None = None, client_port: int | None = None) -> None:
         self.name = name
         self.binary = binary or etcd_binary()
         self._own_dir = data_dir is None
@@ -85,6 +85,9 @@ class EtcdServer:
         self.metrics_port = 0
         self._proc: subprocess.Popen | None = None
         self._started_once = False
+        # A caller may fix the client port in advance (e.g. to point a client at
+        # it before etcd exists); the other ports are still picked freely.
+        self._fixed_client_port = client_port
 
     # ---- addresses --------------------------------------------------------
     @property
@@ -120,6 +123,10 @@ class EtcdServer:
         for _ in range(attempts):
             if not self._started_once:
                 self.client_port, self.peer_port, self.metrics_port = _distinct_ports(3)
+                if self._fixed_client_port:
+                    while self._fixed_client_port in (self.peer_port, self.metrics_port):
+                        self.peer_port, self.metrics_port = _distinct_ports(2)
+                    self.client_port = self._fixed_client_port
             try:
                 self._spawn()
                 self._wait_healthy(timeout)
