@@ -120,7 +120,7 @@ def _decode_body(data: bytes, start: int, n: int):
         # A '{'-led valid JSON document is always an object.
         _check_envelope(env)
         return env, None
-    if data[start:start + 4] == MAGIC:
+    if n >= 4 and data[start:start + 4] == MAGIC:
         if n < 8:
             raise JsonLengthOutOfRange(
                 f"BXB1 frame body of {n} bytes is shorter than its 8-byte header")

@@ -261,6 +261,9 @@ MALFORMED = [
     ("empty-body", u32(0), errors.BadMagic, r"^empty frame body"),
     ("bad-magic", frame(b"BXB2" + u32(0)), errors.BadMagic, r"starts with b'BXB2'"),
     ("short-magic", frame(b"BX"), errors.BadMagic, r"starts with b'BX'"),
+    # 3-byte body "BXB" followed by more bytes: the magic check must stay inside the body
+    ("short-magic-then-1", frame(b"BXB") + b"1\x00\x00\x00\x00", errors.BadMagic,
+     r"starts with b'BXB';"),
     ("json-array-body", frame(b"[1,2]"), errors.BadMagic, r"starts with b'\[1,2'"),
     ("leading-space", frame(b' {"messageType":"X"}'), errors.BadMagic, r"expected '\{'"),
     ("binary-body", frame(b"\x00\x01\x02\x03\x04"), errors.BadMagic, r"\\x00\\x01"),
