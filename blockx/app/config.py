@@ -498,7 +498,7 @@ def _env_value(t: Any, kind: str | None, text: str) -> Any:
         try:
             return parse_duration_ms(text.strip())
         except DurationError as exc:
-            raise ValueError(f"{text!r} is not a Go duration ({exc}); write e.g. \"200ms\", \"2s\" or \"1m30s\"") from None
+            raise ValueError(f"{text!r} is not a Go duration: {exc.reason}") from None
     if t is bool:
         return parse_bool(text)
     if t is int:

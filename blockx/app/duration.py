@@ -32,17 +32,22 @@ _MAX_NS = (1 << 63) - 1
 
 
 class DurationError(ValueError):
-    """A string that is not a Go duration."""
+    """A string that is not a Go duration; `reason` is the message without the value."""
+
+    def __init__(self, text: object, reason: str):
+        self.text = text
+        self.reason = reason
+        super().__init__(f"invalid duration {text!r}: {reason}")
 
 
 def parse_duration(text: str) -> int:
     """Nanoseconds of Go duration `text`; raises DurationError with the reason."""
     if not isinstance(text, str):
-        raise DurationError(f"duration must be a string like \"2s\", got {type(text).__name__}")
+        raise DurationError(text, f"must be a string like \"2s\", not {type(text).__name__}")
     orig = text
     s = text.strip()
     if s != text:
-        raise DurationError(f"invalid duration {orig!r}: surrounding whitespace")
+        raise DurationError(orig, "surrounding whitespace")
     neg = False
     if s[:1] in ("-", "+"):
         neg = s[0] == "-"
@@ -50,7 +55,7 @@ def parse_duration(text: str) -> int:
     if s == "0":
         return 0
     if s == "":
-        raise DurationError(f"invalid duration {orig!r}: empty")
+        raise DurationError(orig, "empty")
     total = Fraction(0)
     i, n = 0, len(s)
     while i < n:
@@ -66,7 +71,7 @@ def parse_duration(text: str) -> int:
                 i += 1
             frac_part = s[fstart:i]
         if not int_part and not frac_part:
-            raise DurationError(f"invalid duration {orig!r}: expected a number at {s[start:]!r}")
+            raise DurationError(orig, f"expected a number at {s[start:]!r}")
         ustart = i
         while i < n and s[i] != "." and not (s[i].isdigit() and s[i].isascii()):
             i += 1
@@ -75,18 +80,18 @@ def parse_duration(text: str) -> int:
             hint = ""
             if not frac_part and i == n and start == 0:
                 hint = f' (write e.g. "{int_part}ms" or "{int_part}s")'
-            raise DurationError(f"invalid duration {orig!r}: missing unit{hint}; "
+            raise DurationError(orig, f"missing unit{hint}; "
                                 "units are ns, us, ms, s, m, h")
         scale = _UNITS.get(unit)
         if scale is None:
-            raise DurationError(f"invalid duration {orig!r}: unknown unit {unit!r}; "
+            raise DurationError(orig, f"unknown unit {unit!r}; "
                                 "units are ns, us, ms, s, m, h")
         value = Fraction(int(int_part or "0"))
         if frac_part:
             value += Fraction(int(frac_part), 10 ** len(frac_part))
         total += value * scale
         if total > _MAX_NS + (1 if neg else 0):
-            raise DurationError(f"invalid duration {orig!r}: out of range (max about 292 years)")
+            raise DurationError(orig, "out of range (max about 292 years)")
     ns = int(total)  # Go truncates sub-nanosecond fractions
     return -ns if neg else ns
 

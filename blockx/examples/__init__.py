@@ -1,0 +1,1 @@
+"""Example functions shipped with the Worker (the default FUNCTIONS_DIR)."""
