@@ -1,3 +1,4 @@
+# cython: always_allow_keywords=False
 # A task's FIFO of ready calls (compiled; twin: readyqueue_py.py).
 #
 # Retries go to the front (push_front) so a call that lost its executor keeps
