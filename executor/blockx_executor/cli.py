@@ -1,0 +1,104 @@
+"""Command line of the executor process: parse flags, connect, attach, run.
+
+Exit codes: 0 the Worker closed the connection (the normal way to stop an
+executor); 1 start-up failed (bad socket path, Worker not listening, codec not
+built); 2 the Worker sent a malformed frame or broke the message contract;
+3 the connection failed otherwise (the Worker stopped reading). argparse exits
+2 on bad flags. SIGINT is ignored: a Ctrl-C in the Worker's terminal reaches
+the whole process group, and the Worker, not the terminal, decides when its
+executors stop (it closes their sockets when it has drained). SIGTERM stops the
+process at once."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+log = logging.getLogger("blockx_executor")
+
+
+def _positive(min_value: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < min_value:
+            raise argparse.ArgumentTypeError(f"must be >= {min_value}, got {value}")
+        return value
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m blockx_executor",
+        description="BlockX Python Executor: connects to a Worker's Unix socket and runs "
+                    "the function calls it sends, one greenlet per call.")
+    p.add_argument("--executor-id", required=True, help="this executor's id, e.g. exec-0")
+    p.add_argument("--socket-path", required=True, help="the Worker's Unix socket")
+    p.add_argument("--executor-max-inflight", type=_positive(1), default=128, metavar="N",
+                   help="root calls admitted at once; further ExecuteCalls queue (default 128)")
+    p.add_argument("--executor-max-runnable", type=_positive(0), default=128, metavar="N",
+                   help="the Worker's runnable threshold for this executor, reported for "
+                        "reference; the Worker enforces it (default 128)")
+    p.add_argument("--heartbeat-interval-ms", type=_positive(10), default=200, metavar="MS",
+                   help="heartbeat period (default 200)")
+    p.add_argument("--connect-timeout-ms", type=_positive(0), default=5000, metavar="MS",
+                   help="keep retrying a socket that is missing or refuses for this long "
+                        "(default 5000; 0 = try once)")
+    p.add_argument("--code-cache-size", type=_positive(1), default=256, metavar="N",
+                   help="function code versions (digests) kept compiled (default 256)")
+    p.add_argument("--log-level", default="info",
+                   choices=["debug", "info", "warning", "error"], help="stderr log level")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr, level=getattr(logging, args.log_level.upper()),
+        format=f"%(asctime)s %(levelname)s blockx-executor {args.executor_id}: %(message)s")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        sys.stdout.reconfigure(line_buffering=True)  # user prints reach the log promptly
+    except (AttributeError, ValueError):
+        pass
+
+    from blockx._fast import load
+
+    from .heartbeat import Heartbeats
+    from .scheduler import EXIT_OK, Scheduler
+    from .transport import ConnectError, Connection, ConnectionClosed, connect
+
+    try:
+        codec = load("codec")
+    except ImportError as exc:
+        log.error("%s", exc)
+        return 1
+    try:
+        sock = connect(args.socket_path, args.connect_timeout_ms)
+    except ConnectError as exc:
+        log.error("%s", exc)
+        return 1
+    conn = Connection(sock)
+    scheduler = Scheduler(conn, codec, max_inflight=args.executor_max_inflight,
+                          max_runnable=args.executor_max_runnable,
+                          code_cache_size=args.code_cache_size,
+                          idle_poll_ms=args.heartbeat_interval_ms)
+    heartbeats = Heartbeats(conn, scheduler, args.executor_id, args.heartbeat_interval_ms,
+                            codec.encode_frame)
+    try:
+        heartbeats.send_one()  # the first Heartbeat attaches this executor
+    except ConnectionClosed as exc:
+        log.info("worker closed the connection before attach: %s", exc)
+        conn.close()
+        return EXIT_OK if exc.clean else 3
+    log.info("attached to %s (max inflight %d)", args.socket_path, args.executor_max_inflight)
+    heartbeats.start()
+    try:
+        return scheduler.loop()
+    finally:
+        heartbeats.stop()
+        conn.close()
