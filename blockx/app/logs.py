@@ -57,14 +57,42 @@ def _default(obj: Any) -> Any:
         return sorted(obj, key=repr)
     if hasattr(obj, "DESCRIPTOR") and hasattr(obj, "ListFields"):
         try:
-            from google.protobuf import json_format
-            return json_format.MessageToDict(obj, preserving_proto_field_name=False)
+            return _proto_to_dict(obj)
         except Exception:  # noqa: BLE001 - fall through to repr
             pass
     try:
         return repr(obj)
     except Exception as exc:  # noqa: BLE001 - a broken __repr__ must not break logging
         return f"<unrepresentable {type(obj).__name__}: {type(exc).__name__}>"
+
+
+def _proto_to_dict(msg: Any) -> dict:
+    # Every field, zero values included, ints kept as JSON numbers (MessageToDict
+    # would drop zeros and quote int64s): a TaskStatistic must read as numbers.
+    out: dict[str, Any] = {}
+    for f in msg.DESCRIPTOR.fields:
+        value = getattr(msg, f.name)
+        if f.message_type is not None:
+            if _is_repeated(f):
+                if f.message_type.GetOptions().map_entry:
+                    value = dict(value)
+                else:
+                    value = [_proto_to_dict(v) for v in value]
+            elif not msg.HasField(f.name):
+                continue
+            else:
+                value = _proto_to_dict(value)
+        elif _is_repeated(f):
+            value = list(value)
+        out[f.json_name] = value
+    return out
+
+
+def _is_repeated(field: Any) -> bool:
+    repeated = getattr(field, "is_repeated", None)
+    if repeated is not None:
+        return bool(repeated)
+    return field.label == field.LABEL_REPEATED
 
 
 def _iso_ms(created: float) -> str:
