@@ -7,8 +7,8 @@ processes, then prints one line per benchmark:
 
 --fast uses pyperf's fast mode with fewer processes and a shorter minimum time
 per value (the CI budget: the whole run stays well under 2 minutes on 2 cores).
---check exits 1 if any compiled path is slower than its twin (mean slower AND
-the difference is statistically significant, so noise alone cannot fail CI);
+--check exits 1 if any compiled path is slower than its twin (mean more than
+10% slower AND statistically significant, so noise alone does not fail CI);
 it is the only performance assertion in CI. A benchmark that crashes exits 2.
 
 How a worker knows its environment: pyperf starts each worker with
@@ -52,23 +52,30 @@ def _fmt(seconds: float) -> str:
     for unit, scale in (("ns", 1e9), ("us", 1e6), ("ms", 1e3)):
         v = seconds * scale
         if v < 1000:
-            return f"{v:.3g} {unit}" if v < 100 else f"{v:.0f} {unit}"
+            return f"{v:#.3g} {unit}" if v < 100 else f"{v:.0f} {unit}"
     return f"{seconds:.3g} s"
 
 
+# "Slower" for --check: the compiled mean exceeds the twin's by more than this
+# factor AND Welch's t-test says the difference is not noise. The tolerance
+# absorbs drift between the two sides' runs on a shared 2-core machine (they
+# run one after the other), which matters for memory-bound benchmarks where
+# both sides are at parity by nature (e.g. copying a 4 MiB sidecar).
+CHECK_TOLERANCE = 1.10
+T_THRESHOLD = 3.0
+
+
 def _significantly_slower(compiled, twin) -> bool:
-    """Welch's t-test on the per-value timings: compiled mean greater than the
-    twin's with |t| above ~99% two-sided confidence for small samples."""
     a, b = compiled.get_values(), twin.get_values()
     ma, mb = statistics.fmean(a), statistics.fmean(b)
-    if ma <= mb:
+    if ma <= mb * CHECK_TOLERANCE:
         return False
     if len(a) < 2 or len(b) < 2:
         return True
     se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
     if se == 0:
         return True
-    return (ma - mb) / se > 3.0
+    return (ma - mb) / se > T_THRESHOLD
 
 
 def main(argv=None) -> int:
