@@ -1,0 +1,193 @@
+"""UDS messages: every constructor builds an envelope that survives the codec and
+passes validation; every missing required key or wrong type is a ProtocolError
+naming the message and the key; optional keys get their documented defaults."""
+
+import copy
+
+import orjson
+import pytest
+
+from blockx._fast import load
+from blockx._fast.errors import ProtocolError
+from blockx.protocol import messages as m
+
+codec = load("codec")
+
+
+def wire(env, sidecar=None):
+    """What the peer decodes from `env`."""
+    [(got, side)] = codec.FrameDecoder().feed(codec.encode_frame(env, sidecar))
+    assert side == sidecar
+    return got
+
+
+SAMPLES = {
+    "ExecuteCall": m.execute_call("c1", "t1", "add", "ab" * 32, [1, 2], 1),
+    "ResumeCall/result": m.resume_call_result("c1", "r1", m.WAIT_IO, {"status": 200}, 12),
+    "ResumeCall/error": m.resume_call_error("c1", "r1", m.WAIT_SUBCALL, m.SUBCALL_FAILED,
+                                            "child failed", True, 3),
+    "ResumeCall/function_code": m.resume_function_code("c1", "r1", "def main():\n  return 1\n",
+                                                       "ab" * 32),
+    "CancelCall": m.cancel_call("c1", 2, "task cancelled"),
+    "HeartbeatAck": m.heartbeat_ack(),
+    "CallWaiting/io": m.call_waiting_io("c1", "r1", "t1", 1, "devstub", {"op": "get"}),
+    "CallWaiting/subcall": m.call_waiting_subcall("c1", "r2", "t1", 1, "mul", [3, 4], 500,
+                                                  ["root", "c1"]),
+    "CallWaiting/function_code": m.call_waiting_function_code("c1", "r3", "t1", 1, "add",
+                                                              "ab" * 32),
+    "CallCompleted": m.call_completed("c1", "t1", 1, {"sum": 3}, 4, 1000, 5),
+    "CallFailed": m.call_failed("c1", "t1", 1, m.USER_ERROR, False, "ZeroDivisionError",
+                                "Traceback...", {"x": "0"}, 2),
+    "Heartbeat": m.heartbeat("exec-1", 4242, 7, 3, 5, 123, 50_000_000, 99, "c1", 10, 2, 100),
+}
+
+
+def test_message_type_sets():
+    assert m.WORKER_TO_EXECUTOR == {"ExecuteCall", "ResumeCall", "CancelCall", "HeartbeatAck"}
+    assert m.EXECUTOR_TO_WORKER == {"CallWaiting", "CallCompleted", "CallFailed", "Heartbeat"}
+    assert m.WAIT_KINDS == {"io", "subcall", "function_code"} == m.RESUME_KINDS
+    assert m.DEFAULT_RETRYABLE[m.EXECUTOR_LOST] and not m.DEFAULT_RETRYABLE[m.USER_ERROR]
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_constructed_messages_validate_after_the_wire(name):
+    env = SAMPLES[name]
+    assert env["messageType"] == name.split("/")[0]
+    assert set(env) >= {"messageType", "callId", "requestId"}
+    got = wire(env)
+    direction = m.WORKER_TO_EXECUTOR if env["messageType"] in m.WORKER_TO_EXECUTOR \
+        else m.EXECUTOR_TO_WORKER
+    payload = m.validate(got, direction)
+    assert payload == env.get("payload", {})
+    assert got["payload"] is payload
+
+
+def test_execute_call_defaults_and_fragment_args():
+    env = m.execute_call("c", "t", "f", "d", orjson.Fragment(b'[1,{"a":[2]}]'), 3)
+    p = env["payload"]
+    assert (p["entrySelector"], p["parentCallId"], p["callBudgetMs"]) == ("main", "", 0)
+    got = wire(env)
+    assert m.validate(got)["args"] == [1, {"a": [2]}]
+
+
+def test_io_sidecar_travels_next_to_the_envelope():
+    env = m.resume_call_result("c", "r", m.WAIT_IO, {"status": 200, "bodyInSidecar": True})
+    got = wire(env, b"\x00protobuf\xff")
+    assert m.validate(got)["result"]["status"] == 200
+
+
+def test_validate_fills_optional_defaults_in_place():
+    env = {"messageType": "CallFailed", "callId": "c", "payload": {
+        "taskId": "t", "attemptSeq": 1, "errorKind": "USER_ERROR", "retryable": False,
+        "errorMessage": "boom"}}
+    payload = m.validate(env)
+    assert payload["errorStack"] == "" and payload["localVars"] == {}
+    assert payload["budgetUsedMs"] == 0 and env["requestId"] == ""
+    env = {"messageType": "Heartbeat", "payload": {
+        "executorId": "e", "pid": 1, "seq": 1, "runnableCount": 0, "inflightCount": 0,
+        "availableContexts": 4, "memoryBytes": 0, "lastSchedulerActiveAtMs": 0}}
+    p = m.validate(env, m.EXECUTOR_TO_WORKER)
+    assert (p["runningCallId"], p["cpuUserMs"], p["cpuSystemMs"], p["sentAtMs"]) == ("", 0, 0, 0)
+    assert env["callId"] == ""
+    assert m.validate({"messageType": "HeartbeatAck"}) == {}
+    assert m.validate_payload("ExecuteCall", {
+        "taskId": "t", "functionId": "f", "functionCodeDigest": "d", "args": [],
+        "attemptSeq": 1, "entrySelector": None})["entrySelector"] == "main"
+
+
+def required_cases():
+    for name, env in SAMPLES.items():
+        mt = env["messageType"]
+        keys = [k for k, _ in m._REQUIRED[mt]]
+        if mt == "CallWaiting":
+            keys += [k for k, _ in m._WAIT_KIND_KEYS[env["payload"]["waitKind"]]]
+        for key in keys:
+            yield pytest.param(name, key, id=f"{name}-{key}")
+
+
+@pytest.mark.parametrize("name,key", list(required_cases()))
+def test_missing_required_key_is_a_protocol_error_naming_it(name, key):
+    env = copy.deepcopy(SAMPLES[name])
+    del env["payload"][key]
+    with pytest.raises(ProtocolError, match=rf"{env['messageType']}.* missing required key '{key}'"):
+        m.validate(env)
+
+
+@pytest.mark.parametrize("name,key,bad,kind", [
+    ("ExecuteCall", "attemptSeq", "1", "an integer"),
+    ("ExecuteCall", "attemptSeq", True, "an integer"),
+    ("ExecuteCall", "args", {"a": 1}, "an array"),
+    ("ExecuteCall", "taskId", 5, "a string"),
+    ("ExecuteCall", "callBudgetMs", 1.5, "an integer"),
+    ("CallFailed", "retryable", "false", "a boolean"),
+    ("CallFailed", "localVars", [], "an object"),
+    ("Heartbeat", "runnableCount", None, "an integer"),
+    ("CallWaiting/subcall", "ancestry", "root", "an array"),
+    ("CallCompleted", "budgetUsedMs", -0.0, "an integer"),
+])
+def test_wrong_value_types_are_rejected(name, key, bad, kind):
+    env = copy.deepcopy(SAMPLES[name])
+    env["payload"][key] = bad
+    with pytest.raises(ProtocolError, match=rf"'{key}' must be {kind}"):
+        m.validate(env)
+
+
+@pytest.mark.parametrize("env,pattern", [
+    ([], r"envelope must be an object, got array"),
+    ({"callId": "c"}, r"unknown messageType None"),
+    ({"messageType": "Launch"}, r"unknown messageType 'Launch'"),
+    ({"messageType": "ExecuteCall", "callId": "", "payload": {}}, r"needs a non-empty callId"),
+    ({"messageType": "ExecuteCall", "callId": 5, "payload": {}}, r"callId must be a string"),
+    ({"messageType": "CallWaiting", "callId": "c", "payload": {}},
+     r"needs a non-empty requestId"),
+    ({"messageType": "CallCompleted", "callId": "c", "payload": [1]},
+     r"payload must be an object, got array"),
+    ({"messageType": "CallCompleted", "callId": "c"}, r"payload must be an object, got null"),
+    ({"messageType": "CallWaiting", "callId": "c", "requestId": "r", "payload": {
+        "taskId": "t", "attemptSeq": 1, "waitKind": "sleep"}}, r"waitKind 'sleep' is not one of"),
+    ({"messageType": "ResumeCall", "callId": "c", "requestId": "r", "payload": {
+        "resumeKind": "io"}}, r"needs 'result' or 'error'"),
+    ({"messageType": "ResumeCall", "callId": "c", "requestId": "r", "payload": {
+        "resumeKind": "later", "result": 1}}, r"resumeKind 'later' is not one of"),
+    ({"messageType": "ResumeCall", "callId": "c", "requestId": "r", "payload": {
+        "resumeKind": "io", "result": 1, "error": {"errorKind": "IO_ERROR",
+                                                   "errorMessage": "x", "retryable": True}}},
+     r"both 'result' and 'error'"),
+    ({"messageType": "ResumeCall", "callId": "c", "requestId": "r", "payload": {
+        "resumeKind": "io", "error": {"errorKind": "IO_ERROR", "errorMessage": "x"}}},
+     r"ResumeCall error is missing required key 'retryable'"),
+    ({"messageType": "ResumeCall", "callId": "c", "requestId": "r", "payload": {
+        "resumeKind": "io", "error": "boom"}}, r"'error' must be an object, got string"),
+    ({"messageType": "ResumeCall", "callId": "c", "requestId": "r", "payload": {
+        "resumeKind": "function_code", "result": "def main(): pass"}},
+     r"function_code\) result must be an object"),
+    ({"messageType": "ResumeCall", "callId": "c", "requestId": "r", "payload": {
+        "resumeKind": "function_code", "result": {"source": "x"}}},
+     r"missing required key 'functionCodeDigest'"),
+    ({"messageType": "CallWaiting", "callId": "c", "requestId": "r", "payload": {
+        "taskId": "t", "attemptSeq": 1, "waitKind": "subcall", "functionId": "f", "args": [],
+        "grantedBudgetMs": 5, "ancestry": ["root", 7]}}, r"array of call id strings"),
+])
+def test_malformed_envelopes(env, pattern):
+    with pytest.raises(ProtocolError, match=pattern):
+        m.validate(env)
+
+
+def test_direction_is_enforced():
+    with pytest.raises(ProtocolError, match="not accepted in this direction"):
+        m.validate(wire(SAMPLES["ExecuteCall"]), m.EXECUTOR_TO_WORKER)
+    with pytest.raises(ProtocolError, match="not accepted in this direction"):
+        m.validate(wire(SAMPLES["Heartbeat"]), m.WORKER_TO_EXECUTOR)
+
+
+def test_unknown_extra_keys_are_kept():
+    env = wire(SAMPLES["CallCompleted"])
+    env["payload"]["audit"] = {"x": 1}
+    env["future"] = True
+    assert m.validate(env)["audit"] == {"x": 1}
+
+
+def test_unknown_message_type_for_validate_payload():
+    with pytest.raises(ProtocolError, match="unknown messageType 'Nope'"):
+        m.validate_payload("Nope", {})
+    assert issubclass(ProtocolError, ValueError) and ProtocolError.retryable is False
