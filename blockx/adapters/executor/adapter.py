@@ -1,0 +1,389 @@
+"""ExecutorAdapter: the Worker side of the executor UDS protocol.
+
+Theory of operation:
+- Everything runs on the one event loop; no Task or Future per call. Executor
+  connections are asyncio.Protocols (connection.py); the orchestrator learns
+  about executors through three synchronous callbacks on `handler`:
+  on_executor_attached(executor_id), on_executor_frames(executor_id, frames)
+  and on_executor_lost(executor_id, reason). A handler callback that raises is
+  logged; it never takes a connection or the loop down.
+- An executor is known by the executorId of its first Heartbeat. A new
+  connection with the same id is a new era: the old connection is declared
+  lost (and closed) before the new one attaches, so its reservations vanish
+  with it and the orchestrator fails the old era's calls as EXECUTOR_LOST.
+- Reservations (reservations.py) are the adapter's transport truth about which
+  calls occupy a context; bind() refuses when none is free (snapshot.py states
+  the capacity rule). Terminal frames release them before the orchestrator
+  sees those frames; unbind is idempotent with that release.
+- Losing a connection (closed, broken, malformed frame, heartbeat timeout,
+  reconnect, adapter close) always goes through _lose(): it unregisters the
+  connection, fails pending resume/cancel sends with ExecutorGone, aborts the
+  transport and reports on_executor_lost exactly once per attached era.
+  check_heartbeat_timeouts() also reports through on_executor_lost; its return
+  value only lists the ids for logs and tests."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+
+from blockx.protocol import messages
+
+from .connection import ExecutorConnection, encode_frame
+from .counters import counters_for
+from .errors import BindError, CallNotBound, ExecutorGone, OutboxClosed
+from .listener import bind_listener, unlink_if_ours
+from .reservations import NOT_DISPATCHED
+from .snapshot import ExecutorSnapshotData
+
+__all__ = ["ExecutorAdapter", "monotonic_ms"]
+
+EXECUTE_CALL = messages.EXECUTE_CALL
+RESUME_CALL = messages.RESUME_CALL
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class _NoHandler:
+    """Until the orchestrator sets `handler`: frames are dropped, loudly."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._log = logger
+
+    def on_executor_attached(self, executor_id: str) -> None:
+        self._log.warning("executor %s attached but no handler is set", executor_id)
+
+    def on_executor_frames(self, executor_id: str, frames: list) -> None:
+        self._log.warning("dropping %d frames from executor %s: no handler is set",
+                          len(frames), executor_id)
+
+    def on_executor_lost(self, executor_id: str, reason: str) -> None:
+        pass
+
+
+class ExecutorAdapter:
+    def __init__(
+        self,
+        socket_path: str,
+        *,
+        heartbeat_timeout_ms: int = 10000,
+        clock_ms: Callable[[], int] = monotonic_ms,
+        metrics=None,
+        logger: logging.Logger | None = None,
+        outbox_depth: int = 256,
+        outbox_max_batch: int = 64,
+        backlog: int = 128,
+    ) -> None:
+        if outbox_depth < 1 or outbox_max_batch < 1:
+            raise ValueError("outbox_depth and outbox_max_batch must be >= 1")
+        self.socket_path = os.path.abspath(socket_path)
+        self.heartbeat_timeout_ms = heartbeat_timeout_ms
+        self.clock_ms = clock_ms
+        self.counters = counters_for(metrics)
+        self.log = logger or logging.getLogger("blockx.executor.adapter")
+        self.outbox_depth = outbox_depth
+        self.outbox_max_batch = outbox_max_batch
+        self.backlog = backlog
+        self.handler = _NoHandler(self.log)
+        # wedge backstop: replace with PoolManager.kill_executor so kills are
+        # counted and the slot restarts; the default kills the peer pid.
+        self.kill_hook: Callable[[str], bool] = self._kill_by_pid
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._server = None
+        self._identity: tuple[int, int] | None = None
+        self._conns: dict[str, ExecutorConnection] = {}  # attached, by executor id
+        self._pending: set[ExecutorConnection] = set()  # connected, no Heartbeat yet
+        self._closing = False
+        # adapter-local totals (Metrics has no family for them)
+        self.attached_total = 0
+        self.lost_total = 0
+        self.malformed_total = 0
+        self.reconnects_total = 0
+        self.handler_errors_total = 0
+
+    # ---- lifecycle ----
+    async def start(self) -> None:
+        if self._server is not None:
+            raise RuntimeError("ExecutorAdapter already started")
+        self.loop = asyncio.get_running_loop()
+        self._closing = False
+        sock, self._identity = bind_listener(self.socket_path, self.backlog)
+        try:
+            self._server = await self.loop.create_unix_server(
+                lambda: ExecutorConnection(self), sock=sock)
+        except BaseException:
+            sock.close()
+            unlink_if_ours(self.socket_path, self._identity)
+            raise
+        self.log.info("executor socket listening on %s", self.socket_path,
+                      extra={"fields": {"socket_path": self.socket_path}})
+
+    async def close(self) -> None:
+        self._closing = True
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for conn in list(self._conns.values()) + list(self._pending):
+            self._lose(conn, "executor adapter closed")
+        if server is not None:
+            try:
+                await asyncio.wait_for(server.wait_closed(), 5.0)
+            except asyncio.TimeoutError:
+                self.log.warning("executor listener did not close within 5 s")
+        try:
+            unlink_if_ours(self.socket_path, self._identity)
+        except OSError as exc:
+            self.log.warning("could not remove executor socket %s: %s", self.socket_path, exc)
+        self._identity = None
+
+    # ---- connection bookkeeping (called by ExecutorConnection) ----
+    def _connection_made(self, conn: ExecutorConnection) -> None:
+        if self._closing:
+            conn.closed = True
+            conn.outbox.close(ExecutorGone("", "executor adapter closed"))
+            conn.transport.abort()
+            return
+        self._pending.add(conn)
+
+    def _attach(self, conn: ExecutorConnection) -> None:
+        eid = conn.executor_id
+        old = self._conns.get(eid)
+        if old is not None:
+            self.reconnects_total += 1
+            self._lose(old, "replaced by a new connection with the same executorId (reconnect)")
+        self._pending.discard(conn)
+        self._conns[eid] = conn
+        self.attached_total += 1
+        self.log.info("executor %s attached (pid %d, %d contexts)", eid, self.pid_of(eid) or 0,
+                      conn.capacity,
+                      extra={"fields": {"executor_id": eid, "pid": self.pid_of(eid) or 0,
+                                        "capacity": conn.capacity}})
+        try:
+            self.handler.on_executor_attached(eid)
+        except Exception:
+            self._handler_failed("on_executor_attached", eid)
+
+    def _deliver(self, conn: ExecutorConnection, batch: list) -> None:
+        try:
+            self.handler.on_executor_frames(conn.executor_id, batch)
+        except Exception:
+            self._handler_failed("on_executor_frames", conn.executor_id)
+
+    def _lose(self, conn: ExecutorConnection, reason: str, *, malformed: bool = False) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        self._pending.discard(conn)
+        eid = conn.executor_id
+        attached = bool(eid) and self._conns.get(eid) is conn
+        if attached:
+            del self._conns[eid]
+            self.lost_total += 1
+        if malformed:
+            self.malformed_total += 1
+        dropped = len(conn.reservations)
+        conn.reservations.clear()
+        if conn.outbox is not None:
+            conn.outbox.close(ExecutorGone(eid, reason))
+        if conn.transport is not None:
+            conn.transport.abort()
+        level = logging.WARNING if (attached or malformed) and not self._closing else logging.INFO
+        self.log.log(level, "executor %s connection lost: %s", eid or "(not attached)", reason,
+                     extra={"fields": {"executor_id": eid, "reason": reason, "malformed": malformed,
+                                       "reservations_dropped": dropped, "peer_pid": conn.peer_pid}})
+        if attached:
+            try:
+                self.handler.on_executor_lost(eid, reason)
+            except Exception:
+                self._handler_failed("on_executor_lost", eid)
+
+    def _handler_failed(self, what: str, executor_id: str) -> None:
+        self.handler_errors_total += 1
+        self.log.exception("executor handler %s failed for executor %s", what, executor_id)
+
+    # ---- reservations ----
+    def _conn_for_bind(self, call_id: str, executor_id: str) -> ExecutorConnection:
+        conn = self._conns.get(executor_id)
+        if conn is None:
+            raise BindError(f"cannot bind call {call_id!r}: executor {executor_id!r} is not attached",
+                            call_id=call_id, executor_id=executor_id, reason="executor_unknown")
+        res = conn.reservations
+        if call_id in res:
+            if res.is_draining(call_id):
+                raise BindError(
+                    f"cannot bind call {call_id!r}: its cancelled attempt is still draining on "
+                    f"executor {executor_id!r}", call_id=call_id, executor_id=executor_id,
+                    reason="call_draining")
+            raise BindError(f"call {call_id!r} already holds a reservation on executor {executor_id!r}",
+                            call_id=call_id, executor_id=executor_id, reason="already_bound")
+        return conn
+
+    def bind(self, call_id: str, executor_id: str) -> None:
+        conn = self._conn_for_bind(call_id, executor_id)
+        if conn.free_contexts <= 0:
+            raise BindError(
+                f"cannot bind call {call_id!r}: executor {executor_id!r} has no free context "
+                f"({len(conn.reservations)} reserved of {conn.capacity})",
+                call_id=call_id, executor_id=executor_id, reason="no_context")
+        conn.reservations.reserve(call_id)
+
+    def bind_subcall(self, call_id: str, parent_call_id: str, executor_id: str) -> None:
+        """Subcalls always run beside their parent: no capacity check, but the
+        parent must hold a live (not draining) reservation on that executor."""
+        conn = self._conn_for_bind(call_id, executor_id)
+        res = conn.reservations
+        if not res.is_live(parent_call_id):
+            why = "is draining" if res.is_draining(parent_call_id) else "holds no reservation"
+            raise BindError(
+                f"cannot bind subcall {call_id!r}: parent call {parent_call_id!r} {why} on "
+                f"executor {executor_id!r}", call_id=call_id, executor_id=executor_id,
+                reason="parent_draining" if res.is_draining(parent_call_id) else "parent_not_bound")
+        res.reserve(call_id)
+
+    def unbind(self, call_id: str, executor_id: str) -> None:
+        conn = self._conns.get(executor_id)
+        if conn is not None:
+            conn.reservations.unbind(call_id)
+
+    def mark_draining(self, call_id: str, executor_id: str) -> None:
+        conn = self._conns.get(executor_id)
+        if conn is not None:
+            conn.reservations.mark_draining(call_id)
+
+    def is_draining(self, call_id: str, executor_id: str) -> bool:
+        conn = self._conns.get(executor_id)
+        return conn is not None and conn.reservations.is_draining(call_id)
+
+    def is_bound(self, call_id: str, executor_id: str) -> bool:
+        conn = self._conns.get(executor_id)
+        return conn is not None and call_id in conn.reservations
+
+    # ---- sends ----
+    def send_execute_call(self, executor_id: str, call_id: str, payload: dict) -> None:
+        """Queue an ExecuteCall; never blocks. Raises ExecutorGone, CallNotBound,
+        OutboxFull (retryable; the reservation stays, unbind or retry), or the
+        codec's FrameTooLarge / TypeError for a payload that cannot be sent."""
+        conn = self._conns.get(executor_id)
+        if conn is None:
+            raise ExecutorGone(executor_id)
+        res = conn.reservations
+        dispatched = res.attempt_of(call_id)
+        if dispatched != NOT_DISPATCHED:
+            if dispatched is None:
+                why = "no reservation (bind it first)"
+            elif res.is_draining(call_id):
+                why = "it was cancelled and is draining"
+            else:
+                why = f"attempt {dispatched} was already dispatched (bind again for a new attempt)"
+            raise CallNotBound(call_id, executor_id, why)
+        frame = encode_frame(
+            {"messageType": EXECUTE_CALL, "callId": call_id, "requestId": "", "payload": payload})
+        conn.outbox.enqueue(frame)
+        res.record_dispatch(call_id, payload.get("attemptSeq", 0))
+        counters = self.counters
+        counters.uds_frames_out += 1
+        counters.uds_bytes_out += len(frame)
+
+    async def _send_waited(self, executor_id: str, frame: bytes) -> None:
+        conn = self._conns.get(executor_id)
+        if conn is None:
+            raise ExecutorGone(executor_id)
+        counters = self.counters
+        counters.uds_frames_out += 1
+        counters.uds_bytes_out += len(frame)
+        try:
+            await conn.outbox.send(frame)
+        except OutboxClosed as exc:
+            raise ExecutorGone(executor_id, "connection closed before the frame was written") from exc
+
+    async def send_resume_call(self, executor_id: str, call_id: str, request_id: str,
+                               payload: dict, sidecar: bytes | None = None) -> None:
+        """Returns once the ResumeCall was handed to the transport (waits for
+        outbox room rather than failing). Raises ExecutorGone if the executor is
+        or becomes lost first."""
+        frame = encode_frame({"messageType": RESUME_CALL, "callId": call_id,
+                              "requestId": request_id, "payload": payload}, sidecar)
+        await self._send_waited(executor_id, frame)
+
+    async def send_cancel_call(self, executor_id: str, call_id: str, reason: str,
+                               attempt_seq: int) -> None:
+        frame = encode_frame(messages.cancel_call(call_id, attempt_seq, reason))
+        await self._send_waited(executor_id, frame)
+
+    # ---- views ----
+    def snapshots(self) -> list[ExecutorSnapshotData]:
+        out = []
+        for eid in sorted(self._conns):
+            c = self._conns[eid]
+            out.append(ExecutorSnapshotData(
+                executor_id=eid, healthy=not c.closed, runnable_count=c.runnable_count,
+                inflight_count=c.inflight_count, usable_contexts=c.usable_contexts,
+                memory_bytes=c.memory_bytes, heartbeat_seq=c.heartbeat_seq,
+                running_call_id=c.running_call_id,
+                last_scheduler_active_at_ms=c.scheduler_active_at_ms, pid=c.pid,
+                attached_at_ms=c.attached_at_ms, capacity=c.capacity,
+                free_contexts=c.free_contexts, reserved_count=len(c.reservations),
+                draining_count=c.reservations.draining_count,
+                last_heartbeat_at_ms=c.last_heartbeat_at_ms, cpu_user_ms=c.cpu_user_ms,
+                cpu_system_ms=c.cpu_system_ms, outbox_backlog=len(c.outbox)))
+        return out
+
+    def executor_ids(self) -> list[str]:
+        return sorted(self._conns)
+
+    def healthy_count(self) -> int:
+        return len(self._conns)
+
+    def max_outbox_backlog(self) -> int:
+        """For Metrics.outbox_depth_fn."""
+        return max((len(c.outbox) for c in self._conns.values()), default=0)
+
+    def check_heartbeat_timeouts(self, now_ms: int) -> list[str]:
+        """Declare lost every attached executor silent for more than
+        heartbeat_timeout_ms (reported via on_executor_lost), and drop
+        connections that sent no Heartbeat that long after connecting.
+        Returns the executor ids declared lost. A timeout <= 0 disables it."""
+        limit = self.heartbeat_timeout_ms
+        lost: list[str] = []
+        if limit <= 0:
+            return lost
+        for eid, conn in list(self._conns.items()):
+            silent = now_ms - conn.last_heartbeat_at_ms
+            if silent > limit:
+                lost.append(eid)
+                self.counters.executor_heartbeat_timeouts += 1
+                self._lose(conn, f"heartbeat timeout: no Heartbeat for {silent} ms (limit {limit} ms)")
+        for conn in list(self._pending):
+            if now_ms - conn.connected_at_ms > limit:
+                self._lose(conn, f"no Heartbeat within {limit} ms of connecting")
+        return lost
+
+    # ---- killing (wedge backstop) ----
+    def pid_of(self, executor_id: str) -> int | None:
+        """The executor's process id: the kernel's peer credentials of its
+        connection (trustworthy), else the pid its Heartbeat reported."""
+        conn = self._conns.get(executor_id)
+        if conn is None:
+            return None
+        return conn.peer_pid or conn.pid or None
+
+    def kill_executor(self, executor_id: str) -> bool:
+        return bool(self.kill_hook(executor_id))
+
+    def _kill_by_pid(self, executor_id: str) -> bool:
+        pid = self.pid_of(executor_id)
+        if not pid or pid == os.getpid():
+            return False
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        self.counters.executor_wedge_kills += 1
+        self.log.warning("killed executor %s (pid %d)", executor_id, pid)
+        return True

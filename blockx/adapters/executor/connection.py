@@ -1,0 +1,218 @@
+"""One executor's UDS connection: frame decoding, heartbeats, reservation release.
+
+Theory of operation:
+- Callback driven (asyncio.Protocol): data_received decodes every complete
+  frame of the chunk in one pass and hands the call frames (CallCompleted,
+  CallFailed, CallWaiting) of that chunk to the handler as ONE batch, after the
+  terminal frames released their reservations (releaseOnTerminal).
+- The first valid Heartbeat names the executor (executorId) and attaches the
+  connection; any other frame before it is a protocol error. A later Heartbeat
+  with another executorId is a protocol error too.
+- Heartbeats update the capacity view and are answered with HeartbeatAck
+  (best effort: a full outbox just skips the ack).
+- Every inbound envelope goes through messages.validate (types checked,
+  optional defaults filled in place, so handlers can index payloads freely).
+  Any malformed frame (FrameError from the codec, ProtocolError from
+  validation or from the rules above) closes THIS connection with a logged reason and reports it lost.
+  Valid frames decoded before the bad one in the same chunk are still
+  delivered first: they are the executor's truth. Nothing here raises into
+  the event loop; a failing handler callback is logged and the connection
+  carries on.
+- The adapter owns the registry and the lost/attach bookkeeping; this class
+  only reports to it."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+from blockx._fast import load
+from blockx._fast.errors import FrameError, OutboxClosed, OutboxFull, ProtocolError
+from blockx.protocol import messages
+
+from .reservations import Reservations
+
+_codec = load("codec")
+_Outbox = load("outbox").Outbox
+FrameDecoder = _codec.FrameDecoder
+encode_frame = _codec.encode_frame
+
+HEARTBEAT_ACK_FRAME = encode_frame(messages.heartbeat_ack())
+
+_PEERCRED = struct.Struct("3i")
+# Capacity math needs these non-negative (messages.validate checks the types).
+_HB_NON_NEGATIVE = ("pid", "seq", "runnableCount", "inflightCount", "availableContexts",
+                    "memoryBytes")
+_validate = messages.validate
+_INBOUND = messages.EXECUTOR_TO_WORKER
+HEARTBEAT = messages.HEARTBEAT
+CALL_COMPLETED = messages.CALL_COMPLETED
+CALL_FAILED = messages.CALL_FAILED
+
+
+class ExecutorConnection(asyncio.Protocol):
+    __slots__ = (
+        "adapter", "counters", "decoder", "transport", "outbox", "reservations", "closed",
+        "executor_id", "peer_pid", "peer_uid", "connected_at_ms", "attached_at_ms",
+        "last_heartbeat_at_ms", "pid", "heartbeat_seq", "runnable_count", "inflight_count",
+        "available_contexts", "memory_bytes", "running_call_id", "scheduler_active_at_ms",
+        "reported_scheduler_active_at_ms", "cpu_user_ms", "cpu_system_ms",
+    )
+
+    def __init__(self, adapter) -> None:
+        self.adapter = adapter
+        self.counters = adapter.counters
+        self.decoder = FrameDecoder()
+        self.transport = None
+        self.outbox = None
+        self.reservations = Reservations()
+        self.closed = False
+        self.executor_id = ""  # "" until the first valid Heartbeat
+        self.peer_pid = 0
+        self.peer_uid = -1
+        self.connected_at_ms = 0
+        self.attached_at_ms = 0
+        self.last_heartbeat_at_ms = 0
+        self.pid = 0
+        self.heartbeat_seq = 0
+        self.runnable_count = 0
+        self.inflight_count = 0
+        self.available_contexts = 0
+        self.memory_bytes = 0
+        self.running_call_id = ""
+        self.scheduler_active_at_ms = 0  # in the adapter's clock
+        self.reported_scheduler_active_at_ms = 0  # as the executor sent it
+        self.cpu_user_ms = 0
+        self.cpu_system_ms = 0
+
+    # ---- capacity view (see snapshot.py for the rule) ----
+    @property
+    def capacity(self) -> int:
+        return self.available_contexts + self.inflight_count
+
+    @property
+    def free_contexts(self) -> int:
+        free = self.available_contexts + self.inflight_count - len(self.reservations)
+        return free if free > 0 else 0
+
+    @property
+    def usable_contexts(self) -> int:
+        usable = self.available_contexts + self.inflight_count - self.reservations.draining_count
+        return usable if usable > 0 else 0
+
+    # ---- asyncio.Protocol ----
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        adapter = self.adapter
+        self.outbox = _Outbox(transport, adapter.loop, adapter.outbox_depth, adapter.outbox_max_batch)
+        self.connected_at_ms = adapter.clock_ms()
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                self.peer_pid, self.peer_uid, _ = _PEERCRED.unpack(
+                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+            except (OSError, AttributeError, struct.error):
+                pass  # not Linux: pid_of falls back to the heartbeat pid
+        adapter._connection_made(self)
+
+    def connection_lost(self, exc) -> None:
+        if self.closed:
+            return
+        reason = "connection closed by the executor" if exc is None else f"connection broken: {exc}"
+        try:
+            self.decoder.eof()
+        except FrameError as err:
+            reason = f"{reason} ({err})"
+        self.adapter._lose(self, reason)
+
+    def eof_received(self):
+        return False  # close our side too; connection_lost reports it
+
+    def pause_writing(self) -> None:
+        self.outbox.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.outbox.resume_writing()
+
+    def data_received(self, data) -> None:
+        if self.closed:
+            return
+        self.counters.uds_bytes_in += len(data)
+        try:
+            frames = self.decoder.feed(data)
+        except FrameError as exc:
+            if exc.frames:
+                self._process(exc.frames)
+            if not self.closed:
+                self.adapter._lose(self, f"malformed frame ({type(exc).__name__}): {exc}", malformed=True)
+            return
+        if frames:
+            self._process(frames)
+
+    # ---- frame handling ----
+    def _process(self, frames: list) -> None:
+        self.counters.uds_frames_in += len(frames)
+        batch = []
+        error = None
+        reservations = self.reservations
+        try:
+            for item in frames:
+                env = item[0]
+                payload = _validate(env, _INBOUND)  # fills optional defaults in place
+                mt = env["messageType"]
+                if mt == HEARTBEAT:
+                    self._heartbeat(payload)
+                    if self.closed:  # a callback closed us while attaching
+                        return
+                elif not self.executor_id:
+                    raise ProtocolError(f"{mt} frame before the first Heartbeat")
+                else:
+                    if (mt == CALL_COMPLETED or mt == CALL_FAILED) and len(reservations):
+                        reservations.release_on_terminal(env["callId"], payload["attemptSeq"])
+                    batch.append(item)
+        except ProtocolError as exc:
+            error = exc
+        if batch and not self.closed:
+            self.adapter._deliver(self, batch)
+        if error is not None and not self.closed:
+            self.adapter._lose(self, f"protocol error: {error}", malformed=True)
+
+    def _heartbeat(self, p: dict) -> None:
+        eid = p["executorId"]
+        if not eid:
+            raise ProtocolError("Heartbeat with an empty executorId")
+        if self.executor_id and eid != self.executor_id:
+            raise ProtocolError(f"Heartbeat executorId changed from {self.executor_id!r} to {eid!r:.60}")
+        for key in _HB_NON_NEGATIVE:
+            if p[key] < 0:
+                raise ProtocolError(f"Heartbeat {key} must not be negative, got {p[key]}")
+        now = self.adapter.clock_ms()
+        self.pid = p["pid"]
+        self.heartbeat_seq = p["seq"]
+        self.runnable_count = p["runnableCount"]
+        self.inflight_count = p["inflightCount"]
+        self.available_contexts = p["availableContexts"]
+        self.memory_bytes = p["memoryBytes"]
+        self.cpu_user_ms = p["cpuUserMs"]
+        self.cpu_system_ms = p["cpuSystemMs"]
+        self.running_call_id = p["runningCallId"]
+        self.last_heartbeat_at_ms = now
+        reported_active = p["lastSchedulerActiveAtMs"]
+        sent_at = p["sentAtMs"]
+        if sent_at:
+            age = sent_at - reported_active
+            self.scheduler_active_at_ms = now - (age if age > 0 else 0)
+        elif reported_active != self.reported_scheduler_active_at_ms or not self.executor_id:
+            self.scheduler_active_at_ms = now  # no send time: "moved since the last beat" = now
+        self.reported_scheduler_active_at_ms = reported_active
+        try:
+            self.outbox.enqueue(HEARTBEAT_ACK_FRAME)
+            self.counters.uds_frames_out += 1
+            self.counters.uds_bytes_out += len(HEARTBEAT_ACK_FRAME)
+        except (OutboxFull, OutboxClosed):
+            pass  # the ack is advisory; a lost one is harmless
+        if not self.executor_id:
+            self.executor_id = eid
+            self.attached_at_ms = now
+            self.adapter._attach(self)

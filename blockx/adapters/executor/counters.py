@@ -1,0 +1,21 @@
+"""The metric counters the executor adapter and pool bump.
+
+They are plain int attributes of blockx.adapters.metrics.Metrics (bumped on the
+hot path, exported at scrape time). When no Metrics object is wired in, this
+stand-in with the same attribute names takes the bumps, so the hot path never
+tests `if metrics is not None`."""
+
+from __future__ import annotations
+
+
+class LocalCounters:
+    __slots__ = ("uds_frames_in", "uds_frames_out", "uds_bytes_in", "uds_bytes_out",
+                 "executor_heartbeat_timeouts", "executor_restarts", "executor_wedge_kills")
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+
+def counters_for(metrics):
+    return metrics if metrics is not None else LocalCounters()

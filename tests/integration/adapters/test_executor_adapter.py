@@ -1,0 +1,555 @@
+"""ExecutorAdapter over a real Unix socket against fake executors."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import stat
+import tempfile
+
+import orjson
+import pytest
+
+from blockx._fast.errors import OutboxFull
+from blockx.adapters.executor import (BindError, CallNotBound, ExecutorAdapter, ExecutorGone,
+                                      SocketPathError)
+from blockx.protocol import messages as m
+
+from .fake_executor import FakeExecutor, RecordingHandler, codec, length_prefix, wait_until
+
+
+class Clock:
+    def __init__(self, now: int = 1_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def sock_dir():
+    d = tempfile.mkdtemp(prefix="bxa-", dir="/tmp")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+async def env(sock_dir, clock):
+    adapter = ExecutorAdapter(os.path.join(sock_dir, "run", "w.sock"), heartbeat_timeout_ms=10000,
+                              clock_ms=clock)
+    handler = RecordingHandler()
+    adapter.handler = handler
+    await adapter.start()
+    fakes: list[FakeExecutor] = []
+
+    async def attach(executor_id: str, contexts: int = 4, **hb) -> FakeExecutor:
+        fake = await FakeExecutor(adapter.socket_path, executor_id, contexts=contexts).connect()
+        fakes.append(fake)
+        before = handler.attached.count(executor_id)
+        fake.heartbeat(**hb)
+        await handler.wait_attached(executor_id, before + 1)
+        return fake
+
+    async def connect(executor_id: str) -> FakeExecutor:
+        fake = await FakeExecutor(adapter.socket_path, executor_id).connect()
+        fakes.append(fake)
+        return fake
+
+    yield adapter, handler, attach, connect
+    await adapter.close()
+    for fake in fakes:
+        await fake.close()
+
+
+def execute_payload(attempt: int = 1, task_id: str = "t1") -> dict:
+    return m.execute_call("unused", task_id, "add", "d" * 64, [1, 2], attempt)["payload"]
+
+
+# ---- listener ----
+
+async def test_socket_is_0600_in_a_0700_directory_and_unlinked_on_close(sock_dir):
+    path = os.path.join(sock_dir, "a", "b", "w.sock")
+    adapter = ExecutorAdapter(path)
+    await adapter.start()
+    try:
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+    finally:
+        await adapter.close()
+    assert not os.path.exists(path)
+
+
+async def test_refuses_a_directory_others_can_enter(sock_dir):
+    shared = os.path.join(sock_dir, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o755)
+    with pytest.raises(SocketPathError, match="mode 0755"):
+        await ExecutorAdapter(os.path.join(shared, "w.sock")).start()
+
+
+async def test_refuses_a_non_socket_file_and_a_live_listener(sock_dir):
+    path = os.path.join(sock_dir, "w.sock")
+    with open(path, "w") as f:
+        f.write("x")
+    with pytest.raises(SocketPathError, match="not a socket"):
+        await ExecutorAdapter(path).start()
+    os.unlink(path)
+    first = ExecutorAdapter(path)
+    await first.start()
+    try:
+        with pytest.raises(SocketPathError, match="another process is listening"):
+            await ExecutorAdapter(path).start()
+    finally:
+        await first.close()
+
+
+async def test_stale_socket_file_is_replaced(sock_dir):
+    path = os.path.join(sock_dir, "w.sock")
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(path)
+    dead.close()  # bound, never listening: what a crashed Worker leaves behind
+    adapter = ExecutorAdapter(path)
+    await adapter.start()
+    try:
+        fake = await FakeExecutor(path, "exec-0").connect()
+        await fake.close()
+    finally:
+        await adapter.close()
+
+
+async def test_path_too_long_is_a_clear_error(sock_dir):
+    with pytest.raises(SocketPathError, match="at most 107"):
+        await ExecutorAdapter(os.path.join(sock_dir, "x" * 120, "w.sock")).start()
+
+
+# ---- attach, heartbeat, snapshots ----
+
+async def test_attach_on_first_heartbeat_with_snapshot_and_ack(env, clock):
+    adapter, handler, attach, connect = env
+    fake = await connect("exec-0")
+    await asyncio.sleep(0.05)
+    assert handler.attached == [] and adapter.executor_ids() == []
+    clock.now = 5000
+    fake.heartbeat(runnableCount=2, memoryBytes=777, runningCallId="t1/c-3",
+                   lastSchedulerActiveAtMs=900, sentAtMs=1000, cpuUserMs=5, cpuSystemMs=6)
+    await handler.wait_attached("exec-0")
+    await fake.wait_frames(m.HEARTBEAT_ACK)
+    assert adapter.executor_ids() == ["exec-0"] and adapter.healthy_count() == 1
+    (snap,) = adapter.snapshots()
+    assert snap.executor_id == "exec-0" and snap.healthy
+    assert (snap.runnable_count, snap.inflight_count, snap.memory_bytes) == (2, 0, 777)
+    assert (snap.capacity, snap.usable_contexts, snap.free_contexts) == (4, 4, 4)
+    assert snap.heartbeat_seq == 1 and snap.pid == os.getpid()
+    assert snap.running_call_id == "t1/c-3"
+    # executor-side age 100 ms, translated into the adapter's clock
+    assert snap.last_scheduler_active_at_ms == 4900
+    assert snap.attached_at_ms == 5000 and snap.last_heartbeat_at_ms == 5000
+    assert (snap.cpu_user_ms, snap.cpu_system_ms) == (5, 6)
+    assert adapter.pid_of("exec-0") == os.getpid()  # SO_PEERCRED of the fake (this process)
+
+    clock.now = 6000
+    fake.inflight = 1
+    fake.heartbeat(lastSchedulerActiveAtMs=1500, sentAtMs=2000)
+    await fake.wait_frames(m.HEARTBEAT_ACK, 2)
+    (snap,) = adapter.snapshots()
+    assert snap.heartbeat_seq == 2 and snap.inflight_count == 1 and snap.capacity == 4
+    assert snap.last_scheduler_active_at_ms == 5500
+    assert handler.attached == ["exec-0"]  # later heartbeats do not re-attach
+
+
+async def test_scheduler_activity_without_send_time_tracks_movement(env, clock):
+    adapter, handler, attach, connect = env
+    clock.now = 100
+    fake = await attach("exec-0", lastSchedulerActiveAtMs=7, sentAtMs=0)
+    assert adapter.snapshots()[0].last_scheduler_active_at_ms == 100
+    clock.now = 200
+    fake.heartbeat(lastSchedulerActiveAtMs=7, sentAtMs=0)  # stalled: keeps the old time
+    await fake.wait_frames(m.HEARTBEAT_ACK, 2)
+    assert adapter.snapshots()[0].last_scheduler_active_at_ms == 100
+    clock.now = 300
+    fake.heartbeat(lastSchedulerActiveAtMs=9, sentAtMs=0)
+    await fake.wait_frames(m.HEARTBEAT_ACK, 3)
+    assert adapter.snapshots()[0].last_scheduler_active_at_ms == 300
+
+
+# ---- reservations ----
+
+async def test_bind_unbind_and_capacity(env):
+    adapter, handler, attach, connect = env
+    await attach("exec-0", contexts=2)
+    with pytest.raises(BindError) as err:
+        adapter.bind("c1", "exec-9")
+    assert err.value.reason == "executor_unknown" and err.value.retryable
+    adapter.bind("c1", "exec-0")
+    with pytest.raises(BindError) as err:
+        adapter.bind("c1", "exec-0")
+    assert err.value.reason == "already_bound"
+    adapter.bind("c2", "exec-0")
+    with pytest.raises(BindError) as err:
+        adapter.bind("c3", "exec-0")
+    assert err.value.reason == "no_context"
+    snap = adapter.snapshots()[0]
+    assert (snap.reserved_count, snap.free_contexts, snap.usable_contexts) == (2, 0, 2)
+    adapter.unbind("c1", "exec-0")
+    adapter.unbind("c1", "exec-0")  # idempotent
+    adapter.unbind("c1", "exec-9")  # unknown executor: no-op
+    assert not adapter.is_bound("c1", "exec-0")
+    adapter.bind("c3", "exec-0")
+    assert adapter.snapshots()[0].reserved_count == 2
+
+
+async def test_bind_subcall_needs_a_live_parent_reservation(env):
+    adapter, handler, attach, connect = env
+    fake = await attach("exec-0", contexts=1)
+    with pytest.raises(BindError) as err:
+        adapter.bind_subcall("p/sub-1", "p", "exec-0")
+    assert err.value.reason == "parent_not_bound"
+    adapter.bind("p", "exec-0")
+    adapter.send_execute_call("exec-0", "p", execute_payload())
+    adapter.bind_subcall("p/sub-1", "p", "exec-0")  # beside its parent: no capacity check
+    assert adapter.snapshots()[0].reserved_count == 2
+    adapter.mark_draining("p", "exec-0")
+    with pytest.raises(BindError) as err:
+        adapter.bind_subcall("p/sub-2", "p", "exec-0")
+    assert err.value.reason == "parent_draining"
+    with pytest.raises(BindError) as err:
+        adapter.bind("p", "exec-0")
+    assert err.value.reason == "call_draining"
+    await fake.wait_frames(m.EXECUTE_CALL)
+
+
+async def test_execute_call_and_one_batch_per_chunk_after_release(env):
+    adapter, handler, attach, connect = env
+    fake = await attach("exec-0")
+    adapter.bind("c1", "exec-0")
+    adapter.bind("c2", "exec-0")
+    adapter.send_execute_call("exec-0", "c1", execute_payload(attempt=1))
+    adapter.send_execute_call("exec-0", "c2", execute_payload(attempt=3))
+    frames = await fake.wait_frames(m.EXECUTE_CALL, 2)
+    (env1, side1), (env2, _) = frames
+    assert (env1["callId"], env2["callId"]) == ("c1", "c2") and side1 is None
+    assert env1["payload"]["args"] == [1, 2] and env2["payload"]["attemptSeq"] == 3
+
+    seen_bound = []
+    handler.hook = lambda eid, batch: seen_bound.append(
+        (adapter.is_bound("c1", "exec-0"), adapter.is_bound("c2", "exec-0")))
+    fake.send(fake.complete("c1", 1, {"sum": 3}),
+              m.call_waiting_io("c2", "r1", "t1", 3, "devstub", {"k": 1}),
+              m.call_failed("c2", "t1", 3, m.USER_ERROR, False, "boom"))
+    await handler.wait_frames("exec-0", 3)
+    assert len(handler.batches) == 1  # one chunk -> one callback
+    eid, batch = handler.batches[0]
+    assert [f[0]["messageType"] for f in batch] == [m.CALL_COMPLETED, m.CALL_WAITING, m.CALL_FAILED]
+    assert batch[0][0]["payload"]["output"] == {"sum": 3}
+    assert batch[2][0]["payload"]["errorStack"] == ""  # validated, defaults filled
+    assert seen_bound == [(False, False)]  # released before the callback ran
+    assert adapter.snapshots()[0].reserved_count == 0
+
+
+async def test_waiting_frame_with_sidecar_reaches_the_handler(env):
+    adapter, handler, attach, connect = env
+    fake = await attach("exec-0")
+    fake.send(m.call_waiting_io("c1", "r1", "t1", 1, "devstub", {"k": 1}), sidecar=b"\x00\xffraw")
+    (frame,) = await handler.wait_frames("exec-0")
+    assert frame[1] == b"\x00\xffraw" and frame[0]["requestId"] == "r1"
+
+
+async def test_stale_attempt_frame_does_not_release_a_newer_attempt(env):
+    adapter, handler, attach, connect = env
+    fake = await attach("exec-0")
+    adapter.bind("c1", "exec-0")
+    adapter.send_execute_call("exec-0", "c1", execute_payload(attempt=1))
+    adapter.unbind("c1", "exec-0")  # e.g. a synthesized failure; attempt 1 still runs
+    adapter.bind("c1", "exec-0")
+    fake.send(fake.complete("c1", 1))  # attempt 1 ends before attempt 2 went out
+    await handler.wait_frames("exec-0", 1)
+    assert adapter.is_bound("c1", "exec-0")
+    adapter.send_execute_call("exec-0", "c1", execute_payload(attempt=2))
+    fake.send(fake.complete("c1", 1))
+    await handler.wait_frames("exec-0", 2)
+    assert adapter.is_bound("c1", "exec-0")
+    fake.send(fake.complete("c1", 2))
+    await handler.wait_frames("exec-0", 3)
+    assert not adapter.is_bound("c1", "exec-0")
+
+
+async def test_draining_keeps_the_context_until_the_terminal_frame(env):
+    adapter, handler, attach, connect = env
+    fake = await attach("exec-0", contexts=1)
+    adapter.bind("c1", "exec-0")
+    adapter.send_execute_call("exec-0", "c1", execute_payload(attempt=4))
+    adapter.mark_draining("c1", "exec-0")
+    assert adapter.is_draining("c1", "exec-0")
+    adapter.unbind("c1", "exec-0")  # a draining reservation is kept
+    assert adapter.is_bound("c1", "exec-0")
+    snap = adapter.snapshots()[0]
+    assert (snap.draining_count, snap.usable_contexts, snap.free_contexts) == (1, 0, 0)
+    await adapter.send_cancel_call("exec-0", "c1", "subtree cancelled", 4)
+    (cancel,) = await fake.wait_frames(m.CANCEL_CALL)
+    assert cancel[0]["callId"] == "c1"
+    assert cancel[0]["payload"] == {"reason": "subtree cancelled", "attemptSeq": 4}
+    with pytest.raises(BindError):
+        adapter.bind("c2", "exec-0")
+    fake.send(m.call_failed("c1", "t1", 4, m.CANCELLED, False, "cancelled"))
+    await handler.wait_frames("exec-0")
+    assert not adapter.is_draining("c1", "exec-0") and not adapter.is_bound("c1", "exec-0")
+    adapter.bind("c2", "exec-0")
+
+
+async def test_cancel_before_dispatch_releases_at_once(env):
+    adapter, handler, attach, connect = env
+    await attach("exec-0", contexts=1)
+    adapter.bind("c1", "exec-0")
+    adapter.mark_draining("c1", "exec-0")  # no ExecuteCall went out: nothing to drain
+    assert not adapter.is_bound("c1", "exec-0") and not adapter.is_draining("c1", "exec-0")
+    with pytest.raises(CallNotBound, match="no reservation"):
+        adapter.send_execute_call("exec-0", "c1", execute_payload())
+    adapter.bind("c2", "exec-0")
+
+
+async def test_send_execute_call_errors(env):
+    adapter, handler, attach, connect = env
+    await attach("exec-0")
+    with pytest.raises(ExecutorGone):
+        adapter.send_execute_call("exec-9", "c1", execute_payload())
+    with pytest.raises(CallNotBound, match="bind it first"):
+        adapter.send_execute_call("exec-0", "c1", execute_payload())
+    adapter.bind("c1", "exec-0")
+    adapter.send_execute_call("exec-0", "c1", execute_payload())
+    with pytest.raises(CallNotBound, match="already dispatched"):
+        adapter.send_execute_call("exec-0", "c1", execute_payload())
+
+
+async def test_outbox_full_is_retryable_and_keeps_the_reservation(sock_dir):
+    adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"), outbox_depth=2)
+    handler = adapter.handler = RecordingHandler()
+    await adapter.start()
+    fake = await FakeExecutor(adapter.socket_path, "exec-0", contexts=8).connect()
+    try:
+        fake.heartbeat()
+        await handler.wait_attached("exec-0")
+        await fake.wait_frames(m.HEARTBEAT_ACK)
+        for cid in ("c1", "c2", "c3"):
+            adapter.bind(cid, "exec-0")
+        adapter.send_execute_call("exec-0", "c1", execute_payload())
+        adapter.send_execute_call("exec-0", "c2", execute_payload())
+        with pytest.raises(OutboxFull) as err:  # nothing flushed yet in this loop iteration
+            adapter.send_execute_call("exec-0", "c3", execute_payload())
+        assert err.value.retryable
+        assert adapter.is_bound("c3", "exec-0")
+        await fake.wait_frames(m.EXECUTE_CALL, 2)
+        adapter.send_execute_call("exec-0", "c3", execute_payload())  # room again
+        await fake.wait_frames(m.EXECUTE_CALL, 3)
+    finally:
+        await adapter.close()
+        await fake.close()
+
+
+async def test_send_resume_call_returns_once_written(env):
+    adapter, handler, attach, connect = env
+    fake = await attach("exec-0")
+    payload = m.resume_call_result("c1", "r7", m.WAIT_IO, {"rows": 2})["payload"]
+    await adapter.send_resume_call("exec-0", "c1", "r7", payload, b"BODY")
+    (frame,) = await fake.wait_frames(m.RESUME_CALL)
+    assert frame[0]["requestId"] == "r7" and frame[0]["payload"]["result"] == {"rows": 2}
+    assert frame[1] == b"BODY"
+    with pytest.raises(ExecutorGone):
+        await adapter.send_resume_call("exec-9", "c1", "r7", payload)
+
+
+async def test_pending_resume_fails_with_executor_gone_when_the_executor_is_lost(env, clock):
+    adapter, handler, attach, connect = env
+    await attach("exec-0")
+    payload = m.resume_call_result("c1", "r1", m.WAIT_IO, 1)["payload"]
+    task = asyncio.get_running_loop().create_task(
+        adapter.send_resume_call("exec-0", "c1", "r1", payload))
+    await asyncio.sleep(0)  # the send is queued, its flush not yet run
+    clock.now += 60_000
+    assert adapter.check_heartbeat_timeouts(clock.now) == ["exec-0"]
+    with pytest.raises(ExecutorGone):
+        await asyncio.wait_for(task, 3)
+
+
+# ---- malformed input closes only that connection ----
+
+GARBAGE = [
+    pytest.param(b"\x00\x00\x00\x05hello", "BadMagic", id="garbage"),
+    pytest.param(length_prefix(64 * 1024 * 1024), "FrameTooLarge", id="oversize-length"),
+    pytest.param(length_prefix(10) + b"BXB1" + length_prefix(50) + b"{}", "JsonLengthOutOfRange",
+                 id="bxb1-json-length-past-end"),
+    pytest.param(length_prefix(10) + b"BXB1" + length_prefix(2) + b"[]", "NotAnObject",
+                 id="non-object-json"),
+    pytest.param(length_prefix(5) + b"{nope", "InvalidJson", id="invalid-json"),
+    pytest.param(codec.encode_frame(m.execute_call("c1", "t1", "f", "d", [], 1)), "not accepted",
+                 id="worker-only-message-type"),
+    pytest.param(codec.encode_frame({"messageType": "CallCompleted", "callId": "c1",
+                                     "requestId": "", "payload": {"attemptSeq": 1}}),
+                 "taskId", id="payload-missing-key"),
+    pytest.param(codec.encode_frame({"messageType": "Nonsense", "callId": "c1"}),
+                 "unknown messageType", id="unknown-message-type"),
+]
+
+
+@pytest.mark.parametrize("data, reason_part", GARBAGE)
+async def test_malformed_frame_closes_only_that_connection(env, data, reason_part):
+    adapter, handler, attach, connect = env
+    bad = await attach("exec-bad")
+    good = await attach("exec-good")
+    bad.send_raw(data)
+    reason = await handler.wait_lost("exec-bad")
+    if reason_part:
+        assert reason_part in reason
+    await bad.wait_eof()
+    assert adapter.executor_ids() == ["exec-good"]
+    assert adapter.malformed_total == 1
+    adapter.bind("c1", "exec-good")
+    adapter.send_execute_call("exec-good", "c1", execute_payload())
+    await good.wait_frames(m.EXECUTE_CALL)
+    good.send(good.complete("c1"))
+    await handler.wait_frames("exec-good")
+    assert [e for e, _ in handler.lost] == ["exec-bad"]
+
+
+async def test_frame_before_heartbeat_is_a_protocol_error(env, clock):
+    adapter, handler, attach, connect = env
+    good = await attach("exec-good")
+    early = await connect("exec-early")
+    early.send(early.complete("c1"))
+    await early.wait_eof()
+    assert handler.lost == [] and adapter.malformed_total == 1  # never attached: nothing to report
+    assert adapter.executor_ids() == ["exec-good"]
+    good.heartbeat()
+    await good.wait_frames(m.HEARTBEAT_ACK, 2)
+
+
+async def test_valid_frames_before_garbage_in_one_chunk_are_delivered_first(env):
+    adapter, handler, attach, connect = env
+    fake = await attach("exec-0")
+    adapter.bind("c1", "exec-0")
+    adapter.send_execute_call("exec-0", "c1", execute_payload())
+    fake.send_raw(codec.encode_frame(fake.complete("c1")) + b"\x00\x00\x00\x02xx")
+    await handler.wait_lost("exec-0")
+    assert [f[0]["callId"] for f in handler.frames_of("exec-0")] == ["c1"]
+
+
+async def test_heartbeat_with_another_executor_id_is_a_protocol_error(env):
+    adapter, handler, attach, connect = env
+    fake = await attach("exec-0")
+    fake.send(m.heartbeat("exec-1", 1, 2, 0, 0, 4, 0, 0))
+    reason = await handler.wait_lost("exec-0")
+    assert "executorId changed" in reason
+    assert handler.attached == ["exec-0"]
+
+
+async def test_negative_capacity_in_heartbeat_is_rejected(env):
+    adapter, handler, attach, connect = env
+    fake = await attach("exec-0")
+    fake.heartbeat(availableContexts=-3)
+    assert "availableContexts" in await handler.wait_lost("exec-0")
+
+
+async def test_a_failing_handler_does_not_break_the_connection(env):
+    adapter, handler, attach, connect = env
+    fake = await attach("exec-0")
+
+    def boom(eid, frames):
+        raise RuntimeError("orchestrator bug")
+
+    handler.hook = boom
+    fake.send(fake.complete("c1"))
+    await handler.wait_frames("exec-0", 1)
+    handler.hook = None
+    fake.send(fake.complete("c2"))
+    await handler.wait_frames("exec-0", 2)
+    assert adapter.executor_ids() == ["exec-0"] and adapter.handler_errors_total == 1
+
+
+async def test_executor_closing_its_connection_is_reported_lost(env):
+    adapter, handler, attach, connect = env
+    fake = await attach("exec-0")
+    adapter.bind("c1", "exec-0")
+    fake.send_raw(b"\x00\x00")  # half a length prefix, then EOF
+    await fake.close()
+    reason = await handler.wait_lost("exec-0")
+    assert "closed by the executor" in reason and "length prefix" in reason
+    assert adapter.executor_ids() == [] and not adapter.is_bound("c1", "exec-0")
+    with pytest.raises(BindError):
+        adapter.bind("c2", "exec-0")
+
+
+# ---- heartbeat timeout, reconnect, close ----
+
+async def test_heartbeat_timeout_declares_lost(env, clock):
+    adapter, handler, attach, connect = env
+    clock.now = 10_000
+    a = await attach("exec-a")
+    silent = await connect("exec-silent")  # connects, never heartbeats
+    await wait_until(lambda: len(adapter._pending) == 1, what="pending connection")
+    clock.now = 15_000
+    b = await attach("exec-b")
+    assert adapter.check_heartbeat_timeouts(20_000) == []
+    assert adapter.check_heartbeat_timeouts(20_001) == ["exec-a"]
+    assert "heartbeat timeout" in await handler.wait_lost("exec-a")
+    await a.wait_eof()
+    await silent.wait_eof()
+    assert not adapter._pending
+    assert adapter.executor_ids() == ["exec-b"]
+    b.heartbeat()
+    await b.wait_frames(m.HEARTBEAT_ACK, 2)
+    assert adapter.check_heartbeat_timeouts(25_000) == []
+
+
+async def test_reconnect_starts_a_new_era(env):
+    adapter, handler, attach, connect = env
+    old = await attach("exec-0", contexts=2)
+    adapter.bind("c1", "exec-0")
+    adapter.bind("c2", "exec-0")
+    adapter.send_execute_call("exec-0", "c1", execute_payload())
+    assert adapter.snapshots()[0].free_contexts == 0
+    new = await attach("exec-0", contexts=2)
+    assert "reconnect" in await handler.wait_lost("exec-0")
+    await old.wait_eof()
+    assert handler.attached == ["exec-0", "exec-0"] and adapter.reconnects_total == 1
+    snap = adapter.snapshots()[0]
+    assert (snap.reserved_count, snap.free_contexts) == (0, 2)
+    assert not adapter.is_bound("c1", "exec-0")
+    adapter.bind("c1", "exec-0")  # the new era accepts the retried calls
+    adapter.send_execute_call("exec-0", "c1", execute_payload(attempt=2))
+    (frame,) = await new.wait_frames(m.EXECUTE_CALL)
+    assert frame[0]["payload"]["attemptSeq"] == 2
+    assert old.of_type(m.EXECUTE_CALL)[0][0]["payload"]["attemptSeq"] == 1
+
+
+async def test_close_reports_every_executor_lost_and_removes_the_socket(sock_dir):
+    adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"))
+    handler = adapter.handler = RecordingHandler()
+    await adapter.start()
+    fakes = [await FakeExecutor(adapter.socket_path, f"exec-{i}").connect() for i in range(2)]
+    for fake in fakes:
+        fake.heartbeat()
+    await handler.wait_attached("exec-1")
+    await handler.wait_attached("exec-0")
+    await adapter.close()
+    assert sorted(e for e, _ in handler.lost) == ["exec-0", "exec-1"]
+    assert not os.path.exists(adapter.socket_path)
+    for fake in fakes:
+        await fake.wait_eof()
+        await fake.close()
+    with pytest.raises(ExecutorGone):
+        adapter.send_execute_call("exec-0", "c1", execute_payload())
+
+
+async def test_heartbeat_ack_frame_is_a_valid_worker_message():
+    from blockx.adapters.executor.connection import HEARTBEAT_ACK_FRAME
+    (env, side), = codec.FrameDecoder().feed(HEARTBEAT_ACK_FRAME)
+    m.validate(env, m.WORKER_TO_EXECUTOR)
+    assert env["messageType"] == m.HEARTBEAT_ACK and side is None
+    assert orjson.loads(HEARTBEAT_ACK_FRAME[4:])["messageType"] == "HeartbeatAck"
