@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_type_hints
 
 from blockx.app.duration import DurationError, parse_duration_ms
+from blockx.core.dispatcher_config import derive_stall_timeout_ms
 
 if TYPE_CHECKING:
     from blockx.app.profile import Profile
@@ -43,10 +44,8 @@ UDS_PATH_MAX = 107
 ETCD_LEASE_TTL_MS = 10_000
 # Extra snapshot retention when functionSnapshotRetentionMs is 0 (spec: maxTaskTimeoutMs + 10s).
 SNAPSHOT_RETENTION_SLACK_MS = 10_000
-# The derived wedge threshold is callDeadlineMs + this; explicit values at or below
-# callDeadlineMs + STALL_MIN_MARGIN_MS are raised to the derived value (spec).
+# The executor heartbeat timeout, once coupled to the stall backstop, is stall + this.
 STALL_DERIVED_MARGIN_MS = 5_000
-STALL_MIN_MARGIN_MS = 1_000
 MAX_FAIRNESS_QUANTUM = 1024
 MAX_RETRY_JITTER_PERCENT = 5
 SPAWN_MODES_SUPPORTED = ("process",)
@@ -139,6 +138,7 @@ class DispatcherSection:
     scheduler_stall_timeout_ms: int = _f(0, env="SCHEDULER_STALL_TIMEOUT_MS", doc="0 = derived")
     max_subcall_depth: int = _f(8)
     base_backoff_ms: int = _f(10)
+    max_backoff_ms: int = _f(60_000, doc="cap on one retry delay before jitter; 0 = no cap")
     instance_fairness: bool = _f(False, env="DISPATCH_INSTANCE_FAIRNESS")
     instance_fairness_quantum: int = _f(0, env="DISPATCH_INSTANCE_FAIRNESS_QUANTUM")
     max_collected_output_bytes: int = _f(0, env="MAX_COLLECTED_OUTPUT_BYTES", doc="0 = unlimited")
@@ -213,13 +213,7 @@ class WorkerFullConfig:
         unlimited budget (callDeadlineMs = 0) nothing is derived: a long CPU-bound
         call is legitimate there, so only an explicit threshold arms the backstop."""
         d = self.dispatcher
-        explicit = d.scheduler_stall_timeout_ms
-        if d.call_deadline_ms <= 0:
-            return max(explicit, 0)
-        derived = d.call_deadline_ms + STALL_DERIVED_MARGIN_MS
-        if explicit <= 0 or explicit <= d.call_deadline_ms + STALL_MIN_MARGIN_MS:
-            return derived
-        return explicit
+        return derive_stall_timeout_ms(d.call_deadline_ms, d.scheduler_stall_timeout_ms)
 
     def effective_executor_heartbeat_timeout_ms(self) -> int:
         """Transport-loss threshold: once coupled to the stall backstop it is at least
@@ -300,11 +294,15 @@ class WorkerFullConfig:
             "scheduler_stall_timeout_ms": self.effective_scheduler_stall_timeout_ms(),
             "max_subcall_depth": d.max_subcall_depth,
             "base_backoff_ms": d.base_backoff_ms,
+            "max_backoff_ms": d.max_backoff_ms,
             "instance_fairness": d.instance_fairness,
             "instance_fairness_quantum": d.instance_fairness_quantum,
             "max_collected_output_bytes": d.max_collected_output_bytes,
             "default_max_attempts": self.worker.default_max_attempts,
             "default_retry_jitter_percent": self.worker.default_retry_jitter_percent,
+            "max_outstanding_batches": self.stream_build.max_outstanding_batches,
+            "batch_max_rows": self.stream_build.batch_max_rows,
+            "batch_max_args_bytes": self.stream_build.batch_max_args_bytes,
         })
 
     # --- serialisation -----------------------------------------------------------
@@ -529,8 +527,7 @@ def _apply_obj(obj, data: dict, path: str, problems: list[str]) -> None:
         f = by_json.get(key)
         full = f"{path}{key}"
         if f is None:
-            close = difflib.get_close_matches(key, list(by_json), n=1)
-            hint = f" (did you mean {path}{close[0]!r}?)" if close else ""
+            hint = _suggest(key, path, list(by_json))
             where = f" in {path[:-1]!r}" if path else ""
             problems.append(f"unknown key {full!r}{where}{hint}")
             continue
@@ -545,6 +542,20 @@ def _apply_obj(obj, data: dict, path: str, problems: list[str]) -> None:
             setattr(obj, f.name, _json_value(full, t, value))
         except ValueError as exc:
             problems.append(str(exc))
+
+
+def _suggest(key: str, path: str, siblings: list[str]) -> str:
+    """' (did you mean ...?)' for a key put at the wrong level or misspelt."""
+    leaves = [p for p, _o, _f, _t in _iter_leaves(WorkerFullConfig())]
+    exact = [p for p in leaves if p.rsplit(".", 1)[-1] == key]
+    if exact:
+        return f" (did you mean {exact[0]!r}?)"
+    close = difflib.get_close_matches(key, siblings, n=1)
+    if close:
+        return f" (did you mean {path + close[0]!r}?)"
+    lowered = {p.rsplit(".", 1)[-1].lower(): p for p in leaves}
+    close = difflib.get_close_matches(key.lower(), list(lowered), n=1)
+    return f" (did you mean {lowered[close[0]]!r}?)" if close else ""
 
 
 def apply_env(cfg: WorkerFullConfig, env: Mapping[str, str]) -> None:
@@ -743,6 +754,7 @@ def _violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
          d.scheduler_stall_timeout_ms)
     need(d.max_subcall_depth >= 0, "dispatcher.maxSubcallDepth", ">= 0", d.max_subcall_depth)
     need(d.base_backoff_ms >= 0, "dispatcher.baseBackoffMs", ">= 0", d.base_backoff_ms)
+    need(d.max_backoff_ms >= 0, "dispatcher.maxBackoffMs", ">= 0 (0 = no cap)", d.max_backoff_ms)
     need(0 <= d.instance_fairness_quantum <= MAX_FAIRNESS_QUANTUM, "dispatcher.instanceFairnessQuantum",
          f"between 0 and {MAX_FAIRNESS_QUANTUM}", d.instance_fairness_quantum)
     need(d.max_collected_output_bytes >= 0, "dispatcher.maxCollectedOutputBytes", ">= 0 (0 = unlimited)",

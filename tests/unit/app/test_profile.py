@@ -1,0 +1,74 @@
+from dataclasses import replace
+
+import pytest
+
+from blockx.app.config import load_config
+from blockx.app.profile import BLOCK, BUNDLE, PROFILES, Profile, ProfileError, get_profile
+from blockx.plugins.builders import BuilderRegistry
+from blockx.plugins.writers import PluginRegistry
+
+
+def test_shipped_profiles_are_valid_and_named():
+    for name, prof in PROFILES.items():
+        prof.validate()
+        assert get_profile(name) is prof
+        assert prof.name == name
+
+
+def test_block_profile():
+    assert BLOCK.deployment == "block"
+    assert BLOCK.worker_registry_prefix == "/blockx/workers/"
+    assert BLOCK.builders == ("callList", "static", "payload", "rangeScan")
+    assert BLOCK.plugins == ("log", "test")
+    assert BLOCK.tune_defaults is None
+
+
+def test_bundle_profile_enables_streaming_through_tune_defaults_only():
+    assert BUNDLE.deployment == "bundle"
+    assert BUNDLE.worker_registry_prefix == "/blockx/bundle-workers/"
+    assert BUNDLE.builders == ("callList", "rangeScan")
+    assert BUNDLE.plugins == ("log", "test")
+    assert load_config(BUNDLE, env={}).stream_build.enabled is True
+    assert load_config(BUNDLE, env={"STREAM_BUILD_ENABLED": "0"}).stream_build.enabled is False
+
+
+def test_registries_follow_the_profile():
+    b = BuilderRegistry.from_names(BUNDLE.builders)
+    assert b.names() == ["callList", "rangeScan"]
+    assert b.get("static") is None  # not registered: tasks naming it fail BUILDER_NOT_FOUND
+    p = PluginRegistry.from_names(BLOCK.plugins)
+    assert p.names() == ["log", "test"]
+
+
+def test_get_profile_unknown():
+    with pytest.raises(ProfileError, match="unknown profile 'edge' \\(known: block, bundle\\)"):
+        get_profile("edge")
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(deployment="edge"), "deployment must be one of block, bundle (got 'edge')"),
+    (dict(service=" "), "service must not be empty"),
+    (dict(worker_registry_prefix="/blockx/bundle-workers/"), "does not match deployment 'block'"),
+    (dict(worker_registry_prefix="blockx"), "must start and end with '/'"),
+    (dict(builders=()), "builders must name at least one call builder"),
+    (dict(builders=("callList", "dbscan")), "unknown builder 'dbscan' (known: callList, payload, rangeScan, static)"),
+    (dict(builders=("callList", "callList")), "builder 'callList' is listed twice"),
+    (dict(plugins=("log", "tableUpserts")), "unknown plugin 'tableUpserts' (known: log, test)"),
+    (dict(plugins=("log", "log")), "plugin 'log' is listed twice"),
+    (dict(tune_defaults=42), "tune_defaults must be callable"),
+])
+def test_validate_messages(changes, message):
+    prof = replace(BLOCK, **changes)
+    assert any(message in p for p in prof.violations()), prof.violations()
+    with pytest.raises(ProfileError) as ei:
+        prof.validate()
+    assert message in str(ei.value)
+
+
+def test_validate_collects_every_problem():
+    prof = Profile(deployment="x", service="", worker_registry_prefix="", builders=(), plugins=("nope",))
+    assert len(prof.violations()) == 5
+
+
+def test_a_profile_without_plugins_is_valid():
+    replace(BLOCK, plugins=()).validate()
