@@ -13,7 +13,10 @@ Adding a benchmark = adding one module `bench/micro/bench_<name>.py` that calls
   blockx._fast.load(), e.g. the cores); compiled_fn and twin_fn may then be the
   same function;
 - requires=(paths relative to the repo root) skips the benchmark while the code
-  it measures does not exist yet.
+  it measures does not exist yet;
+- check=False reports the ratio but leaves the benchmark out of --check: for
+  code that has no compiled hot path of its own, where parity is expected and
+  only run-to-run noise could make "compiled" look slower.
 
 Rule for bench modules: do not import blockx at module level. The worker
 decides BLOCKX_NO_EXTENSIONS before anything imports blockx._fast, which reads
@@ -41,6 +44,7 @@ class Bench:
     twin_fn: TimeFn
     twin_env: bool = False
     requires: tuple = ()
+    check: bool = True
     module: str = ""
 
     def missing(self) -> list[str]:
@@ -70,10 +74,10 @@ _REGISTRY: list[Bench] = []
 
 
 def register(name: str, setup: Callable[[], Any], compiled_fn: TimeFn, twin_fn: TimeFn, *,
-             twin_env: bool = False, requires: tuple = ()) -> None:
+             twin_env: bool = False, requires: tuple = (), check: bool = True) -> None:
     if any(b.name == name for b in _REGISTRY):
         raise ValueError(f"duplicate benchmark name {name!r}")
-    _REGISTRY.append(Bench(name, setup, compiled_fn, twin_fn, twin_env, tuple(requires)))
+    _REGISTRY.append(Bench(name, setup, compiled_fn, twin_fn, twin_env, tuple(requires), check))
 
 
 def discover() -> list[Bench]:

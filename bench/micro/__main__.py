@@ -126,7 +126,8 @@ def main(argv=None) -> int:
                 missing = b.missing()
                 note = f"  (skipped: missing {', '.join(missing)})" if missing else ""
                 env = "  [twin side under BLOCKX_NO_EXTENSIONS=1]" if b.twin_env else ""
-                print(f"{b.name}{env}{note}  <- bench/micro/{b.module}.py")
+                unchecked = "  [not in --check]" if not b.check else ""
+                print(f"{b.name}{env}{unchecked}{note}  <- bench/micro/{b.module}.py")
             return 0
         for b in benches:
             if b.missing() and (not args.bench or any(f in b.name for f in args.bench)):
@@ -161,8 +162,9 @@ def main(argv=None) -> int:
         if c is None or p is None:
             continue
         cm, pm = c.mean(), p.mean()
-        print(f"  {b.name}: cython {_fmt(cm)}, python {_fmt(pm)}, {pm / cm:.1f}x")
-        if _significantly_slower(c, p):
+        note = "" if b.check else "  (not checked: no compiled hot path of its own)"
+        print(f"  {b.name}: cython {_fmt(cm)}, python {_fmt(pm)}, {pm / cm:.1f}x{note}")
+        if b.check and _significantly_slower(c, p):
             slower.append(f"{b.name}: cython {_fmt(cm)} > python {_fmt(pm)}")
     if errors:
         print("\nbenchmarks that failed:", file=sys.stderr)
