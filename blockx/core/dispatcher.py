@@ -1,0 +1,501 @@
+"""DispatcherCore: the Worker-global, Sans-IO call scheduler (spec "Call
+execution subsystem").
+
+Rules: single writer (the adapter's dispatch actor); every input is a method
+call carrying ``now`` (int ms); every output is a list of commands
+(``dispatcher_commands``) that the adapter executes in order, feeding results
+back as events. The core never reads a clock, sleeps, or picks a random number
+(jitter comes from the injected ``rand``). Command lists never alias core state.
+
+Driving it (the adapter's loop):
+  1. register work: ``prepare_call_phase`` (pure, may run off-actor) then
+     ``commit_call_phase``; or ``commit_call_stream`` + per batch
+     ``prepare_call_batch`` / ``commit_call_batch`` + ``production_done``;
+  2. feed events: ``handle_executor_bound`` / ``handle_bind_failed`` (right
+     after executing a BindCall), ``handle_call_waiting``, ``handle_call_resumed``,
+     ``handle_call_completed``, ``handle_call_failed``, ``handle_retry_ready``,
+     ``handle_executor_snapshot_updated``, ``handle_executor_lost``,
+     ``add_subcall``, ``cancel_task`` / ``remove_task``;
+  3. after each event or batch of events run the epilogue: ``dispatch(now)``
+     (admit as much as possible) then ``flush_dirty_tasks(now)`` (stop / drain /
+     settle / converge); ``epilogue(now)`` does both. Handlers never admit new
+     work themselves, so a chunk of completions costs one epilogue.
+See ``dispatcher_commands`` for what each command asks of the adapter.
+
+Call ids: roots of a one-shot call phase are ``f"{task_id}/{index}"``; roots
+of a streaming batch ``f"{task_id}/{batch_idx}.{row}"``; subcalls
+``f"{parent_call_id}/sub-{n}"`` with ``n`` from a dispatcher-wide counter. The
+last path segment tells the forms apart, so ids are unique across tasks.
+
+Theory of operation (spec semantics kept): per-task ReadyQueue, admission
+window (``task_max_inflight_calls`` root calls RUNNING/WAITING), CallCache of
+successful outputs and Singleflight (a second call with the key of an in-flight
+root waits for it) keyed by ``cachekey.cache_key``; Filter -> Score executor
+selection; retries ``base * 2^(attempt-1)`` + jitter via ArmCallRetry; stale
+events dropped (DONE ignores everything late; a failure for a READY call that
+already ran, or with a different attempt seq, is stale); FAST_FAIL stops
+dispatching on the first final root failure and drain-cancels the rest once
+nothing is in flight; DONE is entered only in ``_set_terminal``.
+Subcalls never join a singleflight nor lead one (they only read the cache): a
+subcall waiting on an unrelated root that itself waits on a subcall could
+deadlock across calls, bounded only by budgets.
+"""
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import Any, Callable, Iterable
+
+from blockx._fast import load
+from blockx.core.dispatcher_commands import (
+    ArmCallRetry, BindCall, CancelCallCmd, CompleteCallFromCache, DispatchCallCmd, SubcallDone,
+    UnbindCall)
+from blockx.core.dispatcher_config import DispatcherConfig
+from blockx.core.dispatcher_fairness import TaskScheduler
+from blockx.core.dispatcher_flush import FlushMixin
+from blockx.core.dispatcher_retry import compute_backoff
+from blockx.core.dispatcher_select import ExecutorTable
+from blockx.core.dispatcher_state import DONE, READY, RUNNING, STATE_NAMES, WAITING, CallContext
+from blockx.core.dispatcher_stream import StreamMixin
+from blockx.core.dispatcher_subcall import SubcallMixin
+from blockx.core.dispatcher_types import (
+    CALL_FAILED, ERR_CANCELLED, ERR_EXECUTOR_LOST, ERR_SUBCALL_FAILED, OUTPUT_BYTES_EXCEEDED,
+    ExecutorSnapshot)
+
+__all__ = ["DispatcherCore"]
+
+_by_depth = attrgetter("depth")
+
+
+class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin):
+    def __init__(self, config: DispatcherConfig, rand: Callable[[], float], *,
+                 readyqueue: Any = None, scoring: Any = None, cachekey: Any = None) -> None:
+        """``readyqueue`` / ``scoring`` / ``cachekey`` override the hot-path
+        modules (default: ``blockx._fast.load(name)``), for parity tests."""
+        config.validate()
+        if not callable(rand):
+            raise TypeError("rand must be a callable returning a float in [0, 1)")
+        self.config = config
+        self._rand = rand
+        self._ReadyQueue = (readyqueue or load("readyqueue")).ReadyQueue
+        self._cache_key = (cachekey or load("cachekey")).cache_key
+        self._exec = ExecutorTable(scoring or load("scoring"), config)
+        self._sched = TaskScheduler(config.instance_fairness, config.effective_fairness_quantum,
+                                    config.task_max_inflight_calls)
+        self._tasks: dict[str, Any] = {}
+        self._calls: dict[str, CallContext] = {}
+        self._pending_bind: dict[str, CallContext] = {}   # PendingBindSubcalls, all tasks
+        self._dirty: list[Any] = []
+        self._subcall_seq = 0
+        self._deadline = config.call_deadline_ms
+        self._max_backoff = config.max_backoff_ms
+        self._max_output = config.max_collected_output_bytes
+
+    # --- admission ---------------------------------------------------------------------
+
+    def dispatch(self, now: int) -> list:
+        """TryDispatchNext until nothing more can be admitted."""
+        out: list = []
+        sched = self._sched
+        next_task = sched.next_task
+        select = self._exec.select
+        deadline = self._deadline
+        while True:
+            task = next_task()
+            if task is None:
+                break
+            ready = task.ready
+            ctx = ready.pop()
+            if ctx.state != READY:
+                continue
+            key = ctx.key
+            cached = task.cache.get(key)
+            if cached is not None:
+                task.cache_hits += 1
+                out.append(CompleteCallFromCache(ctx.call_id, task.task_id, False, ""))
+                self._set_terminal(ctx, True, cached, "", "", False, 0, True, out)
+                continue
+            leader = task.flights.get(key)
+            if leader is not None:
+                self._join(leader, ctx)
+                continue
+            rec = select(now)
+            if rec is None:
+                ready.push_front(ctx)
+                break
+            ctx.state = RUNNING
+            ctx.attempt_count += 1
+            ctx.bound = False
+            ctx.budget_ms = deadline
+            view = rec.view
+            view.local_inflight += 1
+            rec.calls[ctx.call_id] = ctx
+            ctx.exec = rec
+            eid = ctx.executor_id = view.executor_id
+            task.inflight += 1
+            task.instance.inflight += 1
+            task.flights[key] = ctx
+            out.append(BindCall(ctx.call_id, eid, task.task_id, False, ""))
+            while ready:
+                nxt = ready.peek()
+                if nxt.key != key:
+                    break
+                ready.pop()
+                if nxt.state == READY:
+                    self._join(ctx, nxt)
+            sched.served(task)
+        return out
+
+    def epilogue(self, now: int) -> list:
+        """dispatch(now) then flush_dirty_tasks(now): run after every event batch."""
+        out = self.dispatch(now)
+        out.extend(self.flush_dirty_tasks(now))
+        return out
+
+    @staticmethod
+    def _join(leader: CallContext, waiter: CallContext) -> None:
+        waiter.leader = leader
+        if leader.waiters is None:
+            leader.waiters = [waiter]
+        else:
+            leader.waiters.append(waiter)
+        waiter.task.cache_hits += 1
+
+    # --- binding -----------------------------------------------------------------------
+
+    def handle_executor_bound(self, call_id: str, now: int, executor_id: str = "") -> list:
+        """The adapter reserved a context for call_id: send it (DispatchCallCmd).
+
+        With ``executor_id`` given, a bind the core no longer wants (the call
+        was cancelled meanwhile) is answered with UnbindCall so the reservation
+        is not leaked."""
+        ctx = self._calls.get(call_id)
+        if (ctx is None or ctx.state != RUNNING or ctx.bound
+                or (executor_id and ctx.executor_id != executor_id)):
+            if executor_id and (ctx is None or ctx.state == READY or ctx.state == DONE
+                                or ctx.executor_id != executor_id):
+                return [UnbindCall(call_id, executor_id)]
+            return []
+        ctx.bound = True
+        parent = ctx.parent
+        out: list = [DispatchCallCmd(call_id, ctx.executor_id, ctx.task.task_id, ctx.function_id,
+                                     ctx.digest, ctx.entry_selector, ctx.args_json, ctx.budget_ms,
+                                     ctx.attempt_count, parent.call_id if parent is not None else "")]
+        children = ctx.children
+        if children:
+            for child in list(children.values()):
+                if child.parked:
+                    self._try_bind_subcall(child, out)
+        return out
+
+    def handle_bind_failed(self, call_id: str, now: int) -> list:
+        """The adapter could not reserve the context. A root is retried at once
+        (ArmCallRetry(now)) without consuming an attempt; a subcall is parked."""
+        ctx = self._calls.get(call_id)
+        if ctx is None or ctx.state != RUNNING or ctx.bound:
+            return []
+        out: list = []
+        self._bind_failed(ctx, now, out)
+        return out
+
+    def _bind_failed(self, ctx: CallContext, now: int, out: list) -> None:
+        rec = ctx.exec
+        self._release(ctx)
+        rec.view.healthy = False  # until the next snapshot says otherwise
+        ctx.attempt_count -= 1
+        ctx.state = READY
+        if ctx.parent is not None:
+            ctx.parked = True
+            self._pending_bind[ctx.call_id] = ctx
+        else:
+            ctx.retry_armed = True
+            out.append(ArmCallRetry(ctx.call_id, now))
+
+    def _release(self, ctx: CallContext) -> None:
+        """Undo a bind's accounting (local_inflight, task window)."""
+        self._exec.unbind(ctx)
+        if ctx.parent is None:
+            task = ctx.task
+            task.inflight -= 1
+            task.instance.inflight -= 1
+            if task.ready and not task.in_ring:
+                self._sched.wake(task)
+            if task.stop_dispatching:
+                self._mark_dirty(task)
+
+    # --- execution events ----------------------------------------------------------------
+
+    def handle_call_waiting(self, call_id: str, attempt_seq: int, now: int) -> list:
+        ctx = self._calls.get(call_id)
+        if (ctx is not None and ctx.state == RUNNING and ctx.bound
+                and ctx.attempt_count == attempt_seq):
+            ctx.state = WAITING
+        return []
+
+    def handle_call_resumed(self, call_id: str, now: int) -> list:
+        ctx = self._calls.get(call_id)
+        if ctx is not None and ctx.state == WAITING:
+            ctx.state = RUNNING
+        return []
+
+    def handle_call_completed(self, call_id: str, attempt_seq: int, output_json: bytes,
+                              budget_used_ms: int, now: int) -> list:
+        ctx = self._calls.get(call_id)
+        if ctx is None:
+            return []
+        st = ctx.state
+        if (st != RUNNING and st != WAITING) or not ctx.bound or ctx.attempt_count != attempt_seq:
+            return []
+        if type(output_json) is not bytes:
+            output_json = bytes(output_json)
+        rec = ctx.exec
+        out: list = [UnbindCall(call_id, ctx.executor_id)]
+        rec.completions += 1
+        view = rec.view
+        if view.runnable > 0:
+            view.runnable -= 1
+        self._release(ctx)
+        self._set_terminal(ctx, True, output_json, "", "", False, budget_used_ms, True, out)
+        return out
+
+    def handle_call_failed(self, call_id: str, attempt_seq: int, error_kind: str, retryable: bool,
+                           message: str, now: int, budget_used_ms: int = 0) -> list:
+        ctx = self._calls.get(call_id)
+        if ctx is None:
+            return []
+        st = ctx.state
+        # Stale: DONE; READY (backing off, or rolled back); another attempt; not yet bound.
+        if (st != RUNNING and st != WAITING) or not ctx.bound or ctx.attempt_count != attempt_seq:
+            return []
+        rec = ctx.exec
+        out: list = [UnbindCall(call_id, ctx.executor_id)]
+        self._exec.note_completion(rec)
+        self._release(ctx)
+        if ctx.children:
+            self._cancel_subtree(ctx, "parent call attempt failed", out)
+        self._attempt_failed(ctx, error_kind, bool(retryable), message, budget_used_ms, now, out)
+        return out
+
+    def _attempt_failed(self, ctx: CallContext, kind: str, retryable: bool, message: str,
+                        budget_used_ms: int, now: int, out: list) -> None:
+        if ctx.parent is not None:  # subcalls: MaxAttempts = 1
+            self._set_terminal(ctx, False, None, kind, message, retryable, budget_used_ms, True, out)
+            return
+        task = ctx.task
+        if retryable and ctx.attempt_count < task.max_attempts and not task.stop_dispatching:
+            ctx.state = READY
+            ctx.bound = False
+            ctx.retry_armed = True
+            task.call_retries += 1
+            delay = compute_backoff(ctx.attempt_count, task.base_backoff_ms, task.jitter_percent,
+                                    self._rand, self._max_backoff)
+            out.append(ArmCallRetry(ctx.call_id, now + delay))
+        else:
+            self._set_terminal(ctx, False, None, kind, message, retryable, budget_used_ms, True, out)
+
+    def handle_retry_ready(self, call_id: str, now: int) -> list:
+        ctx = self._calls.get(call_id)
+        if ctx is None or ctx.state != READY or not ctx.retry_armed:
+            return []
+        ctx.retry_armed = False
+        task = ctx.task
+        task.ready.push_front(ctx)
+        self._sched.wake(task)
+        if task.stop_dispatching:
+            self._mark_dirty(task)
+        return []
+
+    # --- executors -----------------------------------------------------------------------
+
+    def handle_executor_snapshot_updated(self, snapshots: Iterable[ExecutorSnapshot],
+                                         now: int) -> list:
+        """Refresh executor views; retry parked subcalls."""
+        self._exec.update(snapshots)
+        out: list = []
+        if self._pending_bind:
+            self._retry_parked(out)
+        return out
+
+    def handle_executor_lost(self, executor_id: str, now: int) -> list:
+        """Transport lost: every call bound there fails retryably (EXECUTOR_LOST);
+        an unconfirmed bind is rolled back instead. Parents go first so their
+        subtrees are cancelled rather than failed one by one."""
+        rec = self._exec.records.get(executor_id)
+        if rec is None:
+            return []
+        rec.view.healthy = False
+        out: list = []
+        message = f"executor {executor_id} lost"
+        for ctx in sorted(rec.calls.values(), key=_by_depth):
+            if ctx.exec is not rec:
+                continue  # released by an ancestor's subtree cancellation
+            if not ctx.bound:
+                self._bind_failed(ctx, now, out)
+                continue
+            out.append(UnbindCall(ctx.call_id, executor_id))
+            self._release(ctx)
+            if ctx.children:
+                self._cancel_subtree(ctx, message, out)
+            self._attempt_failed(ctx, ERR_EXECUTOR_LOST, True, message, 0, now, out)
+        return out
+
+    # --- terminal accounting -------------------------------------------------------------
+
+    def _set_terminal(self, ctx: CallContext, ok: bool, output: bytes | None, kind: str,
+                      message: str, retryable: bool, budget_used_ms: int, counted: bool,
+                      out: list, notify: bool = True) -> None:
+        """The single accounting point for DONE (spec setCallTerminal); idempotent.
+
+        ``counted``: a real failure (calls_failed, FAST_FAIL) rather than a drain
+        or cancellation. ``notify``: a subcall resumes its parent (SubcallDone)."""
+        if ctx.state == DONE:
+            return
+        ctx.state = DONE
+        ctx.ok = ok
+        ctx.output = output
+        ctx.error_kind = kind
+        ctx.error_message = message
+        ctx.retryable = retryable
+        ctx.budget_used_ms = budget_used_ms
+        ctx.retry_armed = False
+        if ctx.parked:
+            ctx.parked = False
+            self._pending_bind.pop(ctx.call_id, None)
+        if ctx.children:
+            self._cancel_subtree(ctx, "parent call ended", out)
+        task = ctx.task
+        parent = ctx.parent
+        if parent is not None:
+            siblings = parent.children
+            if siblings:
+                siblings.pop(ctx.call_id, None)
+            if ok:
+                task.cache[ctx.key] = output
+            if notify and (parent.state == RUNNING or parent.state == WAITING):
+                if ok:
+                    out.append(SubcallDone(ctx.call_id, parent.call_id, parent.executor_id,
+                                           ctx.request_id, True, output, "", "", False,
+                                           budget_used_ms, parent.attempt_count, ""))
+                else:
+                    out.append(SubcallDone(
+                        ctx.call_id, parent.call_id, parent.executor_id, ctx.request_id, False,
+                        None, ERR_SUBCALL_FAILED,
+                        f"subcall {ctx.function_id} ({ctx.call_id}) failed: {kind}: {message}",
+                        retryable, budget_used_ms, parent.attempt_count, kind))
+            return
+        del task.pending[ctx.call_id]
+        key = ctx.key
+        if ok:
+            task.cache[key] = output
+            if not task.discard_outputs:
+                task.outputs[ctx.index] = output
+                task.output_bytes += len(output)
+                if self._max_output and task.output_bytes > self._max_output:
+                    self._output_exceeded(task)
+        elif counted:
+            task.calls_failed += 1
+            if task.fast_fail and not task.failure_code:
+                task.failure_code = CALL_FAILED
+                task.failure_message = (f"call {ctx.call_id} (function {ctx.function_id}) failed "
+                                        f"after {ctx.attempt_count} attempt(s): {kind}: {message}")
+                task.failure_retryable = retryable
+                self._stop(task, "call failed")
+        if task.flights.get(key) is ctx:
+            del task.flights[key]
+        waiters = ctx.waiters
+        if waiters:
+            ctx.waiters = None
+            for w in waiters:
+                self._set_terminal(w, ok, output, kind, message, retryable, 0, counted, out)
+        batch = task.batches[ctx.batch_idx]
+        batch.remaining -= 1
+        if batch.remaining == 0:
+            task.settle_ready.append(batch)
+        if not task.dirty:
+            task.dirty = True
+            self._dirty.append(task)
+
+    def _output_exceeded(self, task: Any) -> None:
+        if not task.failure_code:
+            task.failure_code = OUTPUT_BYTES_EXCEEDED
+            task.failure_message = (f"collected outputs reached {task.output_bytes} bytes, over "
+                                    f"maxCollectedOutputBytes ({self._max_output}); outputs discarded")
+            task.failure_retryable = False
+        task.discard_outputs = True
+        task.outputs = []
+        self._stop(task, "output bytes exceeded")
+
+    def _stop(self, task: Any, reason: str) -> None:
+        """markStopDispatching: nothing more is admitted; the flush drains."""
+        if not task.stop_dispatching:
+            task.stop_dispatching = True
+            task.stop_reason = reason
+        self._mark_dirty(task)
+
+    def _mark_dirty(self, task: Any) -> None:
+        if not task.dirty:
+            task.dirty = True
+            self._dirty.append(task)
+
+    def _cancel_subtree(self, parent: CallContext, reason: str, out: list) -> None:
+        """finalizeSubcallSubtree: cancel every active descendant of parent."""
+        children = parent.children
+        if not children:
+            return
+        parent.children = None
+        for child in list(children.values()):
+            if child.state == DONE:
+                continue
+            st = child.state
+            if st == RUNNING or st == WAITING:
+                out.append(CancelCallCmd(child.call_id, child.executor_id, reason,
+                                         child.attempt_count))
+                self._release(child)
+            self._set_terminal(child, False, None, ERR_CANCELLED, reason, False, 0, False, out,
+                               notify=False)
+
+    # --- introspection (tests, metrics, debugging) -----------------------------------------
+
+    def call_state(self, call_id: str) -> str | None:
+        ctx = self._calls.get(call_id)
+        return None if ctx is None else STATE_NAMES[ctx.state]
+
+    def call_attempts(self, call_id: str) -> int | None:
+        ctx = self._calls.get(call_id)
+        return None if ctx is None else ctx.attempt_count
+
+    def has_task(self, task_id: str) -> bool:
+        return task_id in self._tasks
+
+    def task_inflight(self, task_id: str) -> int:
+        t = self._tasks.get(task_id)
+        return 0 if t is None else t.inflight
+
+    def task_ready(self, task_id: str) -> int:
+        t = self._tasks.get(task_id)
+        return 0 if t is None else len(t.ready)
+
+    def executor_view(self, executor_id: str) -> Any:
+        rec = self._exec.records.get(executor_id)
+        return None if rec is None else rec.view
+
+    def executor_calls(self, executor_id: str) -> list[str]:
+        rec = self._exec.records.get(executor_id)
+        return [] if rec is None else list(rec.calls)
+
+    def filter_reasons(self, now: int) -> dict[str, str]:
+        return self._exec.filter_reasons(now)
+
+    def instance_inflight(self) -> dict[str, int]:
+        return self._sched.instance_inflight()
+
+    def pending_bind_subcalls(self) -> list[str]:
+        return list(self._pending_bind)
+
+    @property
+    def call_count(self) -> int:
+        """Call contexts held (roots and subcalls not yet settled)."""
+        return len(self._calls)
+
+    @property
+    def task_count(self) -> int:
+        return len(self._tasks)

@@ -1,0 +1,135 @@
+"""Which task gets the next admission (spec TryDispatchNext / tryDispatchNextFair).
+
+Theory of operation:
+- Tasks are grouped by instance (the Task's ``instance_id``). Without instance
+  fairness every task shares one group. Each group keeps a ring (deque) of
+  tasks that may have work; the head is served and rotated to the back after
+  each bind, so tasks of a group take turns call by call.
+- A task is in its ring when it may be dispatchable (``in_ring``); the core
+  wakes it when it gains ready calls or in-flight room. Tasks that turn out not
+  to be dispatchable (no ready call, window full, stopped) are dropped from the
+  ring lazily when they reach the head, so every step is O(1) amortised.
+- With instance fairness the next group is the one with the fewest root calls
+  in flight (max-min fairness: the least-served instance catches up), ties to
+  the one served least recently, then the smaller instance id. A group keeps
+  the turn for ``quantum`` consecutive binds (0/1 = re-select per call, capped
+  at 1024): a larger quantum trades fairness granularity for fewer selections.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+
+class InstanceState:
+    __slots__ = ("instance_id", "ring", "inflight", "last_served", "tasks")
+
+    def __init__(self, instance_id: str) -> None:
+        self.instance_id = instance_id
+        self.ring: deque = deque()   # TaskStates that may be dispatchable
+        self.inflight = 0            # root calls RUNNING/WAITING across the group's tasks
+        self.last_served = 0         # scheduler sequence of the group's latest bind
+        self.tasks = 0               # registered tasks in the group
+
+
+class TaskScheduler:
+    __slots__ = ("_fair", "_quantum", "_window", "_instances", "_single", "_current", "_left",
+                 "_seq")
+
+    def __init__(self, fair: bool, quantum: int, window: int) -> None:
+        self._fair = fair
+        self._quantum = quantum
+        self._window = window
+        self._instances: dict[str, InstanceState] = {}
+        self._single = InstanceState("")
+        self._current: InstanceState | None = None
+        self._left = 0
+        self._seq = 0
+
+    def attach(self, instance_id: str) -> InstanceState:
+        """The group a new task joins."""
+        if not self._fair:
+            inst = self._single
+        else:
+            inst = self._instances.get(instance_id)
+            if inst is None:
+                inst = self._instances[instance_id] = InstanceState(instance_id)
+        inst.tasks += 1
+        return inst
+
+    def detach(self, task: Any) -> None:
+        inst = task.instance
+        if task.in_ring:
+            task.in_ring = False
+            try:
+                inst.ring.remove(task)
+            except ValueError:
+                pass
+        inst.tasks -= 1
+        if self._fair and inst.tasks <= 0:
+            self._instances.pop(inst.instance_id, None)
+            if self._current is inst:
+                self._current = None
+
+    @staticmethod
+    def wake(task: Any) -> None:
+        if not task.in_ring and not task.removed:
+            task.in_ring = True
+            task.instance.ring.append(task)
+
+    def next_task(self) -> Any:
+        """The task to admit from next, or None when no task can take a call."""
+        window = self._window
+        if not self._fair:
+            ring = self._single.ring
+            while ring:
+                t = ring[0]
+                if t.ready and not t.stop_dispatching and t.inflight < window:
+                    return t
+                ring.popleft()
+                t.in_ring = False
+            return None
+        while True:
+            inst = self._current
+            if inst is None or self._left <= 0 or not inst.ring:
+                inst = self._pick()
+                if inst is None:
+                    return None
+                self._current = inst
+                self._left = self._quantum
+            ring = inst.ring
+            while ring:
+                t = ring[0]
+                if t.ready and not t.stop_dispatching and t.inflight < window:
+                    return t
+                ring.popleft()
+                t.in_ring = False
+
+    def _pick(self) -> InstanceState | None:
+        best = None
+        for inst in self._instances.values():
+            if not inst.ring:
+                continue
+            if (best is None or inst.inflight < best.inflight
+                    or (inst.inflight == best.inflight
+                        and (inst.last_served < best.last_served
+                             or (inst.last_served == best.last_served
+                                 and inst.instance_id < best.instance_id)))):
+                best = inst
+        return best
+
+    def served(self, task: Any) -> None:
+        """task (the ring head) just got a bind: rotate it and spend quantum."""
+        inst = task.instance
+        self._seq += 1
+        inst.last_served = self._seq
+        ring = inst.ring
+        if len(ring) > 1 and ring[0] is task:
+            ring.rotate(-1)
+        self._left -= 1
+
+    def instance_inflight(self) -> dict[str, int]:
+        """instance_id -> root calls in flight (fair mode; for tests/metrics)."""
+        if not self._fair:
+            return {"": self._single.inflight}
+        return {i.instance_id: i.inflight for i in self._instances.values()}

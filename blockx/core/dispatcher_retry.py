@@ -1,0 +1,64 @@
+"""Retry backoff (spec computeBackoff) and retry-policy resolution.
+
+The delay after the n-th failed attempt is ``base * 2^(n-1)``, capped at
+``max_backoff_ms`` (0 = no cap), plus a jitter of at most ``jitter_percent`` of
+that delay: ``floor(delay * jitter_percent * r / 100)`` with ``r`` in [0, 1)
+from the injected random source, so the jitter never reaches the full percent
+and tests pin it exactly with a fixed ``r``. Jitter spreads retries of calls
+that failed together (an executor loss fails all its calls at once).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from blockx.core.dispatcher_config import DispatcherConfig
+from blockx.core.dispatcher_types import RetryPolicy
+
+_MAX_SHIFT = 40  # 2^40 ms is ~35 years: far beyond any cap, and keeps ints small
+
+
+def compute_backoff(attempt: int, base_ms: int, jitter_percent: int, rand: Callable[[], float],
+                    max_backoff_ms: int = 0) -> int:
+    """Delay in ms before retrying after failed attempt number ``attempt`` (1-based)."""
+    if base_ms <= 0:
+        return 0
+    shift = attempt - 1
+    if shift < 0:
+        shift = 0
+    elif shift > _MAX_SHIFT:
+        shift = _MAX_SHIFT
+    delay = base_ms << shift
+    if 0 < max_backoff_ms < delay:
+        delay = max_backoff_ms
+    if jitter_percent > 0:
+        r = rand()
+        if not 0.0 <= r < 1.0:
+            raise ValueError(f"rand() must return a float in [0, 1), got {r!r}")
+        delay += int(delay * jitter_percent * r / 100)
+    return delay
+
+
+def resolve_retry(retry: RetryPolicy | tuple | None, config: DispatcherConfig) -> tuple[int, int, int]:
+    """(max_attempts, base_backoff_ms, jitter_percent) for a task.
+
+    No policy: every value from the config. With a policy: 0 max_attempts /
+    base_backoff_ms fall back to the config; jitter_percent is used as given."""
+    if retry is None:
+        return (config.default_max_attempts, config.base_backoff_ms,
+                config.default_retry_jitter_percent)
+    if isinstance(retry, RetryPolicy):
+        m, b, j = retry.max_attempts, retry.base_backoff_ms, retry.jitter_percent
+    else:
+        try:
+            m, b, j = retry
+        except (TypeError, ValueError):
+            raise ValueError("retry must be a RetryPolicy or a (max_attempts, base_backoff_ms, "
+                             f"jitter_percent) tuple, got {retry!r}") from None
+    for name, v in (("max_attempts", m), ("base_backoff_ms", b), ("jitter_percent", j)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ValueError(f"retry policy {name} must be an integer, got {v!r}")
+        if v < 0:
+            raise ValueError(f"retry policy {name} must be >= 0, got {v}")
+    if j > 100:
+        raise ValueError(f"retry policy jitter_percent must be between 0 and 100, got {j}")
+    return (m or config.default_max_attempts, b or config.base_backoff_ms, j)

@@ -1,0 +1,212 @@
+"""Registering a task's calls: one-shot call phases and streaming production
+(spec PrepareCallPhaseWithDigests / CommitCallPhase, CommitCallStream /
+PrepareCallBatchWithDigests / CommitCallBatch).
+
+Rules:
+- ``prepare_*`` has no side effects on the core (it reads only the config and
+  the cachekey function), so the adapter may run it off the actor; it computes
+  every call id and cache key and validates the input. ``commit_*`` links the
+  prepared calls into the core and must run on the actor.
+- A one-shot phase is one batch (index 0) that never emits BatchSettled.
+- Streaming: the producer commits batches 0, 1, 2, ... in order and may hold at
+  most ``max_outstanding_batches`` committed-but-unsettled batches. A batch
+  settles once all its roots are DONE; BatchSettled returns its credit and the
+  core forgets its calls (outputs are kept by root index). The producer holds a
+  semaphore of ``max_outstanding_batches`` credits: acquire one before building
+  a batch, release it on BatchSettled. ``batch_credits`` reports the window.
+- Every committed batch gets exactly one BatchSettled, including a batch
+  committed after the task stopped producing (it is discarded at once).
+  ``production_done`` says no batch follows; convergence waits for it.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from blockx.core.dispatcher_commands import BatchSettled
+from blockx.core.dispatcher_retry import resolve_retry
+from blockx.core.dispatcher_state import Batch, CallContext, PreparedCalls, TaskState
+from blockx.core.dispatcher_types import CONTINUE, FAST_FAIL, POLICIES, RetryPolicy
+
+
+class StreamMixin:
+    _tasks: dict[str, Any]
+    _calls: dict[str, CallContext]
+    config: Any
+
+    # --- one-shot ----------------------------------------------------------------------
+
+    def prepare_call_phase(self, task_id: str, calls: Iterable, policy: str = FAST_FAIL,
+                           retry: RetryPolicy | tuple | None = None,
+                           instance_id: str = "") -> PreparedCalls:
+        """Build the call contexts of a one-shot call list. No side effects."""
+        policy = _check_task(task_id, policy, instance_id)
+        resolved = resolve_retry(retry, self.config)
+        ctxs = self._make_calls(task_id, f"{task_id}/", calls, 0)
+        return PreparedCalls(task_id, False, 0, policy, resolved, instance_id, ctxs)
+
+    def commit_call_phase(self, prepared: PreparedCalls, now: int) -> list:
+        if prepared.streaming:
+            raise ValueError(f"task {prepared.task_id}: a prepared batch goes to commit_call_batch")
+        if prepared.committed:
+            raise ValueError(f"task {prepared.task_id}: call phase already committed")
+        task = self._new_task(prepared.task_id, prepared.policy, prepared.retry,
+                              prepared.instance_id, False)
+        prepared.committed = True
+        self._register(task, prepared.calls, 0)
+        return []
+
+    # --- streaming ---------------------------------------------------------------------
+
+    def commit_call_stream(self, task_id: str, policy: str = FAST_FAIL,
+                           retry: RetryPolicy | tuple | None = None, instance_id: str = "",
+                           now: int = 0) -> list:
+        """Open a streaming call phase; batches follow via commit_call_batch."""
+        policy = _check_task(task_id, policy, instance_id)
+        resolved = resolve_retry(retry, self.config)
+        self._new_task(task_id, policy, resolved, instance_id, True)
+        return []
+
+    def prepare_call_batch(self, task_id: str, batch_idx: int, calls: Iterable) -> PreparedCalls:
+        """Build the call contexts of one streaming batch. No side effects."""
+        if type(task_id) is not str or not task_id:
+            raise ValueError(f"task_id must be a non-empty str, got {task_id!r}")
+        if type(batch_idx) is not int or batch_idx < 0:
+            raise ValueError(f"task {task_id}: batch_idx must be an integer >= 0, got {batch_idx!r}")
+        ctxs = self._make_calls(task_id, f"{task_id}/{batch_idx}.", calls, batch_idx)
+        cfg = self.config
+        if len(ctxs) > cfg.batch_max_rows:
+            raise ValueError(f"task {task_id}: batch {batch_idx} has {len(ctxs)} calls, over "
+                             f"batchMaxRows {cfg.batch_max_rows}")
+        size = 0
+        for c in ctxs:
+            size += len(c.args_json)
+        if size > cfg.batch_max_args_bytes:
+            raise ValueError(f"task {task_id}: batch {batch_idx} carries {size} bytes of args, over "
+                             f"batchMaxArgsBytes {cfg.batch_max_args_bytes}")
+        return PreparedCalls(task_id, True, batch_idx, "", (0, 0, 0), "", ctxs)
+
+    def commit_call_batch(self, prepared: PreparedCalls, now: int) -> list:
+        if not prepared.streaming:
+            raise ValueError(f"task {prepared.task_id}: a one-shot call list goes to commit_call_phase")
+        if prepared.committed:
+            raise ValueError(f"task {prepared.task_id}: batch {prepared.batch_idx} already committed")
+        task = self._tasks.get(prepared.task_id)
+        if task is None:
+            prepared.committed = True
+            return []  # the task ended; its producer is being stopped
+        if not task.streaming:
+            raise ValueError(f"task {task.task_id} has a one-shot call phase, not a stream")
+        idx = prepared.batch_idx
+        if task.stop_dispatching or task.converged:
+            prepared.committed = True
+            return [BatchSettled(task.task_id, idx)]  # discarded: the task stopped
+        if not task.production_open:
+            raise ValueError(f"task {task.task_id}: batch {idx} committed after production_done")
+        if idx != task.next_batch_idx:
+            raise ValueError(f"task {task.task_id}: batch {idx} committed out of order; "
+                             f"expected batch {task.next_batch_idx}")
+        window = self.config.max_outstanding_batches
+        if task.unsettled >= window:
+            raise ValueError(f"task {task.task_id}: batch {idx} exceeds the credit window of "
+                             f"{window} unsettled batches; wait for BatchSettled")
+        prepared.committed = True
+        self._register(task, prepared.calls, idx)
+        return []
+
+    def production_done(self, task_id: str, now: int) -> list:
+        """The stream producer will commit no more batches."""
+        task = self._tasks.get(task_id)
+        if task is None:
+            return []
+        if not task.streaming:
+            raise ValueError(f"task {task_id} has a one-shot call phase, not a stream")
+        task.production_open = False
+        self._mark_dirty(task)  # type: ignore[attr-defined]
+        return []
+
+    def batch_credits(self, task_id: str) -> int:
+        """Batches the producer may still commit before one settles."""
+        task = self._tasks.get(task_id)
+        if task is None or not task.streaming or not task.production_open:
+            return 0
+        return max(self.config.max_outstanding_batches - task.unsettled, 0)
+
+    # --- shared ------------------------------------------------------------------------
+
+    def _make_calls(self, task_id: str, prefix: str, calls: Iterable, batch_idx: int) -> list:
+        cache_key = self._cache_key  # type: ignore[attr-defined]
+        out: list[CallContext] = []
+        append = out.append
+        for i, spec in enumerate(calls):
+            try:
+                function_id, digest, args_json, entry_selector = spec
+            except (TypeError, ValueError):
+                raise ValueError(f"task {task_id}: call {i} must be (function_id, digest, args_json, "
+                                 f"entry_selector), got {spec!r}") from None
+            if type(function_id) is not str or not function_id:
+                raise ValueError(f"task {task_id}: call {i} needs a non-empty function_id, "
+                                 f"got {function_id!r}")
+            if type(digest) is not str:
+                raise ValueError(f"task {task_id}: call {i} digest must be a str, got {digest!r}")
+            if type(args_json) is not bytes:
+                raise ValueError(f"task {task_id}: call {i} args_json must be canonical JSON bytes, "
+                                 f"got {type(args_json).__name__}")
+            if type(entry_selector) is not str:
+                raise ValueError(f"task {task_id}: call {i} entry_selector must be a str, "
+                                 f"got {entry_selector!r}")
+            append(CallContext(f"{prefix}{i}", function_id, digest, entry_selector or "main",
+                               args_json, cache_key(function_id, digest, args_json), i, batch_idx))
+        return out
+
+    def _new_task(self, task_id: str, policy: str, retry: tuple[int, int, int], instance_id: str,
+                  streaming: bool) -> TaskState:
+        if task_id in self._tasks:
+            raise ValueError(f"task {task_id} already has a call phase in the dispatcher")
+        max_attempts, base, jitter = retry
+        task = TaskState(task_id, policy == FAST_FAIL, max_attempts, base, jitter,
+                         self._sched.attach(instance_id), streaming,  # type: ignore[attr-defined]
+                         self._ReadyQueue())  # type: ignore[attr-defined]
+        self._tasks[task_id] = task
+        return task
+
+    def _register(self, task: TaskState, calls: list[CallContext], batch_idx: int) -> None:
+        """Link a committed batch into the core and queue its calls."""
+        offset = task.total
+        calls_map = self._calls
+        pending = task.pending
+        push = task.ready.push
+        for ctx in calls:
+            ctx.task = task
+            ctx.index += offset
+            cid = ctx.call_id
+            calls_map[cid] = ctx
+            pending[cid] = ctx
+            push(ctx)
+        n = len(calls)
+        task.total = offset + n
+        task.outputs.extend([None] * n)
+        batch = Batch(batch_idx, calls)
+        task.batches[batch_idx] = batch
+        task.unsettled += 1
+        task.next_batch_idx = batch_idx + 1
+        if n == 0:
+            task.settle_ready.append(batch)
+        self._mark_dirty(task)  # type: ignore[attr-defined]
+        if n:
+            self._sched.wake(task)  # type: ignore[attr-defined]
+
+
+def _check_task(task_id: Any, policy: Any, instance_id: Any) -> str:
+    if type(task_id) is not str or not task_id:
+        raise ValueError(f"task_id must be a non-empty str, got {task_id!r}")
+    if policy in ("", None, "UNSPECIFIED", "CALL_FAILURE_POLICY_UNSPECIFIED",
+                  "CALL_FAILURE_POLICY_FAST_FAIL"):
+        policy = FAST_FAIL
+    elif policy == "CALL_FAILURE_POLICY_CONTINUE":
+        policy = CONTINUE
+    if policy not in POLICIES:
+        raise ValueError(f"task {task_id}: call failure policy must be FAST_FAIL or CONTINUE, "
+                         f"got {policy!r}")
+    if type(instance_id) is not str:
+        raise ValueError(f"task {task_id}: instance_id must be a str, got {instance_id!r}")
+    return policy
