@@ -1,0 +1,271 @@
+"""Orchestrator: bridges WorkerCore and DispatcherCore to the world.
+
+Everything runs on one event loop, so WorkerCore needs no lock: gRPC handlers
+call it synchronously, phase runners call it between awaits, and the tick calls
+it every 500 ms. DispatcherCore is only touched by the dispatch actor
+(orchestrator_dispatch). The orchestrator keeps no copy of slot, phase or call
+truth; `_runtimes` holds only what the adapter alone can hold (pinned code view,
+IO scope, the runner task) for tasks between activation and terminal.
+
+Clocks: WorkerCore runs on wall-clock ms (its timestamps are shown to clients in
+TaskStatistic and heartbeats); DispatcherCore and the executor adapter run on
+monotonic ms (retry backoff, heartbeat timeouts, stall detection).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable
+
+import orjson
+
+from blockx._fast import load
+from blockx.adapters.orchestrator_dispatch import DispatchActor
+from blockx.adapters.orchestrator_phases import PhaseRunner
+from blockx.adapters.subscriptions import SubscriptionManager
+from blockx.adapters.task_runtime import TaskRuntime
+from blockx.app.logs import log_event
+from blockx.core.dispatcher_types import ExecutorSnapshot
+from blockx.core.types import ConvergeTask, PrepareTaskActivation, SubmitTaskRequest, TaskSnapshot, TaskState
+
+log = logging.getLogger("blockx.orchestrator")
+_canonical = load("cachekey").canonical_args_json
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def mono_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class Orchestrator(PhaseRunner, DispatchActor):
+    def __init__(self, *, core, disp, adapter, fcode, builders: dict, plugins: dict, io_factory,
+                 admission, stream_cfg, metrics, pool=None, shadow=None, stall_timeout_ms: int = 10_000,
+                 phase_io_timeout_ms: int = 10_000, on_ready: Callable[[], Any] | None = None,
+                 wall: Callable[[], int] = wall_ms, mono: Callable[[], int] = mono_ms) -> None:
+        self.core = core
+        self.disp = disp
+        self.adapter = adapter
+        self.pool = pool
+        self.fcode = fcode
+        self.builders = builders
+        self.plugins = plugins
+        self.io_factory = io_factory
+        self.admission = admission
+        self.stream_cfg = stream_cfg
+        self.metrics = metrics
+        self.shadow = shadow
+        self.stall_timeout_ms = stall_timeout_ms
+        self.phase_io_timeout_ms = phase_io_timeout_ms
+        self._on_ready = on_ready
+        self._wall = wall
+        self._mono = mono
+        self._loop = asyncio.get_running_loop()
+        self._runtimes: dict[str, TaskRuntime] = {}
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._drained: asyncio.Event = asyncio.Event()
+        self.subscriptions = SubscriptionManager(self._watch_first_attach, self._watch_last_detach)
+        self._init_actor()
+        adapter.handler = self
+
+    # ---- RPC entry points (synchronous, on the loop) ------------------------------
+
+    def request_task_slot(self, task_id: str, ttl_ms: int) -> TaskSnapshot:
+        res = self.core.handle_request_task_slot(task_id, ttl_ms, self._wall())
+        self._update_slot_metrics()
+        snap = res.snapshot
+        self.subscriptions.publish(snap)
+        return snap
+
+    def submit_task(self, req: SubmitTaskRequest, *, shadow: bool = False, raw_request=None) -> TaskSnapshot:
+        res = self.core.handle_submit_task(req, None, self._wall())
+        accepted = False
+        for cmd in res.commands:
+            if type(cmd) is PrepareTaskActivation:
+                accepted = True
+                self._start_task(cmd)
+            elif type(cmd) is ConvergeTask:
+                self._on_task_terminal(cmd)
+        snap = res.snapshot
+        if accepted:
+            self.metrics.tasks_submitted += 1
+            self._update_slot_metrics()
+            self.subscriptions.publish(snap)
+            if self.shadow is not None and raw_request is not None and not shadow:
+                self.shadow.maybe_forward(raw_request)
+        return snap
+
+    def get_task_result(self, task_id: str) -> TaskSnapshot:
+        return self.core.handle_get_task_result(task_id).snapshot
+
+    def _watch_first_attach(self, task_id: str) -> None:
+        self.core.handle_watch_attached(task_id, self._wall())
+
+    def _watch_last_detach(self, task_id: str, disconnected: bool) -> None:
+        # Both the normal end and a broken stream count as "the last watcher left":
+        # the core arms the grace only for tasks that are still running.
+        self.core.handle_watch_detached(task_id, self._wall())
+        self._arm_deadline_timer()
+
+    # ---- task lifecycle ----------------------------------------------------------
+
+    def _start_task(self, cmd: PrepareTaskActivation) -> None:
+        rt = TaskRuntime(cmd.task_id, cmd.instance_id, cmd.deadline_ms)
+        self._runtimes[cmd.task_id] = rt
+        rt.runner = self._loop.create_task(self._run_task(rt, cmd))
+        self._arm_deadline_timer()
+
+    def _on_task_terminal(self, cmd: ConvergeTask) -> None:
+        tid = cmd.task_id
+        rt = self._runtimes.pop(tid, None)
+        if rt is not None:
+            rt.ended = True
+            # In-flight calls (and their subcall subtrees) get CancelCall; the
+            # dispatcher forgets the task.
+            self.post(lambda n: self.disp.cancel_task(tid, f"task {cmd.state.name}", n))
+            if rt.producer is not None and not rt.producer.done():
+                rt.producer.cancel()
+            if rt.calls_done is not None and not rt.calls_done.done():
+                rt.calls_done.cancel()
+            runner = rt.runner
+            if runner is not None and not runner.done() and runner is not asyncio.current_task():
+                runner.cancel()
+            if rt.io_scope is not None:
+                self._spawn(_close_quietly(rt.io_scope))
+            if rt.view is not None:
+                try:
+                    rt.view.release()
+                except Exception:  # noqa: BLE001
+                    log.exception("releasing the code view of %s failed", tid)
+        res = cmd.result
+        st = res.statistic
+        self.metrics.task_terminal(cmd.state.name, res.failure_code)
+        log_event(log, "task_finished", task_id=tid, state=cmd.state.name, failure_code=res.failure_code,
+                  failure_message=res.failure_message, retryable=res.retryable,
+                  accepted_at_ms=st.accepted_at_ms, finished_at_ms=st.finished_at_ms,
+                  builder_ms=st.builder_ms, calls_ms=st.calls_ms, plugin_ms=st.plugin_ms,
+                  call_count=st.call_count, calls_failed=st.calls_failed,
+                  call_retries=st.call_retries, cache_hits=st.cache_hits)
+        self._update_slot_metrics()
+        self.subscriptions.publish(TaskSnapshot(tid, cmd.slot_id, cmd.state, res))
+        if not self._runtimes and self.core.active_task_count() == 0:
+            self._drained.set()
+
+    # ---- timers ------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """The 500 ms tick: core timers, snapshot sync, wedge backstop, heartbeat timeouts."""
+        self._core_timers()
+        self._sync_snapshots()
+        self.check_wedged_executors()
+        lost = self.adapter.check_heartbeat_timeouts(self._mono())
+        if lost:
+            self.metrics.executor_heartbeat_timeouts += len(lost)
+
+    def _core_timers(self) -> None:
+        core = self.core
+        now = self._wall()
+        for cmd in core.tick(now):
+            if type(cmd) is ConvergeTask:
+                self._on_task_terminal(cmd)
+        self._arm_deadline_timer()
+        self._update_slot_metrics()
+
+    def _arm_deadline_timer(self) -> None:
+        """Arm one precise timer for the core's next deadline when it falls before the next tick."""
+        nd = self.core.next_deadline()
+        if nd is None:
+            return
+        delay = (nd - self._wall()) / 1000.0
+        if delay >= 0.5:
+            return
+        h = self._deadline_timer
+        if h is not None and not h.cancelled() and h.when() <= self._loop.time() + max(delay, 0):
+            return
+        if h is not None:
+            h.cancel()
+        self._deadline_timer = self._loop.call_later(max(delay, 0.0) + 0.001, self._core_timers)
+
+    def _core_snapshots(self) -> list:
+        return [ExecutorSnapshot(
+            executor_id=s.executor_id, healthy=s.healthy, runnable_count=s.runnable_count,
+            usable_contexts=s.usable_contexts, heartbeat_seq=s.heartbeat_seq,
+            running_call_id=s.running_call_id, last_scheduler_active_at_ms=s.last_scheduler_active_at_ms,
+            memory_bytes=s.memory_bytes) for s in self.adapter.snapshots()]
+
+    def _sync_snapshots(self) -> None:
+        snaps = self._core_snapshots()
+        healthy = sum(1 for s in snaps if s.healthy)
+        self.metrics.executors_healthy = healthy
+        self.post(lambda n: self.disp.handle_executor_snapshot_updated(snaps, n))
+
+    def _on_first_healthy_executor(self) -> None:
+        if not self.core.ready and self.adapter.healthy_count() > 0:
+            self.core.set_ready(True)
+            if self._on_ready is not None:
+                self._on_ready()
+
+    def check_wedged_executors(self) -> list[str]:
+        """The wedge backstop: an executor still heartbeating whose scheduler has not
+        run for longer than SchedulerStallTimeoutMs while it reports a running call
+        is hard-killed so the pool manager can replace it."""
+        killed = []
+        now = self._mono()
+        for s in self.adapter.snapshots():
+            if (s.healthy and s.running_call_id and s.last_scheduler_active_at_ms
+                    and now - s.last_scheduler_active_at_ms > self.stall_timeout_ms):
+                log.error("executor %s wedged: call %s has held its scheduler for %d ms; killing it",
+                          s.executor_id, s.running_call_id, now - s.last_scheduler_active_at_ms)
+                ok = self.pool.kill_executor(s.executor_id) if self.pool is not None else \
+                    self.adapter.kill_executor(s.executor_id)
+                if ok:
+                    self.metrics.executor_wedge_kills += 1
+                    killed.append(s.executor_id)
+        return killed
+
+    # ---- status, drain -----------------------------------------------------------
+
+    def _update_slot_metrics(self) -> None:
+        hb = self.core.derive_heartbeat(self._wall())
+        self.metrics.set_slots(hb.get("freeSlots", 0), hb.get("reservedSlots", 0), hb.get("runningTasks", 0))
+
+    def set_draining(self) -> None:
+        self.core.set_draining(True)
+
+    async def wait_drain(self, timeout_s: float) -> bool:
+        """Until no task is active, or the timeout. True when drained."""
+        deadline = self._loop.time() + timeout_s
+        while self.core.active_task_count() > 0 or self._runtimes:
+            remaining = deadline - self._loop.time()
+            if remaining <= 0:
+                return False
+            self._drained.clear()
+            try:
+                await asyncio.wait_for(self._drained.wait(), min(remaining, 0.5))
+            except asyncio.TimeoutError:
+                self._core_timers()
+        return True
+
+    async def close(self) -> None:
+        for rt in list(self._runtimes.values()):
+            if rt.runner is not None:
+                rt.runner.cancel()
+        for t in list(self._bg):
+            t.cancel()
+        self.subscriptions.close_all()
+
+    @staticmethod
+    def _canonical_args(args) -> bytes:
+        return _canonical(args)
+
+
+async def _close_quietly(scope) -> None:
+    try:
+        r = scope.close()
+        if asyncio.iscoroutine(r):
+            await r
+    except Exception:  # noqa: BLE001
+        log.exception("closing an IO scope failed")

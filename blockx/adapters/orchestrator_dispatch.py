@@ -1,0 +1,335 @@
+"""The dispatch actor: the only code that mutates DispatcherCore.
+
+Invariants (the Python form of the spec's I1-I5):
+- DispatcherCore is touched only inside `_run_actor`, on the event loop. Every
+  input (executor frames, retry timers, phase starts, snapshot syncs, resume
+  outcomes) is a closure `fn(now) -> commands` posted with `post`.
+- Commands are executed in order. Executing a command may feed an event back
+  synchronously when the spec says so (Bind -> handle_executor_bound /
+  handle_bind_failed; a failed ExecuteCall send -> handle_call_failed), but never
+  re-enters `post`: events posted while a batch executes are queued and run after.
+- After the queue drains, the epilogue runs: `flush_dirty_tasks` (convergence)
+  and `dispatch` (admission) until both are quiescent.
+- Anything that awaits (ResumeCall / CancelCall sends, IO, source lookups) runs in
+  its own asyncio task and reports back through `post`.
+- Frames of one `data_received` chunk are handled as one batch with one epilogue
+  (DESIGN.md §8: every microsecond per call in the Worker counts).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import Any, Callable
+
+import orjson
+
+from blockx.core.dispatcher_commands import (
+    ArmCallRetry, BatchSettled, BindCall, CancelCallCmd, CompleteCallFromCache, ConvergeTaskCalls,
+    DispatchCallCmd, StopCallProduction, SubcallDone, UnbindCall,
+)
+from blockx.protocol import messages as m
+
+log = logging.getLogger("blockx.dispatch")
+
+_Fragment = orjson.Fragment
+_dumps = orjson.dumps
+
+
+class DispatchActor:
+    """Mixin of Orchestrator: the actor loop, command execution and the
+    ExecutorAdapter handler callbacks."""
+
+    # set by Orchestrator.__init__
+    disp: Any
+    adapter: Any
+    metrics: Any
+    _mono: Callable[[], int]
+
+    def _init_actor(self) -> None:
+        self._queue: deque = deque()
+        self._actor_running = False
+        self._bg: set[asyncio.Task] = set()
+
+    # ---- the actor -------------------------------------------------------------
+
+    def post(self, fn: Callable[[int], list | None]) -> None:
+        self._queue.append(fn)
+        if not self._actor_running:
+            self._run_actor()
+
+    def _run_actor(self) -> None:
+        self._actor_running = True
+        q = self._queue
+        disp = self.disp
+        try:
+            while q:
+                while q:
+                    fn = q.popleft()
+                    now = self._mono()
+                    try:
+                        cmds = fn(now)
+                        if cmds:
+                            self._exec(cmds, now)
+                    except Exception:  # noqa: BLE001 - one bad event must not stop the actor
+                        log.exception("dispatch event failed")
+                now = self._mono()
+                for _ in range(10_000):
+                    cmds = disp.epilogue(now)
+                    if not cmds:
+                        break
+                    self._exec(cmds, now)
+        finally:
+            self._actor_running = False
+
+    def _exec(self, cmds: list, now: int) -> None:
+        disp = self.disp
+        adapter = self.adapter
+        metrics = self.metrics
+        for cmd in cmds:
+            t = type(cmd)
+            if t is BindCall:
+                try:
+                    if cmd.is_subcall:
+                        adapter.bind_subcall(cmd.call_id, cmd.parent_call_id, cmd.executor_id)
+                    else:
+                        adapter.bind(cmd.call_id, cmd.executor_id)
+                except Exception as exc:  # BindError / ExecutorGone
+                    log.debug("bind of %s to %s failed: %s", cmd.call_id, cmd.executor_id, exc)
+                    more = disp.handle_bind_failed(cmd.call_id, now)
+                else:
+                    more = disp.handle_executor_bound(cmd.call_id, now, cmd.executor_id)
+                if more:
+                    self._exec(more, now)
+            elif t is DispatchCallCmd:
+                payload = {
+                    "taskId": cmd.task_id, "functionId": cmd.function_id,
+                    "functionCodeDigest": cmd.digest, "entrySelector": cmd.entry_selector,
+                    "args": _Fragment(cmd.args_json), "parentCallId": cmd.parent_call_id,
+                    "callBudgetMs": cmd.budget_ms, "attemptSeq": cmd.attempt_seq,
+                }
+                try:
+                    adapter.send_execute_call(cmd.executor_id, cmd.call_id, payload)
+                except Exception as exc:  # OutboxFull / ExecutorGone: retryable
+                    kind = m.OUTBOX_FULL if type(exc).__name__ == "OutboxFull" else m.EXECUTOR_LOST
+                    more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, kind, True,
+                                                   f"ExecuteCall to {cmd.executor_id} not sent: {exc}", now)
+                    if more:
+                        self._exec(more, now)
+                else:
+                    metrics.calls_dispatched += 1
+            elif t is UnbindCall:
+                adapter.unbind(cmd.call_id, cmd.executor_id)
+            elif t is ConvergeTaskCalls:
+                self._on_calls_converged(cmd)
+            elif t is CancelCallCmd:
+                try:
+                    adapter.mark_draining(cmd.call_id, cmd.executor_id)
+                except Exception:  # noqa: BLE001 - the executor is gone: nothing to drain
+                    continue
+                self._spawn(self._send_cancel(cmd))
+            elif t is ArmCallRetry:
+                delay = max(0, cmd.fire_at_ms - now) / 1000.0
+                call_id = cmd.call_id
+                metrics.calls_retried += 1
+                self._loop.call_later(delay, self.post,
+                                      lambda n, c=call_id: self.disp.handle_retry_ready(c, n))
+            elif t is SubcallDone:
+                self._spawn(self._send_subcall_resume(cmd))
+            elif t is CompleteCallFromCache:
+                metrics.call_cache_hits += 1
+            elif t is BatchSettled:
+                rt = self._runtimes.get(cmd.task_id)
+                if rt is not None and rt.credits is not None:
+                    rt.credits.release()
+            elif t is StopCallProduction:
+                rt = self._runtimes.get(cmd.task_id)
+                if rt is not None and rt.producer is not None and not rt.producer.done():
+                    rt.producer.cancel()
+            else:  # pragma: no cover - a new command type without a branch is a bug
+                log.error("unhandled dispatch command %r", cmd)
+
+    def _spawn(self, coro) -> asyncio.Task:
+        t = self._loop.create_task(coro)
+        self._bg.add(t)
+        t.add_done_callback(self._bg.discard)
+        return t
+
+    # ---- off-actor sends -------------------------------------------------------
+
+    async def _send_cancel(self, cmd: CancelCallCmd) -> None:
+        try:
+            await self.adapter.send_cancel_call(cmd.executor_id, cmd.call_id, cmd.reason, cmd.attempt_seq)
+        except Exception as exc:  # noqa: BLE001 - best effort by contract
+            log.debug("CancelCall %s to %s not sent: %s", cmd.call_id, cmd.executor_id, exc)
+
+    async def _send_subcall_resume(self, cmd: SubcallDone) -> None:
+        if cmd.ok:
+            payload = {"resumeKind": m.WAIT_SUBCALL, "result": _Fragment(cmd.output_json or b"null"),
+                       "budgetUsedMs": cmd.budget_used_ms}
+        else:
+            payload = {"resumeKind": m.WAIT_SUBCALL,
+                       "error": {"errorKind": cmd.error_kind, "errorMessage": cmd.error_message,
+                                 "retryable": cmd.retryable, "childErrorKind": cmd.child_error_kind},
+                       "budgetUsedMs": cmd.budget_used_ms}
+        await self._resume(cmd.parent_executor_id, cmd.parent_call_id, cmd.request_id,
+                           cmd.parent_attempt_seq, payload, None)
+
+    async def _resume(self, executor_id: str, call_id: str, request_id: str, attempt_seq: int,
+                      payload: dict, sidecar: bytes | None, *, tracked: bool = True) -> None:
+        """Send a ResumeCall; once flushed, feed handle_call_resumed (tracked waits),
+        else synthesize a retryable RESUME_SEND_FAILED failure for the call."""
+        try:
+            await self.adapter.send_resume_call(executor_id, call_id, request_id, payload, sidecar)
+        except Exception as exc:  # noqa: BLE001
+            if tracked:
+                msg = f"ResumeCall to {executor_id} not sent: {exc}"
+                self.post(lambda n: self.disp.handle_call_failed(
+                    call_id, attempt_seq, m.RESUME_SEND_FAILED, True, msg, n))
+            return
+        if tracked:
+            self.post(lambda n: self.disp.handle_call_resumed(call_id, n))
+
+    # ---- ExecutorAdapter handler ----------------------------------------------
+
+    def on_executor_attached(self, executor_id: str) -> None:
+        self._sync_snapshots()
+        self._on_first_healthy_executor()
+
+    def on_executor_lost(self, executor_id: str, reason: str) -> None:
+        log.warning("executor %s lost: %s", executor_id, reason)
+        snaps = self._core_snapshots()
+        self.post(lambda n: (self.disp.handle_executor_snapshot_updated(snaps, n) or [])
+                  + (self.disp.handle_executor_lost(executor_id, n) or []))
+
+    def on_executor_frames(self, executor_id: str, frames: list) -> None:
+        self.post(lambda now: self._apply_frames(executor_id, frames, now))
+
+    def _apply_frames(self, executor_id: str, frames: list, now: int) -> list | None:
+        disp = self.disp
+        metrics = self.metrics
+        out: list = []
+        for env, sidecar in frames:
+            mt = env.get("messageType")
+            p = env.get("payload")
+            if not isinstance(p, dict):
+                log.warning("executor %s sent %s without a payload object", executor_id, mt)
+                continue
+            call_id = env.get("callId", "")
+            try:
+                if mt == "CallCompleted":
+                    metrics.calls_completed += 1
+                    cmds = disp.handle_call_completed(call_id, p["attemptSeq"], _dumps(p.get("output")),
+                                                      p.get("budgetUsedMs", 0), now)
+                elif mt == "CallFailed":
+                    kind = p.get("errorKind", "")
+                    metrics.call_failed(kind)
+                    cmds = disp.handle_call_failed(call_id, p["attemptSeq"], kind, bool(p.get("retryable")),
+                                                   p.get("errorMessage", ""), now)
+                elif mt == "CallWaiting":
+                    cmds = self._on_call_waiting(executor_id, call_id, env.get("requestId", ""), p,
+                                                 sidecar, now)
+                else:
+                    log.warning("executor %s sent unexpected %r", executor_id, mt)
+                    continue
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("executor %s sent a malformed %s for %s: %s", executor_id, mt, call_id, exc)
+                continue
+            if cmds:
+                out.extend(cmds)
+        return out
+
+    def _on_call_waiting(self, executor_id: str, call_id: str, request_id: str, p: dict,
+                         sidecar: bytes | None, now: int) -> list | None:
+        kind = p["waitKind"]
+        attempt = p.get("attemptSeq", 0)
+        if kind == m.WAIT_FUNCTION_CODE:
+            # Does not change dispatcher state (spec): answer straight from the code view.
+            self._spawn(self._serve_function_code(executor_id, call_id, request_id, p))
+            return None
+        rt = self._runtimes.get(p.get("taskId", ""))
+        if kind == m.WAIT_IO:
+            cmds = self.disp.handle_call_waiting(call_id, attempt, now)
+            if rt is None or rt.io_scope is None:
+                self._spawn(self._resume(executor_id, call_id, request_id, attempt, {
+                    "resumeKind": m.WAIT_IO, "error": {
+                        "errorKind": m.IO_ERROR, "retryable": False,
+                        "errorMessage": f"task {p.get('taskId')!r} has no open IO scope (it ended)"}}, None))
+            else:
+                self._spawn(self._serve_io(rt, executor_id, call_id, request_id, attempt, p, sidecar))
+            return cmds
+        if kind == m.WAIT_SUBCALL:
+            return self._on_subcall_request(rt, executor_id, call_id, request_id, attempt, p, now)
+        raise ValueError(f"unknown waitKind {kind!r}")
+
+    def _on_subcall_request(self, rt, executor_id, call_id, request_id, attempt, p, now):
+        disp = self.disp
+        cmds = disp.handle_call_waiting(call_id, attempt, now) or []
+        function_id = p["functionId"]
+        err = None
+        digest = ""
+        if rt is None or rt.view is None:
+            err = f"task {p.get('taskId')!r} is not running"
+        else:
+            try:
+                digest, _entry = rt.view.resolve(function_id)
+            except Exception as exc:  # FunctionNotFound
+                err = str(exc)
+        if err is None:
+            args_json = self._canonical_args(p.get("args", []))
+            res = disp.add_subcall(call_id, executor_id, request_id, function_id, digest, args_json,
+                                   int(p.get("grantedBudgetMs", 0)), now)
+            child, more, rejection = _unpack_subcall(res)
+            if rejection is None:
+                return cmds + (more or [])
+            err = str(rejection)
+        self._spawn(self._resume(executor_id, call_id, request_id, attempt, {
+            "resumeKind": m.WAIT_SUBCALL,
+            "error": {"errorKind": m.SUBCALL_FAILED, "errorMessage": err, "retryable": False},
+            "budgetUsedMs": 0}, None))
+        return cmds
+
+    async def _serve_function_code(self, executor_id, call_id, request_id, p) -> None:
+        digest = p.get("functionCodeDigest", "")
+        try:
+            source = self.fcode.source_for(digest)
+            payload = {"resumeKind": m.WAIT_FUNCTION_CODE,
+                       "result": {"source": source, "functionCodeDigest": digest}, "budgetUsedMs": 0}
+        except Exception as exc:  # noqa: BLE001 - unknown digest: the executor fails the call
+            payload = {"resumeKind": m.WAIT_FUNCTION_CODE, "error": {
+                "errorKind": m.FUNCTION_NOT_FOUND, "retryable": False,
+                "errorMessage": f"no source for function {p.get('functionId')!r} digest {digest}: {exc}"},
+                "budgetUsedMs": 0}
+        try:
+            await self.adapter.send_resume_call(executor_id, call_id, request_id, payload, None)
+        except Exception as exc:  # noqa: BLE001 - the executor went away; its calls fail as lost
+            log.debug("function code resume to %s failed: %s", executor_id, exc)
+
+    async def _serve_io(self, rt, executor_id, call_id, request_id, attempt, p, sidecar) -> None:
+        try:
+            request_json = _dumps(p.get("request"))
+            result_json, body = await rt.io_scope.handle(p.get("backend", ""), request_json, sidecar)
+            payload = {"resumeKind": m.WAIT_IO, "result": _Fragment(result_json), "budgetUsedMs": 0}
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any IO failure goes back to the call
+            to_err = getattr(exc, "to_resume_error", None)
+            error = to_err() if to_err else {"errorKind": m.IO_ERROR, "retryable": False,
+                                             "errorMessage": f"{type(exc).__name__}: {exc}"}
+            payload = {"resumeKind": m.WAIT_IO, "error": error, "budgetUsedMs": 0}
+            body = None
+        await self._resume(executor_id, call_id, request_id, attempt, payload, body)
+
+
+def _unpack_subcall(res):
+    """DispatcherCore.add_subcall's result as (child_id, commands, rejection)."""
+    if isinstance(res, tuple):
+        if len(res) == 3:
+            return res
+        if len(res) == 2:
+            first, cmds = res
+            if isinstance(first, str):
+                return first, cmds, None
+            return None, cmds, first
+    child = getattr(res, "child_call_id", None)
+    return child, getattr(res, "commands", []), getattr(res, "rejection", None)

@@ -1,0 +1,225 @@
+"""activateAndRun: one asyncio task per accepted task drives
+activation -> Builder -> Calls -> Plugin, each phase under its admission semaphore.
+
+The runner only executes what WorkerCore decides: it reports each phase's outcome
+with handle_task_phase_finished and runs whichever phase command comes back. When
+the core converges the task for another reason (deadline, Watch grace), the
+terminal path cancels this runner; a late outcome is dropped by the core as out
+of order, so there is no race to lose."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from blockx.core import failure_codes as fc
+from blockx.core.dispatcher_commands import ConvergeTaskCalls
+from blockx.core.types import (
+    ConvergeTask, PhaseOutcome, PluginResult, StartBuilderPhase, StartCallPhase, StartWriterPhase,
+    TaskPhase,
+)
+from blockx.plugins.builder_api import BuildContext, is_streaming
+from blockx.plugins.writer_api import PluginContext
+
+log = logging.getLogger("blockx.phases")
+
+
+class PhaseRunner:
+    """Mixin of Orchestrator: the per-task coroutine and its phases."""
+
+    async def _run_task(self, rt, cmd) -> None:
+        core = self.core
+        tid = rt.task_id
+        try:
+            # Activation: pin the code epoch and open the IO scope.
+            now = self._wall()
+            try:
+                epoch = self.fcode.current_epoch(now)
+                rt.view = self.fcode.pin(epoch, now)
+            except Exception as exc:  # noqa: BLE001
+                self._apply_core(core.handle_task_activation_failed(
+                    tid, fc.ACTIVATION_FAILED, f"pinning the function code epoch failed: {exc}", self._wall()))
+                return
+            try:
+                rt.io_scope = self.io_factory.new_task_scope(tid)
+            except Exception as exc:  # noqa: BLE001
+                self._apply_core(core.handle_task_activation_failed(
+                    tid, fc.IO_SCOPE_FAILED, f"opening the task's IO scope failed: {exc}", self._wall()))
+                return
+            nxt = self._apply_core(core.handle_task_activation_prepared(tid, cmd.slot_id, epoch, self._wall()))
+            while nxt is not None:
+                t = type(nxt)
+                if t is StartBuilderPhase:
+                    outcome = await self._builder_phase(rt, nxt)
+                    phase = TaskPhase.BUILDER
+                elif t is StartCallPhase:
+                    outcome = await self._calls_phase(rt, nxt)
+                    phase = TaskPhase.CALLS
+                elif t is StartWriterPhase:
+                    outcome = await self._writer_phase(rt, nxt)
+                    phase = TaskPhase.PLUGIN
+                else:  # pragma: no cover
+                    log.error("task %s: unexpected phase command %r", tid, nxt)
+                    return
+                nxt = self._apply_core(core.handle_task_phase_finished(tid, phase, outcome, self._wall()))
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # noqa: BLE001 - a bug here must still converge the task
+            log.exception("task %s runner crashed", tid)
+            if not rt.ended:
+                ctx = core.get_task_context(tid)
+                phase = ctx.phase if ctx is not None else None
+                if phase in (TaskPhase.BUILDER, TaskPhase.CALLS, TaskPhase.PLUGIN):
+                    self._apply_core(core.handle_task_phase_finished(
+                        tid, phase, PhaseOutcome.failure("", "internal error in the worker; see its log"),
+                        self._wall()))
+
+    def _apply_core(self, res) -> Any:
+        """Execute a core result's commands; return the next phase command, if any."""
+        nxt = None
+        for cmd in res.commands:
+            if type(cmd) is ConvergeTask:
+                self._on_task_terminal(cmd)
+            else:
+                nxt = cmd
+        return nxt
+
+    # ---- Builder -----------------------------------------------------------------
+
+    async def _builder_phase(self, rt, cmd: StartBuilderPhase) -> PhaseOutcome:
+        builder = self.builders.get(cmd.function_call.type)
+        if builder is None:
+            known = ", ".join(sorted(self.builders.names())) or "none"
+            return PhaseOutcome.failure(fc.BUILDER_NOT_FOUND,
+                                        f"no call builder named {cmd.function_call.type!r} "
+                                        f"(this worker's profile registers: {known})")
+        async with self.admission.builder:
+            ctx = BuildContext(task_id=rt.task_id, instance_id=rt.instance_id, deadline_ms=rt.deadline_ms)
+            t0 = time.perf_counter()
+            try:
+                if self.stream_cfg.enabled and is_streaming(builder):
+                    rt.stream = builder.prepare_stream(cmd.function_call.payload, ctx)
+                    return PhaseOutcome(ok=True, streaming=True)
+                calls = builder.build(cmd.function_call.payload, ctx)
+            except Exception as exc:  # noqa: BLE001 - BuilderError or a builder bug
+                return PhaseOutcome.failure(fc.BUILDER_FAILED, f"{cmd.function_call.type}: {exc}",
+                                            bool(getattr(exc, "retryable", False)))
+            finally:
+                self.metrics.observe_phase("builder", time.perf_counter() - t0)
+            return PhaseOutcome(ok=True, calls=calls)
+
+    # ---- Calls -------------------------------------------------------------------
+
+    def _resolve(self, rt, specs) -> list:
+        view = rt.view
+        out = []
+        append = out.append
+        cache: dict[str, tuple[str, str]] = {}
+        for s in specs:
+            fid = s.function_id
+            r = cache.get(fid)
+            if r is None:
+                r = cache[fid] = view.resolve(fid)
+            append((fid, r[0], s.args_json, r[1]))
+        return out
+
+    async def _calls_phase(self, rt, cmd: StartCallPhase) -> PhaseOutcome:
+        t0 = time.perf_counter()
+        async with self.admission.executor:
+            rt.calls_done = self._loop.create_future()
+            rp = cmd.call_retry_policy
+            retry = (rp.max_attempts, rp.base_backoff_ms, rp.jitter_percent)
+            if cmd.streaming:
+                self.post(lambda n: self.disp.commit_call_stream(
+                    rt.task_id, cmd.call_failure_policy, retry, cmd.instance_id, n))
+                rt.credits = asyncio.Semaphore(self.stream_cfg.max_outstanding_batches)
+                rt.producer = self._spawn(self._produce(rt))
+            else:
+                try:
+                    calls = self._resolve(rt, cmd.calls or [])
+                except Exception as exc:  # noqa: BLE001 - FunctionNotFound
+                    return PhaseOutcome.failure(fc.CALL_FAILED, str(exc))
+                prepared = self.disp.prepare_call_phase(rt.task_id, calls, cmd.call_failure_policy, retry,
+                                                        cmd.instance_id)
+                self.post(lambda n: self.disp.commit_call_phase(prepared, n))
+            conv = await rt.calls_done
+        self.metrics.observe_phase("calls", time.perf_counter() - t0)
+        return PhaseOutcome(ok=conv.ok, failure_code=conv.failure_code, failure_message=conv.failure_message,
+                            retryable=conv.retryable, outputs=conv.outputs, call_count=conv.call_count,
+                            calls_failed=conv.calls_failed, call_retries=conv.call_retries,
+                            cache_hits=conv.cache_hits)
+
+    def _on_calls_converged(self, cmd) -> None:
+        rt = self._runtimes.get(cmd.task_id)
+        if rt is not None and rt.calls_done is not None and not rt.calls_done.done():
+            rt.calls_done.set_result(cmd)
+
+    @staticmethod
+    def _fail_calls(rt, code: str, message: str) -> None:
+        """End the Calls phase with a failure the dispatcher cannot see (the stream
+        itself broke); the core converges the task and the terminal path cancels
+        the calls still in flight."""
+        if rt.calls_done is not None and not rt.calls_done.done():
+            rt.calls_done.set_result(ConvergeTaskCalls(rt.task_id, False, code, message, False))
+
+    async def _produce(self, rt) -> None:
+        """Streaming build: pull batches from the builder's stream under scanSem and
+        the credit window; BatchSettled returns a credit."""
+        sc = self.stream_cfg
+        tid = rt.task_id
+        idx = 0
+        try:
+            async with self.admission.scan:
+                for batch in rt.stream.batches(sc.batch_max_rows, sc.batch_max_args_bytes):
+                    await rt.credits.acquire()
+                    if rt.ended:
+                        return
+                    try:
+                        calls = self._resolve(rt, batch)
+                    except Exception as exc:  # noqa: BLE001 - FunctionNotFound mid-stream
+                        self._fail_calls(rt, fc.CALL_FAILED, str(exc))
+                        return
+                    prepared = self.disp.prepare_call_batch(tid, idx, calls)
+                    self.post(lambda n, p=prepared: self.disp.commit_call_batch(p, n))
+                    idx += 1
+                    await asyncio.sleep(0)   # let executors' frames in between batches
+            self.post(lambda n: self.disp.production_done(tid, n))
+        except asyncio.CancelledError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - the stream raised mid-way
+            log.exception("task %s: stream production failed", tid)
+            self._fail_calls(rt, fc.BUILDER_FAILED, f"stream production failed: {exc}")
+        finally:
+            close = getattr(rt.stream, "close", None)
+            if close is not None:
+                close()
+
+    # ---- Plugin ------------------------------------------------------------------
+
+    async def _writer_phase(self, rt, cmd: StartWriterPhase) -> PhaseOutcome:
+        rh = cmd.result_handler
+        if rh is None:
+            return PhaseOutcome(ok=True)
+        plugin = self.plugins.get(rh.type)
+        if plugin is None:
+            known = ", ".join(sorted(self.plugins.names())) or "none"
+            msg = f"no writer plugin named {rh.type!r} (this worker's profile registers: {known})"
+            return PhaseOutcome.failure(fc.PLUGIN_FAILED, msg,
+                                        plugin_results=[PluginResult(rh.type, False, msg)])
+        t0 = time.perf_counter()
+        async with self.admission.plugin:
+            ctx = PluginContext(task_id=rt.task_id, instance_id=rt.instance_id, deadline_ms=rt.deadline_ms)
+            try:
+                r = await asyncio.wait_for(plugin.execute(rh.config, cmd.outputs, ctx),
+                                           self.phase_io_timeout_ms / 1000.0)
+                pr = PluginResult(r.plugin, r.ok, r.message, r.details)
+            except asyncio.TimeoutError:
+                pr = PluginResult(rh.type, False, f"plugin timed out after {self.phase_io_timeout_ms} ms "
+                                                  "(phaseIoTimeoutMs)")
+            except Exception as exc:  # noqa: BLE001 - PluginError or a plugin bug
+                pr = PluginResult(rh.type, False, f"{type(exc).__name__}: {exc}")
+        self.metrics.observe_phase("plugin", time.perf_counter() - t0)
+        if pr.ok:
+            return PhaseOutcome(ok=True, plugin_results=[pr])
+        return PhaseOutcome.failure(fc.PLUGIN_FAILED, pr.message, plugin_results=[pr])

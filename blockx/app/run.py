@@ -1,0 +1,189 @@
+"""`serve(cfg, profile)`: the one wiring and start / stop sequence of a Worker.
+
+Start (spec order): logging and metrics -> IO backends, Function Code View,
+registries, cores, Orchestrator, gRPC server -> UDS adapter and executor pool ->
+dispatch actor + 500 ms tick -> gRPC serve -> on the first healthy executor:
+ready, health SERVING, etcd registration and heartbeats.
+
+Stop on SIGTERM / SIGINT. Phase 1 (drain): stop registration, SetDraining
+(new RequestTaskSlot / not-yet-activated SubmitTask get UNAVAILABLE), health
+NOT_SERVING, etcd Deregister, WaitDrain up to drainTimeoutMs. A second signal or
+the drain timeout ends phase 1 early. Phase 2 (force): stop the pool, close the
+executor adapter, the IO scopes and the Watch streams, gRPC stop with 5 s grace.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import signal
+import time
+
+import uvloop
+
+from blockx import __version__
+from blockx.adapters.admission import Admission
+from blockx.adapters.etcd_publisher import EtcdPublisher
+from blockx.adapters.executor.adapter import ExecutorAdapter
+from blockx.adapters.executor.pool import PoolManager
+from blockx.adapters.grpc_server import build_server, set_health
+from blockx.adapters.metrics import Metrics
+from blockx.adapters.orchestrator import Orchestrator, wall_ms
+from blockx.adapters.shadow import ShadowForwarder
+from blockx.app.logs import log_event, setup_logging
+from blockx.core.dispatcher import DispatcherCore
+from blockx.core.worker import WorkerCore
+from blockx.plugins.builders import BuilderRegistry
+from blockx.plugins.function_code import FunctionCodeDirectory
+from blockx.plugins.io.scope import IOScopeFactory
+from blockx.plugins.writers import PluginRegistry
+
+log = logging.getLogger("blockx.worker")
+TICK_S = 0.5
+GRPC_STOP_GRACE_S = 5.0
+
+
+def serve(cfg, profile) -> int:
+    """Run a Worker until SIGTERM / SIGINT; returns the process exit code."""
+    # Executors are started with vfork/posix_spawn (no atfork handlers), but keep
+    # gRPC's fork support off so nothing in this process ever forks noisily.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+    setup_logging(cfg.log_level, static_fields={"service": profile.service,
+                                                "deployment": profile.deployment})
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(Worker(cfg, profile).run())
+
+
+class Worker:
+    def __init__(self, cfg, profile) -> None:
+        self.cfg = cfg
+        self.profile = profile
+        self.started_at_ms = wall_ms()
+        self._stop = asyncio.Event()
+        self._force = asyncio.Event()
+        self._signals = 0
+
+    def _heartbeat(self) -> dict:
+        hb = self.orch.core.derive_heartbeat(wall_ms())
+        hb.update({
+            "workerAddr": self.worker_addr, "deployment": self.profile.deployment,
+            "service": self.profile.service, "version": __version__,
+            "executorsHealthy": self.adapter.healthy_count(), "executorsTotal": self.cfg.executor_count,
+            "startedAtMs": self.started_at_ms,
+        })
+        return hb
+
+    def _on_signal(self, signum: int) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            log_event(log, "shutdown_requested", signal=signal.Signals(signum).name,
+                      drain_timeout_ms=self.cfg.drain_timeout_ms)
+            self._stop.set()
+        else:
+            log_event(log, "shutdown_forced", signal=signal.Signals(signum).name)
+            self._force.set()
+
+    def _on_ready(self) -> None:
+        log_event(log, "worker_ready", executors_healthy=self.adapter.healthy_count())
+        asyncio.get_running_loop().create_task(self._become_ready())
+
+    async def _become_ready(self) -> None:
+        if self._stop.is_set():
+            return
+        await set_health(self.health, True)
+        await self.publisher.start()
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                self.orch.tick()
+            except Exception:  # noqa: BLE001 - the tick must keep running
+                log.exception("tick failed")
+
+    async def run(self) -> int:
+        cfg, profile = self.cfg, self.profile
+        loop = asyncio.get_running_loop()
+        metrics = self.metrics = Metrics()
+        if cfg.metrics_listen:
+            port = metrics.start_http(cfg.metrics_listen)
+            log_event(log, "metrics_listening", addr=cfg.metrics_listen, port=port)
+        dcfg = cfg.dispatcher_config()
+        core = WorkerCore(cfg.core_config())
+        disp = DispatcherCore(dcfg, random.random)
+        fcode = FunctionCodeDirectory(cfg.functions_dir, cfg.effective_function_snapshot_retention_ms(),
+                                      now_ms=wall_ms())
+        io_factory = IOScopeFactory.from_config(cfg)
+        self.adapter = ExecutorAdapter(cfg.socket_path,
+                                       heartbeat_timeout_ms=cfg.effective_executor_heartbeat_timeout_ms(),
+                                       metrics=metrics)
+        self.pool = PoolManager(
+            cfg.executor_count, cfg.socket_path, max_inflight=dcfg.executor_max_inflight,
+            max_runnable=dcfg.executor_max_runnable, restart_enabled=cfg.executor_restart_enabled,
+            restart_delay_ms=cfg.executor_restart_delay_ms, max_restarts=cfg.executor_max_restarts,
+            restart_window_ms=cfg.executor_restart_window_ms, backoff_ms=cfg.executor_backoff_ms,
+            metrics=metrics)
+        shadow = None
+        if cfg.shadow_submit_target_addr and cfg.shadow_submit_sample_rate > 0:
+            shadow = ShadowForwarder(cfg.shadow_submit_target_addr, cfg.shadow_submit_sample_rate)
+        self.orch = Orchestrator(
+            core=core, disp=disp, adapter=self.adapter, pool=self.pool, fcode=fcode,
+            builders=BuilderRegistry.from_names(profile.builders),
+            plugins=PluginRegistry.from_names(profile.plugins), io_factory=io_factory,
+            admission=Admission.from_config(cfg.admission_config()), stream_cfg=cfg.stream_build,
+            metrics=metrics, shadow=shadow, stall_timeout_ms=dcfg.effective_stall_timeout_ms,
+            phase_io_timeout_ms=cfg.phase_io_timeout_ms, on_ready=self._on_ready)
+        metrics.executors_healthy_fn = self.adapter.healthy_count
+        metrics.outbox_depth_fn = self.adapter.max_outbox_backlog
+        server, self.health, port = build_server(
+            self.orch, listen_addr=cfg.grpc_listen_addr(), keepalive_time_ms=cfg.grpc_keepalive_time_ms,
+            keepalive_timeout_ms=cfg.grpc_keepalive_timeout_ms, metrics=metrics)
+        await set_health(self.health, False)
+        self.worker_addr = cfg.resolved_worker_addr(port)
+        self.publisher = EtcdPublisher(
+            cfg.etcd_endpoints if cfg.etcd_enabled else None, cfg.worker_registry_prefix or
+            profile.worker_registry_prefix, self.worker_addr, self._heartbeat,
+            interval_ms=cfg.heartbeat_interval_ms, metrics=metrics)
+
+        await self.adapter.start()
+        await self.pool.start()
+        ticker = loop.create_task(self._ticker())
+        await server.start()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        log_event(log, "worker_serving", listen=cfg.listen_addr, port=port, worker_addr=self.worker_addr,
+                  executors=cfg.executor_count, task_slots=cfg.worker.task_slots, pid=os.getpid(),
+                  socket=cfg.socket_path, etcd=cfg.etcd_endpoints if cfg.etcd_enabled else "disabled")
+
+        await self._stop.wait()
+        # ---- phase 1: drain ----
+        t0 = time.monotonic()
+        self.orch.set_draining()
+        await set_health(self.health, False)
+        await self.publisher.deregister()
+        drain = loop.create_task(self.orch.wait_drain(cfg.drain_timeout_ms / 1000.0))
+        force = loop.create_task(self._force.wait())
+        await asyncio.wait({drain, force}, return_when=asyncio.FIRST_COMPLETED)
+        drained = drain.done() and drain.result()
+        for t in (drain, force):
+            t.cancel()
+        log_event(log, "drain_finished", drained=bool(drained), active_tasks=core.active_task_count(),
+                  seconds=round(time.monotonic() - t0, 3))
+        # ---- phase 2: force ----
+        await self.publisher.stop()
+        ticker.cancel()
+        await self.pool.stop()
+        await self.adapter.close()
+        await self.orch.close()
+        close = getattr(io_factory, "close", None)
+        if close is not None:
+            r = close()
+            if asyncio.iscoroutine(r):
+                await r
+        if shadow is not None:
+            await shadow.close()
+        await server.stop(GRPC_STOP_GRACE_S)
+        metrics.stop_http()
+        log_event(log, "worker_stopped", seconds=round(time.monotonic() - t0, 3))
+        return 0
