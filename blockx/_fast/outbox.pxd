@@ -21,7 +21,7 @@ cdef class Outbox:
     cdef readonly long long flushes         # writelines() calls made
     cdef readonly long long frames_written
 
-    cpdef int enqueue(self, object frame) except -1
+    cpdef enqueue(self, object frame)
     cdef int _flush_c(self) except -1
     cdef object _closed_error(self)
     cpdef close(self, exc=*)

@@ -62,7 +62,7 @@ cdef class Outbox:
         exc.__cause__ = self._close_exc
         return exc
 
-    cpdef int enqueue(self, object frame) except -1:
+    cpdef enqueue(self, object frame):
         """Queue one encoded frame; never blocks. Raises OutboxFull when `depth`
         frames are already queued, OutboxClosed after close()."""
         cdef Py_ssize_t n
@@ -78,7 +78,6 @@ cdef class Outbox:
         if not self._scheduled and not self._paused:
             self._scheduled = True
             self._call_soon(self._flush_cb)
-        return 0
 
     async def send(self, frame):
         """Queue `frame` (waiting for room if the outbox is full) and return once

@@ -75,7 +75,7 @@ async def test_frames_of_one_iteration_go_out_in_one_writelines(Outbox):
     t = FakeTransport()
     box = Outbox(t, loop)
     for f in frames(10):
-        box.enqueue(f)
+        assert box.enqueue(f) is None
     assert len(box) == 10 and t.calls == []  # nothing written synchronously
     await spin()
     assert t.batch_sizes == [10]
