@@ -76,14 +76,19 @@ class ExecutorAdapter:
         clock_ms: Callable[[], int] = monotonic_ms,
         metrics=None,
         logger: logging.Logger | None = None,
+        executor_contexts: int = 0,
         outbox_depth: int = 256,
         outbox_max_batch: int = 64,
         backlog: int = 128,
     ) -> None:
         if outbox_depth < 1 or outbox_max_batch < 1:
             raise ValueError("outbox_depth and outbox_max_batch must be >= 1")
+        if type(executor_contexts) is not int or executor_contexts < 0:
+            raise ValueError(f"executor_contexts must be a non-negative integer, got {executor_contexts!r}")
         self.socket_path = os.path.abspath(socket_path)
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
+        # the --executor-max-inflight every executor was started with (see snapshot.py)
+        self.executor_contexts = executor_contexts
         self.clock_ms = clock_ms
         self.counters = counters_for(metrics)
         self.log = logger or logging.getLogger("blockx.executor.adapter")

@@ -53,7 +53,7 @@ CALL_FAILED = messages.CALL_FAILED
 
 class ExecutorConnection(asyncio.Protocol):
     __slots__ = (
-        "adapter", "counters", "decoder", "transport", "outbox", "reservations", "closed",
+        "adapter", "counters", "fixed_capacity", "decoder", "transport", "outbox", "reservations", "closed",
         "executor_id", "peer_pid", "peer_uid", "connected_at_ms", "attached_at_ms",
         "last_heartbeat_at_ms", "pid", "heartbeat_seq", "runnable_count", "inflight_count",
         "available_contexts", "memory_bytes", "running_call_id", "scheduler_active_at_ms",
@@ -63,6 +63,7 @@ class ExecutorConnection(asyncio.Protocol):
     def __init__(self, adapter) -> None:
         self.adapter = adapter
         self.counters = adapter.counters
+        self.fixed_capacity = adapter.executor_contexts  # 0: estimate from heartbeats
         self.decoder = FrameDecoder()
         self.transport = None
         self.outbox = None
@@ -89,16 +90,16 @@ class ExecutorConnection(asyncio.Protocol):
     # ---- capacity view (see snapshot.py for the rule) ----
     @property
     def capacity(self) -> int:
-        return self.available_contexts + self.inflight_count
+        return self.fixed_capacity or self.available_contexts + self.inflight_count
 
     @property
     def free_contexts(self) -> int:
-        free = self.available_contexts + self.inflight_count - len(self.reservations)
+        free = self.capacity - len(self.reservations)
         return free if free > 0 else 0
 
     @property
     def usable_contexts(self) -> int:
-        usable = self.available_contexts + self.inflight_count - self.reservations.draining_count
+        usable = self.capacity - self.reservations.draining_count
         return usable if usable > 0 else 0
 
     # ---- asyncio.Protocol ----

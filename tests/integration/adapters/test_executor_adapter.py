@@ -206,6 +206,28 @@ async def test_bind_unbind_and_capacity(env):
     assert adapter.snapshots()[0].reserved_count == 2
 
 
+async def test_configured_executor_contexts_fix_the_capacity(sock_dir):
+    adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"), executor_contexts=3)
+    handler = adapter.handler = RecordingHandler()
+    await adapter.start()
+    fake = await FakeExecutor(adapter.socket_path, "exec-0", contexts=4).connect()
+    try:
+        # one subcall in flight inflates the heartbeat estimate (2 + 3 = 5)
+        fake.heartbeat(inflightCount=3, availableContexts=2)
+        await handler.wait_attached("exec-0")
+        snap = adapter.snapshots()[0]
+        assert (snap.capacity, snap.usable_contexts, snap.free_contexts) == (3, 3, 3)
+        for cid in ("c1", "c2", "c3"):
+            adapter.bind(cid, "exec-0")
+        with pytest.raises(BindError):
+            adapter.bind("c4", "exec-0")
+    finally:
+        await adapter.close()
+        await fake.close()
+    with pytest.raises(ValueError):
+        ExecutorAdapter("/tmp/x.sock", executor_contexts=-1)
+
+
 async def test_bind_subcall_needs_a_live_parent_reservation(env):
     adapter, handler, attach, connect = env
     fake = await attach("exec-0", contexts=1)
