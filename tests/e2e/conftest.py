@@ -1,0 +1,55 @@
+"""Fixtures of the end-to-end suites: real worker processes with real executors.
+
+Each worker gets a private functions directory: the shipped examples plus the
+test functions in tests/e2e/functions."""
+import pathlib
+import shutil
+
+import pytest
+
+from tests.support.worker import EXAMPLES, WorkerProcess
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def make_functions_dir(tmp: pathlib.Path) -> pathlib.Path:
+    d = tmp / "functions"
+    d.mkdir(parents=True, exist_ok=True)
+    for src in list(EXAMPLES.glob("*.py")) + list((HERE / "functions").glob("*.py")):
+        shutil.copy(src, d / src.name)
+    return d
+
+
+@pytest.fixture
+def functions_dir(tmp_path):
+    return make_functions_dir(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory):
+    """One shared worker for a module's tests that do not disturb it."""
+    fdir = make_functions_dir(tmp_path_factory.mktemp("fn"))
+    w = WorkerProcess({"TASK_SLOTS": "32", "RESULT_RETENTION_MS": "60000"}, functions_dir=fdir)
+    w.start()
+    try:
+        yield w
+    finally:
+        w.stop()
+
+
+@pytest.fixture
+def start_worker(functions_dir):
+    """Factory for a dedicated worker with its own environment."""
+    started = []
+
+    def _start(env=None, *, ready=True, executors=2, profile="block"):
+        w = WorkerProcess(env, functions_dir=functions_dir, executors=executors, profile=profile)
+        started.append(w)
+        return w.start(ready=ready)
+
+    yield _start
+    for w in started:
+        try:
+            w.stop()
+        except AssertionError:
+            pass

@@ -1,0 +1,2 @@
+def main(n):
+    return "x" * n

@@ -1,0 +1,5 @@
+import os
+
+
+def main(*_):
+    return os.getpid()

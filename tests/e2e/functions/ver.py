@@ -1,0 +1,5 @@
+VERSION = 1
+
+
+def main():
+    return VERSION
