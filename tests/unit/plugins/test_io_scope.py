@@ -1,0 +1,237 @@
+import asyncio
+
+import orjson
+import pytest
+
+from blockx.app.config import WorkerFullConfig
+from blockx.plugins.io import (DevStubBackend, IOBackend, IOBackendError, IOScopeClosed, IOScopeFactory,
+                               TaskIOScope, UnknownIOBackend)
+
+
+class CountingBackend:
+    """Records each request; `gate` (when set) holds requests until released."""
+
+    name = "counting"
+
+    def __init__(self):
+        self.calls = []
+        self.gate: asyncio.Event | None = None
+        self.active = 0
+        self.max_active = 0
+        self.fail_next = 0
+
+    async def request(self, request_json, body):
+        self.calls.append((request_json, body))
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            if self.fail_next:
+                self.fail_next -= 1
+                raise IOBackendError("transient", retryable=True)
+            return b'{"n":%d}' % len(self.calls), body
+        finally:
+            self.active -= 1
+
+    async def close(self):
+        pass
+
+
+def req(obj):
+    return orjson.dumps(obj)
+
+
+# --- devstub -----------------------------------------------------------------------------
+
+
+async def test_devstub_ops():
+    be = DevStubBackend()
+    assert isinstance(be, IOBackend)
+    r = req({"op": "echo", "v": [1]})
+    assert await be.request(r, b"\x00\x01") == (r, b"\x00\x01")
+    assert await be.request(req({"op": "upper"}), b"abc\xff") == (b'{"op":"upper","bytes":4}', b"ABC\xff")
+    assert await be.request(req({"op": "sleep", "ms": 1}), None) == (b'{"slept":1}', None)
+    assert await be.request(req({"op": "count"}), None) == (b'{"count":4}', None)
+
+
+@pytest.mark.parametrize("request_json,body,message,retryable", [
+    (b'{"op":"fail","message":"nope","retryable":true}', None, "nope", True),
+    (b'{"op":"fail"}', None, "failed as requested", False),
+    (b'{"op":"upper"}', None, 'op "upper" needs a binary body', False),
+    (b'{"op":"sleep","ms":-1}', None, 'sleep "ms" must be an integer', False),
+    (b'{"op":"what"}', None, "unknown op 'what' (known: echo, upper, sleep, fail, count)", False),
+    (b"[1]", None, "request must be a JSON object", False),
+    (b"{bad", None, "request is not valid JSON", False),
+])
+async def test_devstub_errors(request_json, body, message, retryable):
+    with pytest.raises(IOBackendError) as ei:
+        await DevStubBackend().request(request_json, body)
+    assert message in str(ei.value)
+    assert ei.value.retryable is retryable
+    assert ei.value.to_resume_error() == {"errorKind": "IO_ERROR", "errorMessage": str(ei.value),
+                                          "retryable": retryable}
+
+
+# --- cache --------------------------------------------------------------------------------
+
+
+async def test_identical_requests_are_served_once_per_task():
+    be = CountingBackend()
+    scope = TaskIOScope("t1", {"counting": be})
+    a = await scope.handle("counting", b'{"k":1}', None)
+    b = await scope.handle("counting", b'{"k":1}', None)
+    assert a == b == (b'{"n":1}', None)
+    assert len(be.calls) == 1 and (scope.requests, scope.hits, scope.backend_requests) == (2, 1, 1)
+    # the key is (backend, raw request bytes, body bytes)
+    await scope.handle("counting", b'{"k": 1}', None)
+    await scope.handle("counting", b'{"k":1}', b"body")
+    await scope.handle("counting", b'{"k":1}', b"")
+    assert len(be.calls) == 4
+    assert await scope.handle("counting", bytearray(b'{"k":1}'), memoryview(b"body")) == (b'{"n":3}', b"body")
+    assert len(be.calls) == 4
+
+
+async def test_the_cache_is_per_task():
+    be = CountingBackend()
+    f = IOScopeFactory({"counting": be})
+    s1, s2 = f.new_task_scope("a"), f.new_task_scope("b")
+    await s1.handle("counting", b"{}")
+    await s2.handle("counting", b"{}")
+    assert len(be.calls) == 2
+
+
+async def test_concurrent_identical_requests_join_the_first():
+    be = CountingBackend()
+    be.gate = asyncio.Event()
+    scope = TaskIOScope("t", {"counting": be})
+    waiters = [asyncio.ensure_future(scope.handle("counting", b'{"x":1}')) for _ in range(5)]
+    await asyncio.sleep(0.01)
+    assert len(be.calls) == 1
+    be.gate.set()
+    results = await asyncio.gather(*waiters)
+    assert results == [(b'{"n":1}', None)] * 5 and scope.hits == 4
+
+
+async def test_failures_are_not_cached_so_a_retry_reaches_the_backend():
+    be = CountingBackend()
+    be.fail_next = 1
+    scope = TaskIOScope("t", {"counting": be})
+    with pytest.raises(IOBackendError, match="transient") as ei:
+        await scope.handle("counting", b"{}")
+    assert ei.value.retryable is True
+    assert await scope.handle("counting", b"{}") == (b'{"n":2}', None)
+    assert len(be.calls) == 2
+
+
+async def test_results_beyond_the_cache_budget_are_returned_but_not_kept():
+    be = CountingBackend()
+    scope = TaskIOScope("t", {"counting": be}, max_cache_bytes=40)
+    big = b"x" * 30
+    assert await scope.handle("counting", b"{}", big) == (b'{"n":1}', big)
+    assert await scope.handle("counting", b"{}", big) == (b'{"n":2}', big)
+    assert scope.cached_bytes == 0
+    await scope.handle("counting", b"{}")
+    await scope.handle("counting", b"{}")
+    assert len(be.calls) == 3 and scope.cached_bytes == len(b"{}") + len(b'{"n":3}')
+
+
+# --- admission -------------------------------------------------------------------------------
+
+
+async def test_backend_admission_is_shared_across_tasks():
+    be = CountingBackend()
+    be.gate = asyncio.Event()
+    factory = IOScopeFactory({"counting": be}, {"counting": 2})
+    scopes = [factory.new_task_scope(f"t{i}") for i in range(3)]
+    pending = [asyncio.ensure_future(s.handle("counting", b'{"i":%d}' % i)) for i, s in enumerate(scopes)]
+    pending.append(asyncio.ensure_future(scopes[0].handle("counting", b'{"other":1}')))
+    await asyncio.sleep(0.02)
+    assert be.active == 2  # two admitted, two queued on the semaphore
+    be.gate.set()
+    await asyncio.gather(*pending)
+    assert be.max_active == 2 and len(be.calls) == 4
+
+
+def test_factory_validates_concurrency():
+    with pytest.raises(ValueError, match="concurrency must be > 0"):
+        IOScopeFactory({"counting": CountingBackend()}, {"counting": 0})
+
+
+# --- errors and lifecycle ----------------------------------------------------------------------
+
+
+async def test_unknown_backend_is_a_clear_non_retryable_io_error():
+    scope = TaskIOScope("t", {"devstub": DevStubBackend()})
+    with pytest.raises(UnknownIOBackend) as ei:
+        await scope.handle("blockdb", b"{}")
+    assert str(ei.value) == "unknown IO backend 'blockdb' (this Worker serves: devstub)"
+    assert ei.value.to_resume_error()["errorKind"] == "IO_ERROR"
+    assert ei.value.retryable is False
+
+
+async def test_backend_bugs_and_bad_returns_are_wrapped():
+    class Broken:
+        name = "broken"
+
+        async def request(self, request_json, body):
+            if request_json == b"1":
+                raise KeyError("oops")
+            return "not bytes", None
+
+    scope = TaskIOScope("t", {"broken": Broken()})
+    with pytest.raises(IOBackendError, match="broken: KeyError: 'oops'"):
+        await scope.handle("broken", b"1")
+    with pytest.raises(IOBackendError, match="expected \\(result_json bytes, body bytes \\| None\\)"):
+        await scope.handle("broken", b"2")
+
+
+async def test_request_timeout_is_retryable():
+    scope = TaskIOScope("t", {"devstub": DevStubBackend()}, request_timeout_ms=10)
+    with pytest.raises(IOBackendError, match="timed out after 10 ms") as ei:
+        await scope.handle("devstub", b'{"op":"sleep","ms":1000}')
+    assert ei.value.retryable is True
+
+
+async def test_close_cancels_pending_requests_and_refuses_new_ones():
+    be = CountingBackend()
+    be.gate = asyncio.Event()
+    scope = TaskIOScope("t", {"counting": be})
+    pending = asyncio.ensure_future(scope.handle("counting", b"{}"))
+    await asyncio.sleep(0.01)
+    scope.close()
+    with pytest.raises(IOScopeClosed, match="cancelled because the task finished"):
+        await pending
+    with pytest.raises(IOScopeClosed, match="IO scope is closed"):
+        await scope.handle("counting", b"{}")
+    assert scope.closed
+    scope.close()  # idempotent
+
+
+async def test_a_cancelled_waiter_does_not_cancel_the_shared_request():
+    be = CountingBackend()
+    be.gate = asyncio.Event()
+    scope = TaskIOScope("t", {"counting": be})
+    first = asyncio.ensure_future(scope.handle("counting", b"{}"))
+    second = asyncio.ensure_future(scope.handle("counting", b"{}"))
+    await asyncio.sleep(0.01)
+    first.cancel()
+    await asyncio.sleep(0)
+    be.gate.set()
+    assert await second == (b'{"n":1}', None)
+    assert first.cancelled()
+
+
+async def test_factory_from_config_and_shutdown():
+    cfg = WorkerFullConfig()
+    cfg.io_backends.devstub.concurrency = 3
+    f = IOScopeFactory.from_config(cfg)
+    assert list(f.backends) == ["devstub"]
+    s = f.new_task_scope("t")
+    assert f.admission["devstub"]._value == 3
+    assert await s.handle("devstub", b'{"op":"echo"}') == (b'{"op":"echo"}', None)
+    assert f.live_scopes() == 1
+    await f.aclose()
+    assert s.closed and f.live_scopes() == 0
+    cfg.io_backends.devstub.enabled = False
+    assert IOScopeFactory.from_config(cfg).backends == {}
