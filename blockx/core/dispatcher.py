@@ -115,7 +115,7 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin):
                 self._set_terminal(ctx, True, cached, "", "", False, 0, True, out)
                 continue
             leader = task.flights.get(key)
-            if leader is not None:
+            if leader is not None and leader is not ctx:  # ctx itself leads while retrying
                 self._join(leader, ctx)
                 continue
             rec = select(now)

@@ -1,0 +1,360 @@
+"""DispatcherCore basics: config, registration, admission, outputs, cache,
+singleflight, failure policies, cancellation."""
+import pytest
+
+from blockx.core.config import ConfigError
+from blockx.core.dispatcher import DispatcherCore
+from blockx.core.dispatcher_commands import (
+    ArmCallRetry, BindCall, CancelCallCmd, CompleteCallFromCache, DispatchCallCmd, UnbindCall)
+from blockx.core.dispatcher_config import DispatcherConfig, derive_stall_timeout_ms
+from blockx.core.dispatcher_types import CallSpec, RetryPolicy
+
+from tests.unit.core.test_dispatcher_harness import Harness, of_type, spec
+
+
+# --- config ------------------------------------------------------------------------
+
+def test_config_defaults_match_the_spec():
+    c = DispatcherConfig()
+    assert (c.executor_max_inflight, c.executor_max_runnable, c.executor_selection_sample_size,
+            c.executor_memory_high_watermark, c.task_max_inflight_calls, c.call_deadline_ms,
+            c.max_subcall_depth, c.base_backoff_ms, c.default_max_attempts,
+            c.default_retry_jitter_percent, c.instance_fairness, c.instance_fairness_quantum,
+            c.max_collected_output_bytes, c.max_outstanding_batches, c.batch_max_rows,
+            c.batch_max_args_bytes) == (128, 128, 0, 0, 1024, 5000, 8, 10, 3, 5, False, 0, 0, 2,
+                                        8192, 32 * 1024 * 1024)
+    assert c.effective_stall_timeout_ms == 10_000
+    assert c.validate() is c
+
+
+@pytest.mark.parametrize("deadline,explicit,expected", [
+    (5000, 0, 10_000),      # derived
+    (5000, 6000, 10_000),   # at deadline + 1000: raised
+    (5000, 6001, 6001),     # above: kept
+    (5000, 20_000, 20_000),
+    (0, 0, 0),              # unlimited budget: nothing derived, stall filter off
+    (0, 7000, 7000),
+])
+def test_stall_timeout_derivation(deadline, explicit, expected):
+    assert derive_stall_timeout_ms(deadline, explicit) == expected
+    # Idempotent: the app may pass an already-derived value.
+    assert derive_stall_timeout_ms(deadline, expected) == expected
+
+
+def test_config_validate_lists_every_problem():
+    c = DispatcherConfig(executor_max_inflight=0, task_max_inflight_calls=-1,
+                         default_retry_jitter_percent=6, instance_fairness_quantum=2000)
+    with pytest.raises(ConfigError) as e:
+        c.validate()
+    msg = str(e.value)
+    assert "dispatcher.executorMaxInflight must be > 0, got 0" in msg
+    assert "dispatcher.taskMaxInflightCalls must be > 0, got -1" in msg
+    assert "defaultRetryJitterPercent must be between 0 and 5, got 6" in msg
+    assert "instanceFairnessQuantum must be between 0 and 1024" in msg
+    assert len(e.value.violations) == 4
+
+
+def test_config_rejects_non_integers_and_core_validates_on_construction():
+    with pytest.raises(ConfigError, match="callDeadlineMs must be an integer, got 1.5"):
+        DispatcherConfig(call_deadline_ms=1.5).validate()
+    with pytest.raises(ConfigError, match="instanceFairness must be true or false"):
+        DispatcherConfig(instance_fairness=1).validate()
+    with pytest.raises(ConfigError):
+        DispatcherCore(DispatcherConfig(batch_max_rows=0), lambda: 0.0)
+
+
+def test_quantum_effective_value():
+    assert DispatcherConfig(instance_fairness_quantum=0).effective_fairness_quantum == 1
+    assert DispatcherConfig(instance_fairness_quantum=1).effective_fairness_quantum == 1
+    assert DispatcherConfig(instance_fairness_quantum=7).effective_fairness_quantum == 7
+
+
+# --- registration --------------------------------------------------------------------
+
+def test_prepare_has_no_side_effects_and_commit_registers():
+    h = Harness()
+    p = h.core.prepare_call_phase("t", [spec("f", 1), spec("g", 2)])
+    assert len(p) == 2 and not h.core.has_task("t") and h.core.call_state("t/0") is None
+    assert h.core.commit_call_phase(p, 0) == []
+    assert h.core.call_state("t/0") == "READY" and h.core.task_ready("t") == 2
+    with pytest.raises(ValueError, match="already committed"):
+        h.core.commit_call_phase(p, 0)
+
+
+def test_bad_input_gets_a_clear_error():
+    core = Harness().core
+    with pytest.raises(ValueError, match="task_id must be a non-empty str"):
+        core.prepare_call_phase("", [])
+    with pytest.raises(ValueError, match="FAST_FAIL or CONTINUE, got 'SOMETIMES'"):
+        core.prepare_call_phase("t", [], "SOMETIMES")
+    with pytest.raises(ValueError, match="call 1 args_json must be canonical JSON bytes, got str"):
+        core.prepare_call_phase("t", [spec("f"), CallSpec("f", "d", "[1]")])
+    with pytest.raises(ValueError, match="call 0 needs a non-empty function_id"):
+        core.prepare_call_phase("t", [CallSpec("", "d", b"[]")])
+    with pytest.raises(ValueError, match=r"call 0 must be \(function_id, digest, args_json"):
+        core.prepare_call_phase("t", [("f", b"[]")])
+    with pytest.raises(ValueError, match="max_attempts must be >= 0"):
+        core.prepare_call_phase("t", [], retry=RetryPolicy(-1, 0, 0))
+    core.commit_call_phase(core.prepare_call_phase("t", []), 0)
+    with pytest.raises(ValueError, match="task t already has a call phase"):
+        core.commit_call_phase(core.prepare_call_phase("t", []), 0)
+
+
+def test_unspecified_policy_means_fast_fail():
+    h = Harness()
+    h.submit("t", [spec("f", 1), spec("f", 2)], policy="CALL_FAILURE_POLICY_UNSPECIFIED")
+    h.fail("t/0")
+    h.complete("t/1")
+    assert not h.converged["t"].ok
+
+
+def test_empty_call_list_converges_at_once():
+    h = Harness()
+    h.submit("t", [])
+    c = h.converged["t"]
+    assert c.ok and c.outputs == [] and c.call_count == 0
+
+
+# --- admission and dispatch ----------------------------------------------------------
+
+def test_bind_then_dispatch_carries_the_call():
+    h = Harness()
+    cmds = h.submit("t", [CallSpec("add", "sha", b"[1,2]", "entry")])
+    bind, disp = cmds[0], cmds[1]
+    assert bind == BindCall("t/0", "e1", "t", False, "")
+    assert disp == DispatchCallCmd("t/0", "e1", "t", "add", "sha", "entry", b"[1,2]", 5000, 1, "")
+    assert h.core.call_state("t/0") == "RUNNING"
+    assert h.core.executor_view("e1").local_inflight == 1
+
+
+def test_unlimited_budget_is_zero():
+    h = Harness(DispatcherConfig(call_deadline_ms=0))
+    h.submit("t", [spec("f", 1)])
+    assert h.live["t/0"].budget_ms == 0
+
+
+def test_outputs_follow_call_list_order_not_completion_order():
+    h = Harness()
+    h.submit("t", [spec("f", i) for i in range(4)])
+    for cid in ["t/3", "t/1", "t/0", "t/2"]:
+        h.complete(cid, output=cid.encode())
+    assert h.converged["t"].outputs == [b"t/0", b"t/1", b"t/2", b"t/3"]
+    assert h.converge_count["t"] == 1
+
+
+def test_task_window_limits_inflight_and_refills_on_completion():
+    h = Harness(DispatcherConfig(task_max_inflight_calls=2), contexts=100)
+    h.submit("t", [spec("f", i) for i in range(5)])
+    assert sorted(h.live) == ["t/0", "t/1"] and h.core.task_inflight("t") == 2
+    h.complete("t/1")
+    assert sorted(h.live) == ["t/0", "t/2"]
+
+
+def test_executor_headroom_and_max_inflight_bound_admission():
+    h = Harness(DispatcherConfig(executor_max_inflight=3), executors=("e1", "e2"), contexts=2)
+    h.submit("t", [spec("f", i) for i in range(10)])
+    # usable_contexts 2 per executor: headroom stops at 2 each.
+    assert len(h.live) == 4
+    h.set_executor("e1", usable_contexts=10)
+    # e1 now limited by executor_max_inflight = 3.
+    assert h.core.executor_view("e1").local_inflight == 3
+    assert h.core.executor_view("e2").local_inflight == 2
+
+
+def test_no_executor_means_nothing_is_admitted_until_one_appears():
+    h = Harness(executors=())
+    h.submit("t", [spec("f", 1)])
+    assert h.live == {} and h.core.call_state("t/0") == "READY"
+    h.set_executor("e9", usable_contexts=1)
+    assert list(h.live) == ["t/0"] and h.live["t/0"].executor_id == "e9"
+
+
+def test_tasks_take_turns_as_contexts_free_up():
+    h = Harness(contexts=3)
+    h.submit("a", [spec("f", i) for i in range(6)])
+    h.submit("b", [spec("g", i) for i in range(3)])
+    assert sorted(h.live) == ["a/0", "a/1", "a/2"]
+    h.log.clear()
+    for cid in ["a/0", "a/1", "a/2", "b/0"]:
+        h.complete(cid)
+    # a was at the ring's head when the executor filled up, then they alternate.
+    assert [c.call_id for c in of_type(h.log, BindCall)] == ["a/3", "b/0", "a/4", "b/1"]
+
+
+def test_round_robin_across_tasks_from_a_cold_start():
+    h = Harness(executors=())
+    h.submit("a", [spec("f", i) for i in range(3)])
+    h.submit("b", [spec("g", i) for i in range(3)])
+    h.set_executor("e1", usable_contexts=6)
+    assert [c.call_id for c in of_type(h.log, BindCall)] == ["a/0", "b/0", "a/1", "b/1", "a/2", "b/2"]
+
+
+# --- cache and singleflight --------------------------------------------------------
+
+def test_cache_hit_completes_without_an_executor():
+    h = Harness(contexts=1)
+    h.submit("t", [spec("f", 1), spec("g", 0), spec("f", 1)])
+    h.complete("t/0", output=b"11")
+    h.complete("t/1", output=b"0")
+    hits = h.cache_hits
+    assert hits == [CompleteCallFromCache("t/2", "t", False, "")]
+    c = h.converged["t"]
+    assert c.outputs == [b"11", b"0", b"11"] and c.cache_hits == 1
+    assert [b.call_id for b in of_type(h.log, BindCall)] == ["t/0", "t/1"]
+
+
+def test_consecutive_duplicates_join_the_leader_in_one_pass():
+    h = Harness()
+    h.submit("t", [spec("f", 1), spec("f", 1), spec("f", 1), spec("f", 2)])
+    assert sorted(h.live) == ["t/0", "t/3"]
+    assert h.core.call_state("t/1") == "READY"
+    h.complete("t/3", output=b"2")
+    h.complete("t/0", output=b"1")
+    c = h.converged["t"]
+    assert c.ok and c.outputs == [b"1", b"1", b"1", b"2"] and c.cache_hits == 2
+
+
+def test_later_duplicate_waits_for_an_inflight_leader():
+    h = Harness(DispatcherConfig(task_max_inflight_calls=2))
+    h.submit("t", [spec("f", 1), spec("g", 1), spec("f", 1), spec("h", 1)])
+    assert sorted(h.live) == ["t/0", "t/1"]
+    h.complete("t/1")
+    # t/2 joined t/0's flight, so t/3 got the free slot.
+    assert sorted(h.live) == ["t/0", "t/3"]
+    h.complete("t/0", output=b"x")
+    h.complete("t/3")
+    assert h.converged["t"].outputs[2] == b"x"
+
+
+def test_waiters_share_the_leaders_final_failure():
+    h = Harness()
+    h.submit("t", [spec("f", 1), spec("f", 1), spec("g", 1)], policy="CONTINUE")
+    h.fail("t/0", "USER_ERROR", False, "bad")
+    h.complete("t/2", output=b"g")
+    c = h.converged["t"]
+    assert c.ok and c.outputs == [b"g"] and c.calls_failed == 2
+
+
+def test_a_failed_key_is_not_cached_and_runs_again():
+    h = Harness(DispatcherConfig(task_max_inflight_calls=1))
+    h.submit("t", [spec("f", 1), spec("g", 1), spec("f", 1)], policy="CONTINUE")
+    h.fail("t/0")
+    h.complete("t/1")
+    assert list(h.live) == ["t/2"]
+    h.complete("t/2", output=b"ok")
+    assert h.converged["t"].outputs == [b'{"r":[1]}', b"ok"]
+
+
+# --- failure policies ----------------------------------------------------------------
+
+def test_fast_fail_stops_dispatching_and_drains_once_inflight_reaches_zero():
+    h = Harness(DispatcherConfig(task_max_inflight_calls=2))
+    h.submit("t", [spec("f", i) for i in range(5)])
+    h.fail("t/0", "USER_ERROR", False, "division by zero")
+    assert list(h.live) == ["t/1"]          # nothing new admitted
+    assert "t" not in h.converged           # t/1 still in flight
+    h.complete("t/1")
+    c = h.converged["t"]
+    assert not c.ok and c.failure_code == "CALL_FAILED" and not c.retryable
+    assert "t/0" in c.failure_message and "USER_ERROR: division by zero" in c.failure_message
+    assert c.outputs == [] and c.call_count == 5 and c.calls_failed == 1
+    assert h.core.call_state("t/4") is None  # forgotten once settled
+    assert len(of_type(h.log, BindCall)) == 2
+
+
+def test_fast_fail_does_not_retry_inflight_failures_after_the_stop():
+    h = Harness()
+    h.submit("t", [spec("f", 1), spec("f", 2)])
+    h.fail("t/0", "USER_ERROR")
+    cmds = h.fail("t/1", "EXECUTOR_LOST", True)
+    assert of_type(cmds, ArmCallRetry) == []
+    assert h.converged["t"].calls_failed == 2
+
+
+def test_continue_skips_failed_roots():
+    h = Harness()
+    h.submit("t", [spec("f", i) for i in range(4)], policy="CONTINUE")
+    h.fail("t/1", "USER_ERROR")
+    h.fail("t/2", "BUDGET_EXCEEDED")
+    h.complete("t/0", output=b"0")
+    h.complete("t/3", output=b"3")
+    c = h.converged["t"]
+    assert c.ok and c.outputs == [b"0", b"3"] and c.calls_failed == 2 and c.failure_code == ""
+
+
+# --- waiting / resume, cancellation, removal -----------------------------------------
+
+def test_waiting_and_resumed_transitions():
+    h = Harness()
+    h.submit("t", [spec("f", 1)])
+    h.core.handle_call_waiting("t/0", 2, 0)  # wrong attempt: ignored
+    assert h.core.call_state("t/0") == "RUNNING"
+    h.core.handle_call_waiting("t/0", 1, 0)
+    assert h.core.call_state("t/0") == "WAITING"
+    h.core.handle_call_resumed("t/0", 0)
+    assert h.core.call_state("t/0") == "RUNNING"
+    h.core.handle_call_waiting("t/0", 1, 0)
+    h.complete("t/0")   # completing straight from WAITING is fine
+    assert h.converged["t"].ok
+
+
+def test_cancel_task_cancels_inflight_and_drops_state():
+    h = Harness(DispatcherConfig(task_max_inflight_calls=2))
+    h.submit("t", [spec("f", i) for i in range(4)])
+    attempt = h.attempt("t/0")
+    cmds = h.core.cancel_task("t", "task timed out", h.now)
+    assert sorted((c.call_id, c.executor_id, c.reason, c.attempt_seq) for c in cmds) == [
+        ("t/0", "e1", "task timed out", attempt), ("t/1", "e1", "task timed out", 1)]
+    assert all(type(c) is CancelCallCmd for c in cmds)
+    assert not h.core.has_task("t") and h.core.call_count == 0
+    assert h.core.executor_view("e1").local_inflight == 0
+    # The executor's late frames are ignored; nothing converges.
+    assert h.core.handle_call_completed("t/0", 1, b"1", 0, 0) == []
+    assert h.core.handle_call_failed("t/1", 1, "CANCELLED", False, "", 0) == []
+    assert h.epilogue() == [] and "t" not in h.converged
+    assert h.core.cancel_task("t", "again", 0) == []
+
+
+def test_remove_task_after_convergence():
+    h = Harness()
+    h.submit("t", [spec("f", 1)])
+    h.complete("t/0")
+    assert h.core.has_task("t")
+    assert h.core.remove_task("t") == []
+    assert not h.core.has_task("t") and h.core.task_count == 0
+
+
+def test_a_bind_the_core_no_longer_wants_is_released():
+    h = Harness()
+    p = h.core.prepare_call_phase("t", [spec("f", 1)])
+    h.core.commit_call_phase(p, 0)
+    bind = h.core.dispatch(0)[0]
+    h.core.cancel_task("t", "gone", 0)
+    assert h.core.handle_executor_bound(bind.call_id, 0, "e1") == [UnbindCall("t/0", "e1")]
+    assert h.core.handle_executor_bound(bind.call_id, 0) == []
+
+
+def test_duplicate_bound_event_is_ignored():
+    h = Harness()
+    h.submit("t", [spec("f", 1)])
+    assert h.core.handle_executor_bound("t/0", 0, "e1") == []
+    assert h.core.call_state("t/0") == "RUNNING"
+
+
+def test_bind_failure_retries_at_once_without_consuming_an_attempt():
+    h = Harness(executors=("e1", "e2"))
+    h.fail_binds.add("e1")
+    h.set_executor("e2", usable_contexts=0)
+    cmds = h.submit("t", [spec("f", 1)])
+    assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 0)]
+    assert h.core.executor_view("e1").healthy is False   # avoided until the next snapshot
+    assert h.core.executor_view("e1").local_inflight == 0
+    h.set_executor("e2", usable_contexts=4)
+    h.advance(0)
+    assert h.live["t/0"].executor_id == "e2" and h.live["t/0"].attempt_seq == 1
+
+
+def test_epilogue_is_quiet_when_nothing_changed():
+    h = Harness()
+    h.submit("t", [spec("f", 1)])
+    assert h.core.epilogue(h.now) == []
