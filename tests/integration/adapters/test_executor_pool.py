@@ -4,11 +4,14 @@ stop, environment), and the real executors attaching through the adapter."""
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import importlib.util
 import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 
@@ -17,6 +20,7 @@ import pytest
 from blockx.adapters.executor import ExecutorAdapter, PoolManager, SlotState
 from blockx.adapters.executor import pool as pool_mod
 from blockx.adapters.executor.pool import build_child_env
+from blockx.protocol import messages as m
 
 from .fake_executor import RecordingHandler, wait_until
 
@@ -230,8 +234,34 @@ async def test_real_executors_attach_through_the_adapter(out_dir):
         snaps = adapter.snapshots()
         assert [s.executor_id for s in snaps] == ["exec-0", "exec-1"]
         for snap in snaps:
-            assert snap.healthy and snap.capacity > 0
+            assert snap.healthy and snap.capacity == 16
             assert adapter.pid_of(snap.executor_id) == pool.pid_of(snap.executor_id)
+
+        # one call end to end: ExecuteCall -> CallWaiting(function_code) -> ResumeCall -> CallCompleted
+        source = "def main(a, b):\n    return a + b\n"
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        loop = asyncio.get_running_loop()
+        sends = []
+
+        def answer(eid, frames):
+            for env, _ in frames:
+                if env["messageType"] == m.CALL_WAITING:
+                    payload = m.resume_function_code(env["callId"], env["requestId"], source,
+                                                     digest)["payload"]
+                    sends.append(loop.create_task(adapter.send_resume_call(
+                        eid, env["callId"], env["requestId"], payload)))
+
+        handler.hook = answer
+        adapter.bind("t1/c-0", "exec-1")
+        adapter.send_execute_call("exec-1", "t1/c-0", m.execute_call(
+            "t1/c-0", "t1", "add", digest, [2, 3], 1)["payload"])
+        await wait_until(lambda: any(e["messageType"] == m.CALL_COMPLETED
+                                     for e, _ in handler.frames_of("exec-1")), timeout=10,
+                         what="CallCompleted from the real executor")
+        done = [e for e, _ in handler.frames_of("exec-1") if e["messageType"] == m.CALL_COMPLETED]
+        assert done[0]["payload"]["output"] == 5 and done[0]["payload"]["attemptSeq"] == 1
+        assert not adapter.is_bound("t1/c-0", "exec-1")
+        await asyncio.gather(*sends)
         pid = pool.pid_of("exec-0")
         adapter.kill_hook = pool.kill_executor  # the wedge backstop's path
         assert adapter.kill_executor("exec-0") is True
@@ -242,3 +272,34 @@ async def test_real_executors_attach_through_the_adapter(out_dir):
     finally:
         await pool.stop(grace_ms=3000)
         await adapter.close()
+
+
+GRPC_SPAWN = r"""
+import asyncio, sys, grpc, uvloop
+from blockx.adapters.executor.spawn import ChildProcess
+
+async def main():
+    server = grpc.aio.server()
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    ChildProcess([sys.executable, "-c", "print('child ran')"], {}, loop=loop,
+                 on_exit=lambda child, rc: done.set_result(rc))
+    print("exit", await asyncio.wait_for(done, 10))
+    await channel.close()
+    await server.stop(None)
+
+uvloop.run(main())
+"""
+
+
+async def test_spawning_from_a_grpc_loaded_worker_is_quiet():
+    # uvloop's subprocess_exec forks and gRPC logs "skipping fork() handlers";
+    # vfork+exec runs no fork handlers, so nothing is logged.
+    proc = await asyncio.get_running_loop().run_in_executor(None, functools.partial(
+        subprocess.run, [sys.executable, "-c", GRPC_SPAWN], capture_output=True, timeout=30))
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode().split() == ["child", "ran", "exit", "0"]
+    assert "fork" not in proc.stderr.decode().lower(), proc.stderr.decode()
