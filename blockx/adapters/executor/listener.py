@@ -4,7 +4,8 @@ Rules:
 - The socket's directory must be private to the Worker's user: it is created
   with mode 0700 when missing; an existing directory owned by someone else or
   open to group/others is refused (we never chmod a directory we did not
-  create: it may be /tmp or a home directory).
+  create: it may be /tmp or a home directory). A symlink in its place is
+  refused too: whoever controls the link controls where the socket lands.
 - The socket is bound, chmod'ed to 0600, and only then listens, so no peer can
   connect before the mode is tight.
 - A leftover socket file from a dead Worker is removed (nobody accepts on it);
@@ -33,9 +34,11 @@ def ensure_private_dir(directory: str) -> None:
     else:
         os.chmod(directory, 0o700)  # makedirs applied the umask; make the mode exact
         return
-    st = os.stat(directory)
+    st = os.lstat(directory)
     if not stat.S_ISDIR(st.st_mode):
-        raise SocketPathError(errno.ENOTDIR, f"executor socket directory {directory!r} is not a directory")
+        raise SocketPathError(
+            errno.ENOTDIR,
+            f"executor socket directory {directory!r} is not a directory (a symlink is not accepted)")
     if st.st_uid != os.geteuid():
         raise SocketPathError(
             errno.EPERM,

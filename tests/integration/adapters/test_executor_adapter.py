@@ -95,6 +95,14 @@ async def test_refuses_a_directory_others_can_enter(sock_dir):
         await ExecutorAdapter(os.path.join(shared, "w.sock")).start()
 
 
+async def test_refuses_a_symlinked_directory(sock_dir):
+    real = os.path.join(sock_dir, "real")
+    os.mkdir(real, 0o700)
+    os.symlink(real, os.path.join(sock_dir, "link"))
+    with pytest.raises(SocketPathError, match="symlink"):
+        await ExecutorAdapter(os.path.join(sock_dir, "link", "w.sock")).start()
+
+
 async def test_refuses_a_non_socket_file_and_a_live_listener(sock_dir):
     path = os.path.join(sock_dir, "w.sock")
     with open(path, "w") as f:
