@@ -211,3 +211,5 @@ class IOScopeFactory:
             close = getattr(be, "close", None)
             if close is not None:
                 await close()
+
+    close = aclose  # the shutdown sequence calls factory.close()

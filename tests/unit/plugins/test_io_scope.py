@@ -231,7 +231,7 @@ async def test_factory_from_config_and_shutdown():
     assert f.admission["devstub"]._value == 3
     assert await s.handle("devstub", b'{"op":"echo"}') == (b'{"op":"echo"}', None)
     assert f.live_scopes() == 1
-    await f.aclose()
+    await f.close()
     assert s.closed and f.live_scopes() == 0
     cfg.io_backends.devstub.enabled = False
     assert IOScopeFactory.from_config(cfg).backends == {}
