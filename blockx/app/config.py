@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_type_hints
 
 from blockx.app.duration import DurationError, parse_duration_ms
-from blockx.core.dispatcher_config import derive_stall_timeout_ms
+from blockx.core.config import MAX_RETRY_JITTER_PERCENT, SNAPSHOT_RETENTION_SLACK_MS
+from blockx.core.dispatcher_config import MAX_FAIRNESS_QUANTUM, derive_stall_timeout_ms
 
 if TYPE_CHECKING:
     from blockx.app.profile import Profile
@@ -42,12 +43,8 @@ INT64_MIN = -(1 << 63)
 UDS_PATH_MAX = 107
 # The etcd lease the Worker keeps alive with its heartbeats (spec: TTL 10 s).
 ETCD_LEASE_TTL_MS = 10_000
-# Extra snapshot retention when functionSnapshotRetentionMs is 0 (spec: maxTaskTimeoutMs + 10s).
-SNAPSHOT_RETENTION_SLACK_MS = 10_000
 # The executor heartbeat timeout, once coupled to the stall backstop, is stall + this.
 STALL_DERIVED_MARGIN_MS = 5_000
-MAX_FAIRNESS_QUANTUM = 1024
-MAX_RETRY_JITTER_PERCENT = 5
 SPAWN_MODES_SUPPORTED = ("process",)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
 BLOCK_REGISTRY_SEGMENT = "workers"
@@ -704,7 +701,7 @@ def _violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
         elif any(c.isspace() for c in ep) or ":" not in ep.removeprefix("http://").removeprefix("https://"):
             out.append(f"{name('etcdEndpoints')}: {ep!r} is not host:port (or http[s]://host:port)")
 
-    _check_prefix(cfg.worker_registry_prefix, deployment, name("workerRegistryPrefix"), out)
+    check_registry_prefix(cfg.worker_registry_prefix, deployment, name("workerRegistryPrefix"), out)
 
     need(cfg.executor_count > 0, "executorCount", "> 0", cfg.executor_count)
     if cfg.executor_spawn_mode == "sandbox":
@@ -818,7 +815,7 @@ def expected_registry_segment(deployment: str) -> str | None:
     return {"block": BLOCK_REGISTRY_SEGMENT, "bundle": BUNDLE_REGISTRY_SEGMENT}.get(deployment)
 
 
-def _check_prefix(prefix: str, deployment: str, label: str, out: list[str]) -> None:
+def check_registry_prefix(prefix: str, deployment: str, label: str, out: list[str]) -> None:
     """The prefix is an etcd key directory: "/.../workers/" for block, "/.../bundle-workers/"
     for bundle. A block Worker under the bundle prefix (or the reverse) would be
     picked by the wrong Coordinator, so the last segment must match the deployment;

@@ -40,7 +40,7 @@ class Profile:
     name: str = ""
 
     def violations(self) -> list[str]:
-        from blockx.app.config import _check_prefix
+        from blockx.app.config import check_registry_prefix
         from blockx.plugins.builders import KNOWN_BUILDERS
         from blockx.plugins.writers import KNOWN_PLUGINS
 
@@ -49,7 +49,7 @@ class Profile:
             out.append(f"deployment must be one of {', '.join(DEPLOYMENTS)} (got {self.deployment!r})")
         if not self.service or not self.service.strip():
             out.append("service must not be empty (it labels traces and metrics)")
-        _check_prefix(self.worker_registry_prefix, self.deployment, "worker_registry_prefix", out)
+        check_registry_prefix(self.worker_registry_prefix, self.deployment, "worker_registry_prefix", out)
         if not self.builders:
             out.append("builders must name at least one call builder")
         for kind, names, known in (("builder", self.builders, KNOWN_BUILDERS),
