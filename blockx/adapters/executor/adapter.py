@@ -105,12 +105,14 @@ class ExecutorAdapter:
         self._conns: dict[str, ExecutorConnection] = {}  # attached, by executor id
         self._pending: set[ExecutorConnection] = set()  # connected, no Heartbeat yet
         self._closing = False
-        # adapter-local totals (Metrics has no family for them)
+        # Adapter-local totals. Heartbeat timeouts and wedge kills reach Metrics
+        # through the orchestrator, which counts what these calls return.
         self.attached_total = 0
         self.lost_total = 0
         self.malformed_total = 0
         self.reconnects_total = 0
         self.handler_errors_total = 0
+        self.heartbeat_timeouts_total = 0
 
     # ---- lifecycle ----
     async def start(self) -> None:
@@ -362,7 +364,7 @@ class ExecutorAdapter:
             silent = now_ms - conn.last_heartbeat_at_ms
             if silent > limit:
                 lost.append(eid)
-                self.counters.executor_heartbeat_timeouts += 1
+                self.heartbeat_timeouts_total += 1
                 self._lose(conn, f"heartbeat timeout: no Heartbeat for {silent} ms (limit {limit} ms)")
         for conn in list(self._pending):
             if now_ms - conn.connected_at_ms > limit:
@@ -389,6 +391,5 @@ class ExecutorAdapter:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             return False
-        self.counters.executor_wedge_kills += 1
         self.log.warning("killed executor %s (pid %d)", executor_id, pid)
         return True

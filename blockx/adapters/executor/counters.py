@@ -10,7 +10,7 @@ from __future__ import annotations
 
 class LocalCounters:
     __slots__ = ("uds_frames_in", "uds_frames_out", "uds_bytes_in", "uds_bytes_out",
-                 "executor_heartbeat_timeouts", "executor_restarts", "executor_wedge_kills")
+                 "executor_restarts")
 
     def __init__(self) -> None:
         for name in self.__slots__:

@@ -281,8 +281,7 @@ class PoolManager:
         slot = self._slots.get(executor_id)
         if slot is None or slot.child is None or not slot.child.kill():
             return False
-        slot.kills += 1
-        self.counters.executor_wedge_kills += 1
+        slot.kills += 1  # Metrics.executor_wedge_kills is counted by the caller
         self.log.warning("killed executor %s (pid %d)", executor_id, slot.child.pid,
                          extra={"fields": {"executor_id": executor_id, "pid": slot.child.pid}})
         return True

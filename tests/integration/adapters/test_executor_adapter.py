@@ -527,6 +527,7 @@ async def test_heartbeat_timeout_declares_lost(env, clock):
     b = await attach("exec-b")
     assert adapter.check_heartbeat_timeouts(20_000) == []
     assert adapter.check_heartbeat_timeouts(20_001) == ["exec-a"]
+    assert adapter.heartbeat_timeouts_total == 1
     assert "heartbeat timeout" in await handler.wait_lost("exec-a")
     await a.wait_eof()
     await silent.wait_eof()

@@ -166,7 +166,7 @@ async def test_kill_executor_sigkills_and_the_slot_restarts(make_pool):
     info = {i.executor_id: i for i in pool.slot_info()}
     assert info["exec-1"].kills == 1 and info["exec-1"].last_exit_code == -signal.SIGKILL
     assert info["exec-0"].kills == 0 and pool.kills_total == 1
-    assert pool.counters.executor_wedge_kills == 1 and pool.counters.executor_restarts == 1
+    assert pool.counters.executor_restarts == 1
     assert gone(pid)
 
 
