@@ -3,7 +3,8 @@
 Exit codes: 0 the Worker closed the connection (the normal way to stop an
 executor); 1 start-up failed (bad socket path, Worker not listening, codec not
 built); 2 the Worker sent a malformed frame or broke the message contract;
-3 the connection failed otherwise (the Worker stopped reading). argparse exits
+3 the connection failed otherwise (the Worker stopped reading); 70 an internal
+error (logged with its traceback). argparse exits
 2 on bad flags. SIGINT is ignored: a Ctrl-C in the Worker's terminal reaches
 the whole process group, and the Worker, not the terminal, decides when its
 executors stop (it closes their sockets when it has drained). SIGTERM stops the
@@ -17,6 +18,8 @@ import signal
 import sys
 
 log = logging.getLogger("blockx_executor")
+
+EXIT_CRASH = 70
 
 
 def _positive(min_value: int):
@@ -99,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     heartbeats.start()
     try:
         return scheduler.loop()
+    except Exception:
+        log.exception("executor crashed")
+        return EXIT_CRASH
     finally:
         heartbeats.stop()
         conn.close()

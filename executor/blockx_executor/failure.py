@@ -1,8 +1,8 @@
 """Turning an exception raised by user code into CallFailed fields.
 
-Rules: errorKind is the exception's `error_kind` attribute when it has a string
-one (the SDK's IOCallError / SubcallError / CallAborted carry theirs), otherwise
-USER_ERROR; retryable is `bool(exc.retryable)` when the attribute exists, else
+Rules: errorKind is the `error_kind` of the SDK's exceptions (IOCallError,
+SubcallError, BudgetExceeded, CallCancelled, user subclasses of SDKError),
+otherwise USER_ERROR; retryable is `bool(exc.retryable)` when the attribute exists, else
 False. errorStack is the traceback with the executor's own frames cut from the
 top, so it starts at the user's code. localVars are those of the innermost frame
 that belongs to user function code (a `<blockx-fn ...>` file), falling back to
@@ -16,6 +16,8 @@ import os
 import reprlib
 import traceback
 import types
+
+from .sdk import CallAborted, SDKError
 
 USER_FILE_PREFIX = "<blockx-fn "
 MAX_VARS = 20
@@ -42,6 +44,11 @@ def clip(text: str, limit: int) -> str:
 
 
 def error_kind_of(exc: BaseException, default: str = "USER_ERROR") -> str:
+    """Only the SDK's exception types (and user subclasses of SDKError) choose
+    their errorKind: an unrelated `error_kind` attribute on some library's
+    exception must not pass for, say, a retryable EXECUTOR_LOST."""
+    if not isinstance(exc, (SDKError, CallAborted)):
+        return default
     kind = getattr(exc, "error_kind", None)
     return kind if isinstance(kind, str) and kind else default
 

@@ -1,4 +1,5 @@
-"""The executor's scheduler: one loop on the main thread, one greenlet per call.
+"""The executor's scheduler: one loop on the main thread, a greenlet per live call
+(taken from a pool of parked greenlets; a finished call's greenlet goes back).
 
 Each pass: poll the socket (not at all while calls are runnable, otherwise until
 the next timer, at most `idle_poll_ms`), decode and handle every frame that
@@ -40,6 +41,7 @@ import logging
 import select
 import time
 from collections import deque
+from contextvars import Context
 
 import orjson
 from greenlet import getcurrent, greenlet
@@ -66,6 +68,15 @@ EXIT_PROTOCOL = 2
 EXIT_LOST = 3
 
 
+def _call_runner(call: Call):
+    """Body of a pooled greenlet: run calls one after another. Each call runs in
+    a fresh contextvars.Context so nothing a call sets leaks into the next."""
+    hub = getcurrent().parent
+    while True:
+        outcome = Context().run(call.run)
+        call = hub.switch(("done", outcome))
+
+
 class Scheduler:
     def __init__(self, conn: Connection, codec, *, max_inflight: int, max_runnable: int,
                  code_cache_size: int = 256, idle_poll_ms: int = 200):
@@ -88,6 +99,8 @@ class Scheduler:
         self.fetch_waiters: dict[str, list[Call]] = {}
         self.timers: list = []
         self._timer_seq = 0
+        self.idle: list = []  # parked call-runner greenlets
+        self.max_idle = max_inflight
         self._request_seq = 0
         self.running_call_id = ""
         self.last_active_ms = now_ms()
@@ -334,28 +347,35 @@ class Scheduler:
 
     def step(self, call: Call) -> None:
         g = call.greenlet
-        value = call.resume
-        call.resume = None
-        fresh = g is None
-        if fresh:
-            g = call.greenlet = greenlet(call.run, self.hub)
+        if g is None:
+            # A call starts on an idle pooled greenlet: creating one costs ~10 us,
+            # switching into a parked one well under 1 us.
+            g = call.greenlet = self.idle.pop() if self.idle else greenlet(_call_runner, self.hub)
             g.blockx_call = call
+            value = call
             call.started_at_ms = now_ms()
             call.started_ns = _monotonic_ns()
+        else:
+            value = call.resume
+            call.resume = None
         call.state = RUNNING
         self.running_call_id = call.call_id
         t0 = call.slice_start_ns = _monotonic_ns()
         try:
-            result = g.switch() if fresh else g.switch(value)
+            result = g.switch(value)
         except BaseException as exc:  # the runner itself failed (e.g. MemoryError)
-            result = _failed("USER_ERROR", False, clip(
-                f"call runner failed: {type(exc).__name__}: {exc}", MAX_MESSAGE))
+            result = ("done", _failed("USER_ERROR", False, clip(
+                f"call runner failed: {type(exc).__name__}: {exc}", MAX_MESSAGE)))
         t1 = _monotonic_ns()
         self.running_call_id = ""
         self.last_active_ms = now_ms()
         call.used_ns += t1 - t0
-        if g.dead:
-            self.finish(call, result)
+        if result[0] == "done":
+            if not g.dead:
+                g.blockx_call = None
+                if len(self.idle) < self.max_idle:
+                    self.idle.append(g)
+            self.finish(call, result[1])
         else:
             self.on_wait(call, result, t1)
 

@@ -25,9 +25,10 @@ returns `(result, body)` with `body` None when the answer carried no binary part
 Failures the Worker reports come back as exceptions: `IOCallError` for an IO
 (`error_kind` as the backend reported it, e.g. IO_ERROR) and `SubcallError`
 (`error_kind` SUBCALL_FAILED, `child_error_kind` the child's own kind). Left
-uncaught they fail the call with that error_kind and retryable flag. Any other
-exception fails the call as USER_ERROR, retryable only when the exception has a
-truthy `retryable` attribute.
+uncaught they fail the call with that error_kind and retryable flag (an
+SDKError subclass of your own may set its error_kind too). Any other exception
+fails the call as USER_ERROR, retryable only when the exception has a truthy
+`retryable` attribute.
 
 This module imports nothing heavy: only greenlet and orjson."""
 
@@ -44,6 +45,9 @@ __all__ = [
     "CallContext", "SDKError", "IOCallError", "SubcallError",
     "CallAborted", "BudgetExceeded", "CallCancelled",
 ]
+
+
+_MAX_SLEEP_MS = 7 * 24 * 3600 * 1000
 
 
 class SDKError(Exception):
@@ -163,10 +167,10 @@ def call(function_id: str, *args: Any) -> Any:
 def sleep(ms: float) -> None:
     """Suspend this call for `ms` milliseconds (counts against the budget).
     sleep(0) just lets other runnable calls go first."""
-    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or ms != ms:
+    if isinstance(ms, bool) or not isinstance(ms, (int, float)):
         raise TypeError("sdk.sleep takes a number of milliseconds")
-    if ms < 0:
-        raise ValueError("sdk.sleep milliseconds must be >= 0")
+    if not 0 <= ms <= _MAX_SLEEP_MS:  # also rejects NaN
+        raise ValueError(f"sdk.sleep milliseconds must be within 0..{_MAX_SLEEP_MS}, got {ms!r}")
     _current().wait_sleep(ms)
 
 

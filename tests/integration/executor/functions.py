@@ -111,3 +111,19 @@ def main():
 '''
 
 INT_KEYS = "def main():\n    return {1: 'a', 2: [1.5, None, True]}\n"
+
+CONTEXTVAR = '''import contextvars
+
+var = contextvars.ContextVar("var", default="unset")
+
+def main(value):
+    before = var.get()
+    var.set(value)
+    return before
+'''
+
+BAD_SLEEP = '''from blockx_executor import sdk
+
+def main():
+    sdk.sleep(float("inf"))
+'''

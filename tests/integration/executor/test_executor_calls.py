@@ -177,3 +177,17 @@ def test_sdk_from_another_thread_raises(make_worker):
     w.execute("c1", "t", [])
     out = w.expect(m.CALL_COMPLETED, "c1")[0]["payload"]["output"]
     assert len(out) == 1 and "must be called from a function running as a call" in out[0]
+
+
+def test_context_variables_do_not_leak_between_calls(make_worker):
+    w = make_worker({"cv": fn.CONTEXTVAR})
+    for i in range(3):  # sequential calls reuse one pooled greenlet
+        w.execute(f"c{i}", "cv", [f"v{i}"])
+        assert w.expect(m.CALL_COMPLETED, f"c{i}")[0]["payload"]["output"] == "unset"
+
+
+def test_invalid_sleep_is_a_user_error(make_worker):
+    w = make_worker({"bs": fn.BAD_SLEEP})
+    w.execute("c1", "bs", [])
+    p = w.expect(m.CALL_FAILED, "c1")[0]["payload"]
+    assert p["errorKind"] == "USER_ERROR" and p["errorMessage"].startswith("ValueError: sdk.sleep")
