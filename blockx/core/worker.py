@@ -26,7 +26,31 @@ Lifecycle of a task::
     handle_task_phase_finished(PLUGIN, any)  -> ConvergeTask SUCCEEDED/FAILED (slot FREE)
 
 Any failure after SubmitTask accepted the task converges it (ConvergeTask with
-a FAILED result); only the submission layer raises ``WorkerError``.
+a FAILED result); only the submission layer raises ``WorkerError``. The slot is
+freed inside the same call that emits ConvergeTask; the context leaves
+``get_task_context`` and the result stays for ``resultRetentionMs``.
+
+Slots and submission
+--------------------
+- Slots are ``slot-0`` .. ``slot-{taskSlots-1}``; first FREE slot wins.
+- A slot stays ALLOCATED (lease running) from reservation until activation, so
+  a lease that runs out before activation converges the task FAILED/SLOT_LOST.
+  Repeating RequestTaskSlot for a reserved task returns the same snapshot and
+  does not extend the lease.
+- SubmitTask without ``slot_id`` uses the task's own live reservation if it has
+  one, else reserves inline with ``defaultTTLMs``.
+- SubmitTask with ``slot_id``: not ``slot-N`` in range -> InvalidArgument; the
+  task's reservation of that slot expired (reclaimed, maybe re-allocated) ->
+  SlotUncertain ("request a new slot"); any other slot that is not the task's
+  live reservation -> InvalidSlot. An expired reservation is remembered as a
+  tombstone for ``resultRetentionMs`` to tell these apart; GetTaskResult on it
+  is NotFound, and a new RequestTaskSlot / inline reservation replaces it.
+- Order of checks: task_id, idempotency (known submitted or terminal task ->
+  its snapshot, even while draining), request validation, draining
+  (Unavailable), slot checks, capacity (NoSlot).
+- ``ready`` is reported in the heartbeat only; it does not gate admission.
+- Watch streams may attach to a bare reservation; the count carries over to
+  the task at SubmitTask. Watch grace only ever reclaims submitted tasks.
 
 Time
 ----
@@ -44,8 +68,9 @@ RPCs (raise ``WorkerError``; return a result with ``snapshot`` + ``commands``):
   ``handle_request_task_slot(task_id, ttl_ms, now) -> RequestTaskSlotResult``
   ``handle_submit_task(req, adapter_task_ctx, now) -> SubmitTaskResult``
   ``handle_get_task_result(task_id) -> GetTaskResultOutput``
-Events fed back by the adapter (never raise for a known/unknown task id; a
-stale or out-of-order event returns ``applied=False`` and changes nothing):
+Events fed back by the adapter (a stale, out-of-order or unknown-task event
+returns ``applied=False`` and changes nothing; they raise only for a slot id
+that is no slot, or a phase other than BUILDER/CALLS/PLUGIN):
   ``handle_task_activation_prepared(task_id, slot_id, task_code_epoch, now)``
   ``handle_task_activation_failed(task_id, failure_code, message, now, retryable=False)``
   ``handle_task_phase_finished(task_id, phase, outcome, now)``

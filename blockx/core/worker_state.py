@@ -11,6 +11,7 @@ only change together. See ``worker.py`` for the public API.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 from . import failure_codes as fc
@@ -44,7 +45,9 @@ class WorkerState:
                  "_deadlines", "_watch_timers", "_retention", "_watch_seq")
 
     def __init__(self, config: Config | None = None) -> None:
-        self.config = cfg = (config if config is not None else Config()).validate()
+        # A private copy: the slot table is sized once, so later edits to the caller's
+        # Config must not change the core's view of it.
+        self.config = cfg = replace(config if config is not None else Config()).validate()
         self._slots = SlotTable(cfg.task_slots)
         self._index: dict[str, TaskIndexEntry] = {}
         self._tasks: dict[str, TaskContext] = {}
