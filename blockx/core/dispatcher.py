@@ -121,6 +121,7 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin):
             rec = select(now)
             if rec is None:
                 ready.push_front(ctx)
+                sched.unserved()
                 break
             ctx.state = RUNNING
             ctx.attempt_count += 1

@@ -128,6 +128,13 @@ class TaskScheduler:
             ring.rotate(-1)
         self._left -= 1
 
+    def unserved(self) -> None:
+        """No executor could take the picked instance's call. A turn that has
+        not served a bind yet is void: the next round re-selects by the
+        then-current in-flight counts. A turn already under way continues."""
+        if self._left >= self._quantum:
+            self._current = None
+
     def instance_inflight(self) -> dict[str, int]:
         """instance_id -> root calls in flight (fair mode; for tests/metrics)."""
         if not self._fair:
