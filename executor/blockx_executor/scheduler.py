@@ -99,6 +99,7 @@ class Scheduler:
         self.fetch_waiters: dict[str, list[Call]] = {}
         self.timers: list = []
         self._timer_seq = 0
+        self._compact_at = 1024
         self.idle: list = []  # parked call-runner greenlets
         self.max_idle = max_inflight
         self._request_seq = 0
@@ -421,8 +422,16 @@ class Scheduler:
         return now + (call.budget_ns - call.used_ns) + 1
 
     def _arm(self, call: Call, deadline: int) -> None:
+        timers = self.timers
+        if len(timers) >= self._compact_at:
+            # Timers are cancelled lazily (token mismatch); when most entries are
+            # stale (IO answered long before the budget ran out) drop them, so the
+            # heap and the calls it pins stay proportional to the live waits.
+            timers[:] = [t for t in timers if t[3] == t[2].timer_token and t[2].state == WAITING]
+            heapq.heapify(timers)
+            self._compact_at = max(1024, 2 * len(timers))
         self._timer_seq += 1
-        heapq.heappush(self.timers, (deadline, self._timer_seq, call, call.timer_token))
+        heapq.heappush(timers, (deadline, self._timer_seq, call, call.timer_token))
 
     def fire_timers(self) -> None:
         timers = self.timers
