@@ -93,13 +93,22 @@ def discover() -> list[Bench]:
     return list(_REGISTRY)
 
 
-def variants(benches: list[Bench]) -> list[Variant]:
-    """The pyperf benchmarks in run order: compiled then twin, per Bench."""
+def variants(benches: list[Bench], twin_first: bool = False) -> list[Variant]:
+    """The pyperf benchmarks in run order: compiled then twin per Bench, or
+    twin then compiled (confirmation runs swap the order to cancel drift)."""
     out = []
     for b in benches:
-        out.append(Variant(b, "cython", b.compiled_fn, False))
-        out.append(Variant(b, "python", b.twin_fn, b.twin_env))
+        pair = [Variant(b, "cython", b.compiled_fn, False),
+                Variant(b, "python", b.twin_fn, b.twin_env)]
+        out.extend(reversed(pair) if twin_first else pair)
     return out
+
+
+def matches(name: str, filters: list[str]) -> bool:
+    """--bench filters: a substring of the name, or "=NAME" for exactly NAME."""
+    if not filters:
+        return True
+    return any(name == f[1:] if f.startswith("=") else f in name for f in filters)
 
 
 def fast_pair(name: str):

@@ -20,6 +20,7 @@ def setup():
     from blockx.core.types import (FunctionCall, PhaseOutcome, SubmitTaskRequest, TaskPhase,
                                    TaskState)
     from blockx.core.worker import WorkerCore
+    import blockx._fast as fast
 
     core = WorkerCore(Config(task_slots=64, result_retention_ms=1_000))
     fc = FunctionCall("callList", b'{"calls": [{"functionId": "add", "args": [1, 2]}]}')
@@ -30,7 +31,17 @@ def setup():
         "builder": PhaseOutcome(calls=[{"functionId": "add", "args": [1, 2]}]),
         "calls": PhaseOutcome(outputs=[b"3"], call_count=1),
         "plugin": PhaseOutcome(),
+        "twins": fast.NO_EXTENSIONS,
     }
+
+
+def _side(expect_twins):
+    """The time function for one side; refuses to measure the wrong build."""
+    def timed(state, loops):
+        if state["twins"] != expect_twins:
+            raise RuntimeError(f"expected BLOCKX_NO_EXTENSIONS={int(expect_twins)} in this worker")
+        return run(state, loops)
+    return timed
 
 
 def run(state, loops):
@@ -67,5 +78,5 @@ def run(state, loops):
     return elapsed
 
 
-register("WorkerCore submit -> terminal", setup, run, run, twin_env=True, requires=REQUIRES,
+register("WorkerCore submit -> terminal", setup, _side(False), _side(True), twin_env=True, requires=REQUIRES,
          check=False)

@@ -1,0 +1,78 @@
+"""DispatcherCore: one call's way through the Sans-IO scheduler, as the adapter
+drives it, measured per call over tasks of 16 distinct calls on a pool of 8
+executors: prepare + commit the call phase, dispatch (ReadyQueue pop, cache
+key lookups, executor scoring, BindCall), executor bound (DispatchCallCmd),
+call completed (UnbindCall, CallCache, singleflight), the epilogue that
+converges the task, and remove_task.
+
+"Compiled vs twin" means the core with the compiled hot paths (readyqueue,
+scoring, cachekey) vs the same core under BLOCKX_NO_EXTENSIONS=1 (twin_env)."""
+
+from time import perf_counter
+
+from bench.micro import register
+
+REQUIRES = ("blockx/core/dispatcher.py",)
+CALLS = 16
+EXECUTORS = 8
+DIGEST = "3f0a5c1e9b7d2a4c6e8f01234567890abcdef0123456789abcdef0123456789a"
+
+
+def setup():
+    import blockx._fast as fast
+    from blockx.core.dispatcher import DispatcherCore
+    from blockx.core.dispatcher_commands import BindCall, ConvergeTaskCalls
+    from blockx.core.dispatcher_config import DispatcherConfig
+    from blockx.core.dispatcher_types import CallSpec, ExecutorSnapshot
+
+    core = DispatcherCore(DispatcherConfig(), lambda: 0.5)
+    snaps = [ExecutorSnapshot(f"exec-{i}", True, 0, 64) for i in range(EXECUTORS)]
+    core.handle_executor_snapshot_updated(snaps, 0)
+    calls = [CallSpec("transfer_summary", DIGEST, b'["0xabc%d",%d]' % (i, i)) for i in range(CALLS)]
+    return {"core": core, "calls": calls, "seq": [0], "Bind": BindCall,
+            "Converge": ConvergeTaskCalls, "twins": fast.NO_EXTENSIONS}
+
+
+def _side(expect_twins):
+    """The time function for one side; refuses to measure the wrong build."""
+    def timed(state, loops):
+        if state["twins"] != expect_twins:
+            raise RuntimeError(f"expected BLOCKX_NO_EXTENSIONS={int(expect_twins)} in this worker")
+        return run(state, loops)
+    return timed
+
+
+def run(state, loops):
+    core = state["core"]
+    calls = state["calls"]
+    Bind, Converge = state["Bind"], state["Converge"]
+    prepare, commit = core.prepare_call_phase, core.commit_call_phase
+    epilogue, bound = core.epilogue, core.handle_executor_bound
+    completed, remove = core.handle_call_completed, core.remove_task
+    seq = state["seq"][0]
+    now = seq
+    converged = 0
+    t0 = perf_counter()
+    for _ in range(loops):
+        seq += 1
+        now += 1
+        task_id = f"task-{seq}"
+        commit(prepare(task_id, calls), now)
+        binds = [c for c in epilogue(now) if type(c) is Bind]
+        for b in binds:
+            bound(b.call_id, now)
+        for b in binds:
+            completed(b.call_id, 1, b"42", 1, now)
+        for c in epilogue(now):
+            if type(c) is Converge:
+                converged += 1
+        remove(task_id)
+    elapsed = perf_counter() - t0
+    if converged != loops or core.task_count != 0:
+        raise AssertionError(f"{loops - converged} task(s) did not converge")
+    state["seq"][0] = seq
+    return elapsed / CALLS
+
+
+register(f"DispatcherCore dispatch -> complete (per call, {CALLS}-call tasks)", setup, _side(False), _side(True),
+         twin_env=True, requires=REQUIRES)
