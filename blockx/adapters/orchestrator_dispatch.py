@@ -28,10 +28,13 @@ from blockx.core.dispatcher_commands import (
     ArmCallRetry, BatchSettled, BindCall, CancelCallCmd, CompleteCallFromCache, ConvergeTaskCalls,
     DispatchCallCmd, StopCallProduction, SubcallDone, UnbindCall,
 )
+from blockx._fast.errors import FrameTooLarge, OutboxClosed, OutboxFull
+from blockx.adapters.executor.errors import CallNotBound, ExecutorGone
 from blockx.protocol import messages as m
 
 log = logging.getLogger("blockx.dispatch")
 
+ERR_ARGS_TOO_LARGE = "ARGS_TOO_LARGE"   # not retryable: the same args never fit
 _Fragment = orjson.Fragment
 _dumps = orjson.dumps
 
@@ -110,14 +113,26 @@ class DispatchActor:
                 }
                 try:
                     adapter.send_execute_call(cmd.executor_id, cmd.call_id, payload)
-                except Exception as exc:  # OutboxFull / ExecutorGone: retryable
-                    kind = m.OUTBOX_FULL if type(exc).__name__ == "OutboxFull" else m.EXECUTOR_LOST
-                    more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, kind, True,
+                except OutboxFull as exc:
+                    more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, m.OUTBOX_FULL, True,
                                                    f"ExecuteCall to {cmd.executor_id} not sent: {exc}", now)
-                    if more:
-                        self._exec(more, now)
+                except (ExecutorGone, OutboxClosed) as exc:
+                    more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, m.EXECUTOR_LOST, True,
+                                                   f"ExecuteCall to {cmd.executor_id} not sent: {exc}", now)
+                except FrameTooLarge as exc:
+                    more = disp.handle_call_failed(
+                        cmd.call_id, cmd.attempt_seq, ERR_ARGS_TOO_LARGE, False,
+                        f"the call's arguments do not fit in one frame: {exc}", now)
+                except CallNotBound as exc:
+                    # A stale attempt (its reservation was already released): the
+                    # dispatcher has moved on; nothing to send, nothing to feed back.
+                    log.debug("ExecuteCall %s skipped: %s", cmd.call_id, exc)
+                    continue
                 else:
                     metrics.calls_dispatched += 1
+                    continue
+                if more:
+                    self._exec(more, now)
             elif t is UnbindCall:
                 adapter.unbind(cmd.call_id, cmd.executor_id)
             elif t is ConvergeTaskCalls:

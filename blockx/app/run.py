@@ -117,7 +117,7 @@ class Worker:
         io_factory = IOScopeFactory.from_config(cfg)
         self.adapter = ExecutorAdapter(cfg.socket_path,
                                        heartbeat_timeout_ms=cfg.effective_executor_heartbeat_timeout_ms(),
-                                       metrics=metrics)
+                                       executor_contexts=dcfg.executor_max_inflight, metrics=metrics)
         self.pool = PoolManager(
             cfg.executor_count, cfg.socket_path, max_inflight=dcfg.executor_max_inflight,
             max_runnable=dcfg.executor_max_runnable, restart_enabled=cfg.executor_restart_enabled,
@@ -142,8 +142,7 @@ class Worker:
         await set_health(self.health, False)
         self.worker_addr = cfg.resolved_worker_addr(port)
         self.publisher = EtcdPublisher(
-            cfg.etcd_endpoints if cfg.etcd_enabled else None, cfg.worker_registry_prefix or
-            profile.worker_registry_prefix, self.worker_addr, self._heartbeat,
+            cfg.etcd_endpoints if cfg.etcd_enabled else None, cfg.worker_registry_prefix, self.worker_addr, self._heartbeat,
             interval_ms=cfg.heartbeat_interval_ms, metrics=metrics)
 
         await self.adapter.start()
