@@ -1,10 +1,6 @@
-import asyncio
-
-import pytest
 import uvloop
 
 
-@pytest.fixture(scope="session")
-def event_loop_policy():
+def pytest_asyncio_loop_factories(config, item):
     # Every async test runs on uvloop, as the Worker does.
-    return uvloop.EventLoopPolicy()
+    return {"uvloop": uvloop.new_event_loop}
