@@ -51,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--connect-timeout-ms", type=_positive(0), default=5000, metavar="MS",
                    help="keep retrying a socket that is missing or refuses for this long "
                         "(default 5000; 0 = try once)")
+    p.add_argument("--budget-preempt-ms", type=_positive(0), default=50, metavar="MS",
+                   help="how often a call that runs without yielding is checked against "
+                        "its budget and interrupted once over it (default 50; 0 = only "
+                        "check when calls yield)")
     p.add_argument("--code-cache-size", type=_positive(1), default=256, metavar="N",
                    help="function code versions (digests) kept compiled (default 256)")
     p.add_argument("--log-level", default="info",
@@ -100,11 +104,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK if exc.clean else 3
     log.info("attached to %s (max inflight %d)", args.socket_path, args.executor_max_inflight)
     heartbeats.start()
+    preemption = None
+    if args.budget_preempt_ms:
+        from .preempt import BudgetPreemption
+        preemption = BudgetPreemption(scheduler, args.budget_preempt_ms)
+        preemption.start()
     try:
         return scheduler.loop()
     except Exception:
         log.exception("executor crashed")
         return EXIT_CRASH
     finally:
+        if preemption is not None:
+            preemption.stop()
         heartbeats.stop()
         conn.close()

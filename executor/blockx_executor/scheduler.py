@@ -104,6 +104,7 @@ class Scheduler:
         self.max_idle = max_inflight
         self._request_seq = 0
         self.running_call_id = ""
+        self.running_call: Call | None = None
         self.last_active_ms = now_ms()
 
     # ---- stats read by the heartbeat thread -------------------------------------
@@ -362,11 +363,16 @@ class Scheduler:
         call.state = RUNNING
         self.running_call_id = call.call_id
         t0 = call.slice_start_ns = _monotonic_ns()
+        self.running_call = call
         try:
             result = g.switch(value)
-        except BaseException as exc:  # the runner itself failed (e.g. MemoryError)
+        except BaseException as exc:
+            # The runner itself died: MemoryError, or a budget preemption that hit
+            # the runner's own code rather than the user's (finish() still
+            # reports the abort).
             result = ("done", _failed("USER_ERROR", False, clip(
                 f"call runner failed: {type(exc).__name__}: {exc}", MAX_MESSAGE)))
+        self.running_call = None
         t1 = _monotonic_ns()
         self.running_call_id = ""
         self.last_active_ms = now_ms()

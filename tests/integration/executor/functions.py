@@ -127,3 +127,17 @@ BAD_SLEEP = '''from blockx_executor import sdk
 def main():
     sdk.sleep(float("inf"))
 '''
+
+SPIN_SWALLOW = '''import time
+
+def main(ms):
+    end = time.monotonic() + ms / 1000.0
+    caught = 0
+    while time.monotonic() < end:
+        try:
+            while time.monotonic() < end:
+                pass
+        except BaseException:
+            caught += 1
+    return caught
+'''

@@ -141,8 +141,19 @@ def test_budget_exceeded_while_sleeping(make_worker):
     assert "sdk.sleep(ms)" in p["errorStack"]  # where the call was when it ran out
 
 
-def test_budget_exceeded_by_cpu_spin(make_worker):
-    w = make_worker({"spin": fn.SPIN})
+def test_cpu_spin_is_preempted_when_its_budget_runs_out(make_worker):
+    w = make_worker({"spin": fn.SPIN, "add": fn.ADD})
+    w.execute("c1", "spin", [5000], budget_ms=100)
+    p = w.expect(m.CALL_FAILED, "c1", timeout=4)[0]["payload"]
+    assert p["errorKind"] == "BUDGET_EXCEEDED" and p["retryable"] is False
+    assert 100 <= p["budgetUsedMs"] < 5000
+    assert "while time.monotonic() < end" in p["errorStack"] or "n += 1" in p["errorStack"]
+    w.execute("c2", "add", [1, 2])  # the executor carries on
+    assert w.expect(m.CALL_COMPLETED, "c2")[0]["payload"]["output"] == 3
+
+
+def test_cpu_spin_without_preemption_fails_when_it_finishes(make_worker):
+    w = make_worker({"spin": fn.SPIN}, extra_args=("--budget-preempt-ms", "0"))
     w.execute("c1", "spin", [300], budget_ms=100)
     p = w.expect(m.CALL_FAILED, "c1")[0]["payload"]
     assert p["errorKind"] == "BUDGET_EXCEEDED" and p["retryable"] is False
@@ -205,3 +216,11 @@ def test_cancel_queued_call(make_worker):
     assert p["errorKind"] == "CANCELLED" and p["budgetUsedMs"] == 0
     w.send(m.resume_call_result("a", env["requestId"], "io", 1))
     assert w.expect(m.CALL_COMPLETED, "a")[0]["payload"]["output"] == {"got": 1}
+
+
+def test_preempted_call_that_swallows_the_exception_still_fails(make_worker):
+    w = make_worker({"sw": fn.SPIN_SWALLOW})
+    w.execute("c1", "sw", [600], budget_ms=50)
+    p = w.expect(m.CALL_FAILED, "c1")[0]["payload"]
+    assert p["errorKind"] == "BUDGET_EXCEEDED"
+    assert p["budgetUsedMs"] >= 600
