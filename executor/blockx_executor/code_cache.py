@@ -64,7 +64,9 @@ class FunctionCode:
         if self.code is None:
             linecache.cache[self.filename] = (
                 len(self.source), None, self.source.splitlines(True), self.filename)
-            self.code = compile(self.source, self.filename, "exec", dont_inherit=True)
+            # The digest covers the file bytes; a UTF-8 BOM is not Python syntax.
+            self.code = compile(self.source.removeprefix("\ufeff"), self.filename, "exec",
+                                dont_inherit=True)
         module = types.ModuleType(self.module_name)
         module.__file__ = self.filename
         module.__dict__["__blockx_function_id__"] = self.function_id

@@ -57,11 +57,15 @@ class Heartbeats:
         s = self.scheduler
         self.seq += 1
         t = os.times()
-        return self.encode_frame(messages.heartbeat(
+        env = messages.heartbeat(
             self.executor_id, self.pid, self.seq,
             s.runnable_count(), s.inflight, s.available_contexts(), rss_bytes(),
             s.last_active_ms, s.running_call_id,
-            int(t.user * 1000), int(t.system * 1000), now_ms()))
+            int(t.user * 1000), int(t.system * 1000), now_ms())
+        # Beyond the contract: the context capacity this executor was started with,
+        # so the Worker need not estimate it from availableContexts + inflightCount.
+        env["payload"]["maxInflight"] = s.max_inflight
+        return self.encode_frame(env)
 
     def send_one(self) -> None:
         self.conn.send_now(self.frame())

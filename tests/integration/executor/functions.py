@@ -141,3 +141,5 @@ def main(ms):
             caught += 1
     return caught
 '''
+
+BOM = "\ufeffdef main():\n    return 'bom ok'\n"

@@ -191,3 +191,9 @@ def test_invalid_sleep_is_a_user_error(make_worker):
     w.execute("c1", "bs", [])
     p = w.expect(m.CALL_FAILED, "c1")[0]["payload"]
     assert p["errorKind"] == "USER_ERROR" and p["errorMessage"].startswith("ValueError: sdk.sleep")
+
+
+def test_source_with_utf8_bom(make_worker):
+    w = make_worker({"bom": fn.BOM})
+    w.execute("c1", "bom", [])
+    assert w.expect(m.CALL_COMPLETED, "c1")[0]["payload"]["output"] == "bom ok"

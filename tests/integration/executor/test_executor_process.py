@@ -19,7 +19,7 @@ def test_first_heartbeat_attaches(make_worker):
     hb = w.wait_heartbeat(lambda hb: True)
     assert hb["executorId"] == "exec-1" and hb["pid"] == w.proc.pid and hb["seq"] == 1
     assert hb["inflightCount"] == 0 and hb["runnableCount"] == 0
-    assert hb["availableContexts"] == 5
+    assert hb["availableContexts"] == 5 and hb["maxInflight"] == 5
     assert hb["memoryBytes"] > 1_000_000 and hb["runningCallId"] == ""
     assert hb["cpuUserMs"] >= 0 and hb["cpuSystemMs"] >= 0
     assert abs(hb["sentAtMs"] - time.time() * 1000) < 60_000
