@@ -12,10 +12,16 @@
 Each function suspends only the calling call (its greenlet): the executor runs
 other calls meanwhile and resumes this one when the Worker answers. Every call
 has a budget (ExecuteCall.callBudgetMs, 0 = unlimited) counting its CPU, IO,
-subcall and sleep time; when it runs out, or the Worker cancels the call, the
-next SDK call (or the wait in progress) raises `BudgetExceeded` / `CallCancelled`.
-Those derive from BaseException so that `except Exception:` in user code does
-not swallow them; let them propagate.
+subcall and sleep time (never time queued in the executor); when it runs out,
+or the Worker cancels the call, the wait in progress or the next SDK call raises
+`BudgetExceeded` / `CallCancelled`, and code computing without yielding is
+interrupted with `BudgetExceeded` within --budget-preempt-ms. Those derive from
+BaseException so that `except Exception:` in user code does not swallow them;
+let them propagate (the call reports the abort whatever the code does next).
+
+Do not block the executor: use sdk.sleep() rather than time.sleep(), and sdk.io()
+rather than network access (the executor reaches nothing but the Worker). SDK
+functions work only in the call's own greenlet, not from threads it starts.
 
 IO shape: `io()` returns the backend's JSON result. A backend that answers with a
 binary body (BXB1 sidecar, e.g. BlockDB protobuf) is read with `io_bytes()`, which
