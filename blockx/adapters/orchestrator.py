@@ -168,11 +168,24 @@ class Orchestrator(PhaseRunner, DispatchActor):
     def _core_timers(self) -> None:
         core = self.core
         now = self._wall()
+        lapsing = self._lapsing_reservations(now) if len(self.subscriptions) else ()
         for cmd in core.tick(now):
             if type(cmd) is ConvergeTask:
                 self._on_task_terminal(cmd)
+        for tid in lapsing:
+            entry = core.get_index_entry(tid)
+            if entry is None or entry.lease_lost_at_ms >= 0:
+                # A reservation that expired before SubmitTask: its watchers learn it is gone.
+                self.subscriptions.publish_gone(tid)
         self._arm_deadline_timer()
         self._update_slot_metrics()
+
+    def _lapsing_reservations(self, now: int) -> list[str]:
+        expired = set(self.core.expired_slots(now))
+        if not expired:
+            return []
+        return [s.task_id for s in self.core.slots if s.slot_id in expired and s.task_id
+                and self.subscriptions.watched(s.task_id)]
 
     def _arm_deadline_timer(self) -> None:
         """Arm one precise timer for the core's next deadline when it falls before the next tick."""

@@ -75,3 +75,13 @@ def test_bad_arguments_get_invalid_argument(worker):
     with pytest.raises(grpc.RpcError) as ei:
         worker.result("never-submitted")
     assert ei.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_watchers_of_an_expired_reservation_get_not_found(worker):
+    _slot(worker, "slot-lapse", ttl_ms=600)
+    t0 = time.monotonic()
+    with pytest.raises(grpc.RpcError) as ei:
+        for upd in worker.stub.WatchTasks(pb.WatchTasksRequest(task_ids=["slot-lapse"]), timeout=10):
+            assert upd.state == pb.TASK_STATE_ALLOCATED
+    assert ei.value.code() == grpc.StatusCode.NOT_FOUND and "expired" in ei.value.details()
+    assert time.monotonic() - t0 < 5
