@@ -174,3 +174,31 @@ def test_streaming_range_scan(start_worker):
     assert res.state == pb.TASK_STATE_SUCCEEDED, res.failure_message
     assert res.statistic.call_count == 20000
     assert outputs(res) == list(range(1, 20001))
+
+
+def test_watch_disconnect_grace_reclaims_the_task(start_worker):
+    w = start_worker({"WATCH_DISCONNECT_GRACE_MS": "400"})
+    w.submit_calls("t-grace", [("sleep_ms", [20_000])])
+    stream = w.stub.WatchTasks(pb.WatchTasksRequest(task_ids=["t-grace"]), timeout=30)
+    first = next(stream)
+    assert first.state == pb.TASK_STATE_RUNNING
+    stream.cancel()                      # the only watcher goes away
+    deadline = time.monotonic() + 5
+    while True:
+        got = w.result("t-grace")
+        if got.state == pb.TASK_STATE_FAILED:
+            break
+        assert time.monotonic() < deadline, "the task was not reclaimed after the Watch grace"
+        time.sleep(0.05)
+    assert got.result.failure_code == "WATCH_DISCONNECTED" and not got.result.retryable
+
+
+def test_watch_reattach_within_grace_keeps_the_task(start_worker):
+    w = start_worker({"WATCH_DISCONNECT_GRACE_MS": "1500"})
+    w.submit_calls("t-reattach", [("sleep_ms", [1200])])
+    stream = w.stub.WatchTasks(pb.WatchTasksRequest(task_ids=["t-reattach"]), timeout=30)
+    next(stream)
+    stream.cancel()
+    time.sleep(0.3)
+    res = w.wait_terminal("t-reattach")
+    assert res.state == pb.TASK_STATE_SUCCEEDED
