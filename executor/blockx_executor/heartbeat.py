@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import sys
 import threading
 import time
 
@@ -23,6 +24,8 @@ from blockx.protocol import messages
 from .transport import Connection, ConnectionClosed
 
 log = logging.getLogger("blockx_executor")
+
+EXIT_GRACE_S = 2.0
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -84,7 +87,23 @@ class Heartbeats:
                 self.send_one()
             except ConnectionClosed as exc:
                 log.debug("heartbeat thread stops: %s", exc)
+                self._exit_if_main_is_stuck(exc)
                 return
             except Exception:  # never let the thread die silently
                 log.exception("heartbeat failed")
                 return
+
+    def _exit_if_main_is_stuck(self, exc: ConnectionClosed) -> None:
+        """The Worker is gone. The main thread notices at its next pass, unless a
+        call is computing without end (no budget to preempt it): then nobody is
+        left to want its result, so end the process rather than linger."""
+        if self._stop.wait(EXIT_GRACE_S):
+            return
+        log.warning("worker connection gone (%s) and call %r still running after %.0f s; "
+                    "exiting", exc, self.scheduler.running_call_id, EXIT_GRACE_S)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(0 if exc.clean else 3)

@@ -178,3 +178,12 @@ def test_sdk_import_is_light_and_refuses_use_outside_a_call():
     lines = proc.stdout.splitlines()
     assert lines[0] == "['blockx_executor', 'blockx_executor.jsonenc', 'blockx_executor.sdk']"
     assert lines[1] == "refused"
+
+
+def test_exits_when_the_worker_goes_away_during_an_endless_call(make_worker):
+    w = make_worker({"spin": fn.SPIN})
+    w.execute("c1", "spin", [60_000])  # no budget: nothing preempts it
+    w.wait_heartbeat(lambda hb: hb["runningCallId"] == "c1")
+    w.close_socket()
+    assert w.wait_exit(timeout=8) == 0
+    assert "still running" in w.stderr()
