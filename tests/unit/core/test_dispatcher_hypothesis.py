@@ -1,0 +1,235 @@
+"""Random schedules against the DispatcherCore through the fake adapter.
+
+Tasks with duplicate keys (cache / singleflight), completions, retryable and
+final failures, bind failures, executor loss and return, capacity changes,
+subcalls, cancellations and time. Invariants after every step: no task has
+more root calls in flight than its window, no executor more root calls than
+executor_max_inflight, the core's local_inflight equals the reservations the
+adapter holds, a converged or cancelled task has nothing in flight, and a task
+converges at most once. At teardown everything is driven to quiescence and
+each surviving task must have converged exactly once with the outputs an
+independent oracle predicts (call-list order, failed roots skipped)."""
+import orjson
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from blockx.core.dispatcher_commands import BindCall
+from blockx.core.dispatcher_config import DispatcherConfig
+from blockx.core.dispatcher_types import CallSpec, RetryPolicy
+
+from tests.unit.core.test_dispatcher_harness import Harness
+
+WINDOW = 3
+MAX_INFLIGHT = 4
+EXECUTORS = ("e1", "e2")
+POISON = "p"   # a root of this function always fails with a user error
+
+
+def _output(args_json: bytes) -> bytes:
+    return b'{"r":' + args_json + b"}"
+
+
+class DispatcherMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.h = Harness(DispatcherConfig(task_max_inflight_calls=WINDOW,
+                                          executor_max_inflight=MAX_INFLIGHT,
+                                          base_backoff_ms=10, default_retry_jitter_percent=5),
+                         rand=lambda: 0.5, executors=EXECUTORS, contexts=3)
+        self.tasks: dict[str, tuple[str, list[CallSpec]]] = {}
+        self.cancelled: set[str] = set()
+        self.lost: set[str] = set()
+        self.hb = 1
+        self.n = 0
+        self.requests = 0
+        self.seen_done = 0
+
+    # --- rules ---------------------------------------------------------------------
+
+    @rule(keys=st.lists(st.tuples(st.sampled_from(["f", "g", POISON]), st.integers(0, 2)),
+                        min_size=0, max_size=6),
+          policy=st.sampled_from(["FAST_FAIL", "CONTINUE"]),
+          instance=st.sampled_from(["", "A", "B"]))
+    def add_task(self, keys, policy, instance):
+        self.n += 1
+        tid = f"t{self.n}"
+        calls = [CallSpec(fn, "d", orjson.dumps([a])) for fn, a in keys]
+        self.tasks[tid] = (policy, calls)
+        self.h.submit(tid, calls, policy, RetryPolicy(10_000, 0, 5), instance)
+
+    def _pick_live(self, i):
+        live = sorted(self.h.live)
+        return live[i % len(live)] if live else None
+
+    @precondition(lambda self: self.h.live)
+    @rule(i=st.integers(0, 100))
+    def finish_call(self, i):
+        cid = self._pick_live(i)
+        cmd = self.h.live[cid]
+        if cmd.function_id == POISON and not cmd.parent_call_id:
+            self.h.fail(cid, "USER_ERROR", False, "poison")
+        else:
+            self.h.complete(cid)
+
+    @precondition(lambda self: self.h.live)
+    @rule(i=st.integers(0, 100), kind=st.sampled_from(["EXECUTOR_LOST", "OUTBOX_FULL",
+                                                         "RESUME_SEND_FAILED"]))
+    def retryable_failure(self, i, kind):
+        self.h.fail(self._pick_live(i), kind, True, "transient")
+
+    @precondition(lambda self: self.h.live)
+    @rule(i=st.integers(0, 100), fn=st.sampled_from(["s", "f"]), a=st.integers(0, 2),
+          waiting=st.booleans())
+    def request_subcall(self, i, fn, a, waiting):
+        cid = self._pick_live(i)
+        cmd = self.h.live[cid]
+        if waiting:
+            self.h.core.handle_call_waiting(cid, cmd.attempt_seq, self.h.now)
+        self.requests += 1
+        self.h.subcall(cid, fn, a, request_id=f"r{self.requests}")
+
+    def _parents_with_live_children(self):
+        live = self.h.live
+        return sorted({c.parent_call_id for c in live.values()
+                       if c.parent_call_id and c.parent_call_id in live})
+
+    @precondition(lambda self: self._parents_with_live_children())
+    @rule(i=st.integers(0, 100), how=st.sampled_from(["retry", "complete", "lose"]))
+    def end_a_parent_attempt(self, i, how):
+        parents = self._parents_with_live_children()
+        cid = parents[i % len(parents)]
+        if how == "retry":
+            self.h.fail(cid, "RESUME_SEND_FAILED", True, "resume lost")
+        elif how == "complete" and not (self.h.live[cid].function_id == POISON
+                                        and not self.h.live[cid].parent_call_id):
+            self.h.complete(cid)
+        else:
+            eid = self.h.live[cid].executor_id
+            if eid not in self.lost:
+                self.lost.add(eid)
+                self.h.lose(eid)
+
+    @rule(eid=st.sampled_from(EXECUTORS))
+    def toggle_bind_failures(self, eid):
+        self.h.fail_binds ^= {eid}
+        self.h.epilogue()
+
+    @precondition(lambda self: len(self.lost) < len(EXECUTORS))
+    @rule(eid=st.sampled_from(EXECUTORS))
+    def lose_executor(self, eid):
+        if eid not in self.lost:
+            self.lost.add(eid)
+            self.h.lose(eid)
+
+    @rule(eid=st.sampled_from(EXECUTORS), contexts=st.integers(0, 6), healthy=st.booleans())
+    def executor_heartbeat(self, eid, contexts, healthy):
+        self.lost.discard(eid)
+        self.hb += 1
+        self.h.set_executor(eid, usable_contexts=contexts, healthy=healthy, heartbeat_seq=self.hb)
+
+    @rule(ms=st.integers(0, 40))
+    def advance(self, ms):
+        self.h.advance(ms)
+
+    @precondition(lambda self: self.tasks)
+    @rule(i=st.integers(0, 100))
+    def cancel_task(self, i):
+        ids = sorted(self.tasks)
+        tid = ids[i % len(ids)]
+        self.h.run(self.h.core.cancel_task(tid, "cancelled", self.h.now))
+        self.h.epilogue()
+        if tid not in self.h.converged:
+            self.cancelled.add(tid)
+        del self.tasks[tid]
+
+    # --- invariants ------------------------------------------------------------------
+
+    @invariant()
+    def windows_and_capacity_hold(self):
+        per_task: dict[str, int] = {}
+        per_exec: dict[str, int] = {}
+        for cmd in self.h.live.values():
+            if not cmd.parent_call_id:
+                per_task[cmd.task_id] = per_task.get(cmd.task_id, 0) + 1
+                per_exec[cmd.executor_id] = per_exec.get(cmd.executor_id, 0) + 1
+        assert all(n <= WINDOW for n in per_task.values()), per_task
+        assert all(n <= MAX_INFLIGHT for n in per_exec.values()), per_exec
+
+    @invariant()
+    def local_inflight_matches_reservations(self):
+        held: dict[str, int] = {}
+        for eid in self.h.bound.values():
+            held[eid] = held.get(eid, 0) + 1
+        for eid in EXECUTORS:
+            view = self.h.core.executor_view(eid)
+            if view is None:
+                assert held.get(eid, 0) == 0
+            else:
+                assert view.local_inflight == held.get(eid, 0), (eid, view, held)
+
+    @invariant()
+    def subcalls_run_under_a_live_parent_attempt(self):
+        live = self.h.live
+        for cid, cmd in live.items():
+            if cmd.parent_call_id:
+                parent = live.get(cmd.parent_call_id)
+                assert parent is not None, f"{cid} outlived its parent's attempt"
+                assert parent.executor_id == cmd.executor_id
+        for done in self.h.subcall_done[self.seen_done:]:
+            parent = live.get(done.parent_call_id)
+            assert parent is not None and parent.attempt_seq == done.parent_attempt_seq, done
+        self.seen_done = len(self.h.subcall_done)
+
+    @invariant()
+    def finished_tasks_have_nothing_in_flight(self):
+        for tid in list(self.h.converged) + list(self.cancelled):
+            assert not self.h.live_of(tid), (tid, self.h.live_of(tid))
+        assert all(n == 1 for n in self.h.converge_count.values())
+        assert not (self.cancelled & set(self.h.converged))
+
+    # --- teardown: drive to quiescence and check every outcome -------------------------
+
+    def teardown(self):
+        h = self.h
+        h.fail_binds.clear()
+        for eid in EXECUTORS:
+            self.hb += 1
+            h.set_executor(eid, usable_contexts=8, healthy=True, heartbeat_seq=self.hb)
+        for _ in range(500):
+            if h.live:
+                cid = sorted(h.live)[0]
+                cmd = h.live[cid]
+                if cmd.function_id == POISON and not cmd.parent_call_id:
+                    h.fail(cid, "USER_ERROR", False, "poison")
+                else:
+                    h.complete(cid)
+            elif h.timers:
+                h.advance(h.timers[0][0] - h.now)
+            else:
+                break
+        assert not h.live and not h.timers
+        for tid, (policy, calls) in self.tasks.items():
+            assert h.converge_count.get(tid) == 1, f"{tid} did not converge exactly once"
+            c = h.converged[tid]
+            assert c.call_count == len(calls)
+            poisoned = any(s.function_id == POISON for s in calls)
+            if policy == "FAST_FAIL" and poisoned:
+                assert not c.ok and c.failure_code == "CALL_FAILED" and c.outputs == []
+            else:
+                assert c.ok, c
+                assert c.outputs == [_output(s.args_json) for s in calls
+                                     if s.function_id != POISON]
+                assert c.calls_failed == sum(s.function_id == POISON for s in calls)
+        for eid in EXECUTORS:
+            assert h.core.executor_view(eid).local_inflight == 0
+        assert not h.bound
+        assert h.core.pending_bind_subcalls() == []
+        # Binds only ever went to executors that existed.
+        assert {c.executor_id for c in h.log if type(c) is BindCall} <= set(EXECUTORS)
+
+
+TestDispatcherMachine = DispatcherMachine.TestCase
+TestDispatcherMachine.settings = settings(
+    max_examples=100, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
