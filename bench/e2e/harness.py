@@ -1,0 +1,195 @@
+"""A real Worker process for the load benchmark (`python -m blockx serve`).
+
+Same approach as tests/support/worker.py: listen on 127.0.0.1:0 and read the
+bound gRPC / metrics ports from the `worker_serving` / `metrics_listening` JSON
+log lines. The log goes to a file, not a pipe: a reader thread parsing one
+`task_finished` line per task would compete with the worker for the two cores.
+Optionally the worker runs under cProfile (`-m cProfile -o FILE`); SIGTERM makes
+`serve` return, so cProfile writes FILE on the way out. Every wait is bounded."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "blockx" / "examples" / "functions"
+BENCH_FUNCTIONS = pathlib.Path(__file__).resolve().parent / "functions"
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+class BenchWorker:
+    def __init__(self, *, executors: int, env: dict[str, str] | None = None,
+                 cprofile_out: str | None = None) -> None:
+        self.tmp = tempfile.mkdtemp(prefix="blockx-bench-")
+        fdir = os.path.join(self.tmp, "functions")
+        os.makedirs(fdir)
+        for src in list(EXAMPLES.glob("*.py")) + list(BENCH_FUNCTIONS.glob("*.py")):
+            shutil.copy(src, os.path.join(fdir, src.name))
+        self.executors = executors
+        self.env = {
+            **{k: v for k, v in os.environ.items() if k != "WORKER_CONFIG"},
+            "WORKER_LISTEN": "127.0.0.1:0",
+            "METRICS_LISTEN": "127.0.0.1:0",
+            "ETCD_ENDPOINTS": "none",
+            "EXECUTOR_COUNT": str(executors),
+            "EXECUTOR_SOCKET_PATH": os.path.join(self.tmp, "sock", "worker.sock"),
+            "FUNCTIONS_DIR": fdir,
+            "TASK_SLOTS": "256",
+            "EXECUTOR_TASK_SLOTS": "256",
+            "CALL_DEADLINE_MS": "120000",
+            "LOG_LEVEL": "INFO",
+            **(env or {}),
+        }
+        self.cprofile_out = cprofile_out
+        self.log_path = os.path.join(self.tmp, "worker.log")
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+        self.metrics_port = 0
+
+    def start(self, timeout: float = 60.0) -> "BenchWorker":
+        cmd = [sys.executable]
+        if self.cprofile_out:
+            cmd += ["-m", "cProfile", "-o", self.cprofile_out]
+        cmd += ["-m", "blockx", "serve", "--profile", "block"]
+        env = dict(self.env)
+        # `python -m cProfile -m blockx` does not put the cwd on sys.path the way
+        # `python -m blockx` does: make the checkout importable either way.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                         cwd=self.tmp)
+        ev = self.wait_event("worker_serving", timeout)
+        self.port = int(ev["port"])
+        m = self.wait_event("metrics_listening", 5)
+        self.metrics_port = int(m["port"])
+        self.wait_executors(timeout)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    # ---- log ------------------------------------------------------------------------
+
+    def events(self) -> list[dict]:
+        out = []
+        try:
+            with open(self.log_path, "rb") as f:
+                for line in f:
+                    if line.startswith(b"{"):
+                        try:
+                            out.append(json.loads(line))
+                        except ValueError:
+                            pass
+        except FileNotFoundError:
+            pass
+        return out
+
+    def tail(self, n: int = 40) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 16384))
+                return "\n".join(f.read().decode("utf-8", "replace").splitlines()[-n:])
+        except FileNotFoundError:
+            return ""
+
+    def wait_event(self, name: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            for ev in self.events():
+                if (ev.get("event") or ev.get("msg")) == name:
+                    return ev
+            if self.proc is not None and self.proc.poll() is not None:
+                raise WorkerError(f"worker exited ({self.proc.returncode}) before {name!r}:\n{self.tail()}")
+            if time.monotonic() > deadline:
+                raise WorkerError(f"no {name!r} log event within {timeout}s:\n{self.tail()}")
+            time.sleep(0.05)
+
+    # ---- metrics, memory --------------------------------------------------------------
+
+    def metrics(self) -> dict[str, float]:
+        """Prometheus text as {name{labels}: value}."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                try:
+                    out[key] = float(value)
+                except ValueError:
+                    pass
+        return out
+
+    def metric(self, name: str) -> float:
+        return self.metrics().get(name, 0.0)
+
+    def wait_executors(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.metric("blockx_executors_healthy") < self.executors:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise WorkerError(f"worker exited ({self.proc.returncode}) during start:\n{self.tail()}")
+            if time.monotonic() > deadline:
+                raise WorkerError(f"only {self.metric('blockx_executors_healthy'):.0f} of {self.executors} "
+                                  f"executors healthy after {timeout}s:\n{self.tail()}")
+            time.sleep(0.05)
+
+    def rss_bytes(self) -> int:
+        return proc_rss_bytes(self.pid)
+
+    def executor_pids(self) -> list[int]:
+        pids = []
+        try:
+            with open(f"/proc/{self.pid}/task/{self.pid}/children") as f:
+                pids = [int(p) for p in f.read().split()]
+        except OSError:
+            pass
+        return pids
+
+    # ---- stop -------------------------------------------------------------------------
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        """SIGTERM and wait (a profiled worker needs time to write its profile)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+                raise WorkerError(f"worker did not exit within {timeout}s of SIGTERM:\n{self.tail()}")
+        return self.proc.returncode
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+_RSS = re.compile(rb"^VmRSS:\s+(\d+)\s+kB", re.M)
+
+
+def proc_rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status", "rb") as f:
+        m = _RSS.search(f.read())
+    if m is None:
+        raise WorkerError(f"no VmRSS for pid {pid}")
+    return int(m.group(1)) * 1024

@@ -1,0 +1,178 @@
+"""`bench/e2e_load.py`: the end-to-end load benchmark against a real Worker.
+
+Starts `python -m blockx serve` (real executors over the Unix socket, etcd off,
+everything on 127.0.0.1) and measures through its own grpc.aio client on uvloop:
+(a) calls/s of one big callList task, (b) tasks/s of many one-call tasks,
+(c) sequential submit -> terminal latency, (d) subcall and IO round trips/s,
+(e) worker RSS idle and with many calls queued (on a separate fresh worker).
+Prints ONE JSON object with every figure and the sizes used. The figures are
+for comparing builds on one machine: these machines are shared and noisy."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import time
+
+import uvloop
+
+from bench.e2e import scenarios as sc
+from bench.e2e.client import BenchFailure, Client
+from bench.e2e.harness import BenchWorker, WorkerError
+from bench.e2e.profiling import format_table, top_entries
+
+ALL = ("a", "b", "c", "d", "e")
+
+SIZES = {
+    "default": {"a": [10_000, 100_000], "b_tasks": 5_000, "b_inflight": 64, "c_tasks": 1_000,
+                "d_parents": 100, "d_subcalls": 100, "d_io_parents": 100, "d_io": 100,
+                "e_calls": 100_000},
+    "quick": {"a": [2_000, 10_000], "b_tasks": 500, "b_inflight": 64, "c_tasks": 200,
+              "d_parents": 20, "d_subcalls": 20, "d_io_parents": 20, "d_io": 20,
+              "e_calls": 10_000},
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench/e2e_load.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--executors", type=int, default=2, help="EXECUTOR_COUNT of the measured worker (default 2)")
+    p.add_argument("--quick", action="store_true", help="small sizes: a smoke run in well under a minute")
+    p.add_argument("--only", default=",".join(ALL),
+                   help="comma-separated scenarios to run, of a,b,c,d,e (default: all)")
+    p.add_argument("--rss-executors", type=int, default=1, help="EXECUTOR_COUNT of the (e) worker (default 1)")
+    p.add_argument("--b-max-outstanding", type=int, default=192,
+                   help="(b): tasks submitted and not yet terminal, below TASK_SLOTS=256 (default 192)")
+    p.add_argument("--b-watch-batch", type=int, default=64, help="(b): most ids per WatchTasks stream (default 64)")
+    p.add_argument("--b-watch-delay-ms", type=float, default=5.0,
+                   help="(b): longest wait for a WatchTasks batch to fill (default 5 ms)")
+    p.add_argument("--cprofile", metavar="PREFIX",
+                   help="run each worker under cProfile, writing PREFIX-main.prof / PREFIX-rss.prof; "
+                        "the top entries go to stderr and into the JSON")
+    p.add_argument("--profile-top", type=int, default=25, help="entries per profile table (default 25)")
+    p.add_argument("--timeout", type=float, default=600.0, help="bound of the whole run in seconds")
+    ns = p.parse_args(argv)
+    ns.only = [s.strip() for s in ns.only.split(",") if s.strip()]
+    bad = [s for s in ns.only if s not in ALL]
+    if bad or not ns.only:
+        p.error(f"--only takes a comma-separated subset of {','.join(ALL)}; got {bad or 'nothing'}")
+    if ns.executors < 1 or ns.rss_executors < 1:
+        p.error("--executors and --rss-executors must be at least 1")
+    if not 0 < ns.b_max_outstanding <= 256:
+        p.error("--b-max-outstanding must be within 1..256 (the worker has 256 task slots)")
+    return ns
+
+
+def compiled_extensions() -> dict:
+    """Which hot-path implementation the worker (same environment) loads."""
+    from blockx import _fast
+    out = {}
+    for name in ("codec", "outbox", "readyqueue", "scoring", "cachekey"):
+        try:
+            mod = _fast.load(name)
+            out[name] = "cython" if mod.__file__.endswith((".so", ".pyd")) else "python"
+        except ImportError:
+            out[name] = "missing"
+    return {"used": all(v == "cython" for v in out.values()), "modules": out,
+            "BLOCKX_NO_EXTENSIONS": os.environ.get("BLOCKX_NO_EXTENSIONS", "")}
+
+
+async def run_main_worker(ns, sizes: dict, report: dict) -> None:
+    prof = f"{ns.cprofile}-main.prof" if ns.cprofile else None
+    w = BenchWorker(executors=ns.executors, cprofile_out=prof)
+    t0 = time.perf_counter()
+    await asyncio.to_thread(w.start)
+    report["worker"] = {"executors": ns.executors, "start_s": round(time.perf_counter() - t0, 3), "pid": w.pid}
+    client = Client(w.addr)
+    try:
+        await sc.warm_up(client, ["add1", "add", "subcall_loop", "io_loop"])
+        res = report["results"]
+        if "a" in ns.only:
+            res["a_call_throughput"] = [await sc.call_throughput(client, n, timeout=300) for n in sizes["a"]]
+        if "b" in ns.only:
+            res["b_task_throughput"] = await sc.task_throughput(
+                client, sizes["b_tasks"], sizes["b_inflight"], ns.b_max_outstanding, ns.b_watch_batch,
+                ns.b_watch_delay_ms, timeout=300)
+        if "c" in ns.only:
+            res["c_latency"] = await sc.latency(client, sizes["c_tasks"], timeout=300)
+        if "d" in ns.only:
+            res["d_subcalls"] = await sc.subcall_rate(client, sizes["d_parents"], sizes["d_subcalls"], timeout=300)
+            res["d_io"] = await sc.io_rate(client, sizes["d_io_parents"], sizes["d_io"], timeout=300)
+        report["worker"]["rss_end_bytes"] = w.rss_bytes()
+    finally:
+        await client.close()
+        rc = await asyncio.to_thread(w.stop)
+        report["worker"]["exit_code"] = rc
+        if prof:
+            _add_profile(ns, report, "main", prof)
+        w.cleanup()
+
+
+async def run_rss_worker(ns, sizes: dict, report: dict) -> None:
+    prof = f"{ns.cprofile}-rss.prof" if ns.cprofile else None
+    # Calls sleep far longer than the task lives: they stay queued until the
+    # task times out. The timeout leaves time to build and measure.
+    n = sizes["e_calls"]
+    task_timeout_ms = 20_000 if n >= 50_000 else 8_000
+    w = BenchWorker(executors=ns.rss_executors, cprofile_out=prof)
+    await asyncio.to_thread(w.start)
+    client = Client(w.addr)
+    try:
+        await sc.warm_up(client, ["add1", "sleep_ms"], copies=500)
+        report["results"]["e_rss"] = await sc.rss_queued(client, w, n, sleep_ms=600_000,
+                                                         task_timeout_ms=task_timeout_ms,
+                                                         timeout=task_timeout_ms / 1000 + 60)
+    finally:
+        await client.close()
+        await asyncio.to_thread(w.stop)
+        if prof:
+            _add_profile(ns, report, "rss", prof)
+        w.cleanup()
+
+
+def _add_profile(ns, report: dict, label: str, path: str) -> None:
+    if not os.path.exists(path):
+        report.setdefault("profiles", {})[label] = {"file": path, "error": "not written"}
+        return
+    summary = top_entries(path, ns.profile_top)
+    report.setdefault("profiles", {})[label] = summary
+    print(format_table(summary), file=sys.stderr)
+
+
+async def run(ns) -> dict:
+    sizes = SIZES["quick" if ns.quick else "default"]
+    report: dict = {
+        "benchmark": "blockx e2e load",
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "compiled_extensions": compiled_extensions(),
+        "mode": "quick" if ns.quick else "default",
+        "scenarios": ns.only,
+        "sizes": {**sizes, "b_max_outstanding": ns.b_max_outstanding, "b_watch_batch": ns.b_watch_batch,
+                  "b_watch_delay_ms": ns.b_watch_delay_ms,
+                  "rss_executors": ns.rss_executors},
+        "results": {},
+    }
+    t0 = time.perf_counter()
+    if any(s in ns.only for s in "abcd"):
+        await run_main_worker(ns, sizes, report)
+    if "e" in ns.only:
+        await run_rss_worker(ns, sizes, report)
+    report["elapsed_s"] = round(time.perf_counter() - t0, 2)
+    return report
+
+
+def main(argv=None) -> int:
+    ns = parse_args(argv)
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            report = runner.run(asyncio.wait_for(run(ns), ns.timeout))
+    except (BenchFailure, WorkerError, asyncio.TimeoutError) as exc:
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), file=sys.stdout)
+        return 1
+    print(json.dumps(report))
+    return 0
