@@ -143,3 +143,16 @@ def main(ms):
 '''
 
 BOM = "\ufeffdef main():\n    return 'bom ok'\n"
+
+HOSTILE = '''class Bad:
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+class Weird(Exception):
+    def __str__(self):
+        raise RuntimeError("no str")
+
+def main():
+    thing = Bad()
+    raise Weird()
+'''

@@ -197,3 +197,12 @@ def test_source_with_utf8_bom(make_worker):
     w = make_worker({"bom": fn.BOM})
     w.execute("c1", "bom", [])
     assert w.expect(m.CALL_COMPLETED, "c1")[0]["payload"]["output"] == "bom ok"
+
+
+def test_hostile_repr_and_str_do_not_break_failure_reporting(make_worker):
+    w = make_worker({"hostile": fn.HOSTILE})
+    w.execute("c1", "hostile", [])
+    p = w.expect(m.CALL_FAILED, "c1")[0]["payload"]
+    assert p["errorKind"] == "USER_ERROR"
+    assert p["errorMessage"].startswith("Weird")
+    assert "Bad" in p["localVars"]["thing"]  # reprlib names the object instead
