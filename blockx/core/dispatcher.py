@@ -47,26 +47,25 @@ from typing import Any, Callable, Iterable
 
 from blockx._fast import load
 from blockx.core.dispatcher_commands import (
-    ArmCallRetry, BindCall, CancelCallCmd, CompleteCallFromCache, DispatchCallCmd, SubcallDone,
-    UnbindCall)
+    ArmCallRetry, BindCall, CompleteCallFromCache, DispatchCallCmd, UnbindCall)
 from blockx.core.dispatcher_config import DispatcherConfig
 from blockx.core.dispatcher_fairness import TaskScheduler
 from blockx.core.dispatcher_flush import FlushMixin
+from blockx.core.dispatcher_inspect import InspectMixin
 from blockx.core.dispatcher_retry import compute_backoff
 from blockx.core.dispatcher_select import ExecutorTable
-from blockx.core.dispatcher_state import DONE, READY, RUNNING, STATE_NAMES, WAITING, CallContext
+from blockx.core.dispatcher_state import DONE, READY, RUNNING, WAITING, CallContext
 from blockx.core.dispatcher_stream import StreamMixin
 from blockx.core.dispatcher_subcall import SubcallMixin
-from blockx.core.dispatcher_types import (
-    CALL_FAILED, ERR_CANCELLED, ERR_EXECUTOR_LOST, ERR_SUBCALL_FAILED, OUTPUT_BYTES_EXCEEDED,
-    ExecutorSnapshot)
+from blockx.core.dispatcher_terminal import TerminalMixin
+from blockx.core.dispatcher_types import ERR_EXECUTOR_LOST, ExecutorSnapshot
 
 __all__ = ["DispatcherCore"]
 
 _by_depth = attrgetter("depth")
 
 
-class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin):
+class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, InspectMixin):
     def __init__(self, config: DispatcherConfig, rand: Callable[[], float], *,
                  readyqueue: Any = None, scoring: Any = None, cachekey: Any = None) -> None:
         """``readyqueue`` / ``scoring`` / ``cachekey`` override the hot-path
@@ -97,7 +96,12 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin):
         out: list = []
         sched = self._sched
         next_task = sched.next_task
-        select = self._exec.select
+        served = sched.served
+        ex = self._exec
+        views = ex.views          # mutated in place only by snapshot events
+        recs = ex.recs
+        select_fn = ex.select_fn
+        sample, max_runnable, max_inflight, mem, stall = ex.select_params()
         deadline = self._deadline
         while True:
             task = next_task()
@@ -118,11 +122,12 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin):
             if leader is not None and leader is not ctx:  # ctx itself leads while retrying
                 self._join(leader, ctx)
                 continue
-            rec = select(now)
-            if rec is None:
+            i = select_fn(views, now, sample, max_runnable, max_inflight, mem, stall) if views else -1
+            if i < 0:
                 ready.push_front(ctx)
                 sched.unserved()
                 break
+            rec = recs[i]
             ctx.state = RUNNING
             ctx.attempt_count += 1
             ctx.bound = False
@@ -143,7 +148,7 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin):
                 ready.pop()
                 if nxt.state == READY:
                     self._join(ctx, nxt)
-            sched.served(task)
+            served(task)
         return out
 
     def epilogue(self, now: int) -> list:
@@ -254,7 +259,20 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin):
         view = rec.view
         if view.runnable > 0:
             view.runnable -= 1
-        self._release(ctx)
+        if ctx.parent is None and rec.attached:
+            # _release inlined for the common case (a root on an attached executor).
+            ctx.exec = None
+            view.local_inflight -= 1
+            del rec.calls[call_id]
+            task = ctx.task
+            task.inflight -= 1
+            task.instance.inflight -= 1
+            if task.ready and not task.in_ring:
+                self._sched.wake(task)
+            if task.stop_dispatching:
+                self._mark_dirty(task)
+        else:
+            self._release(ctx)
         self._set_terminal(ctx, True, output_json, "", "", False, budget_used_ms, True, out)
         return out
 
@@ -338,165 +356,3 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin):
                 self._cancel_subtree(ctx, message, out)
             self._attempt_failed(ctx, ERR_EXECUTOR_LOST, True, message, 0, now, out)
         return out
-
-    # --- terminal accounting -------------------------------------------------------------
-
-    def _set_terminal(self, ctx: CallContext, ok: bool, output: bytes | None, kind: str,
-                      message: str, retryable: bool, budget_used_ms: int, counted: bool,
-                      out: list, notify: bool = True) -> None:
-        """The single accounting point for DONE (spec setCallTerminal); idempotent.
-
-        ``counted``: a real failure (calls_failed, FAST_FAIL) rather than a drain
-        or cancellation. ``notify``: a subcall resumes its parent (SubcallDone)."""
-        if ctx.state == DONE:
-            return
-        ctx.state = DONE
-        ctx.ok = ok
-        ctx.output = output
-        ctx.error_kind = kind
-        ctx.error_message = message
-        ctx.retryable = retryable
-        ctx.budget_used_ms = budget_used_ms
-        ctx.retry_armed = False
-        if ctx.parked:
-            ctx.parked = False
-            self._pending_bind.pop(ctx.call_id, None)
-        if ctx.children:
-            self._cancel_subtree(ctx, "parent call ended", out)
-        task = ctx.task
-        parent = ctx.parent
-        if parent is not None:
-            siblings = parent.children
-            if siblings:
-                siblings.pop(ctx.call_id, None)
-            if ok:
-                task.cache[ctx.key] = output
-            if notify and (parent.state == RUNNING or parent.state == WAITING):
-                if ok:
-                    out.append(SubcallDone(ctx.call_id, parent.call_id, parent.executor_id,
-                                           ctx.request_id, True, output, "", "", False,
-                                           budget_used_ms, parent.attempt_count, ""))
-                else:
-                    out.append(SubcallDone(
-                        ctx.call_id, parent.call_id, parent.executor_id, ctx.request_id, False,
-                        None, ERR_SUBCALL_FAILED,
-                        f"subcall {ctx.function_id} ({ctx.call_id}) failed: {kind}: {message}",
-                        retryable, budget_used_ms, parent.attempt_count, kind))
-            return
-        del task.pending[ctx.call_id]
-        key = ctx.key
-        if ok:
-            task.cache[key] = output
-            if not task.discard_outputs:
-                task.outputs[ctx.index] = output
-                task.output_bytes += len(output)
-                if self._max_output and task.output_bytes > self._max_output:
-                    self._output_exceeded(task)
-        elif counted:
-            task.calls_failed += 1
-            if task.fast_fail and not task.failure_code:
-                task.failure_code = CALL_FAILED
-                task.failure_message = (f"call {ctx.call_id} (function {ctx.function_id}) failed "
-                                        f"after {ctx.attempt_count} attempt(s): {kind}: {message}")
-                task.failure_retryable = retryable
-                self._stop(task, "call failed")
-        if task.flights.get(key) is ctx:
-            del task.flights[key]
-        waiters = ctx.waiters
-        if waiters:
-            ctx.waiters = None
-            for w in waiters:
-                self._set_terminal(w, ok, output, kind, message, retryable, 0, counted, out)
-        batch = task.batches[ctx.batch_idx]
-        batch.remaining -= 1
-        if batch.remaining == 0:
-            task.settle_ready.append(batch)
-        if not task.dirty:
-            task.dirty = True
-            self._dirty.append(task)
-
-    def _output_exceeded(self, task: Any) -> None:
-        if not task.failure_code:
-            task.failure_code = OUTPUT_BYTES_EXCEEDED
-            task.failure_message = (f"collected outputs reached {task.output_bytes} bytes, over "
-                                    f"maxCollectedOutputBytes ({self._max_output}); outputs discarded")
-            task.failure_retryable = False
-        task.discard_outputs = True
-        task.outputs = []
-        self._stop(task, "output bytes exceeded")
-
-    def _stop(self, task: Any, reason: str) -> None:
-        """markStopDispatching: nothing more is admitted; the flush drains."""
-        if not task.stop_dispatching:
-            task.stop_dispatching = True
-            task.stop_reason = reason
-        self._mark_dirty(task)
-
-    def _mark_dirty(self, task: Any) -> None:
-        if not task.dirty:
-            task.dirty = True
-            self._dirty.append(task)
-
-    def _cancel_subtree(self, parent: CallContext, reason: str, out: list) -> None:
-        """finalizeSubcallSubtree: cancel every active descendant of parent."""
-        children = parent.children
-        if not children:
-            return
-        parent.children = None
-        for child in list(children.values()):
-            if child.state == DONE:
-                continue
-            st = child.state
-            if st == RUNNING or st == WAITING:
-                out.append(CancelCallCmd(child.call_id, child.executor_id, reason,
-                                         child.attempt_count))
-                self._release(child)
-            self._set_terminal(child, False, None, ERR_CANCELLED, reason, False, 0, False, out,
-                               notify=False)
-
-    # --- introspection (tests, metrics, debugging) -----------------------------------------
-
-    def call_state(self, call_id: str) -> str | None:
-        ctx = self._calls.get(call_id)
-        return None if ctx is None else STATE_NAMES[ctx.state]
-
-    def call_attempts(self, call_id: str) -> int | None:
-        ctx = self._calls.get(call_id)
-        return None if ctx is None else ctx.attempt_count
-
-    def has_task(self, task_id: str) -> bool:
-        return task_id in self._tasks
-
-    def task_inflight(self, task_id: str) -> int:
-        t = self._tasks.get(task_id)
-        return 0 if t is None else t.inflight
-
-    def task_ready(self, task_id: str) -> int:
-        t = self._tasks.get(task_id)
-        return 0 if t is None else len(t.ready)
-
-    def executor_view(self, executor_id: str) -> Any:
-        rec = self._exec.records.get(executor_id)
-        return None if rec is None else rec.view
-
-    def executor_calls(self, executor_id: str) -> list[str]:
-        rec = self._exec.records.get(executor_id)
-        return [] if rec is None else list(rec.calls)
-
-    def filter_reasons(self, now: int) -> dict[str, str]:
-        return self._exec.filter_reasons(now)
-
-    def instance_inflight(self) -> dict[str, int]:
-        return self._sched.instance_inflight()
-
-    def pending_bind_subcalls(self) -> list[str]:
-        return list(self._pending_bind)
-
-    @property
-    def call_count(self) -> int:
-        """Call contexts held (roots and subcalls not yet settled)."""
-        return len(self._calls)
-
-    @property
-    def task_count(self) -> int:
-        return len(self._tasks)

@@ -38,13 +38,14 @@ class ExecutorRecord:
 
 
 class ExecutorTable:
-    __slots__ = ("_scoring", "views", "records", "_ids", "_select", "_sample", "_max_runnable",
-                 "_max_inflight", "_mem", "_stall")
+    __slots__ = ("_scoring", "views", "recs", "records", "_ids", "select_fn", "_sample",
+                 "_max_runnable", "_max_inflight", "_mem", "_stall")
 
     def __init__(self, scoring: Any, config: DispatcherConfig) -> None:
         self._scoring = scoring
-        self._select = scoring.select_executor
+        self.select_fn = scoring.select_executor
         self.views: list[Any] = []              # sorted by executor_id
+        self.recs: list[ExecutorRecord] = []    # parallel to views
         self._ids: list[str] = []               # parallel to views, for bisect
         self.records: dict[str, ExecutorRecord] = {}
         self._sample = config.executor_selection_sample_size
@@ -93,6 +94,7 @@ class ExecutorTable:
         i = bisect_left(self._ids, eid)
         self._ids.insert(i, eid)
         self.views.insert(i, view)
+        self.recs.insert(i, rec)
         self.records[eid] = rec
         return rec
 
@@ -100,20 +102,25 @@ class ExecutorTable:
         i = bisect_left(self._ids, eid)
         del self._ids[i]
         del self.views[i]
+        del self.recs[i]
         del self.records[eid]
 
     # --- selection and accounting -----------------------------------------------------
+
+    def select_params(self) -> tuple:
+        """(sample_size, max_runnable, max_inflight, memory_high_watermark,
+        stall_timeout_ms): the constant arguments of select_fn, so the
+        dispatch loop calls it without a Python frame in between."""
+        return (self._sample, self._max_runnable, self._max_inflight, self._mem, self._stall)
 
     def select(self, now: int) -> ExecutorRecord | None:
         """The best eligible executor for a root call, or None."""
         views = self.views
         if not views:
             return None
-        i = self._select(views, now, self._sample, self._max_runnable, self._max_inflight,
-                         self._mem, self._stall)
-        if i < 0:
-            return None
-        return self.records[self._ids[i]]
+        i = self.select_fn(views, now, self._sample, self._max_runnable, self._max_inflight,
+                           self._mem, self._stall)
+        return None if i < 0 else self.recs[i]
 
     def filter_reasons(self, now: int) -> dict[str, str]:
         """executor_id -> why it is not eligible ("" when it is); for tests/metrics."""
