@@ -49,8 +49,9 @@ def test_executor_killed_mid_call_is_restarted_and_the_call_retried(start_worker
 
 
 def test_wedged_executor_is_killed(start_worker):
-    # CALL_DEADLINE_MS=500 derives a scheduler stall timeout of 5.5 s.
-    w = start_worker({"CALL_DEADLINE_MS": "500"})
+    # An unlimited call budget (the executor would otherwise stop the spin itself)
+    # and an explicit 2 s scheduler stall timeout.
+    w = start_worker({"CALL_DEADLINE_MS": "0", "SCHEDULER_STALL_TIMEOUT_MS": "2000"})
     w.submit_calls("t-wedge", [("spin", [60])], retry=(1, 5, 0))
     res = w.wait_terminal("t-wedge", timeout=40)
     assert res.state == pb.TASK_STATE_FAILED and res.failure_code == "CALL_FAILED"
