@@ -12,7 +12,9 @@ dirty; convergence happens only here. Per dirty task, in this order:
   4. ConvergeTaskCalls, once, when every committed root is DONE and the
      producer is done (or the task stopped). ``ok`` is false when a failure was
      recorded (FAST_FAIL's first final root failure, or OUTPUT_BYTES_EXCEEDED);
-     ``outputs`` are then empty. Under CONTINUE failed roots are skipped.
+     ``outputs`` are then empty. Under CONTINUE failed roots are skipped, but
+     a phase in which every root failed fails with CALL_FAILED (retryable
+     only if every failure was).
 The task stays registered after converging (late events for it are ignored)
 until ``remove_task`` / ``cancel_task``.
 """
@@ -23,7 +25,7 @@ from typing import Any
 from blockx.core.dispatcher_commands import (
     BatchSettled, CancelCallCmd, ConvergeTaskCalls, StopCallProduction)
 from blockx.core.dispatcher_state import DONE, RUNNING, WAITING
-from blockx.core.dispatcher_types import ERR_CANCELLED
+from blockx.core.dispatcher_types import CALL_FAILED, ERR_CANCELLED
 
 _idx = lambda b: b.idx  # noqa: E731
 
@@ -82,6 +84,12 @@ class FlushMixin:
 
     def _converge(self, task: Any, out: list) -> None:
         task.converged = True
+        if not task.failure_code and task.calls_failed and not task.succeeded:
+            # CONTINUE skips failed roots, but a phase where every root failed
+            # produced nothing: that is a failed task, not an empty success.
+            task.failure_code = CALL_FAILED
+            task.failure_message = f"all {task.total} calls failed; first: {task.first_failure}"
+            task.failure_retryable = task.failures_retryable
         ok = not task.failure_code
         outputs = [o for o in task.outputs if o is not None] if ok else []
         task.outputs = []

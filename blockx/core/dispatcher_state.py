@@ -95,8 +95,8 @@ class TaskState:
         "output_bytes", "cache", "flights", "batches", "settle_ready", "next_batch_idx",
         "unsettled", "production_open", "stop_dispatching", "stop_reason", "stop_sent",
         "failure_code", "failure_message", "failure_retryable", "discard_outputs",
-        "converged", "removed", "in_ring", "dirty", "calls_failed", "call_retries",
-        "cache_hits",
+        "converged", "removed", "in_ring", "dirty", "succeeded", "calls_failed", "call_retries",
+        "cache_hits", "first_failure", "failures_retryable",
     )
 
     def __init__(self, task_id: str, fast_fail: bool, max_attempts: int, base_backoff_ms: int,
@@ -132,9 +132,12 @@ class TaskState:
         self.removed = False
         self.in_ring = False
         self.dirty = False
-        self.calls_failed = 0
+        self.succeeded = 0                       # roots DONE with an output
+        self.calls_failed = 0                    # roots that failed (not drained / cancelled)
         self.call_retries = 0
         self.cache_hits = 0
+        self.first_failure = ""                  # description of the first root failure
+        self.failures_retryable = True           # every root failure so far was retryable
 
 
 class PreparedCalls:

@@ -72,6 +72,7 @@ class TerminalMixin:
         del task.pending[ctx.call_id]
         key = ctx.key
         if ok:
+            task.succeeded += 1
             task.cache[key] = output
             if not task.discard_outputs:
                 task.outputs[ctx.index] = output
@@ -80,10 +81,13 @@ class TerminalMixin:
                     self._output_exceeded(task)
         elif counted:
             task.calls_failed += 1
+            task.failures_retryable = task.failures_retryable and retryable
+            if not task.first_failure:
+                task.first_failure = (f"call {ctx.call_id} (function {ctx.function_id}) failed "
+                                      f"after {ctx.attempt_count} attempt(s): {kind}: {message}")
             if task.fast_fail and not task.failure_code:
                 task.failure_code = CALL_FAILED
-                task.failure_message = (f"call {ctx.call_id} (function {ctx.function_id}) failed "
-                                        f"after {ctx.attempt_count} attempt(s): {kind}: {message}")
+                task.failure_message = task.first_failure
                 task.failure_retryable = retryable
                 self._stop(task, "call failed")
         if task.flights.get(key) is ctx:

@@ -282,6 +282,23 @@ def test_continue_skips_failed_roots():
     assert c.ok and c.outputs == [b"0", b"3"] and c.calls_failed == 2 and c.failure_code == ""
 
 
+def test_continue_fails_the_phase_when_every_root_failed():
+    h = Harness()
+    h.submit("t", [spec("f", 1), spec("f", 2)], policy="CONTINUE")
+    h.fail("t/0", "BUDGET_EXCEEDED", False, "slow")
+    h.fail("t/1", "USER_ERROR", False, "bad")
+    c = h.converged["t"]
+    assert not c.ok and c.failure_code == "CALL_FAILED" and not c.retryable
+    assert c.failure_message.startswith("all 2 calls failed; first: call t/0")
+
+
+def test_continue_all_failed_is_retryable_when_every_failure_was():
+    h = Harness()
+    h.submit("t", [spec("f", 1)], policy="CONTINUE", retry=RetryPolicy(1, 0, 0))
+    h.fail("t/0", "EXECUTOR_LOST", True)
+    assert h.converged["t"].retryable
+
+
 # --- waiting / resume, cancellation, removal -----------------------------------------
 
 def test_waiting_and_resumed_transitions():

@@ -213,8 +213,8 @@ class DispatcherMachine(RuleBasedStateMachine):
             assert h.converge_count.get(tid) == 1, f"{tid} did not converge exactly once"
             c = h.converged[tid]
             assert c.call_count == len(calls)
-            poisoned = any(s.function_id == POISON for s in calls)
-            if policy == "FAST_FAIL" and poisoned:
+            poisoned = sum(s.function_id == POISON for s in calls)
+            if (policy == "FAST_FAIL" and poisoned) or (calls and poisoned == len(calls)):
                 assert not c.ok and c.failure_code == "CALL_FAILED" and c.outputs == []
             else:
                 assert c.ok, c
