@@ -1,4 +1,5 @@
-"""Budget preemption: stop a call that overruns its budget without yielding.
+"""Budget preemption (opt-in, --budget-preempt-ms): stop a call that overruns
+its budget without yielding.
 
 Greenlets are cooperative, so a call that spins in Python code never returns
 to the scheduler for the budget check at its next wait. Rather than let it hold

@@ -25,7 +25,8 @@ timer at the instant the budget runs out; when it fires the call is resumed
 with ABORT and fails BUDGET_EXCEEDED. A subcall wait is charged the child's
 budgetUsedMs on resume (the child enforces the granted rest of the budget
 itself). A running call's budget is checked at each of its waits, when it
-finishes, and by the SIGALRM preemption tick (preempt.py) while it computes.
+finishes, and, when enabled, by the SIGALRM preemption tick (preempt.py)
+while it computes.
 Late ResumeCalls (after a cancel or budget abort) are dropped.
 
 CancelCall: a call that has not started is failed CANCELLED at once; a started

@@ -14,8 +14,8 @@ other calls meanwhile and resumes this one when the Worker answers. Every call
 has a budget (ExecuteCall.callBudgetMs, 0 = unlimited) counting its CPU, IO,
 subcall and sleep time (never time queued in the executor); when it runs out,
 or the Worker cancels the call, the wait in progress or the next SDK call raises
-`BudgetExceeded` / `CallCancelled`, and code computing without yielding is
-interrupted with `BudgetExceeded` within --budget-preempt-ms. Those derive from
+`BudgetExceeded` / `CallCancelled` (with --budget-preempt-ms set, code computing
+without yielding is interrupted with `BudgetExceeded` as well). Those derive from
 BaseException so that `except Exception:` in user code does not swallow them;
 let them propagate (the call reports the abort whatever the code does next).
 

@@ -141,8 +141,11 @@ def test_budget_exceeded_while_sleeping(make_worker):
     assert "sdk.sleep(ms)" in p["errorStack"]  # where the call was when it ran out
 
 
+PREEMPT = ("--budget-preempt-ms", "50")
+
+
 def test_cpu_spin_is_preempted_when_its_budget_runs_out(make_worker):
-    w = make_worker({"spin": fn.SPIN, "add": fn.ADD})
+    w = make_worker({"spin": fn.SPIN, "add": fn.ADD}, extra_args=PREEMPT)
     w.execute("c1", "spin", [5000], budget_ms=100)
     p = w.expect(m.CALL_FAILED, "c1", timeout=4)[0]["payload"]
     assert p["errorKind"] == "BUDGET_EXCEEDED" and p["retryable"] is False
@@ -153,7 +156,7 @@ def test_cpu_spin_is_preempted_when_its_budget_runs_out(make_worker):
 
 
 def test_cpu_spin_without_preemption_fails_when_it_finishes(make_worker):
-    w = make_worker({"spin": fn.SPIN}, extra_args=("--budget-preempt-ms", "0"))
+    w = make_worker({"spin": fn.SPIN})  # default: no preemption, as in the spec
     w.execute("c1", "spin", [300], budget_ms=100)
     p = w.expect(m.CALL_FAILED, "c1")[0]["payload"]
     assert p["errorKind"] == "BUDGET_EXCEEDED" and p["retryable"] is False
@@ -219,7 +222,7 @@ def test_cancel_queued_call(make_worker):
 
 
 def test_preempted_call_that_swallows_the_exception_still_fails(make_worker):
-    w = make_worker({"sw": fn.SPIN_SWALLOW})
+    w = make_worker({"sw": fn.SPIN_SWALLOW}, extra_args=PREEMPT)
     w.execute("c1", "sw", [600], budget_ms=50)
     p = w.expect(m.CALL_FAILED, "c1")[0]["payload"]
     assert p["errorKind"] == "BUDGET_EXCEEDED"
