@@ -1,0 +1,420 @@
+"""Harness for the orchestrator's adapter-layer integration tests.
+
+The Orchestrator runs in-process on the test's event loop with the real
+WorkerCore, DispatcherCore, builders, writer plugins, function code directory,
+IO scope factory (devstub), Admission and Metrics. Only the executor adapter is
+fake: `FakeAdapter` implements the API the orchestrator calls (bind, sends,
+snapshots, ...), records every call in order, fails on demand, and injects
+executor frames / attach / loss back through the orchestrator's handler
+callbacks, exactly as `blockx.adapters.executor.adapter.ExecutorAdapter` does.
+
+Clocks are fake (`FakeClock`): WorkerCore deadlines and the wedge backstop move
+only when a test advances them and calls `orch.tick()`. Retry backoffs are real
+loop timers (the orchestrator arms them with `loop.call_later`), so tests keep
+backoffs in the tens of milliseconds.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import orjson
+
+from blockx.adapters.admission import Admission
+from blockx.adapters.executor.snapshot import ExecutorSnapshotData
+from blockx.adapters.metrics import Metrics
+from blockx.adapters.orchestrator import Orchestrator
+from blockx.app.config import load_config
+from blockx.app.profile import BLOCK
+from blockx.core.dispatcher import DispatcherCore
+from blockx.core.types import (
+    CallRetryPolicy, FunctionCall, ResultHandler, SubmitTaskRequest, TaskSnapshot, TaskState,
+)
+from blockx.core.worker import WorkerCore
+from blockx.plugins.builders import BuilderRegistry
+from blockx.plugins.function_code import FunctionCodeDirectory
+from blockx.plugins.io.scope import IOScopeFactory
+from blockx.plugins.writers import PluginRegistry
+from blockx.protocol import messages as m
+
+DEFAULT_FUNCTIONS = {
+    "add": "def main(a, b):\n    return a + b\n",
+    "echo": "def main(x):\n    return x\n",
+    "parent": "from blockx_executor import sdk\n\ndef main(x):\n    return sdk.call('child', x)\n",
+    "child": "def main(x):\n    return x * 10\n",
+}
+
+WALL0 = 1_700_000_000_000
+MONO0 = 5_000_000
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class FakeClock:
+    """Wall ms for WorkerCore, monotonic ms for DispatcherCore / wedge checks."""
+
+    def __init__(self) -> None:
+        self.wall_ms = WALL0
+        self.mono_ms = MONO0
+
+    def wall(self) -> int:
+        return self.wall_ms
+
+    def mono(self) -> int:
+        return self.mono_ms
+
+    def advance(self, ms: int) -> None:
+        self.wall_ms += ms
+        self.mono_ms += ms
+
+
+@dataclass
+class FakeExecutor:
+    executor_id: str
+    capacity: int = 4
+    heartbeat_seq: int = 1
+    runnable_count: int = 0
+    memory_bytes: int = 0
+    running_call_id: str = ""
+    last_scheduler_active_at_ms: int = 0
+    # call id -> "live" | "draining"
+    reservations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Sent:
+    """One ExecuteCall the orchestrator handed to the fake adapter."""
+    executor_id: str
+    call_id: str
+    payload: dict          # decoded the way the executor would see it
+
+    @property
+    def attempt(self) -> int:
+        return self.payload["attemptSeq"]
+
+    @property
+    def task_id(self) -> str:
+        return self.payload["taskId"]
+
+
+@dataclass
+class Resume:
+    executor_id: str
+    call_id: str
+    request_id: str
+    payload: dict
+    sidecar: bytes | None
+
+
+@dataclass
+class Cancel:
+    executor_id: str
+    call_id: str
+    reason: str
+    attempt_seq: int
+
+
+def _wire(payload: dict) -> dict:
+    # What the frame carries: orjson splices Fragments (call args) verbatim.
+    return orjson.loads(orjson.dumps(payload))
+
+
+class FakeAdapter:
+    """A recording ExecutorAdapter with fault injection.
+
+    Fault queues hold exceptions raised by the next calls of that operation, in
+    order (None = let that call succeed). `on_bind` is called inside bind()
+    (after the fault check), e.g. to post an event while commands execute."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.handler: Any = None
+        self.executors: dict[str, FakeExecutor] = {}
+        self.trace: list[tuple] = []
+        self.executes: list[Sent] = []
+        self.resumes: list[Resume] = []
+        self.cancels: list[Cancel] = []
+        self.killed: list[str] = []
+        self.bind_faults: deque = deque()
+        self.execute_faults: deque = deque()
+        self.resume_faults: deque = deque()
+        self.resume_gate: asyncio.Event | None = None
+        self.on_bind: Callable[[str, str], None] | None = None
+        self.heartbeat_timeouts: list[str] = []
+        self.kill_result = True
+
+    # ---- the API the orchestrator calls ------------------------------------------
+
+    def _conn(self, executor_id: str) -> FakeExecutor:
+        ex = self.executors.get(executor_id)
+        if ex is None:
+            from blockx.adapters.executor.errors import BindError
+            raise BindError(f"executor {executor_id!r} is not attached", executor_id=executor_id,
+                            reason="executor_unknown")
+        return ex
+
+    def bind(self, call_id: str, executor_id: str) -> None:
+        self.trace.append(("bind", call_id, executor_id))
+        if self.bind_faults:
+            exc = self.bind_faults.popleft()
+            if exc is not None:
+                raise exc
+        ex = self._conn(executor_id)
+        ex.reservations[call_id] = "live"
+        if self.on_bind is not None:
+            self.on_bind(call_id, executor_id)
+
+    def bind_subcall(self, call_id: str, parent_call_id: str, executor_id: str) -> None:
+        self.trace.append(("bind_subcall", call_id, parent_call_id, executor_id))
+        ex = self._conn(executor_id)
+        if ex.reservations.get(parent_call_id) != "live":
+            from blockx.adapters.executor.errors import BindError
+            raise BindError(f"parent {parent_call_id} holds no live reservation",
+                            call_id=call_id, executor_id=executor_id, reason="parent_not_bound")
+        ex.reservations[call_id] = "live"
+
+    def unbind(self, call_id: str, executor_id: str) -> None:
+        self.trace.append(("unbind", call_id, executor_id))
+        ex = self.executors.get(executor_id)
+        if ex is not None and ex.reservations.get(call_id) == "live":
+            del ex.reservations[call_id]
+
+    def mark_draining(self, call_id: str, executor_id: str) -> None:
+        self.trace.append(("mark_draining", call_id, executor_id))
+        ex = self.executors.get(executor_id)
+        if ex is not None and call_id in ex.reservations:
+            ex.reservations[call_id] = "draining"
+
+    def send_execute_call(self, executor_id: str, call_id: str, payload: dict) -> None:
+        self.trace.append(("execute", call_id, executor_id, payload.get("attemptSeq")))
+        if self.execute_faults:
+            exc = self.execute_faults.popleft()
+            if exc is not None:
+                raise exc
+        self.executes.append(Sent(executor_id, call_id, _wire(payload)))
+
+    async def send_resume_call(self, executor_id: str, call_id: str, request_id: str,
+                               payload: dict, sidecar: bytes | None = None) -> None:
+        if self.resume_gate is not None:
+            await self.resume_gate.wait()
+        self.trace.append(("resume", call_id, executor_id, request_id))
+        if self.resume_faults:
+            exc = self.resume_faults.popleft()
+            if exc is not None:
+                raise exc
+        self.resumes.append(Resume(executor_id, call_id, request_id, _wire(payload), sidecar))
+
+    async def send_cancel_call(self, executor_id: str, call_id: str, reason: str,
+                               attempt_seq: int) -> None:
+        self.trace.append(("cancel", call_id, executor_id, attempt_seq))
+        self.cancels.append(Cancel(executor_id, call_id, reason, attempt_seq))
+
+    def snapshots(self) -> list[ExecutorSnapshotData]:
+        out = []
+        for eid in sorted(self.executors):
+            ex = self.executors[eid]
+            draining = sum(1 for v in ex.reservations.values() if v == "draining")
+            out.append(ExecutorSnapshotData(
+                executor_id=eid, healthy=True, runnable_count=ex.runnable_count,
+                inflight_count=len(ex.reservations), usable_contexts=max(0, ex.capacity - draining),
+                memory_bytes=ex.memory_bytes, heartbeat_seq=ex.heartbeat_seq,
+                running_call_id=ex.running_call_id,
+                last_scheduler_active_at_ms=ex.last_scheduler_active_at_ms, pid=0,
+                attached_at_ms=0, capacity=ex.capacity,
+                free_contexts=max(0, ex.capacity - len(ex.reservations)),
+                reserved_count=len(ex.reservations), draining_count=draining))
+        return out
+
+    def healthy_count(self) -> int:
+        return len(self.executors)
+
+    def check_heartbeat_timeouts(self, now_ms: int) -> list[str]:
+        lost, self.heartbeat_timeouts = self.heartbeat_timeouts, []
+        for eid in lost:
+            self.lose(eid, "heartbeat timeout")
+        return lost
+
+    def kill_executor(self, executor_id: str) -> bool:
+        self.trace.append(("kill", executor_id))
+        self.killed.append(executor_id)
+        return self.kill_result
+
+    # ---- test side: executors come and go, frames come in -----------------------
+
+    def attach(self, executor_id: str, capacity: int = 4, **fields: Any) -> FakeExecutor:
+        ex = FakeExecutor(executor_id, capacity, **fields)
+        self.executors[executor_id] = ex
+        self.handler.on_executor_attached(executor_id)
+        return ex
+
+    def lose(self, executor_id: str, reason: str = "connection closed") -> None:
+        self.executors.pop(executor_id)
+        self.handler.on_executor_lost(executor_id, reason)
+
+    def last_execute(self, call_id: str) -> Sent:
+        for s in reversed(self.executes):
+            if s.call_id == call_id:
+                return s
+        raise AssertionError(f"no ExecuteCall was sent for {call_id}")
+
+    def execute_of(self, call_id: str) -> list[Sent]:
+        return [s for s in self.executes if s.call_id == call_id]
+
+    def deliver(self, executor_id: str, frames: list) -> None:
+        """Hand one decoded chunk of frames to the orchestrator (one batch)."""
+        items = []
+        ex = self.executors.get(executor_id)
+        for f in frames:
+            env, sidecar = f if isinstance(f, tuple) else (f, None)
+            # The real adapter releases a reservation on the terminal frame
+            # before the orchestrator sees it.
+            if ex is not None and env["messageType"] in (m.CALL_COMPLETED, m.CALL_FAILED):
+                ex.reservations.pop(env["callId"], None)
+            items.append((env, sidecar))
+        self.handler.on_executor_frames(executor_id, items)
+
+    def completed(self, call_id: str, output: Any, *, budget_used_ms: int = 1) -> dict:
+        s = self.last_execute(call_id)
+        return m.call_completed(call_id, s.task_id, s.attempt, output, budget_used_ms)
+
+    def failed(self, call_id: str, kind: str = m.USER_ERROR, retryable: bool = False,
+               message: str = "boom") -> dict:
+        s = self.last_execute(call_id)
+        return m.call_failed(call_id, s.task_id, s.attempt, kind, retryable, message)
+
+    def complete(self, call_id: str, output: Any, **kw: Any) -> None:
+        self.deliver(self.last_execute(call_id).executor_id, [self.completed(call_id, output, **kw)])
+
+    def fail(self, call_id: str, kind: str = m.USER_ERROR, retryable: bool = False,
+             message: str = "boom") -> None:
+        self.deliver(self.last_execute(call_id).executor_id,
+                     [self.failed(call_id, kind, retryable, message)])
+
+    def wait_io(self, call_id: str, request_id: str, request: Any, backend: str = "devstub",
+                sidecar: bytes | None = None) -> None:
+        s = self.last_execute(call_id)
+        env = m.call_waiting_io(call_id, request_id, s.task_id, s.attempt, backend, request)
+        self.deliver(s.executor_id, [(env, sidecar)])
+
+    def wait_subcall(self, call_id: str, request_id: str, function_id: str, args: list,
+                     granted_budget_ms: int = 1000, ancestry: list | None = None) -> None:
+        s = self.last_execute(call_id)
+        env = m.call_waiting_subcall(call_id, request_id, s.task_id, s.attempt, function_id, args,
+                                     granted_budget_ms, ancestry or [call_id])
+        self.deliver(s.executor_id, [env])
+
+    def wait_code(self, call_id: str, request_id: str, function_id: str, digest: str) -> None:
+        s = self.last_execute(call_id)
+        env = m.call_waiting_function_code(call_id, request_id, s.task_id, s.attempt, function_id,
+                                           digest)
+        self.deliver(s.executor_id, [env])
+
+    def resumes_for(self, call_id: str) -> list[Resume]:
+        return [r for r in self.resumes if r.call_id == call_id]
+
+    def live_reservations(self) -> dict[str, list[str]]:
+        return {eid: sorted(c for c, st in ex.reservations.items())
+                for eid, ex in self.executors.items() if ex.reservations}
+
+
+class Harness:
+    def __init__(self, orch: Orchestrator, fake: FakeAdapter, clock: FakeClock, cfg: Any,
+                 functions_dir: str, functions: dict[str, str]) -> None:
+        self.orch = orch
+        self.fake = fake
+        self.clock = clock
+        self.cfg = cfg
+        self.functions_dir = functions_dir
+        self.functions = functions
+        self.core = orch.core
+        self.disp = orch.disp
+        self.metrics = orch.metrics
+
+    def digest(self, function_id: str) -> str:
+        return sha256_hex(self.functions[function_id])
+
+    def submit(self, task_id: str, calls: list[tuple[str, list]], *, policy: str = "FAST_FAIL",
+               max_attempts: int = 3, backoff_ms: int = 10, timeout_ms: int = 0,
+               result_handler: ResultHandler | None = None, slot_id: str = "") -> TaskSnapshot:
+        payload = orjson.dumps({"calls": [{"functionId": f, "args": a} for f, a in calls]})
+        req = SubmitTaskRequest(task_id=task_id, slot_id=slot_id,
+                                function_call=FunctionCall("callList", payload),
+                                result_handler=result_handler, task_timeout_ms=timeout_ms,
+                                call_failure_policy=policy,
+                                call_retry_policy=CallRetryPolicy(max_attempts, backoff_ms, 0))
+        return self.orch.submit_task(req)
+
+    def state(self, task_id: str) -> TaskState:
+        return self.orch.get_task_result(task_id).state
+
+    async def terminal(self, task_id: str, timeout: float = 5.0) -> TaskSnapshot:
+        await until(lambda: self.state(task_id).is_terminal, timeout, f"task {task_id} terminal")
+        return self.orch.get_task_result(task_id)
+
+    async def executed(self, n: int, timeout: float = 5.0) -> list[Sent]:
+        """Wait until n ExecuteCalls in all were sent; return them."""
+        await until(lambda: len(self.fake.executes) >= n, timeout, f"{n} ExecuteCall(s)")
+        return self.fake.executes[:n]
+
+    async def close(self) -> None:
+        await self.orch.close()
+        await settle()
+
+
+async def settle(rounds: int = 20) -> None:
+    """Let spawned tasks (resume / cancel sends, phase runners) run."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+async def until(pred: Callable[[], bool], timeout: float = 5.0, what: str = "") -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not pred():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what or pred}")
+        await asyncio.sleep(0.001)
+
+
+def outputs(snap: TaskSnapshot) -> list:
+    return [orjson.loads(o) for o in snap.result.outputs]
+
+
+async def build(tmp_path, *, env: dict[str, str] | None = None,
+                functions: dict[str, str] | None = None, tweak: Callable[[Any], None] | None = None,
+                executors: tuple[str, ...] = ("exec-1",), capacity: int = 4) -> Harness:
+    """An Orchestrator wired as blockx.app.run wires it, over a FakeAdapter."""
+    functions = dict(DEFAULT_FUNCTIONS if functions is None else functions)
+    fdir = tmp_path / "functions"
+    fdir.mkdir(exist_ok=True)
+    for fid, src in functions.items():
+        (fdir / f"{fid}.py").write_text(src)
+    base_env = {"FUNCTIONS_DIR": str(fdir), "ETCD_ENDPOINTS": "none", "METRICS_LISTEN": "",
+                "CALL_RETRY_JITTER_PERCENT": "0", "EXECUTOR_COUNT": str(len(executors))}
+    cfg = load_config(BLOCK, env={**base_env, **(env or {})})
+    if tweak is not None:
+        tweak(cfg)
+    cfg.validate(BLOCK)
+    clock = FakeClock()
+    dcfg = cfg.dispatcher_config()
+    core = WorkerCore(cfg.core_config())
+    disp = DispatcherCore(dcfg, lambda: 0.0)
+    fcode = FunctionCodeDirectory(cfg.functions_dir, cfg.effective_function_snapshot_retention_ms(),
+                                  now_ms=clock.wall())
+    fake = FakeAdapter(clock)
+    orch = Orchestrator(
+        core=core, disp=disp, adapter=fake, fcode=fcode,
+        builders=BuilderRegistry.from_names(BLOCK.builders),
+        plugins=PluginRegistry.from_names(BLOCK.plugins), io_factory=IOScopeFactory.from_config(cfg),
+        admission=Admission.from_config(cfg.admission_config()), stream_cfg=cfg.stream_build,
+        metrics=Metrics(process_metrics=False), stall_timeout_ms=dcfg.effective_stall_timeout_ms,
+        phase_io_timeout_ms=cfg.phase_io_timeout_ms, wall=clock.wall, mono=clock.mono)
+    assert fake.handler is orch
+    for eid in executors:
+        fake.attach(eid, capacity)
+    return Harness(orch, fake, clock, cfg, str(fdir), functions)
