@@ -16,6 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from blockx.core.dispatcher_commands import BindCall
 from blockx.core.dispatcher_config import DispatcherConfig
+from blockx.core.dispatcher_state import DONE
 from blockx.core.dispatcher_types import CallSpec, RetryPolicy
 
 from tests.unit.core.test_dispatcher_harness import Harness
@@ -44,6 +45,17 @@ class DispatcherMachine(RuleBasedStateMachine):
         self.n = 0
         self.requests = 0
         self.seen_done = 0
+        # Count every root's transitions into DONE at the single accounting point.
+        self.done_counts: dict[str, int] = {}
+        core = self.h.core
+        set_terminal = core._set_terminal
+
+        def counting(ctx, *args, **kwargs):
+            if ctx.state != DONE and ctx.parent is None:
+                self.done_counts[ctx.call_id] = self.done_counts.get(ctx.call_id, 0) + 1
+            return set_terminal(ctx, *args, **kwargs)
+
+        core._set_terminal = counting
 
     # --- rules ---------------------------------------------------------------------
 
@@ -182,6 +194,10 @@ class DispatcherMachine(RuleBasedStateMachine):
         self.seen_done = len(self.h.subcall_done)
 
     @invariant()
+    def roots_end_done_at_most_once(self):
+        assert all(n == 1 for n in self.done_counts.values()), self.done_counts
+
+    @invariant()
     def finished_tasks_have_nothing_in_flight(self):
         for tid in list(self.h.converged) + list(self.cancelled):
             assert not self.h.live_of(tid), (tid, self.h.live_of(tid))
@@ -213,6 +229,8 @@ class DispatcherMachine(RuleBasedStateMachine):
             assert h.converge_count.get(tid) == 1, f"{tid} did not converge exactly once"
             c = h.converged[tid]
             assert c.call_count == len(calls)
+            assert [self.done_counts.get(f"{tid}/{i}") for i in range(len(calls))] == \
+                [1] * len(calls), f"{tid}: a root did not end DONE exactly once"
             poisoned = sum(s.function_id == POISON for s in calls)
             if (policy == "FAST_FAIL" and poisoned) or (calls and poisoned == len(calls)):
                 assert not c.ok and c.failure_code == "CALL_FAILED" and c.outputs == []
