@@ -147,6 +147,9 @@ class FakeAdapter:
         self.on_bind: Callable[[str, str], None] | None = None
         self.heartbeat_timeouts: list[str] = []
         self.kill_result = True
+        # Like the real adapter, a handler callback that raises is recorded (and
+        # logged there), never propagated into the connection.
+        self.handler_errors: list[BaseException] = []
 
     # ---- the API the orchestrator calls ------------------------------------------
 
@@ -249,12 +252,18 @@ class FakeAdapter:
     def attach(self, executor_id: str, capacity: int = 4, **fields: Any) -> FakeExecutor:
         ex = FakeExecutor(executor_id, capacity, **fields)
         self.executors[executor_id] = ex
-        self.handler.on_executor_attached(executor_id)
+        self._callback(self.handler.on_executor_attached, executor_id)
         return ex
 
     def lose(self, executor_id: str, reason: str = "connection closed") -> None:
         self.executors.pop(executor_id)
-        self.handler.on_executor_lost(executor_id, reason)
+        self._callback(self.handler.on_executor_lost, executor_id, reason)
+
+    def _callback(self, fn: Callable, *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - mirrors ExecutorAdapter._handler_failed
+            self.handler_errors.append(exc)
 
     def last_execute(self, call_id: str) -> Sent:
         for s in reversed(self.executes):
@@ -276,7 +285,7 @@ class FakeAdapter:
             if ex is not None and env["messageType"] in (m.CALL_COMPLETED, m.CALL_FAILED):
                 ex.reservations.pop(env["callId"], None)
             items.append((env, sidecar))
-        self.handler.on_executor_frames(executor_id, items)
+        self._callback(self.handler.on_executor_frames, executor_id, items)
 
     def completed(self, call_id: str, output: Any, *, budget_used_ms: int = 1) -> dict:
         s = self.last_execute(call_id)
