@@ -160,3 +160,6 @@ class PreparedCalls:
 
     def __len__(self) -> int:
         return len(self.calls)
+
+
+Prepared = PreparedCalls  # the name the spec / adapter brief uses
