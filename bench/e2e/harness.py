@@ -164,6 +164,11 @@ class BenchWorker:
             pass
         return pids
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time so far of the worker and (summed) of its executors."""
+        return {"worker": proc_cpu_seconds(self.pid),
+                "executors": sum(proc_cpu_seconds(p) for p in self.executor_pids())}
+
     # ---- stop -------------------------------------------------------------------------
 
     def stop(self, timeout: float = 60.0) -> int | None:
@@ -182,6 +187,19 @@ class BenchWorker:
 
     def cleanup(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), from /proc/<pid>/stat."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 _RSS = re.compile(rb"^VmRSS:\s+(\d+)\s+kB", re.M)

@@ -46,9 +46,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rss-executors", type=int, default=1, help="EXECUTOR_COUNT of the (e) worker (default 1)")
     p.add_argument("--b-max-outstanding", type=int, default=192,
                    help="(b): tasks submitted and not yet terminal, below TASK_SLOTS=256 (default 192)")
-    p.add_argument("--b-watch-batch", type=int, default=64, help="(b): most ids per WatchTasks stream (default 64)")
-    p.add_argument("--b-watch-delay-ms", type=float, default=5.0,
-                   help="(b): longest wait for a WatchTasks batch to fill (default 5 ms)")
+    p.add_argument("--b-watch-batch", type=int, default=128,
+                   help="(b): most ids per WatchTasks stream (default 128)")
+    p.add_argument("--b-watch-delay-ms", type=float, default=20.0,
+                   help="(b): longest wait for a WatchTasks batch to fill (default 20 ms)")
     p.add_argument("--cprofile", metavar="PREFIX",
                    help="run each worker under cProfile, writing PREFIX-main.prof / PREFIX-rss.prof; "
                         "the top entries go to stderr and into the JSON")
@@ -91,16 +92,18 @@ async def run_main_worker(ns, sizes: dict, report: dict) -> None:
         await sc.warm_up(client, ["add1", "add", "subcall_loop", "io_loop"])
         res = report["results"]
         if "a" in ns.only:
-            res["a_call_throughput"] = [await sc.call_throughput(client, n, timeout=300) for n in sizes["a"]]
+            res["a_call_throughput"] = [await _with_cpu(w, sc.call_throughput(client, n, timeout=300))
+                                        for n in sizes["a"]]
         if "b" in ns.only:
-            res["b_task_throughput"] = await sc.task_throughput(
+            res["b_task_throughput"] = await _with_cpu(w, sc.task_throughput(
                 client, sizes["b_tasks"], sizes["b_inflight"], ns.b_max_outstanding, ns.b_watch_batch,
-                ns.b_watch_delay_ms, timeout=300)
+                ns.b_watch_delay_ms, timeout=300))
         if "c" in ns.only:
-            res["c_latency"] = await sc.latency(client, sizes["c_tasks"], timeout=300)
+            res["c_latency"] = await _with_cpu(w, sc.latency(client, sizes["c_tasks"], timeout=300))
         if "d" in ns.only:
-            res["d_subcalls"] = await sc.subcall_rate(client, sizes["d_parents"], sizes["d_subcalls"], timeout=300)
-            res["d_io"] = await sc.io_rate(client, sizes["d_io_parents"], sizes["d_io"], timeout=300)
+            res["d_subcalls"] = await _with_cpu(w, sc.subcall_rate(client, sizes["d_parents"], sizes["d_subcalls"],
+                                                                   timeout=300))
+            res["d_io"] = await _with_cpu(w, sc.io_rate(client, sizes["d_io_parents"], sizes["d_io"], timeout=300))
         report["worker"]["rss_end_bytes"] = w.rss_bytes()
     finally:
         await client.close()
@@ -109,6 +112,17 @@ async def run_main_worker(ns, sizes: dict, report: dict) -> None:
         if prof:
             _add_profile(ns, report, "main", prof)
         w.cleanup()
+
+
+async def _with_cpu(w: BenchWorker, coro) -> dict:
+    """The scenario's figures plus the CPU seconds the worker, its executors and
+    this client spent meanwhile: on 2 shared cores they tell which side was busy."""
+    c0, p0, t0 = w.cpu_seconds(), time.process_time(), time.perf_counter()
+    out = await coro
+    c1, p1, t1 = w.cpu_seconds(), time.process_time(), time.perf_counter()
+    out["cpu_s"] = {"wall": round(t1 - t0, 3), "worker": round(c1["worker"] - c0["worker"], 2),
+                    "executors": round(c1["executors"] - c0["executors"], 2), "client": round(p1 - p0, 2)}
+    return out
 
 
 async def run_rss_worker(ns, sizes: dict, report: dict) -> None:
