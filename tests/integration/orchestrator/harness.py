@@ -274,6 +274,12 @@ class FakeAdapter:
     def execute_of(self, call_id: str) -> list[Sent]:
         return [s for s in self.executes if s.call_id == call_id]
 
+    def _dispatched_attempt(self, call_id: str) -> int | None:
+        for s in reversed(self.executes):
+            if s.call_id == call_id:
+                return s.attempt
+        return None
+
     def deliver(self, executor_id: str, frames: list) -> None:
         """Hand one decoded chunk of frames to the orchestrator (one batch)."""
         items = []
@@ -281,20 +287,24 @@ class FakeAdapter:
         for f in frames:
             env, sidecar = f if isinstance(f, tuple) else (f, None)
             # The real adapter releases a reservation on the terminal frame
-            # before the orchestrator sees it.
-            if ex is not None and env["messageType"] in (m.CALL_COMPLETED, m.CALL_FAILED):
+            # before the orchestrator sees it (only for the attempt it dispatched).
+            if (ex is not None and env["messageType"] in (m.CALL_COMPLETED, m.CALL_FAILED)
+                    and self._dispatched_attempt(env["callId"]) == (env.get("payload") or {}).get("attemptSeq")):
                 ex.reservations.pop(env["callId"], None)
             items.append((env, sidecar))
         self._callback(self.handler.on_executor_frames, executor_id, items)
 
-    def completed(self, call_id: str, output: Any, *, budget_used_ms: int = 1) -> dict:
+    def completed(self, call_id: str, output: Any, *, budget_used_ms: int = 1,
+                  attempt: int | None = None) -> dict:
         s = self.last_execute(call_id)
-        return m.call_completed(call_id, s.task_id, s.attempt, output, budget_used_ms)
+        return m.call_completed(call_id, s.task_id, s.attempt if attempt is None else attempt, output,
+                                budget_used_ms)
 
     def failed(self, call_id: str, kind: str = m.USER_ERROR, retryable: bool = False,
-               message: str = "boom") -> dict:
+               message: str = "boom", *, attempt: int | None = None) -> dict:
         s = self.last_execute(call_id)
-        return m.call_failed(call_id, s.task_id, s.attempt, kind, retryable, message)
+        return m.call_failed(call_id, s.task_id, s.attempt if attempt is None else attempt, kind,
+                             retryable, message)
 
     def complete(self, call_id: str, output: Any, **kw: Any) -> None:
         self.deliver(self.last_execute(call_id).executor_id, [self.completed(call_id, output, **kw)])
