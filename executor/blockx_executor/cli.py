@@ -65,9 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        stream=sys.stderr, level=getattr(logging, args.log_level.upper()),
-        format=f"%(asctime)s %(levelname)s blockx-executor {args.executor_id}: %(message)s")
+    # The executor's stderr is the worker's: log the same JSON lines, tagged with the executor id.
+    from blockx.app.logs import setup_logging
+
+    setup_logging(args.log_level, static_fields={"service": "blockx-executor",
+                                                 "executor_id": args.executor_id})
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         sys.stdout.reconfigure(line_buffering=True)  # user prints reach the log promptly
