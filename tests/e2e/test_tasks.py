@@ -202,3 +202,14 @@ def test_watch_reattach_within_grace_keeps_the_task(start_worker):
     time.sleep(0.3)
     res = w.wait_terminal("t-reattach")
     assert res.state == pb.TASK_STATE_SUCCEEDED
+
+
+def test_bundle_profile(start_worker):
+    # bundle: callList + rangeScan only, streaming build on by default.
+    w = start_worker(profile="bundle")
+    w.submit("t-bundle-scan", "rangeScan", {"functionId": "square", "start": 0, "stop": 100})
+    res = w.wait_terminal("t-bundle-scan")
+    assert res.state == pb.TASK_STATE_SUCCEEDED and outputs(res) == [i * i for i in range(100)]
+    w.submit("t-bundle-static", "static", {"functionId": "add1", "args": [1]})
+    res = w.wait_terminal("t-bundle-static")
+    assert res.failure_code == "BUILDER_NOT_FOUND" and "static" in res.failure_message
