@@ -1,0 +1,265 @@
+"""CallWaiting for function code and IO as the orchestrator serves them.
+
+function_code: answered from the task's pinned code epoch, no dispatcher state
+change. io: the call goes WAITING, the task's IO scope serves the request
+(devstub), the ResumeCall goes out and only then is the call RUNNING again; a
+ResumeCall that cannot be sent fails the attempt (RESUME_SEND_FAILED, retryable)."""
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from blockx.adapters.executor.errors import ExecutorGone
+from blockx.core.types import TaskState
+from blockx.protocol import messages as m
+
+from .harness import outputs, settle, sha256_hex, until
+
+ADD_V2 = "def main(a, b):\n    # v2: same behaviour, new digest\n    return b + a\n"
+
+
+def _record_waits(h) -> list:
+    seen: list = []
+    disp = h.disp
+    for name in ("handle_call_waiting", "handle_call_resumed"):
+        orig = getattr(disp, name)
+
+        def wrapped(call_id, *a, __orig=orig, __name=name, **kw):
+            seen.append((__name, call_id))
+            return __orig(call_id, *a, **kw)
+
+        setattr(disp, name, wrapped)
+    return seen
+
+
+# ---- function code -----------------------------------------------------------------
+
+
+async def test_function_code_wait_is_answered_without_a_state_change(make_harness):
+    h = await make_harness()
+    f = h.fake
+    h.submit("t", [("add", [1, 2])])
+    sent = (await h.executed(1))[0]
+    seen = _record_waits(h)
+    f.wait_code("t/0", "code-1", "add", sent.payload["functionCodeDigest"])
+    assert h.disp.call_state("t/0") == "RUNNING"
+    await until(lambda: f.resumes, what="function code resume")
+    await settle()
+    [r] = f.resumes
+    assert (r.executor_id, r.call_id, r.request_id, r.sidecar) == ("exec-1", "t/0", "code-1", None)
+    assert r.payload == {"resumeKind": "function_code", "budgetUsedMs": 0,
+                         "result": {"source": h.functions["add"], "functionCodeDigest": h.digest("add")}}
+    assert seen == []                    # neither WAITING nor a resume event
+    assert h.disp.call_state("t/0") == "RUNNING"
+    f.complete("t/0", 3)
+    assert outputs(await h.terminal("t")) == [3]
+
+
+async def test_function_code_comes_from_the_tasks_pinned_epoch(make_harness):
+    h = await make_harness()
+    f = h.fake
+    h.submit("old", [("add", [1, 2])])
+    old = (await h.executed(1))[0]
+    assert old.payload["functionCodeDigest"] == h.digest("add")
+    # The function is edited while "old" runs; a new task pins the new epoch.
+    with open(h.functions_dir + "/add.py", "w") as fh:
+        fh.write(ADD_V2)
+    h.clock.advance(1000)                 # past the directory's rescan interval
+    h.submit("new", [("add", [1, 2])])
+    new = (await h.executed(2))[1]
+    assert new.payload["functionCodeDigest"] == sha256_hex(ADD_V2) != h.digest("add")
+
+    f.wait_code("old/0", "c-old", "add", old.payload["functionCodeDigest"])
+    f.wait_code("new/0", "c-new", "add", new.payload["functionCodeDigest"])
+    await until(lambda: len(f.resumes) == 2, what="two function code resumes")
+    by_req = {r.request_id: r.payload["result"] for r in f.resumes}
+    assert by_req["c-old"] == {"source": h.functions["add"], "functionCodeDigest": h.digest("add")}
+    assert by_req["c-new"] == {"source": ADD_V2, "functionCodeDigest": sha256_hex(ADD_V2)}
+    f.deliver("exec-1", [f.completed("old/0", 3), f.completed("new/0", 3)])
+    assert outputs(await h.terminal("old")) == [3]
+    assert outputs(await h.terminal("new")) == [3]
+
+
+async def test_unknown_function_code_digest_gets_an_error_resume(make_harness):
+    h = await make_harness()
+    f = h.fake
+    h.submit("t", [("add", [1, 2])])
+    await h.executed(1)
+    f.wait_code("t/0", "code-x", "add", "0" * 64)
+    await until(lambda: f.resumes, what="error resume")
+    [r] = f.resumes
+    assert r.request_id == "code-x"
+    assert r.payload["resumeKind"] == "function_code"
+    assert "result" not in r.payload
+    err = r.payload["error"]
+    assert (err["errorKind"], err["retryable"]) == ("FUNCTION_NOT_FOUND", False)
+    assert "0000000000000000" in err["errorMessage"] and "'add'" in err["errorMessage"]
+    assert h.disp.call_state("t/0") == "RUNNING"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "orchestrator_dispatch.py _serve_function_code answers from the whole directory "
+    "(self.fcode.source_for(digest)) instead of the task's pinned view "
+    "(rt.view.source_for, whose rule is 'only code of this task's own snapshot is served to its "
+    "calls'): a call can fetch source outside its task's code epoch"))
+async def test_function_code_outside_the_tasks_epoch_is_refused(make_harness):
+    h = await make_harness()
+    f = h.fake
+    h.submit("old", [("add", [1, 2])])
+    await h.executed(1)
+    with open(h.functions_dir + "/add.py", "w") as fh:
+        fh.write(ADD_V2)
+    h.clock.advance(1000)
+    h.submit("new", [("add", [1, 2])])
+    await h.executed(2)
+    f.wait_code("old/0", "c", "add", sha256_hex(ADD_V2))   # a digest of epoch 2
+    await until(lambda: f.resumes, what="resume")
+    assert f.resumes[0].payload.get("error", {}).get("errorKind") == "FUNCTION_NOT_FOUND"
+
+
+# ---- IO ------------------------------------------------------------------------------
+
+
+async def test_io_wait_is_served_by_the_task_scope_then_resumed(make_harness):
+    h = await make_harness()
+    f = h.fake
+    h.submit("t", [("echo", [1])])
+    await h.executed(1)
+    seen = _record_waits(h)
+    f.resume_gate = asyncio.Event()       # hold the ResumeCall "in the socket"
+    request = {"op": "echo", "payload": {"k": [1, 2, 3]}}
+    f.wait_io("t/0", "io-1", request)
+    assert h.disp.call_state("t/0") == "WAITING"
+    await settle()
+    assert h.disp.call_state("t/0") == "WAITING"   # not resumed before the frame is flushed
+    assert seen == [("handle_call_waiting", "t/0")]
+    f.resume_gate.set()
+    await until(lambda: h.disp.call_state("t/0") == "RUNNING", what="resumed")
+    assert seen == [("handle_call_waiting", "t/0"), ("handle_call_resumed", "t/0")]
+    [r] = f.resumes
+    assert (r.executor_id, r.call_id, r.request_id, r.sidecar) == ("exec-1", "t/0", "io-1", None)
+    assert r.payload == {"resumeKind": "io", "result": request, "budgetUsedMs": 0}
+    f.complete("t/0", "done")
+    assert outputs(await h.terminal("t")) == ["done"]
+
+
+async def test_io_binary_body_travels_in_the_sidecar(make_harness):
+    h = await make_harness()
+    f = h.fake
+    h.submit("t", [("echo", [1])])
+    await h.executed(1)
+    f.wait_io("t/0", "io-1", {"op": "upper"}, sidecar=b"blob\x00data")
+    await until(lambda: f.resumes, what="resume")
+    [r] = f.resumes
+    assert r.payload["result"] == {"op": "upper", "bytes": 9}
+    assert r.sidecar == b"BLOB\x00DATA"
+
+
+async def test_identical_io_requests_of_a_task_are_served_once(make_harness):
+    h = await make_harness()
+    f = h.fake
+    h.submit("a", [("echo", [1]), ("echo", [2])])
+    h.submit("b", [("echo", [3])])
+    await h.executed(3)
+    for cid, rid in (("a/0", "r0"), ("a/1", "r1"), ("b/0", "r2")):
+        f.wait_io(cid, rid, {"op": "count"})
+    await until(lambda: len(f.resumes) == 3, what="three resumes")
+    counts = {r.request_id: r.payload["result"]["count"] for r in f.resumes}
+    # one backend request per task: a/1 shares a/0's answer; task b has its own cache
+    assert counts["r0"] == counts["r1"] != counts["r2"]
+    assert sorted(counts.values()) == [1, 1, 2]
+
+
+@pytest.mark.parametrize("request_, backend, kind, retryable, text", [
+    ({"op": "fail", "message": "db down", "retryable": True}, "devstub", "IO_ERROR", True, "db down"),
+    ({"op": "fail", "message": "bad query"}, "devstub", "IO_ERROR", False, "bad query"),
+    ({"op": "echo"}, "blockdb", "IO_ERROR", False, "unknown IO backend 'blockdb'"),
+])
+async def test_io_failures_are_resumed_as_errors(make_harness, request_, backend, kind, retryable, text):
+    h = await make_harness()
+    f = h.fake
+    h.submit("t", [("echo", [1])])
+    await h.executed(1)
+    f.wait_io("t/0", "io-1", request_, backend=backend)
+    await until(lambda: h.disp.call_state("t/0") == "RUNNING" and f.resumes, what="error resume")
+    [r] = f.resumes
+    assert r.payload["resumeKind"] == "io" and "result" not in r.payload
+    err = r.payload["error"]
+    assert (err["errorKind"], err["retryable"]) == (kind, retryable)
+    assert text in err["errorMessage"]
+    assert h.state("t") == TaskState.RUNNING    # the call decides what to do with it
+
+
+async def test_failed_io_resume_send_fails_the_attempt_retryably(make_harness):
+    h = await make_harness(executors=("exec-1", "exec-2"), capacity=1)
+    f = h.fake
+    h.submit("t", [("echo", [1])], backoff_ms=50)
+    first = (await h.executed(1))[0]
+    assert first.executor_id == "exec-1"
+    f.resume_faults.append(ExecutorGone("exec-1", "connection closed before the frame was written"))
+    f.wait_io("t/0", "io-1", {"op": "echo"})
+    await until(lambda: h.disp.call_state("t/0") != "WAITING", what="resume failure fed back")
+    assert f.resumes == []
+    assert h.disp.call_state("t/0") == "READY"
+    assert ("unbind", "t/0", "exec-1") in f.trace
+    assert h.metrics.calls_retried == 1
+    retry = (await h.executed(2))[1]
+    assert (retry.call_id, retry.payload["attemptSeq"]) == ("t/0", 2)
+    f.complete("t/0", 1)
+    res = await h.terminal("t")
+    assert outputs(res) == [1]
+    assert res.result.statistic.call_retries == 1
+
+
+async def test_failed_io_resume_of_a_final_attempt_fails_the_task(make_harness):
+    h = await make_harness()
+    f = h.fake
+    h.submit("t", [("echo", [1])], max_attempts=1)
+    await h.executed(1)
+    f.resume_faults.append(ExecutorGone("exec-1"))
+    f.wait_io("t/0", "io-1", {"op": "echo"})
+    res = await h.terminal("t")
+    assert res.result.failure_code == "CALL_FAILED"
+    assert res.result.retryable is True
+    assert "RESUME_SEND_FAILED: ResumeCall to exec-1 not sent" in res.result.failure_message
+
+
+async def test_io_wait_of_an_ended_task_gets_an_error_resume(make_harness):
+    h = await make_harness()
+    f = h.fake
+    h.submit("t", [("echo", [1])], timeout_ms=1000)
+    await h.executed(1)
+    h.clock.advance(1000)
+    h.orch.tick()
+    assert h.orch.get_task_result("t").result.failure_code == "TIMED_OUT"
+    f.wait_io("t/0", "late", {"op": "echo"})        # the executor had not seen CancelCall yet
+    await until(lambda: f.resumes, what="error resume")
+    [r] = f.resumes
+    assert r.request_id == "late"
+    assert r.payload["error"]["errorKind"] == "IO_ERROR"
+    assert "no open IO scope" in r.payload["error"]["errorMessage"]
+
+
+async def test_stale_io_resume_does_not_touch_the_new_attempt(make_harness):
+    """An IO wait of attempt 1 whose executor is lost meanwhile: its resume
+    fails to send, which is a stale failure for the call's attempt 2."""
+    h = await make_harness(executors=("exec-1", "exec-2"), capacity=1)
+    f = h.fake
+    h.submit("t", [("echo", [1])], backoff_ms=1)
+    await h.executed(1)
+    f.resume_gate = asyncio.Event()
+    f.resume_faults.append(ExecutorGone("exec-1"))
+    f.wait_io("t/0", "io-1", {"op": "echo"})
+    f.lose("exec-1")
+    retry = (await h.executed(2))[1]
+    assert (retry.executor_id, retry.payload["attemptSeq"]) == ("exec-2", 2)
+    f.resume_gate.set()                   # attempt 1's resume now fails
+    await settle()
+    assert h.disp.call_state("t/0") == "RUNNING"
+    assert h.disp.call_attempts("t/0") == 2
+    f.complete("t/0", orjson.loads(b'{"ok": true}'))
+    res = await h.terminal("t")
+    assert outputs(res) == [{"ok": True}]
+    assert res.result.statistic.call_retries == 1
