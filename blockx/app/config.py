@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_type_hints
 
 from blockx.app.duration import DurationError, parse_duration_ms
+from blockx.json_types import json_type as _json_type
 from blockx.core.config import MAX_RETRY_JITTER_PERCENT, SNAPSHOT_RETENTION_SLACK_MS
 from blockx.core.dispatcher_config import MAX_FAIRNESS_QUANTUM, derive_stall_timeout_ms
 
@@ -434,20 +435,6 @@ def _json_value(path: str, t: Any, value: Any) -> Any:
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return _endpoints(",".join(value))
     raise ValueError(f"{path}: expected {_type_name(t)}, got {_json_type(value)} {json.dumps(value)[:60]}")
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
 
 
 def _endpoints(text: str) -> list[str]:

@@ -23,13 +23,11 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import orjson
 
-try:  # the shared definition; the scheduler helper's hot module
-    from blockx._fast import load as _load
+from blockx.json_types import json_type
 
-    canonical_args_json = _load("cachekey").canonical_args_json
-except ImportError:  # compiled module not built in this tree: same definition
-    def canonical_args_json(args: Any) -> bytes:
-        return orjson.dumps(args, option=orjson.OPT_SORT_KEYS)
+from blockx._fast import load as _load
+
+canonical_args_json = _load("cachekey").canonical_args_json
 
 
 class CallSpec(NamedTuple):
@@ -134,20 +132,6 @@ def reject_unknown(name: str, data: dict, allowed: tuple[str, ...]) -> None:
     if extra:
         raise BuilderError(f"{name}: unknown payload key(s) {', '.join(map(repr, extra))} "
                            f"(allowed: {', '.join(allowed)})")
-
-
-def json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
 
 
 def _short(value: Any) -> str:
