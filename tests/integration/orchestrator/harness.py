@@ -141,6 +141,7 @@ class FakeAdapter:
         self.cancels: list[Cancel] = []
         self.killed: list[str] = []
         self.bind_faults: deque = deque()
+        self.bind_subcall_faults: deque = deque()
         self.execute_faults: deque = deque()
         self.resume_faults: deque = deque()
         self.resume_gate: asyncio.Event | None = None
@@ -174,6 +175,10 @@ class FakeAdapter:
 
     def bind_subcall(self, call_id: str, parent_call_id: str, executor_id: str) -> None:
         self.trace.append(("bind_subcall", call_id, parent_call_id, executor_id))
+        if self.bind_subcall_faults:
+            exc = self.bind_subcall_faults.popleft()
+            if exc is not None:
+                raise exc
         ex = self._conn(executor_id)
         if ex.reservations.get(parent_call_id) != "live":
             from blockx.adapters.executor.errors import BindError
