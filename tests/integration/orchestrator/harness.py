@@ -419,7 +419,7 @@ async def build(tmp_path, *, env: dict[str, str] | None = None,
     for fid, src in functions.items():
         (fdir / f"{fid}.py").write_text(src)
     base_env = {"FUNCTIONS_DIR": str(fdir), "ETCD_ENDPOINTS": "none", "METRICS_LISTEN": "",
-                "CALL_RETRY_JITTER_PERCENT": "0", "EXECUTOR_COUNT": str(len(executors))}
+                "CALL_RETRY_JITTER_PERCENT": "0", "EXECUTOR_COUNT": str(max(1, len(executors)))}
     cfg = load_config(BLOCK, env={**base_env, **(env or {})})
     if tweak is not None:
         tweak(cfg)
