@@ -20,7 +20,7 @@ import time
 import uvloop
 
 from bench.e2e import scenarios as sc
-from bench.e2e.client import BenchFailure, Client
+from bench.e2e.client import Client
 from bench.e2e.harness import BenchWorker, WorkerError
 from bench.e2e.profiling import format_table, top_entries
 
@@ -85,7 +85,7 @@ async def run_main_worker(ns, sizes: dict, report: dict) -> None:
     prof = f"{ns.cprofile}-main.prof" if ns.cprofile else None
     w = BenchWorker(executors=ns.executors, cprofile_out=prof)
     t0 = time.perf_counter()
-    await asyncio.to_thread(w.start)
+    await _start(w)
     report["worker"] = {"executors": ns.executors, "start_s": round(time.perf_counter() - t0, 3), "pid": w.pid}
     client = Client(w.addr)
     try:
@@ -105,6 +105,9 @@ async def run_main_worker(ns, sizes: dict, report: dict) -> None:
                                                                    timeout=300))
             res["d_io"] = await _with_cpu(w, sc.io_rate(client, sizes["d_io_parents"], sizes["d_io"], timeout=300))
         report["worker"]["rss_end_bytes"] = w.rss_bytes()
+    except Exception as exc:
+        exc.add_note("worker log tail:\n" + w.tail(20))
+        raise
     finally:
         await client.close()
         rc = await asyncio.to_thread(w.stop)
@@ -112,6 +115,19 @@ async def run_main_worker(ns, sizes: dict, report: dict) -> None:
         if prof:
             _add_profile(ns, report, "main", prof)
         w.cleanup()
+
+
+async def _start(w: BenchWorker) -> None:
+    """Start, or leave nothing behind: a worker that failed to come up is stopped."""
+    try:
+        await asyncio.to_thread(w.start)
+    except BaseException:
+        try:
+            await asyncio.to_thread(w.stop, 10)
+        except WorkerError:
+            pass
+        w.cleanup()
+        raise
 
 
 async def _with_cpu(w: BenchWorker, coro) -> dict:
@@ -132,13 +148,16 @@ async def run_rss_worker(ns, sizes: dict, report: dict) -> None:
     n = sizes["e_calls"]
     task_timeout_ms = 20_000 if n >= 50_000 else 8_000
     w = BenchWorker(executors=ns.rss_executors, cprofile_out=prof)
-    await asyncio.to_thread(w.start)
+    await _start(w)
     client = Client(w.addr)
     try:
         await sc.warm_up(client, ["add1", "sleep_ms"], copies=500)
         report["results"]["e_rss"] = await sc.rss_queued(client, w, n, sleep_ms=600_000,
                                                          task_timeout_ms=task_timeout_ms,
                                                          timeout=task_timeout_ms / 1000 + 60)
+    except Exception as exc:
+        exc.add_note("worker log tail:\n" + w.tail(20))
+        raise
     finally:
         await client.close()
         await asyncio.to_thread(w.stop)
@@ -185,8 +204,10 @@ def main(argv=None) -> int:
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             report = runner.run(asyncio.wait_for(run(ns), ns.timeout))
-    except (BenchFailure, WorkerError, asyncio.TimeoutError) as exc:
-        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), file=sys.stdout)
+    except Exception as exc:  # noqa: BLE001 - any failure is reported as the one JSON object
+        msg = (f"the run exceeded --timeout {ns.timeout:g} s" if isinstance(exc, asyncio.TimeoutError)
+               else f"{type(exc).__name__}: {exc}")
+        print(json.dumps({"error": msg, "notes": getattr(exc, "__notes__", [])}))
         return 1
     print(json.dumps(report))
     return 0
