@@ -137,6 +137,7 @@ class FakeAdapter:
         self.executors: dict[str, FakeExecutor] = {}
         self.trace: list[tuple] = []
         self.executes: list[Sent] = []
+        self.execute_times: list[float] = []   # loop.time() of every send attempt, trace order
         self.resumes: list[Resume] = []
         self.cancels: list[Cancel] = []
         self.killed: list[str] = []
@@ -200,6 +201,7 @@ class FakeAdapter:
 
     def send_execute_call(self, executor_id: str, call_id: str, payload: dict) -> None:
         self.trace.append(("execute", call_id, executor_id, payload.get("attemptSeq")))
+        self.execute_times.append(asyncio.get_running_loop().time())
         if self.execute_faults:
             exc = self.execute_faults.popleft()
             if exc is not None:

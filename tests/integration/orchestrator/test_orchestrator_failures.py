@@ -16,7 +16,7 @@ async def test_retryable_call_failure_is_redispatched_after_the_backoff(make_har
     h = await make_harness()
     f = h.fake
     loop = asyncio.get_running_loop()
-    h.submit("t", [("add", [1, 2]), ("add", [3, 4])], backoff_ms=40)
+    h.submit("t", [("add", [1, 2]), ("add", [3, 4])], backoff_ms=150)
     await h.executed(2)
     f.fail("t/0", m.IO_ERROR, True, "backend hiccup")
     t_fail = loop.time()
@@ -26,7 +26,7 @@ async def test_retryable_call_failure_is_redispatched_after_the_backoff(make_har
     await settle()
     assert len(f.executes) == 2          # still backing off
     await h.executed(3)
-    assert loop.time() - t_fail >= 0.040 - 0.002
+    assert loop.time() - t_fail >= 0.150 - 0.002
     retry = f.executes[2]
     assert (retry.call_id, retry.executor_id) == ("t/0", "exec-1")
     assert retry.payload == {**f.executes[0].payload, "attemptSeq": 2}

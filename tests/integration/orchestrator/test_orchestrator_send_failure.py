@@ -84,10 +84,8 @@ async def test_retryable_send_failure_releases_and_retries_the_call(make_harness
     h = await make_harness()
     f = h.fake
     f.execute_faults.append(exc)
-    loop = asyncio.get_running_loop()
-    h.submit("t", [("add", [1, 2])], backoff_ms=30)
+    h.submit("t", [("add", [1, 2])], backoff_ms=150)
     await until(lambda: ("execute", "t/0", "exec-1", 1) in f.trace, what="first send")
-    t_fail = loop.time()
     # The attempt failed: reservation released, call backing off.
     assert _ops(f.trace, "bind", "execute", "unbind") == [
         ("bind", "t/0", "exec-1"), ("execute", "t/0", "exec-1", 1), ("unbind", "t/0", "exec-1")]
@@ -96,7 +94,8 @@ async def test_retryable_send_failure_releases_and_retries_the_call(make_harness
     assert h.metrics.calls_dispatched == 0
 
     sent = await h.executed(1)
-    assert loop.time() - t_fail >= 0.030 - 0.002   # after the backoff (base 30 ms, 2^0, no jitter)
+    # after the backoff (base 150 ms, 2^0, no jitter; loop time has ms resolution)
+    assert f.execute_times[1] - f.execute_times[0] >= 0.150 - 0.002
     assert (sent[0].executor_id, sent[0].payload["attemptSeq"]) == ("exec-1", 2)
     assert h.metrics.calls_dispatched == 1
     f.complete("t/0", 3)

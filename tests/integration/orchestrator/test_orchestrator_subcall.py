@@ -125,7 +125,7 @@ async def test_stale_subcall_request_from_another_executor_is_dropped(make_harne
 async def test_parent_attempt_failure_cancels_the_running_child(make_harness):
     h = await make_harness()
     f = h.fake
-    await _parent_running(h, backoff_ms=50)
+    await _parent_running(h, backoff_ms=150)
     f.wait_subcall("t/0", "r1", "child", [4])
     await h.executed(2)
     f.fail("t/0", m.EXECUTOR_LOST, True, "parent attempt broke")

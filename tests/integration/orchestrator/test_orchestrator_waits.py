@@ -195,7 +195,7 @@ async def test_io_failures_are_resumed_as_errors(make_harness, request_, backend
 async def test_failed_io_resume_send_fails_the_attempt_retryably(make_harness):
     h = await make_harness(executors=("exec-1", "exec-2"), capacity=1)
     f = h.fake
-    h.submit("t", [("echo", [1])], backoff_ms=50)
+    h.submit("t", [("echo", [1])], backoff_ms=150)
     first = (await h.executed(1))[0]
     assert first.executor_id == "exec-1"
     f.resume_faults.append(ExecutorGone("exec-1", "connection closed before the frame was written"))
