@@ -35,6 +35,8 @@ import orjson
 
 __all__ = ["cache_key", "canonical_args_json", "hash128"]
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
 
@@ -199,5 +201,10 @@ def hash128(data, seed=0) -> bytes:
 
 def canonical_args_json(args) -> bytes:
     """The canonical JSON of call args: sorted object keys, compact, UTF-8.
-    Equal argument values give equal bytes, hence equal cache keys."""
-    return _dumps(args, option=_SORT)
+    Equal argument values give equal bytes, hence equal cache keys.
+
+    The result is copied into an exactly-sized bytes object: orjson's own result
+    keeps its ~4 KiB growth buffer, and a queued call holds its args for its
+    whole life (100k queued calls pinned ~400 MiB before this copy)."""
+    cdef bytes b = _dumps(args, option=_SORT)
+    return PyBytes_FromStringAndSize(PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b))

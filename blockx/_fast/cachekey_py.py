@@ -112,5 +112,9 @@ def cache_key(function_id: str, digest: str, args_json) -> bytes:
 
 def canonical_args_json(args) -> bytes:
     """The canonical JSON of call args: sorted object keys, compact, UTF-8.
-    Equal argument values give equal bytes, hence equal cache keys."""
-    return orjson.dumps(args, option=orjson.OPT_SORT_KEYS)
+    Equal argument values give equal bytes, hence equal cache keys.
+
+    The result is copied into an exactly-sized bytes object: orjson's own result
+    keeps its ~4 KiB growth buffer, and a queued call holds its args for its
+    whole life."""
+    return orjson.dumps(args, option=orjson.OPT_SORT_KEYS).decode().encode()

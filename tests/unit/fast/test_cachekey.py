@@ -170,3 +170,18 @@ def test_implementations_agree_on_canonical_json(args):
     assert len(outs) == 1
     (out,) = outs
     assert orjson.loads(out) == args
+
+
+@pytest.mark.parametrize("label,mod", IMPLS, ids=[i[0] for i in IMPLS])
+def test_canonical_args_json_holds_no_oversized_buffer(label, mod):
+    # A queued call keeps its args bytes for its whole life; orjson's own result
+    # object pins a ~4 KiB buffer, so the function must return a compact copy.
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        keep = [mod.canonical_args_json([i, {"b": 1, "a": 2}]) for i in range(2000)]
+        per_object = tracemalloc.get_traced_memory()[0] / len(keep)
+    finally:
+        tracemalloc.stop()
+    assert keep[5] == b'[5,{"a":2,"b":1}]'
+    assert per_object < 512, f"{per_object:.0f} bytes held per args object"
