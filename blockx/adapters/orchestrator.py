@@ -134,7 +134,7 @@ class Orchestrator(PhaseRunner, DispatchActor):
             if runner is not None and not runner.done() and runner is not asyncio.current_task():
                 runner.cancel()
             if rt.io_scope is not None:
-                self._spawn(_close_quietly(rt.io_scope))
+                _close_quietly(rt.io_scope)
             if rt.view is not None:
                 try:
                     rt.view.release()
@@ -275,10 +275,9 @@ class Orchestrator(PhaseRunner, DispatchActor):
         return _canonical(args)
 
 
-async def _close_quietly(scope) -> None:
+def _close_quietly(scope) -> None:
+    """TaskIOScope.close() is synchronous: it fails pending waiters and drops the cache."""
     try:
-        r = scope.close()
-        if asyncio.iscoroutine(r):
-            await r
+        scope.close()
     except Exception:  # noqa: BLE001
         log.exception("closing an IO scope failed")
