@@ -214,3 +214,25 @@ async def test_task_deadline_cancels_parent_and_child(make_harness):
     await asyncio.sleep(0)
     assert not h.disp.has_task("t")
     assert h.disp.call_state("t/0/sub-1") is None
+
+
+async def test_subcall_request_and_parent_failure_in_one_chunk(make_harness):
+    """Commands of a chunk run after all its frames were handled: the child's
+    BindSubcall meets a parent whose reservation the terminal frame already
+    released, so the (already cancelled) child is never sent."""
+    h = await make_harness()
+    f = h.fake
+    await _parent_running(h, backoff_ms=1)
+    f.deliver("exec-1", [
+        m.call_waiting_subcall("t/0", "r1", "t", 1, "child", [4], 1000, ["t/0"]),
+        f.failed("t/0", m.EXECUTOR_LOST, True),
+    ])
+    assert ("bind_subcall", "t/0/sub-1", "t/0", "exec-1") in f.trace
+    retry = (await h.executed(2))[1]
+    assert (retry.call_id, retry.payload["attemptSeq"]) == ("t/0", 2)
+    assert [s.call_id for s in f.executes] == ["t/0", "t/0"]
+    assert h.disp.call_state("t/0/sub-1") in (None, "DONE")
+    assert h.disp.pending_bind_subcalls() == []
+    f.complete("t/0", 40)
+    assert outputs(await h.terminal("t")) == [40]
+    assert f.live_reservations() == {}
