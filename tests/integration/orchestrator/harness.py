@@ -24,6 +24,7 @@ from typing import Any, Callable
 import orjson
 
 from blockx.adapters.admission import Admission
+from blockx.adapters.executor.errors import BindError, ExecutorGone
 from blockx.adapters.executor.snapshot import ExecutorSnapshotData
 from blockx.adapters.metrics import Metrics
 from blockx.adapters.orchestrator import Orchestrator
@@ -158,7 +159,6 @@ class FakeAdapter:
     def _conn(self, executor_id: str) -> FakeExecutor:
         ex = self.executors.get(executor_id)
         if ex is None:
-            from blockx.adapters.executor.errors import BindError
             raise BindError(f"executor {executor_id!r} is not attached", executor_id=executor_id,
                             reason="executor_unknown")
         return ex
@@ -182,7 +182,6 @@ class FakeAdapter:
                 raise exc
         ex = self._conn(executor_id)
         if ex.reservations.get(parent_call_id) != "live":
-            from blockx.adapters.executor.errors import BindError
             raise BindError(f"parent {parent_call_id} holds no live reservation",
                             call_id=call_id, executor_id=executor_id, reason="parent_not_bound")
         ex.reservations[call_id] = "live"
@@ -217,11 +216,15 @@ class FakeAdapter:
             exc = self.resume_faults.popleft()
             if exc is not None:
                 raise exc
+        if executor_id not in self.executors:
+            raise ExecutorGone(executor_id)
         self.resumes.append(Resume(executor_id, call_id, request_id, _wire(payload), sidecar))
 
     async def send_cancel_call(self, executor_id: str, call_id: str, reason: str,
                                attempt_seq: int) -> None:
         self.trace.append(("cancel", call_id, executor_id, attempt_seq))
+        if executor_id not in self.executors:
+            raise ExecutorGone(executor_id)
         self.cancels.append(Cancel(executor_id, call_id, reason, attempt_seq))
 
     def snapshots(self) -> list[ExecutorSnapshotData]:

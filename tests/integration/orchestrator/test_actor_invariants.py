@@ -136,6 +136,7 @@ async def test_a_failing_event_is_logged_and_the_actor_keeps_going(make_harness,
 
 
 async def test_malformed_frames_are_dropped_without_disturbing_the_batch(make_harness):
+    # Defence in depth: the real adapter validates every inbound frame first.
     h = await make_harness()
     h.submit("t", [("add", [1, 1]), ("add", [2, 2])])
     await h.executed(2)

@@ -236,3 +236,30 @@ async def test_subcall_request_and_parent_failure_in_one_chunk(make_harness):
     f.complete("t/0", 40)
     assert outputs(await h.terminal("t")) == [40]
     assert f.live_reservations() == {}
+
+
+async def test_executor_lost_under_a_waiting_parent_cancels_the_child(make_harness):
+    h = await make_harness(executors=("exec-1", "exec-2"), capacity=1)
+    f = h.fake
+    parent = await _parent_running(h, backoff_ms=1)
+    assert parent.executor_id == "exec-1"
+    f.wait_subcall("t/0", "r1", "child", [4])
+    await h.executed(2)
+    f.lose("exec-1")
+    assert h.disp.call_state("t/0/sub-1") == "DONE"      # cancelled with the parent's attempt
+    retry = (await h.executed(3))[2]
+    assert (retry.call_id, retry.executor_id, retry.payload["attemptSeq"]) == ("t/0", "exec-2", 2)
+    await settle()
+    # The child's CancelCall was attempted best effort and had nowhere to go.
+    assert ("cancel", "t/0/sub-1", "exec-1", 1) in f.trace
+    assert f.cancels == []
+    assert f.handler_errors == []
+    f.wait_subcall("t/0", "r2", "child", [4])
+    child = (await h.executed(4))[3]
+    assert (child.call_id, child.executor_id, child.payload["parentCallId"]) == (
+        "t/0/sub-2", "exec-2", "t/0")
+    f.complete("t/0/sub-2", 40)
+    await until(lambda: f.resumes, what="resume on exec-2")
+    assert (f.resumes[0].executor_id, f.resumes[0].request_id) == ("exec-2", "r2")
+    f.complete("t/0", 40)
+    assert outputs(await h.terminal("t")) == [40]
