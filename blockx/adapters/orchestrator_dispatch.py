@@ -204,19 +204,17 @@ class DispatchActor:
                            cmd.parent_attempt_seq, payload, None)
 
     async def _resume(self, executor_id: str, call_id: str, request_id: str, attempt_seq: int,
-                      payload: dict, sidecar: bytes | None, *, tracked: bool = True) -> None:
-        """Send a ResumeCall; once flushed, feed handle_call_resumed (tracked waits),
-        else synthesize a retryable RESUME_SEND_FAILED failure for the call."""
+                      payload: dict, sidecar: bytes | None) -> None:
+        """Send a ResumeCall; once flushed, feed handle_call_resumed, else synthesize
+        a retryable RESUME_SEND_FAILED failure of the waiting attempt."""
         try:
             await self.adapter.send_resume_call(executor_id, call_id, request_id, payload, sidecar)
-        except Exception as exc:  # noqa: BLE001
-            if tracked:
-                msg = f"ResumeCall to {executor_id} not sent: {exc}"
-                self.post(lambda n: self.disp.handle_call_failed(
-                    call_id, attempt_seq, m.RESUME_SEND_FAILED, True, msg, n))
+        except Exception as exc:  # noqa: BLE001 - ExecutorGone / OutboxClosed
+            msg = f"ResumeCall to {executor_id} not sent: {exc}"
+            self.post(lambda n: self.disp.handle_call_failed(
+                call_id, attempt_seq, m.RESUME_SEND_FAILED, True, msg, n))
             return
-        if tracked:
-            self.post(lambda n: self.disp.handle_call_resumed(call_id, n))
+        self.post(lambda n: self.disp.handle_call_resumed(call_id, n))
 
     # ---- ExecutorAdapter handler ----------------------------------------------
 
