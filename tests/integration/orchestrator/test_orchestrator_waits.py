@@ -13,7 +13,6 @@ import pytest
 
 from blockx.adapters.executor.errors import ExecutorGone
 from blockx.core.types import TaskState
-from blockx.protocol import messages as m
 
 from .harness import outputs, settle, sha256_hex, until
 
