@@ -226,6 +226,8 @@ class Orchestrator(PhaseRunner, DispatchActor):
         run for longer than SchedulerStallTimeoutMs while it reports a running call
         is hard-killed so the pool manager can replace it."""
         killed = []
+        if self.stall_timeout_ms <= 0:      # 0: the backstop is disabled (unlimited call budget)
+            return killed
         now = self._mono()
         for s in self.adapter.snapshots():
             if (s.healthy and s.running_call_id and s.last_scheduler_active_at_ms

@@ -35,6 +35,7 @@ from blockx.protocol import messages as m
 log = logging.getLogger("blockx.dispatch")
 
 ERR_ARGS_TOO_LARGE = "ARGS_TOO_LARGE"   # not retryable: the same args never fit
+ERR_SEND_FAILED = "SEND_FAILED"         # not retryable: an unexpected encode/send error
 _Fragment = orjson.Fragment
 _dumps = orjson.dumps
 
@@ -89,11 +90,14 @@ class DispatchActor:
                     except Exception:  # noqa: BLE001 - one bad event must not stop the actor
                         log.exception("dispatch event failed")
                 now = self._mono()
-                for _ in range(10_000):
-                    cmds = disp.epilogue(now)
-                    if not cmds:
-                        break
-                    self._exec(cmds, now)
+                try:
+                    for _ in range(10_000):
+                        cmds = disp.epilogue(now)
+                        if not cmds:
+                            break
+                        self._exec(cmds, now)
+                except Exception:  # noqa: BLE001 - the actor must outlive one bad command
+                    log.exception("dispatch epilogue failed")
         finally:
             self._actor_running = False
 
@@ -140,6 +144,12 @@ class DispatchActor:
                     # dispatcher has moved on; nothing to send, nothing to feed back.
                     log.debug("ExecuteCall %s skipped: %s", cmd.call_id, exc)
                     continue
+                except Exception as exc:  # noqa: BLE001 - e.g. args the codec cannot encode
+                    log.exception("ExecuteCall %s to %s failed", cmd.call_id, cmd.executor_id)
+                    more = disp.handle_call_failed(
+                        cmd.call_id, cmd.attempt_seq, ERR_SEND_FAILED, False,
+                        f"ExecuteCall to {cmd.executor_id} could not be sent: {type(exc).__name__}: {exc}",
+                        now)
                 else:
                     metrics.calls_dispatched += 1
                     continue
@@ -317,9 +327,13 @@ class DispatchActor:
         return cmds
 
     async def _serve_function_code(self, executor_id, call_id, request_id, p) -> None:
+        """Only code of the asking task's pinned epoch is served to its calls."""
         digest = p.get("functionCodeDigest", "")
+        rt = self._runtimes.get(p.get("taskId", ""))
         try:
-            source = self.fcode.source_for(digest)
+            if rt is None or rt.view is None:
+                raise LookupError(f"task {p.get('taskId')!r} is not running")
+            source = rt.view.source_for(digest)
             payload = {"resumeKind": m.WAIT_FUNCTION_CODE,
                        "result": {"source": source, "functionCodeDigest": digest}, "budgetUsedMs": 0}
         except Exception as exc:  # noqa: BLE001 - unknown digest: the executor fails the call

@@ -179,12 +179,6 @@ async def test_call_not_bound_is_skipped_without_feeding_a_failure(make_harness)
     assert outputs(await h.terminal("t")) == [3]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "orchestrator_dispatch.py DispatchActor._exec catches only OutboxFull / ExecutorGone / "
-    "OutboxClosed / FrameTooLarge / CallNotBound around adapter.send_execute_call; any other "
-    "exception (the adapter documents TypeError for a payload the codec cannot encode) escapes "
-    "_exec and _run_actor's epilogue loop (which has no try), so the bound call stays RUNNING with "
-    "nothing sent and the task hangs until its deadline; the rest of that command list is dropped"))
 async def test_unexpected_send_error_fails_the_call_instead_of_stranding_it(make_harness):
     h = await make_harness(capacity=1)
     f = h.fake

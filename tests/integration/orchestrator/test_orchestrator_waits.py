@@ -98,11 +98,6 @@ async def test_unknown_function_code_digest_gets_an_error_resume(make_harness):
     assert h.disp.call_state("t/0") == "RUNNING"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "orchestrator_dispatch.py _serve_function_code answers from the whole directory "
-    "(self.fcode.source_for(digest)) instead of the task's pinned view "
-    "(rt.view.source_for, whose rule is 'only code of this task's own snapshot is served to its "
-    "calls'): a call can fetch source outside its task's code epoch"))
 async def test_function_code_outside_the_tasks_epoch_is_refused(make_harness):
     h = await make_harness()
     f = h.fake
