@@ -220,6 +220,7 @@ class DispatchActor:
         try:
             await self.adapter.send_resume_call(executor_id, call_id, request_id, payload, sidecar)
         except Exception as exc:  # noqa: BLE001 - ExecutorGone / OutboxClosed
+            self.metrics.call_failed(m.RESUME_SEND_FAILED)
             msg = f"ResumeCall to {executor_id} not sent: {exc}"
             self.post(lambda n: self.disp.handle_call_failed(
                 call_id, attempt_seq, m.RESUME_SEND_FAILED, True, msg, n))
@@ -235,8 +236,16 @@ class DispatchActor:
     def on_executor_lost(self, executor_id: str, reason: str) -> None:
         log.warning("executor %s lost: %s", executor_id, reason)
         snaps = self._core_snapshots()
-        self.post(lambda n: (self.disp.handle_executor_snapshot_updated(snaps, n) or [])
-                  + (self.disp.handle_executor_lost(executor_id, n) or []))
+        self.post(lambda n: self._apply_executor_lost(executor_id, snaps, n))
+
+    def _apply_executor_lost(self, executor_id: str, snaps: list, now: int) -> list:
+        # Its in-flight attempts end here, not with a frame: count them as failed so
+        # that dispatched == completed + failed holds in the metrics.
+        lost = len(self.disp.executor_calls(executor_id))
+        if lost:
+            self.metrics.call_failed(m.EXECUTOR_LOST, lost)
+        return ((self.disp.handle_executor_snapshot_updated(snaps, now) or [])
+                + (self.disp.handle_executor_lost(executor_id, now) or []))
 
     def on_executor_frames(self, executor_id: str, frames: list) -> None:
         self.post(lambda now: self._apply_frames(executor_id, frames, now))

@@ -46,6 +46,12 @@ def test_executor_killed_mid_call_is_restarted_and_the_call_retried(start_worker
     assert _metric(w, "blockx_executor_restarts_total") >= 1
     w.submit_calls("t-after-crash", [("add", [1, 1])] * 4)
     assert w.wait_terminal("t-after-crash").state == pb.TASK_STATE_SUCCEEDED
+    # The killed attempt counts as a failed call: every dispatched call ended one way.
+    text = w.metrics_text()
+    failed = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                 if line.startswith("blockx_calls_failed_total{"))
+    assert 'blockx_calls_failed_total{error_kind="EXECUTOR_LOST"} 1.0' in text
+    assert _metric(w, "blockx_calls_dispatched_total") == _metric(w, "blockx_calls_completed_total") + failed
 
 
 def test_wedged_executor_is_killed(start_worker):
