@@ -270,6 +270,11 @@ class Orchestrator(PhaseRunner, DispatchActor):
                 rt.runner.cancel()
         for t in list(self._bg):
             t.cancel()
+        for h in list(self._retry_timers):
+            h.cancel()
+        self._retry_timers.clear()
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
         self.subscriptions.close_all()
 
     @staticmethod

@@ -66,6 +66,7 @@ class DispatchActor:
         self._queue: deque = deque()
         self._actor_running = False
         self._bg: set[asyncio.Task] = set()
+        self._retry_timers: set[asyncio.TimerHandle] = set()
 
     # ---- the actor -------------------------------------------------------------
 
@@ -170,8 +171,7 @@ class DispatchActor:
                 call_id = cmd.call_id
                 if cmd.fire_at_ms > now:    # a bind-failure re-arm (fire now) is not a retry
                     metrics.calls_retried += 1
-                self._loop.call_later(delay, self.post,
-                                      lambda n, c=call_id: self.disp.handle_retry_ready(c, n))
+                self._arm_retry(delay, call_id)
             elif t is SubcallDone:
                 self._spawn(self._send_subcall_resume(cmd))
             elif t is CompleteCallFromCache:
@@ -186,6 +186,16 @@ class DispatchActor:
                     rt.producer.cancel()
             else:  # pragma: no cover - a new command type without a branch is a bug
                 log.error("unhandled dispatch command %r", cmd)
+
+    def _arm_retry(self, delay_s: float, call_id: str) -> None:
+        timers = self._retry_timers
+
+        def fire() -> None:
+            timers.discard(handle)
+            self.post(lambda n: self.disp.handle_retry_ready(call_id, n))
+
+        handle = self._loop.call_later(delay_s, fire)
+        timers.add(handle)
 
     def _spawn(self, coro) -> asyncio.Task:
         t = self._loop.create_task(coro)
