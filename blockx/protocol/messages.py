@@ -425,6 +425,43 @@ def validate(envelope: Any, accept: frozenset | None = None) -> dict:
     """Check a decoded envelope and its payload; return the payload (defaults
     filled). `accept` limits the message types this side takes, e.g.
     EXECUTOR_TO_WORKER on the Worker. Raises ProtocolError."""
+    payload = _completed_fast(envelope, accept)
+    if payload is not None:
+        return payload
+    return _validate(envelope, accept)
+
+
+def _completed_fast(envelope: Any, accept: frozenset | None) -> dict | None:
+    """The common case of the hottest inbound frame: a well-formed CallCompleted,
+    accepted with exactly the result `_validate` would give (~3x cheaper). Anything
+    unusual returns None and takes the general path, which names the problem."""
+    if type(envelope) is not dict or envelope.get("messageType") != CALL_COMPLETED:
+        return None
+    if accept is not None and CALL_COMPLETED not in accept:
+        return None
+    p = envelope.get("payload")
+    call_id = envelope.get("callId")
+    request_id = envelope.get("requestId")
+    if (type(p) is not dict or type(call_id) is not str or not call_id
+            or (request_id is not None and type(request_id) is not str)
+            or type(p.get("taskId")) is not str or type(p.get("attemptSeq")) is not int
+            or "output" not in p or type(p.get("budgetUsedMs")) is not int):
+        return None
+    started = p.get("startedAtMs")
+    duration = p.get("durationMs")
+    if (started is not None and type(started) is not int) or \
+            (duration is not None and type(duration) is not int):
+        return None
+    if request_id is None:
+        envelope["requestId"] = ""
+    if started is None:
+        p["startedAtMs"] = 0
+    if duration is None:
+        p["durationMs"] = 0
+    return p
+
+
+def _validate(envelope: Any, accept: frozenset | None = None) -> dict:
     if type(envelope) is not dict:
         raise ProtocolError(f"envelope must be an object, got {_json_type_name(envelope)}")
     mt = envelope.get("messageType")

@@ -191,3 +191,47 @@ def test_unknown_message_type_for_validate_payload():
     with pytest.raises(ProtocolError, match="unknown messageType 'Nope'"):
         m.validate_payload("Nope", {})
     assert issubclass(ProtocolError, ValueError) and ProtocolError.retryable is False
+
+
+# ---- the CallCompleted fast path agrees with the general validator ----------------
+
+from hypothesis import given, settings
+from hypothesis import strategies as _st
+
+_values = _st.one_of(_st.none(), _st.booleans(), _st.integers(-5, 5), _st.text(max_size=3),
+                     _st.lists(_st.integers(), max_size=2), _st.dictionaries(_st.text(max_size=2), _st.integers(), max_size=2))
+
+
+@_st.composite
+def _completed_like(draw):
+    env = m.call_completed("t/1", "t", 1, {"x": 1}, 3, 4, 5)
+    p = env["payload"]
+    for key in ("callId", "requestId", "messageType"):
+        if draw(_st.integers(0, 5)) == 0:
+            if draw(_st.booleans()):
+                env.pop(key, None)
+            else:
+                env[key] = draw(_values)
+    for key in ("taskId", "attemptSeq", "output", "budgetUsedMs", "startedAtMs", "durationMs", "extra"):
+        if draw(_st.integers(0, 4)) == 0:
+            if draw(_st.booleans()):
+                p.pop(key, None)
+            else:
+                p[key] = draw(_values)
+    if draw(_st.integers(0, 10)) == 0:
+        env["payload"] = draw(_values)
+    return env
+
+
+def _outcome(fn, env, accept):
+    env = copy.deepcopy(env)
+    try:
+        return ("ok", fn(env, accept), env)
+    except m.ProtocolError as exc:
+        return ("error", type(exc).__name__, None)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(_completed_like(), _st.sampled_from([None, m.EXECUTOR_TO_WORKER, m.WORKER_TO_EXECUTOR]))
+def test_callcompleted_fast_path_matches_the_general_validator(env, accept):
+    assert _outcome(m.validate, env, accept) == _outcome(m._validate, env, accept)
