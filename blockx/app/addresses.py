@@ -11,10 +11,8 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-import stat
 import tempfile
 
-from blockx.app.config_error import ConfigError
 
 
 def split_host_port(addr: str) -> tuple[str, int]:
@@ -84,32 +82,9 @@ def default_socket_path() -> str:
     """A per-process socket path inside a per-user directory.
 
     $XDG_RUNTIME_DIR is already private to the user (mode 0700, tmpfs); /tmp is
-    not, so the directory under it is created 0700 and checked by
-    `prepare_socket_dir` before the listener binds."""
+    not, so the executor adapter's listener creates the directory 0700 and refuses
+    one that another user owns or can enter (adapters/executor/listener.py)."""
     base = os.environ.get("XDG_RUNTIME_DIR", "")
     if not base or not os.path.isdir(base):
         base = tempfile.gettempdir()
     return os.path.join(base, f"blockx-{os.getuid()}", f"worker-{os.getpid()}.sock")
-
-
-def prepare_socket_dir(socket_path: str) -> None:
-    """Create the socket's directory with mode 0700 (or check an existing one):
-    only the Worker's user may enter it, so no other user can connect to the
-    executor socket or replace it. Raises ConfigError with the reason."""
-    d = os.path.dirname(os.path.abspath(socket_path))
-    try:
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        st = os.stat(d, follow_symlinks=False)
-    except OSError as exc:
-        raise ConfigError([f"socketPath directory {d!r} cannot be created: {exc.strerror or exc}"]) from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise ConfigError([f"socketPath directory {d!r} is not a directory (a symlink is not accepted)"])
-    if st.st_uid != os.getuid():
-        raise ConfigError([f"socketPath directory {d!r} belongs to uid {st.st_uid}, not to this user "
-                           f"({os.getuid()}); choose another EXECUTOR_SOCKET_PATH"])
-    if st.st_mode & 0o077:
-        try:
-            os.chmod(d, 0o700)
-        except OSError as exc:
-            raise ConfigError([f"socketPath directory {d!r} is accessible to other users and "
-                               f"cannot be made private: {exc.strerror or exc}"]) from None

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blockx.app import addresses
-from blockx.app.addresses import default_socket_path, outbound_ip, prepare_socket_dir, split_host_port
+from blockx.app.addresses import default_socket_path, outbound_ip, split_host_port
 from blockx.app.config_checks import (BLOCK_REGISTRY_SEGMENT, BUNDLE_REGISTRY_SEGMENT, ETCD_LEASE_TTL_MS,
                                       LOG_LEVELS, SPAWN_MODES_SUPPORTED, UDS_PATH_MAX, check_registry_prefix,
                                       expected_registry_segment)
@@ -49,7 +49,7 @@ __all__ = [
     "StreamBuildSection", "WorkerFullConfig", "WorkerSection",
     "apply_env", "apply_json", "check_registry_prefix", "default_functions_dir", "default_socket_path",
     "env_vars", "expected_registry_segment", "load_config", "load_config_file", "outbound_ip",
-    "parse_bool", "parse_float", "parse_int", "prepare_socket_dir", "split_host_port",
+    "parse_bool", "parse_float", "parse_int", "split_host_port",
 ]
 
 MiB = 1024 * 1024

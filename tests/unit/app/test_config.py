@@ -6,7 +6,7 @@ import pytest
 
 from blockx.app import config as config_mod
 from blockx.app.config import (ConfigError, WorkerFullConfig, apply_env, apply_json, env_vars, load_config,
-                               prepare_socket_dir, split_host_port)
+                               split_host_port)
 from blockx.app.profile import BLOCK, BUNDLE, Profile
 
 SPEC_ENV_VARS = {
@@ -536,27 +536,6 @@ def test_grpc_listen_and_worker_addr():
     assert host and host not in ("0.0.0.0", "::") and port == 8081
     cfg.worker_addr = "w1:7000"
     assert cfg.resolved_worker_addr() == "w1:7000"
-
-
-def test_prepare_socket_dir_creates_a_private_directory(tmp_path):
-    sock = tmp_path / "run" / "w.sock"
-    prepare_socket_dir(str(sock))
-    st = os.stat(sock.parent)
-    assert st.st_mode & 0o777 == 0o700
-    os.chmod(sock.parent, 0o755)
-    prepare_socket_dir(str(sock))  # tightened again
-    assert os.stat(sock.parent).st_mode & 0o777 == 0o700
-
-
-def test_prepare_socket_dir_rejects_a_non_directory(tmp_path):
-    (tmp_path / "file").write_text("")
-    with pytest.raises(ConfigError, match="cannot be created|not a directory"):
-        prepare_socket_dir(str(tmp_path / "file" / "w.sock"))
-    target = tmp_path / "real"
-    target.mkdir()
-    (tmp_path / "link").symlink_to(target)
-    with pytest.raises(ConfigError, match="not a directory"):
-        prepare_socket_dir(str(tmp_path / "link" / "w.sock"))
 
 
 def test_config_loaded_for_a_custom_profile_records_its_deployment():
