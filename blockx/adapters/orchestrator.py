@@ -70,12 +70,12 @@ class Orchestrator(PhaseRunner, DispatchActor):
         self.subscriptions = SubscriptionManager(self._watch_first_attach, self._watch_last_detach)
         self._init_actor()
         adapter.handler = self
+        metrics.slots_fn = self.slot_counts
 
     # ---- RPC entry points (synchronous, on the loop) ------------------------------
 
     def request_task_slot(self, task_id: str, ttl_ms: int) -> TaskSnapshot:
         res = self.core.handle_request_task_slot(task_id, ttl_ms, self._wall())
-        self._update_slot_metrics()
         snap = res.snapshot
         self.subscriptions.publish(snap)
         return snap
@@ -92,7 +92,6 @@ class Orchestrator(PhaseRunner, DispatchActor):
         snap = res.snapshot
         if accepted:
             self.metrics.tasks_submitted += 1
-            self._update_slot_metrics()
             self.subscriptions.publish(snap)
             if self.shadow is not None and raw_request is not None and not shadow:
                 self.shadow.maybe_forward(raw_request)
@@ -149,7 +148,6 @@ class Orchestrator(PhaseRunner, DispatchActor):
                   builder_ms=st.builder_ms, calls_ms=st.calls_ms, plugin_ms=st.plugin_ms,
                   call_count=st.call_count, calls_failed=st.calls_failed,
                   call_retries=st.call_retries, cache_hits=st.cache_hits)
-        self._update_slot_metrics()
         self.subscriptions.publish(TaskSnapshot(tid, cmd.slot_id, cmd.state, res))
         if not self._runtimes and self.core.active_task_count() == 0:
             self._drained.set()
@@ -178,7 +176,6 @@ class Orchestrator(PhaseRunner, DispatchActor):
                 # A reservation that expired before SubmitTask: its watchers learn it is gone.
                 self.subscriptions.publish_gone(tid)
         self._arm_deadline_timer()
-        self._update_slot_metrics()
 
     def _lapsing_reservations(self, now: int) -> list[str]:
         expired = set(self.core.expired_slots(now))
@@ -243,9 +240,11 @@ class Orchestrator(PhaseRunner, DispatchActor):
 
     # ---- status, drain -----------------------------------------------------------
 
-    def _update_slot_metrics(self) -> None:
-        hb = self.core.derive_heartbeat(self._wall())
-        self.metrics.set_slots(hb.get("freeSlots", 0), hb.get("reservedSlots", 0), hb.get("runningTasks", 0))
+    def slot_counts(self) -> dict[str, int]:
+        """The slot table by state, read from the core at /metrics scrape time
+        (no copy is kept up to date on the task path)."""
+        hb = self.core.derive_heartbeat(0)
+        return {"free": hb["freeSlots"], "allocated": hb["reservedSlots"], "running": hb["runningTasks"]}
 
     def set_draining(self) -> None:
         self.core.set_draining(True)
