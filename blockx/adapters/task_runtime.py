@@ -12,7 +12,7 @@ from typing import Any
 
 class TaskRuntime:
     __slots__ = ("task_id", "instance_id", "deadline_ms", "view", "io_scope", "runner",
-                 "calls_done", "producer", "credits", "stream", "started_wall_ms", "ended")
+                 "calls_done", "producer", "credits", "stream", "ended")
 
     def __init__(self, task_id: str, instance_id: str, deadline_ms: int) -> None:
         self.task_id = task_id
@@ -25,5 +25,4 @@ class TaskRuntime:
         self.producer: asyncio.Task | None = None       # streaming build producer
         self.credits: asyncio.Semaphore | None = None   # streaming batch credit window
         self.stream: Any = None
-        self.started_wall_ms = 0
         self.ended = False

@@ -4,6 +4,7 @@ Kept in one place so the gRPC handlers stay thin (grpc.aio costs ~0.5 ms per
 unary call already; the handlers must add as little as possible)."""
 from __future__ import annotations
 
+from blockx.core.errors import InvalidArgumentError
 from blockx.core.types import (
     CONTINUE, FAST_FAIL, CallRetryPolicy, FunctionCall, ResultHandler, SubmitTaskRequest,
     TaskResult, TaskSnapshot,
@@ -32,7 +33,6 @@ def submit_request_from_pb(req: pb.SubmitTaskRequest) -> tuple[SubmitTaskRequest
         rp = CallRetryPolicy(p.max_attempts, p.base_backoff_ms, p.jitter_percent)
     policy = _POLICY.get(t.call_failure_policy)
     if policy is None:
-        from blockx.core.errors import InvalidArgumentError
         raise InvalidArgumentError(
             f"task.call_failure_policy {t.call_failure_policy} is not a known CallFailurePolicy "
             "(use CALL_FAILURE_POLICY_FAST_FAIL or CALL_FAILURE_POLICY_CONTINUE)")

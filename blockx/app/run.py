@@ -136,7 +136,7 @@ class Worker:
             admission=Admission.from_config(cfg.admission_config()), stream_cfg=cfg.stream_build,
             metrics=metrics, shadow=shadow, stall_timeout_ms=dcfg.effective_stall_timeout_ms,
             phase_io_timeout_ms=cfg.phase_io_timeout_ms, on_ready=self._on_ready)
-        metrics.executors_healthy_fn = self.adapter.healthy_count
+        metrics.executors_healthy_fn = self.adapter.healthy_count   # live at scrape time
         metrics.outbox_depth_fn = self.adapter.max_outbox_backlog
         server, self.health, port = build_server(
             self.orch, listen_addr=cfg.grpc_listen_addr(), keepalive_time_ms=cfg.grpc_keepalive_time_ms,
@@ -185,11 +185,7 @@ class Worker:
         await self.pool.stop()
         await self.adapter.close()
         await self.orch.close()
-        close = getattr(io_factory, "close", None)
-        if close is not None:
-            r = close()
-            if asyncio.iscoroutine(r):
-                await r
+        await io_factory.aclose()
         if shadow is not None:
             await shadow.close()
         await server.stop(GRPC_STOP_GRACE_S)
