@@ -70,7 +70,6 @@ def test_wedged_executor_is_killed(start_worker):
 
 def test_silent_executor_is_declared_lost_by_heartbeat_timeout(start_worker):
     w = start_worker({"CALL_DEADLINE_MS": "0"})
-    started = [e for e in w.events_named("executor exec-0 started") or []]
     pid = None
     for line in w.lines:
         if "executor exec-0 started (pid" in line:

@@ -109,16 +109,13 @@ class WorkerProcess:
                 for obj in self.events:
                     if self._event_name(obj) == name and all(obj.get(k) == v for k, v in match.items()):
                         return obj
-                if self.proc is not None and self.proc.poll() is not None and not self._alive_output():
+                if self.proc is not None and self.proc.poll() is not None:
                     raise AssertionError(f"worker exited ({self.proc.returncode}) before {name!r}:\n"
                                          + "\n".join(self.lines[-40:]))
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise AssertionError(f"no {name!r} log event within {timeout}s:\n" + "\n".join(self.lines[-40:]))
                 self._cond.wait(min(left, 0.2))
-
-    def _alive_output(self) -> bool:
-        return False
 
     def health(self, service: str = "") -> int:
         stub = health_pb2_grpc.HealthStub(self.channel)
