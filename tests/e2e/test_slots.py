@@ -55,8 +55,11 @@ def test_invalid_and_foreign_slots_are_refused(worker):
     assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     with pytest.raises(grpc.RpcError) as ei:
         worker.submit_calls("slot-bad", [("add", [1, 1])], slot_id="slot-99999")
-    assert ei.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION)
-    assert "slot-99999" in ei.value.details()
+    assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "slot-99999" in ei.value.details() and "RequestTaskSlot" in ei.value.details()
+    with pytest.raises(grpc.RpcError) as ei:
+        worker.submit_calls("slot-bad", [("add", [1, 1])], slot_id="not-a-slot")
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_bad_arguments_get_invalid_argument(worker):

@@ -188,12 +188,25 @@ def test_submit_on_reserved_slot_uses_it_and_keeps_it_allocated_until_activation
     assert w.expired_slots(10_000) == ["slot-0"], "an activated slot has no lease any more"
 
 
-@pytest.mark.parametrize("slot_id", ["slot-50", "slot-01", "slot--1", "slot-", "foo", " slot-0", "SLOT-0"])
+@pytest.mark.parametrize("slot_id", ["slot-01", "slot--1", "slot-", "foo", " slot-0", "SLOT-0", "slot-1x"])
 def test_submit_with_a_slot_id_that_is_no_slot_is_invalid_argument(slot_id):
     w = make()
     reserve(w, "t")
     raises(errors.INVALID_ARGUMENT, w.handle_submit_task, req("t", slot_id), None, 0,
            match="is not a slot of this worker (expected slot-0 .. slot-49")
+    assert w.get_index_entry("t").state is TaskState.ALLOCATED
+
+
+@pytest.mark.parametrize("slot_id", ["slot-50", "slot-99999"])
+def test_submit_with_a_slot_n_outside_this_pool_is_invalid_slot(slot_id):
+    # A well-formed slot id leased from another worker is a precondition failure
+    # (the caller talks to the wrong worker), not a malformed request.
+    w = make()
+    reserve(w, "t")
+    e = raises(errors.INVALID_SLOT, w.handle_submit_task, req("t", slot_id), None, 0,
+               match=f"{slot_id} is not a slot of this worker, which has slot-0 .. slot-49")
+    assert e.grpc_status_name == "FAILED_PRECONDITION"
+    assert "lease a slot on this worker with RequestTaskSlot" in e.message
     assert w.get_index_entry("t").state is TaskState.ALLOCATED
 
 
