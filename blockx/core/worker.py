@@ -146,7 +146,7 @@ class WorkerCore(WorkerTimers):
         cfg = self.config
         r = resolve_submit(req, cfg)
         if req.slot_id:
-            self._slots.parse(req.slot_id)      # InvalidArgument for a foreign slot id
+            self._slots.parse(req.slot_id)      # InvalidArgument / InvalidSlot for an id that is no slot here
         if self._draining:
             raise UnavailableError(
                 "worker is draining and takes no new tasks; submit the task to another worker")

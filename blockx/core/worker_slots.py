@@ -2,7 +2,8 @@
 
 Rules:
 - ``task_slots`` slots named ``slot-0`` .. ``slot-{task_slots-1}`` (0-based, like
-  the Go original's slice index). Any other string is not a slot of this worker.
+  the Go original's slice index). A well-formed ``slot-N`` outside the pool is
+  InvalidSlot (leased on another worker); any other string is InvalidArgument.
 - FREE -> ALLOCATED (reservation, with a lease) -> RUNNING (task activated, lease
   no longer matters) -> FREE (task converged). ALLOCATED -> FREE on lease expiry.
 - Allocation is "first FREE slot in index order", the spec's linear scan, done
@@ -20,13 +21,20 @@ from __future__ import annotations
 from heapq import heappop, heappush
 from typing import Any
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, InvalidSlotError
 from .types import SlotEntry, SlotState
 from .worker_timers import TimerHeap
 
 _FREE = SlotState.FREE
 _ALLOCATED = SlotState.ALLOCATED
 _RUNNING = SlotState.RUNNING
+
+
+def _is_slot_n(slot_id: str) -> bool:
+    """`slot-N` with N a canonical non-negative decimal (no sign, no leading zero)."""
+    n = slot_id[5:]
+    return (slot_id.startswith("slot-") and n.isdigit() and n.isascii()
+            and (n == "0" or n[0] != "0"))
 
 
 def _lease_live(at_ms: int, slot: SlotEntry, generation: Any) -> bool:
@@ -57,6 +65,13 @@ class SlotTable:
         """The slot named ``slot_id``; InvalidArgument if it is not a slot of this worker."""
         i = self._by_id.get(slot_id)
         if i is None:
+            if _is_slot_n(slot_id):
+                # Well formed, but leased elsewhere (or from a bigger pool): the
+                # caller talks to the wrong worker, a precondition failure.
+                raise InvalidSlotError(
+                    f"{slot_id} is not a slot of this worker, which has slot-0 .. slot-{self.size - 1}; "
+                    "it was probably leased on another worker: lease a slot on this worker with "
+                    "RequestTaskSlot, or omit slot_id to reserve one inline")
             raise InvalidArgumentError(
                 f"slot_id {slot_id!r} is not a slot of this worker (expected slot-0 .. "
                 f"slot-{self.size - 1}, as returned by RequestTaskSlot); "

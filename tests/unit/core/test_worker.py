@@ -121,7 +121,8 @@ def test_lease_expiry_before_it_is_due_or_on_bad_slot_is_ignored_or_invalid():
     reserve(w, "a", ttl=100)
     assert not w.handle_slot_lease_expired("slot-0", 99).applied
     assert not w.handle_slot_lease_expired("slot-3", 200).applied   # FREE slot
-    raises(errors.INVALID_ARGUMENT, w.handle_slot_lease_expired, "slot-50", 0)
+    raises(errors.INVALID_SLOT, w.handle_slot_lease_expired, "slot-50", 0)    # not in this pool
+    raises(errors.INVALID_ARGUMENT, w.handle_slot_lease_expired, "slot-x", 0)
 
 
 # ---- idempotency ---------------------------------------------------------------------
