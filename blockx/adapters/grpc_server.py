@@ -4,6 +4,7 @@ synchronously (it runs on this same loop) and encode. Core refusals
 INTERNAL with the exception text, and never takes the server down."""
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import grpc
@@ -11,6 +12,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from blockx.adapters import wire
+from blockx.adapters.session import (
+    DEFAULT_MAX_PENDING_BYTES, DEFAULT_MAX_PENDING_EVENTS, MAX_WATCH_TASK_IDS, Session, SessionEnd,
+)
 from blockx.adapters.subscriptions import CLOSED, GONE
 from blockx.core.errors import WorkerError
 from blockx.worker.v1 import worker_pb2 as pb
@@ -18,7 +22,6 @@ from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 
 log = logging.getLogger("blockx.grpc")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["WorkerService"].full_name
-MAX_WATCH_TASK_IDS = 10_000
 
 
 def _status(err: WorkerError) -> grpc.StatusCode:
@@ -26,9 +29,13 @@ def _status(err: WorkerError) -> grpc.StatusCode:
 
 
 class WorkerService(pb_grpc.WorkerServiceServicer):
-    def __init__(self, orch, metrics=None) -> None:
+    def __init__(self, orch, metrics=None, *, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
+                 session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> None:
         self._orch = orch
         self._metrics = metrics
+        self._encoder = wire.TaskUpdateEncoder()
+        self._session_limits = {"max_pending_events": session_max_pending_events,
+                                "max_pending_bytes": session_max_pending_bytes}
 
     def _count(self, method: str, code: str) -> None:
         m = self._metrics
@@ -116,9 +123,48 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         finally:
             subs.detach(sub, disconnected=not finished)
 
+    async def TaskSession(self, request_iterator, context):
+        subs = self._orch.subscriptions
+        if subs.closed:
+            self._count("TaskSession", "UNAVAILABLE")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the worker is shutting down")
+        session = Session(self._orch, self._encoder, self._count, **self._session_limits)
+        subs.register(session)
+        reader = asyncio.get_running_loop().create_task(_read_session(session, request_iterator))
+        finished = False
+        try:
+            while True:
+                events = await session.next_batch()
+                if events is None:
+                    break
+                await context.write(pb.SessionEventBatch(events=events))
+            finished = True
+            self._count("TaskSession", "OK")
+        except SessionEnd as end:
+            self._count("TaskSession", end.code)
+            await context.abort(grpc.StatusCode[end.code], end.message)
+        finally:
+            reader.cancel()
+            subs.detach(session, disconnected=not finished)
+
+
+async def _read_session(session: Session, request_iterator) -> None:
+    try:
+        async for batch in request_iterator:
+            session.handle(batch)
+        session.eof()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the stream broke under the reader
+        if not isinstance(exc, grpc.RpcError):
+            log.exception("TaskSession reader failed")
+        session.fail("INTERNAL" if not isinstance(exc, grpc.RpcError) else "CANCELLED",
+                     f"reading the session's requests failed: {type(exc).__name__}")
+
 
 def build_server(orch, *, listen_addr: str, keepalive_time_ms: int, keepalive_timeout_ms: int,
-                 metrics=None) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+                 metrics=None, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
+                 session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """A server with WorkerService, grpc.health.v1 (starts NOT_SERVING) and
     reflection. Returns (server, health servicer, bound port)."""
     server = grpc.aio.server(options=[
@@ -130,7 +176,9 @@ def build_server(orch, *, listen_addr: str, keepalive_time_ms: int, keepalive_ti
         ("grpc.max_send_message_length", 64 * 1024 * 1024),
         ("grpc.so_reuseport", 0),
     ])
-    pb_grpc.add_WorkerServiceServicer_to_server(WorkerService(orch, metrics), server)
+    pb_grpc.add_WorkerServiceServicer_to_server(WorkerService(
+        orch, metrics, session_max_pending_events=session_max_pending_events,
+        session_max_pending_bytes=session_max_pending_bytes), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

@@ -1,51 +1,82 @@
-"""SubscriptionManager: the WatchTasks fan-out.
+"""SubscriptionManager: the fan-out of task snapshots to WatchTasks streams and
+TaskSessions.
 
-One `Subscription` (an unbounded queue) per WatchTasks stream; a task id maps to
-the streams watching it. The manager only routes snapshots the orchestrator
-publishes; the truth stays in WorkerCore. It translates the first stream
-attaching to a task and the last one leaving into the core's Watch events
-(`on_first_attach(task_id)`, `on_last_detach(task_id, disconnected)`), which drive
-the Watch-disconnect grace.
+A subscriber is any object with ``deliver(snap)``, ``gone(task_id)`` and
+``close()``. A WatchTasks stream uses a ``Subscription`` (an unbounded queue that
+its handler drains); a TaskSession is its own subscriber and turns each
+snapshot into an event of its next batch. A task id maps to the subscribers
+watching it. The manager only routes the snapshots the orchestrator publishes;
+the truth stays in WorkerCore. It translates the first subscriber attaching to a
+task and the last one leaving into the core's Watch events
+(``on_first_attach(task_id)``, ``on_last_detach(task_id, disconnected)``), which
+drive the Watch-disconnect grace.
+
+Subscribers may detach (a task's terminal update ends its watch) while a
+snapshot is being delivered: delivery iterates over a copy.
 """
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from typing import Callable, Protocol
 
 from blockx.core.types import TaskSnapshot
 
-# Sentinels put on a stream's queue.
+# Sentinels put on a WatchTasks stream's queue.
 CLOSED = object()          # the worker is shutting down
 GONE = "gone"              # the task vanished (its reservation expired)
 
 
-class Subscription:
-    __slots__ = ("queue", "task_ids")
+class Subscriber(Protocol):
+    def deliver(self, snap: TaskSnapshot) -> None: ...
+    def gone(self, task_id: str) -> None: ...
+    def close(self) -> None: ...
 
-    def __init__(self, task_ids: list[str]) -> None:
+
+class Subscription:
+    """The queue of one WatchTasks stream."""
+    __slots__ = ("queue",)
+
+    def __init__(self) -> None:
         self.queue: asyncio.Queue = asyncio.Queue()
-        self.task_ids = task_ids
+
+    def deliver(self, snap: TaskSnapshot) -> None:
+        self.queue.put_nowait(snap)
+
+    def gone(self, task_id: str) -> None:
+        self.queue.put_nowait((GONE, task_id))
+
+    def close(self) -> None:
+        self.queue.put_nowait(CLOSED)
 
 
 class SubscriptionManager:
     def __init__(self, on_first_attach: Callable[[str], None],
                  on_last_detach: Callable[[str, bool], None]) -> None:
-        self._by_task: dict[str, list[Subscription]] = {}
-        self._all: set[Subscription] = set()
+        self._by_task: dict[str, list] = {}
+        self._tasks_of: dict[object, set[str]] = {}      # subscriber -> the task ids it watches
         self._on_first_attach = on_first_attach
         self._on_last_detach = on_last_detach
         self.closed = False
 
     def __len__(self) -> int:
-        return len(self._all)
+        return len(self._tasks_of)
 
     def watched(self, task_id: str) -> bool:
         return task_id in self._by_task
 
-    def attach(self, task_ids: list[str]) -> Subscription:
-        sub = Subscription(task_ids)
-        self._all.add(sub)
+    def register(self, sub) -> None:
+        """Track ``sub`` (so close_all reaches it) before it watches anything."""
+        self._tasks_of.setdefault(sub, set())
+
+    def attach(self, task_ids: list[str], sub=None):
+        """``sub`` (a new queue Subscription when None) watches ``task_ids`` too."""
+        if sub is None:
+            sub = Subscription()
+        mine = self._tasks_of.setdefault(sub, set())
         for tid in task_ids:
+            if tid in mine:
+                continue
+            mine.add(tid)
             subs = self._by_task.get(tid)
             if subs is None:
                 self._by_task[tid] = [sub]
@@ -54,36 +85,50 @@ class SubscriptionManager:
                 subs.append(sub)
         return sub
 
-    def detach(self, sub: Subscription, disconnected: bool) -> None:
-        """`disconnected`: the stream broke before every task was terminal."""
-        if sub not in self._all:
+    def detach_task(self, sub, task_id: str, disconnected: bool) -> None:
+        """``sub`` stops watching one task."""
+        mine = self._tasks_of.get(sub)
+        if mine is None or task_id not in mine:
             return
-        self._all.discard(sub)
-        for tid in sub.task_ids:
-            subs = self._by_task.get(tid)
-            if subs is None:
-                continue
-            try:
-                subs.remove(sub)
-            except ValueError:
-                continue
-            if not subs:
-                del self._by_task[tid]
-                self._on_last_detach(tid, disconnected)
+        mine.discard(task_id)
+        self._unlink(sub, task_id, disconnected)
+
+    def detach(self, sub, disconnected: bool) -> None:
+        """``sub`` leaves. `disconnected`: its stream broke before every task was terminal."""
+        mine = self._tasks_of.pop(sub, None)
+        if mine is None:
+            return
+        for tid in mine:
+            self._unlink(sub, tid, disconnected)
+
+    def _unlink(self, sub, task_id: str, disconnected: bool) -> None:
+        subs = self._by_task.get(task_id)
+        if subs is None:
+            return
+        try:
+            subs.remove(sub)
+        except ValueError:
+            return
+        if not subs:
+            del self._by_task[task_id]
+            self._on_last_detach(task_id, disconnected)
 
     def publish(self, snap: TaskSnapshot) -> None:
         subs = self._by_task.get(snap.task_id)
         if subs:
-            for sub in subs:
-                sub.queue.put_nowait(snap)
+            if len(subs) == 1:
+                subs[0].deliver(snap)
+            else:
+                for sub in tuple(subs):
+                    sub.deliver(snap)
 
     def publish_gone(self, task_id: str) -> None:
         subs = self._by_task.get(task_id)
         if subs:
-            for sub in subs:
-                sub.queue.put_nowait((GONE, task_id))
+            for sub in tuple(subs):
+                sub.gone(task_id)
 
     def close_all(self) -> None:
         self.closed = True
-        for sub in list(self._all):
-            sub.queue.put_nowait(CLOSED)
+        for sub in list(self._tasks_of):
+            sub.close()

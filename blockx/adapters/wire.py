@@ -82,3 +82,19 @@ def task_update(snap: TaskSnapshot) -> pb.TaskUpdate:
         return pb.TaskUpdate(task_id=snap.task_id, state=int(snap.state), is_terminal=True,
                              result=result_to_pb(snap.result))
     return pb.TaskUpdate(task_id=snap.task_id, state=int(snap.state), is_terminal=False)
+
+
+class TaskUpdateEncoder:
+    """A snapshot is delivered to each of its subscribers in a row: build its
+    TaskUpdate (with the result, the costly part) once for all of them."""
+    __slots__ = ("_snap", "_update")
+
+    def __init__(self) -> None:
+        self._snap = None
+        self._update = None
+
+    def __call__(self, snap: TaskSnapshot) -> pb.TaskUpdate:
+        if snap is not self._snap:
+            self._update = task_update(snap)
+            self._snap = snap
+        return self._update

@@ -1,0 +1,246 @@
+"""One TaskSession stream (DESIGN.md section 3a): many tasks on one gRPC stream.
+
+A Session answers each request of a SessionRequestBatch in order, synchronously
+(the orchestrator runs on this loop), and collects the replies and the updates
+of the tasks it watches into one outgoing list. The stream's writer takes the
+whole list at once: everything that became ready in one loop iteration goes out
+as one SessionEventBatch, and while a write waits for the client, the next
+batch grows. That list is bounded (events and approximate bytes): a client that
+stops reading overflows it, and only that session ends, with RESOURCE_EXHAUSTED.
+
+Watches are Watch attachments in the core through the SubscriptionManager: a
+task watched here is delivered its snapshots (``deliver``); a state already
+shown on this session is not repeated; the terminal update ends that task's
+watch. The session keeps only the last state it showed per watched task (the
+truth stays in WorkerCore).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+
+from blockx.adapters import wire
+from blockx.core.errors import InvalidArgumentError, WorkerError
+from blockx.worker.v1 import worker_pb2 as pb
+
+log = logging.getLogger("blockx.session")
+
+MAX_WATCH_TASK_IDS = 10_000
+DEFAULT_MAX_PENDING_EVENTS = 65_536
+DEFAULT_MAX_PENDING_BYTES = 64 * 1024 * 1024
+EVENT_OVERHEAD_BYTES = 96          # a small event's rough footprint, for the byte bound
+
+_CODE = {c.name: c.value[0] for c in grpc.StatusCode}
+_SessionEvent = pb.SessionEvent
+_SessionError = pb.SessionError
+
+
+class SessionEnd(Exception):
+    """The Worker ends this session: ``code`` is a grpc.StatusCode name."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Session:
+    __slots__ = ("_orch", "_subs", "_encoder", "_count", "_max_events", "_max_bytes", "_loop",
+                 "_out", "_bytes", "_waiter", "_last", "_eof", "_end")
+
+    def __init__(self, orch, encoder: wire.TaskUpdateEncoder, count, *,
+                 max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
+                 max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> None:
+        self._orch = orch
+        self._subs = orch.subscriptions
+        self._encoder = encoder
+        self._count = count                      # (method, code) -> None: the RPC counter
+        self._max_events = max_pending_events
+        self._max_bytes = max_pending_bytes
+        self._loop = asyncio.get_running_loop()
+        self._out: list = []                     # events not yet handed to the writer
+        self._bytes = 0
+        self._waiter: asyncio.Future | None = None
+        self._last: dict[str, int] = {}          # watched task id -> last state shown here
+        self._eof = False                        # the client sent its last request
+        self._end: SessionEnd | None = None
+
+    @property
+    def watching(self) -> int:
+        return len(self._last)
+
+    # ---- requests ------------------------------------------------------------------
+
+    def handle(self, batch: pb.SessionRequestBatch) -> None:
+        for req in batch.requests:
+            if self._end is not None:
+                return
+            self._handle(req)
+
+    def _handle(self, req: pb.SessionRequest) -> None:
+        rid = req.request_id
+        op = req.WhichOneof("op")
+        orch = self._orch
+        try:
+            if op == "submit":
+                self._submit(rid, req.submit, req.follow)
+            elif op == "request_slot":
+                r = req.request_slot
+                snap = orch.request_task_slot(r.task_id, r.ttl_ms)
+                self._emit(_SessionEvent(request_id=rid, slot=wire.slot_response(snap)))
+            elif op == "get_result":
+                snap = orch.get_task_result(req.get_result.task_id)
+                self._emit(_SessionEvent(request_id=rid, result=wire.result_response(snap)),
+                           _result_bytes(snap))
+            elif op == "watch":
+                self._watch(rid, req.watch.task_ids)
+            else:
+                self._error(rid, "INVALID_ARGUMENT",
+                            "the request sets no op: set one of request_slot, submit, get_result or watch")
+                return
+        except WorkerError as err:
+            self._error(rid, err.grpc_status_name, err.message, op)
+            return
+        except Exception:  # noqa: BLE001 - a bug answers this request, never ends the session
+            log.exception("TaskSession %s request %d failed", op, rid)
+            self._error(rid, "INTERNAL", f"internal error in the worker while handling {op}; see its log", op)
+            return
+        self._count(_METHOD[op], "OK")
+
+    def _submit(self, rid: int, sub: pb.SubmitTaskRequest, follow: bool) -> None:
+        req, shadow = wire.submit_request_from_pb(sub)
+        snap = self._orch.submit_task(req, shadow=shadow, raw_request=sub)
+        self._emit(_SessionEvent(request_id=rid, submitted=wire.submit_response(snap)), _result_bytes(snap))
+        if follow and not snap.is_terminal:
+            tid = snap.task_id
+            if tid not in self._last:
+                self._last[tid] = snap.state
+                self._subs.attach((tid,), self)
+
+    def _watch(self, rid: int, task_ids) -> None:
+        ids = list(dict.fromkeys(task_ids))
+        if not ids:
+            raise InvalidArgumentError("watch.task_ids is empty: name at least one task to watch")
+        if len(ids) > MAX_WATCH_TASK_IDS:
+            raise InvalidArgumentError(f"{len(ids)} task_ids exceed the limit of {MAX_WATCH_TASK_IDS} per watch request; "
+                           "send several watch requests")
+        get = self._orch.get_task_result
+        snaps = [get(tid) for tid in ids]         # NotFound for any id: nothing is watched
+        encode = self._encoder
+        attach = []
+        for snap in snaps:
+            self._emit(_SessionEvent(request_id=rid, update=encode(snap)), _result_bytes(snap))
+            if not snap.is_terminal:
+                tid = snap.task_id
+                if tid not in self._last:
+                    attach.append(tid)
+                self._last[tid] = snap.state
+        if attach:
+            self._subs.attach(attach, self)
+
+    def _error(self, rid: int, code: str, message: str, op: str | None = None) -> None:
+        self._count(_METHOD.get(op, "TaskSession/none"), code)
+        self._emit(_SessionEvent(request_id=rid, error=_SessionError(code=_CODE[code], message=message)))
+
+    # ---- subscriber ------------------------------------------------------------------
+
+    def deliver(self, snap) -> None:
+        tid = snap.task_id
+        last = self._last.get(tid)
+        if last is None or last == snap.state:
+            return
+        if snap.is_terminal:
+            del self._last[tid]
+            self._subs.detach_task(self, tid, False)
+        else:
+            self._last[tid] = snap.state
+        self._emit(_SessionEvent(update=self._encoder(snap)), _result_bytes(snap))
+
+    def gone(self, task_id: str) -> None:
+        """A watched reservation lapsed before SubmitTask: the task no longer exists.
+        Its watch ends with an update in TASK_STATE_UNSPECIFIED saying so."""
+        if self._last.pop(task_id, None) is None:
+            return
+        self._subs.detach_task(self, task_id, False)
+        self._emit(_SessionEvent(update=pb.TaskUpdate(
+            task_id=task_id, state=pb.TASK_STATE_UNSPECIFIED, is_terminal=True,
+            result=pb.TaskResult(state=pb.TASK_STATE_UNSPECIFIED, failure_code="SLOT_LOST",
+                                 failure_message=f"task {task_id!r} is gone: its slot reservation "
+                                                 "expired before SubmitTask"))))
+
+    def close(self) -> None:
+        """Shutdown: the stream ends with UNAVAILABLE after what is already queued."""
+        self._finish(SessionEnd("UNAVAILABLE", "the worker is shutting down; open a session on another worker"))
+
+    # ---- the outgoing side -------------------------------------------------------------
+
+    def _emit(self, event, size: int = 0) -> None:
+        out = self._out
+        out.append(event)
+        self._bytes += size + EVENT_OVERHEAD_BYTES
+        if len(out) > self._max_events or self._bytes > self._max_bytes:
+            self._overflow()
+            return
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _overflow(self) -> None:
+        n, b = len(self._out), self._bytes
+        self._out = []               # drop them now: the memory is what the bound protects
+        self._bytes = 0
+        log.warning("TaskSession ended: %d events (~%d bytes) wait for a client that does not read", n, b)
+        self._finish(SessionEnd(
+            "RESOURCE_EXHAUSTED",
+            f"this session's outgoing queue overflowed ({n} events, ~{b} bytes; limits "
+            f"{self._max_events} events, {self._max_bytes} bytes): the client stopped reading "
+            "while it kept sending requests; read the stream's events and open a new session"))
+
+    def _finish(self, end: SessionEnd) -> None:
+        if self._end is None:
+            self._end = end
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def fail(self, code: str, message: str) -> None:
+        self._finish(SessionEnd(code, message))
+
+    def eof(self) -> None:
+        """The client half-closed: end OK once every watched task has ended."""
+        self._eof = True
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def next_batch(self) -> list | None:
+        """The events ready now (waits for some); None when the session is finished.
+        Raises SessionEnd when the Worker ends it (after what was already queued)."""
+        while True:
+            out = self._out
+            if out:
+                self._out = []
+                self._bytes = 0
+                return out
+            if self._end is not None:
+                raise self._end
+            if self._eof and not self._last:
+                return None
+            self._waiter = w = self._loop.create_future()
+            await w
+            self._waiter = None
+
+
+_METHOD = {op: f"TaskSession/{op}" for op in ("submit", "request_slot", "get_result", "watch")}
+
+
+def _result_bytes(snap) -> int:
+    r = snap.result
+    if r is None:
+        return 0
+    n = len(r.failure_message)
+    for o in r.outputs:
+        n += len(o)
+    return n

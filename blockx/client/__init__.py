@@ -1,0 +1,27 @@
+"""blockx.client: a typed client of BlockX Workers for Coordinators and scripts.
+
+    async with WorkerClient("127.0.0.1:8081") as client:
+        outcome = await client.submit(calls=[("add", [1, 2])])
+        print(outcome.state, outcome.outputs)          # SUCCEEDED [3]
+
+    with connect("127.0.0.1:8081") as client:          # the synchronous facade
+        for outcome in client.map("add1", range(10)):
+            print(outcome.outputs)
+
+Everything goes over one TaskSession stream per worker. Refusals raise typed
+exceptions (NoSlot, Unavailable, InvalidArgument, InvalidSlot, NotFound,
+SlotUncertain) with the Worker's message; a broken session raises SessionBroken.
+"""
+from blockx.client.errors import (
+    BlockxError, InvalidArgument, InvalidSlot, NoSlot, NotFound, SessionBroken, SlotUncertain, Unavailable,
+)
+from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate
+from blockx.client.sync import SyncWorkerClient, connect
+from blockx.client.tasks import build_task, call_list_payload
+from blockx.client.worker_client import WorkerClient
+
+__all__ = [
+    "BlockxError", "InvalidArgument", "InvalidSlot", "NoSlot", "NotFound", "SessionBroken", "SlotLease",
+    "SlotUncertain", "SyncWorkerClient", "TaskOutcome", "TaskUpdate", "Unavailable", "WorkerClient",
+    "build_task", "call_list_payload", "connect",
+]

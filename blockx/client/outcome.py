@@ -1,0 +1,98 @@
+"""What the client returns: a task's outcome, a watched task's update, a slot lease.
+
+Outputs are decoded from their JSON bytes; ``raw`` keeps the protobuf message for
+callers (like the CLI) that need every field as the Worker sent it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from blockx.worker.v1 import worker_pb2 as pb
+
+TERMINAL_STATES = ("SUCCEEDED", "FAILED")
+
+
+def state_name(value: int) -> str:
+    """``pb.TASK_STATE_SUCCEEDED`` -> ``"SUCCEEDED"``."""
+    try:
+        return pb.TaskState.Name(value).removeprefix("TASK_STATE_")
+    except ValueError:
+        return str(value)
+
+
+def _decode(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw
+
+
+def statistic_dict(s: pb.TaskStatistic) -> dict[str, int]:
+    return {"accepted_at_ms": s.accepted_at_ms, "finished_at_ms": s.finished_at_ms,
+            "builder_ms": s.builder_ms, "calls_ms": s.calls_ms, "plugin_ms": s.plugin_ms,
+            "call_count": s.call_count, "calls_failed": s.calls_failed,
+            "call_retries": s.call_retries, "cache_hits": s.cache_hits}
+
+
+@dataclass(slots=True)
+class TaskOutcome:
+    """A task as the Worker last reported it; final when ``state`` is terminal."""
+    task_id: str
+    state: str
+    outputs: list = field(default_factory=list)
+    failure_code: str = ""
+    failure_message: str = ""
+    retryable: bool = False
+    statistic: dict = field(default_factory=dict)
+    worker: str = ""
+    attempts: int = 1
+    plugin_results: list = field(default_factory=list)
+    raw: Any = field(default=None, repr=False)     # the pb message this outcome was read from
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "SUCCEEDED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @classmethod
+    def from_pb(cls, task_id: str, state: int, result: pb.TaskResult | None, worker: str,
+                raw: Any = None) -> "TaskOutcome":
+        if result is None:
+            return cls(task_id, state_name(state), worker=worker, raw=raw)
+        return cls(task_id, state_name(state), [_decode(o) for o in result.outputs], result.failure_code,
+                   result.failure_message, result.retryable, statistic_dict(result.statistic), worker,
+                   plugin_results=[(p.plugin, p.ok, p.message) for p in result.plugin_results], raw=raw)
+
+
+@dataclass(slots=True)
+class TaskUpdate:
+    """One state of a watched task; ``outcome`` is set on the terminal one."""
+    task_id: str
+    state: str
+    is_terminal: bool
+    outcome: TaskOutcome | None
+    raw: Any = field(default=None, repr=False)     # the pb.TaskUpdate
+
+    @classmethod
+    def from_pb(cls, upd: pb.TaskUpdate, worker: str) -> "TaskUpdate":
+        outcome = None
+        if upd.is_terminal:
+            outcome = TaskOutcome.from_pb(upd.task_id, upd.state,
+                                          upd.result if upd.HasField("result") else None, worker, upd)
+        return cls(upd.task_id, state_name(upd.state), upd.is_terminal, outcome, upd)
+
+
+@dataclass(slots=True)
+class SlotLease:
+    """A reserved task slot: submit the task with ``slot_id`` before the lease ends."""
+    task_id: str
+    slot_id: str
+    state: str
+    worker: str
+    raw: Any = field(default=None, repr=False)

@@ -1,0 +1,86 @@
+"""A synchronous facade for scripts and notebooks: ``blockx.client.connect(addr)``.
+
+It runs a WorkerClient on a private event loop in a daemon thread and waits for
+each operation; ``map`` and ``watch`` are plain generators. Errors are the same
+typed exceptions as the async client's.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterable, Iterator
+
+from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate
+from blockx.client.worker_client import WorkerClient
+
+
+class SyncWorkerClient:
+    """``with connect("127.0.0.1:8081") as c: print(c.submit(calls=[("add", [1, 2])]).outputs)``"""
+
+    def __init__(self, addr: str, **options) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"blockx-client-{addr}", daemon=True)
+        self._thread.start()
+        self._client = WorkerClient(addr, **options)
+        try:
+            self._run(self._client.connect())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    @property
+    def addr(self) -> str:
+        return self._client.addr
+
+    def _run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def _iterate(self, agen) -> Iterator:
+        try:
+            while True:
+                try:
+                    yield self._run(agen.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._run(agen.aclose())
+
+    def submit(self, calls=None, **kwargs) -> TaskOutcome:
+        return self._run(self._client.submit(calls, **kwargs))
+
+    def map(self, function_id: str, args_iterable: Iterable, **kwargs) -> Iterator[TaskOutcome]:
+        return self._iterate(self._client.map(function_id, args_iterable, **kwargs))
+
+    def watch(self, task_ids: Iterable[str]) -> Iterator[TaskUpdate]:
+        return self._iterate(self._client.watch(list(task_ids)))
+
+    def request_slot(self, task_id: str, ttl_ms: int = 0) -> SlotLease:
+        return self._run(self._client.request_slot(task_id, ttl_ms))
+
+    def result(self, task_id: str) -> TaskOutcome:
+        return self._run(self._client.result(task_id))
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        try:
+            self._run(self._client.close())
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        if not self._loop.is_running():
+            self._loop.close()
+
+    def __enter__(self) -> "SyncWorkerClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def connect(addr: str, **options) -> SyncWorkerClient:
+    """A synchronous client of the Worker at ``addr`` (host:port), over one session."""
+    return SyncWorkerClient(addr, **options)

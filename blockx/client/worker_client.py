@@ -1,0 +1,361 @@
+"""WorkerClient: one Worker over one TaskSession stream.
+
+Requests made in one loop iteration go out as one SessionRequestBatch (a writer
+task takes everything queued when it wakes), and the Worker answers in batches
+too, so a burst of submits costs a few gRPC messages, not one RPC each. A reader
+task routes each event: a reply (its request_id) to the request waiting for it,
+a task update to whoever listens to that task (a ``submit(wait=True)`` or a
+``watch``). When the stream ends or breaks, every waiting caller gets
+``SessionBroken`` at once, and so does every later request: nothing hangs.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import grpc
+
+from blockx.client.errors import NoSlot, SessionBroken, Unavailable, error_for
+from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate, state_name
+from blockx.client.tasks import build_task
+from blockx.worker.v1 import worker_pb2 as pb
+from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
+
+_TERMINAL = (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED)
+DEFAULT_CHANNEL_OPTIONS = (
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 30_000),
+)
+
+
+class _Reply:
+    """The reply (or, for a watch, the N replies) to one request."""
+    __slots__ = ("future", "expect", "events")
+
+    def __init__(self, future: asyncio.Future, expect: int) -> None:
+        self.future = future
+        self.expect = expect
+        self.events: list = []
+
+    def event(self, ev: pb.SessionEvent) -> bool:
+        """True when this request is fully answered."""
+        if ev.WhichOneof("event") == "error":
+            if not self.future.done():
+                self.future.set_exception(error_for(ev.error.code, ev.error.message))
+            return True
+        self.events.append(ev)
+        if len(self.events) >= self.expect:
+            if not self.future.done():
+                self.future.set_result(self.events)
+            return True
+        return False
+
+    def fail(self, err: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(err)
+
+
+class _TerminalWaiter:
+    """Resolves with a task's terminal pb.TaskUpdate."""
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future) -> None:
+        self.future = future
+
+    def update(self, upd: pb.TaskUpdate) -> None:
+        if upd.is_terminal and not self.future.done():
+            self.future.set_result(upd)
+
+    def fail(self, err: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(err)
+
+
+class _UpdateQueue:
+    """Feeds a ``watch`` iterator."""
+    __slots__ = ("queue",)
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue = asyncio.Queue()
+
+    def update(self, upd: pb.TaskUpdate) -> None:
+        self.queue.put_nowait(upd)
+
+    def fail(self, err: BaseException) -> None:
+        self.queue.put_nowait(err)
+
+
+class WorkerClient:
+    """``async with WorkerClient("127.0.0.1:8081") as c: outcome = await c.submit(calls=[("add", [1, 2])])``"""
+
+    def __init__(self, addr: str, *, connect_timeout_s: float = 10.0,
+                 channel_options: Iterable[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS) -> None:
+        self.addr = addr
+        self._connect_timeout_s = connect_timeout_s
+        self._channel_options = list(channel_options)
+        self._channel: grpc.aio.Channel | None = None
+        self._call = None
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Reply] = {}
+        self._listeners: dict[str, list] = {}
+        self._outgoing: list = []
+        self._wake: asyncio.Future | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._broken: SessionBroken | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    async def __aenter__(self) -> "WorkerClient":
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        """Open the channel and the session; Unavailable if the worker cannot be reached."""
+        self._channel = grpc.aio.insecure_channel(self.addr, options=self._channel_options)
+        try:
+            await asyncio.wait_for(self._channel.channel_ready(), self._connect_timeout_s)
+        except asyncio.TimeoutError:
+            await self._channel.close()
+            raise Unavailable(f"cannot reach a worker at {self.addr} within {self._connect_timeout_s:g} s") from None
+        self._call = pb_grpc.WorkerServiceStub(self._channel).TaskSession()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._read_loop()), loop.create_task(self._write_loop())]
+
+    async def close(self) -> None:
+        """End the session (tasks keep running on the Worker) and the channel."""
+        self._break(SessionBroken(f"the session with {self.addr} was closed by the client",
+                                  grpc.StatusCode.CANCELLED))
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing either way
+                pass
+        self._tasks = []
+        if self._call is not None:
+            self._call.cancel()
+        if self._channel is not None:
+            await self._channel.close()
+
+    @property
+    def broken(self) -> SessionBroken | None:
+        """Why the session ended, once it has."""
+        return self._broken
+
+    # ---- the public operations ----------------------------------------------------------
+
+    async def submit(self, calls=None, *, task: pb.Task | None = None, task_id: str | None = None,
+                     timeout_ms: int = 0, wait: bool = True, slot_id: str = "") -> TaskOutcome:
+        """Submit a task (a callList of ``(function_id, args)`` pairs, or a full ``pb.Task``).
+        With ``wait`` return its terminal outcome; otherwise the state SubmitTask returned."""
+        t = build_task(calls=calls, task=task, task_id=task_id, timeout_ms=timeout_ms)
+        tid = t.task_id
+        req = pb.SessionRequest(submit=pb.SubmitTaskRequest(task=t, slot_id=slot_id), follow=wait)
+        if not wait:
+            resp = (await self._request(req))[0].submitted
+            return TaskOutcome.from_pb(tid, resp.state, resp.result if resp.HasField("result") else None,
+                                       self.addr, resp)
+        waiter = _TerminalWaiter(asyncio.get_running_loop().create_future())
+        self._listen(tid, waiter)
+        try:
+            resp = (await self._request(req))[0].submitted
+            if resp.state in _TERMINAL:      # an idempotent resubmit of a finished task
+                return TaskOutcome.from_pb(tid, resp.state, resp.result, self.addr, resp)
+            upd = await waiter.future
+        finally:
+            self._unlisten(tid, waiter)
+        return TaskOutcome.from_pb(tid, upd.state, upd.result, self.addr, upd)
+
+    async def map(self, function_id: str, args_iterable: Iterable, *, concurrency: int = 64,
+                  timeout_ms: int = 0, no_slot_retry_s: float = 30.0) -> AsyncIterator[TaskOutcome]:
+        """One one-call task per element (a list / tuple is the argument list, anything else
+        the single argument), ``concurrency`` at once; yields outcomes as tasks finish.
+        A NoSlot answer is retried while other tasks of the map free slots."""
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        loop = asyncio.get_running_loop()
+        args_it = iter(args_iterable)
+        running: set[asyncio.Task] = set()
+
+        async def one(args) -> TaskOutcome:
+            deadline = loop.time() + no_slot_retry_s
+            delay = 0.001
+            while True:
+                try:
+                    return await self.submit([(function_id, args)], timeout_ms=timeout_ms)
+                except NoSlot:
+                    if loop.time() + delay > deadline:
+                        raise
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+
+        def refill() -> None:
+            while len(running) < concurrency:
+                try:
+                    args = next(args_it)
+                except StopIteration:
+                    return
+                running.add(loop.create_task(one(args)))
+
+        refill()
+        try:
+            while running:
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    running.discard(t)
+                    yield t.result()
+                refill()
+        finally:
+            for t in running:
+                t.cancel()
+
+    async def watch(self, task_ids: Iterable[str]) -> AsyncIterator[TaskUpdate]:
+        """Each task's current state, then every change, until all are terminal.
+        NotFound (before anything is yielded) if any id is unknown."""
+        ids = list(dict.fromkeys(task_ids))
+        listener = _UpdateQueue()
+        for tid in ids:
+            self._listen(tid, listener)
+        try:
+            await self._request(pb.SessionRequest(watch=pb.WatchTasksRequest(task_ids=ids)), expect=len(ids) or 1)
+            remaining = set(ids)
+            last: dict[str, int] = {}
+            while remaining:
+                item = await listener.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                tid = item.task_id
+                if tid not in remaining or last.get(tid) == item.state:
+                    continue
+                last[tid] = item.state
+                if item.is_terminal:
+                    remaining.discard(tid)
+                yield TaskUpdate.from_pb(item, self.addr)
+        finally:
+            for tid in ids:
+                self._unlisten(tid, listener)
+
+    async def request_slot(self, task_id: str, ttl_ms: int = 0) -> SlotLease:
+        """Lease a slot for ``task_id`` (idempotent by task id)."""
+        ev = (await self._request(pb.SessionRequest(
+            request_slot=pb.RequestTaskSlotRequest(task_id=task_id, ttl_ms=ttl_ms))))[0]
+        r = ev.slot
+        return SlotLease(r.task_id, r.slot_id, state_name(r.state), self.addr, r)
+
+    async def result(self, task_id: str) -> TaskOutcome:
+        """The task's current state, with its result once terminal."""
+        r = (await self._request(pb.SessionRequest(get_result=pb.GetTaskResultRequest(task_id=task_id))))[0].result
+        return TaskOutcome.from_pb(r.task_id, r.state, r.result if r.HasField("result") else None, self.addr, r)
+
+    # ---- plumbing ------------------------------------------------------------------
+
+    async def _request(self, req: pb.SessionRequest, expect: int = 1) -> list:
+        if self._broken is not None:
+            raise self._broken
+        if self._call is None:
+            raise SessionBroken("the client is not connected: use `async with WorkerClient(addr)` "
+                                "or await connect()", grpc.StatusCode.FAILED_PRECONDITION)
+        rid = next(self._ids)
+        req.request_id = rid
+        reply = _Reply(asyncio.get_running_loop().create_future(), expect)
+        self._pending[rid] = reply
+        self._outgoing.append(req)
+        w = self._wake
+        if w is not None and not w.done():
+            w.set_result(None)
+        try:
+            return await reply.future
+        finally:
+            self._pending.pop(rid, None)
+
+    def _listen(self, task_id: str, listener) -> None:
+        self._listeners.setdefault(task_id, []).append(listener)
+
+    def _unlisten(self, task_id: str, listener) -> None:
+        ls = self._listeners.get(task_id)
+        if ls is not None:
+            try:
+                ls.remove(listener)
+            except ValueError:
+                pass
+            if not ls:
+                del self._listeners[task_id]
+
+    async def _write_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        call = self._call
+        try:
+            while True:
+                if not self._outgoing:
+                    self._wake = loop.create_future()
+                    await self._wake
+                    continue
+                reqs = self._outgoing
+                self._outgoing = []
+                await call.write(pb.SessionRequestBatch(requests=reqs))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the stream broke; the reader reports why
+            self._break(_broken_by(exc, self.addr))
+
+    async def _read_loop(self) -> None:
+        call = self._call
+        pending = self._pending
+        listeners = self._listeners
+        try:
+            while True:
+                batch = await call.read()
+                if batch is grpc.aio.EOF:
+                    break
+                for ev in batch.events:
+                    rid = ev.request_id
+                    if ev.WhichOneof("event") == "update":
+                        upd = ev.update
+                        ls = listeners.get(upd.task_id)
+                        if ls:
+                            for listener in tuple(ls):
+                                listener.update(upd)
+                    if rid:
+                        reply = pending.get(rid)
+                        if reply is not None and reply.event(ev):
+                            del pending[rid]
+            end = SessionBroken(f"the worker at {self.addr} ended the session", grpc.StatusCode.OK)
+            try:
+                code = await call.code()
+                if code != grpc.StatusCode.OK:
+                    end = SessionBroken(f"the session with {self.addr} ended: {code.name}: "
+                                        f"{await call.details()}", code)
+            except Exception:  # noqa: BLE001 - status unavailable: keep the generic reason
+                pass
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - AioRpcError when the stream breaks
+            end = _broken_by(exc, self.addr)
+        self._break(end)
+
+    def _break(self, err: SessionBroken) -> None:
+        if self._broken is not None:
+            return
+        self._broken = err
+        for reply in list(self._pending.values()):
+            reply.fail(err)
+        self._pending.clear()
+        for ls in list(self._listeners.values()):
+            for listener in tuple(ls):
+                listener.fail(err)
+        w = self._wake
+        if w is not None and not w.done():
+            w.set_result(None)
+
+
+def _broken_by(exc: BaseException, addr: str) -> SessionBroken:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return SessionBroken(f"the session with {addr} broke: {exc.code().name}: {exc.details()}", exc.code())
+    return SessionBroken(f"the session with {addr} broke: {type(exc).__name__}: {exc}")
