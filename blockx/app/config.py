@@ -138,6 +138,10 @@ class WorkerFullConfig:
     phase_io_timeout_ms: int = _f(10_000, env="PHASE_IO_TIMEOUT_MS")
     grpc_keepalive_time_ms: int = _f(30_000, env="WORKER_GRPC_KEEPALIVE_TIME_MS")
     grpc_keepalive_timeout_ms: int = _f(10_000, env="WORKER_GRPC_KEEPALIVE_TIMEOUT_MS")
+    session_max_pending_events: int = _f(65_536, env="SESSION_MAX_PENDING_EVENTS",
+                                         doc="TaskSession: events queued for a client that does not read")
+    session_max_pending_bytes: int = _f(64 * 1024 * 1024, env="SESSION_MAX_PENDING_BYTES",
+                                        doc="TaskSession: approximate bytes queued for a client that does not read")
     executor_restart_enabled: bool = _f(True, env="EXECUTOR_RESTART_ENABLED")
     executor_restart_delay_ms: int = _f(1000)
     executor_max_restarts: int = _f(10)

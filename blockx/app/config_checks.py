@@ -129,6 +129,8 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     need(cfg.phase_io_timeout_ms > 0, "phaseIoTimeoutMs", "> 0", cfg.phase_io_timeout_ms)
     need(cfg.grpc_keepalive_time_ms > 0, "grpcKeepaliveTimeMs", "> 0", cfg.grpc_keepalive_time_ms)
     need(cfg.grpc_keepalive_timeout_ms > 0, "grpcKeepaliveTimeoutMs", "> 0", cfg.grpc_keepalive_timeout_ms)
+    need(cfg.session_max_pending_events > 0, "sessionMaxPendingEvents", "> 0", cfg.session_max_pending_events)
+    need(cfg.session_max_pending_bytes > 0, "sessionMaxPendingBytes", "> 0", cfg.session_max_pending_bytes)
     need(cfg.executor_restart_delay_ms >= 0, "executorRestartDelayMs", ">= 0", cfg.executor_restart_delay_ms)
     need(cfg.executor_max_restarts >= 0, "executorMaxRestarts", ">= 0", cfg.executor_max_restarts)
     need(cfg.executor_restart_window_ms > 0, "executorRestartWindowMs", "> 0", cfg.executor_restart_window_ms)

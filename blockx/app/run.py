@@ -140,7 +140,9 @@ class Worker:
         metrics.outbox_depth_fn = self.adapter.max_outbox_backlog
         server, self.health, port = build_server(
             self.orch, listen_addr=cfg.grpc_listen_addr(), keepalive_time_ms=cfg.grpc_keepalive_time_ms,
-            keepalive_timeout_ms=cfg.grpc_keepalive_timeout_ms, metrics=metrics)
+            keepalive_timeout_ms=cfg.grpc_keepalive_timeout_ms, metrics=metrics,
+            session_max_pending_events=cfg.session_max_pending_events,
+            session_max_pending_bytes=cfg.session_max_pending_bytes)
         await set_health(self.health, False)
         self.worker_addr = cfg.resolved_worker_addr(port)
         self.publisher = EtcdPublisher(
