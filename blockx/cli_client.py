@@ -1,13 +1,13 @@
 """The client commands `blockx submit | watch | result | slot`, and their output.
 
-Each command opens one insecure gRPC channel to --addr, makes its calls and prints
+Each command opens one session (blockx.client) to --addr, makes its requests and prints
 JSON on stdout: one indented object (or one line with --compact) for submit /
 result / slot, one compact object per line for streams (watch, submit --watch), so
 the output pipes into jq line by line. Outputs and plugin details are JSON in bytes
-fields on the wire and are decoded, so the printout is plain JSON. A gRPC failure
+fields on the wire and are decoded, so the printout is plain JSON. A refusal
 prints `error: CODE: message` on stderr and exits 1; a task that reached FAILED
-exits 3 (codes in blockx.cli_exit). grpc and the generated stubs are imported on
-first use, so `blockx serve` and `--help` do not pay for them."""
+exits 3 (codes in blockx.cli_exit). The client library (and grpc) is imported on
+first use, so `blockx serve` and `--help` do not pay for it."""
 
 from __future__ import annotations
 
@@ -95,77 +95,61 @@ def _is_terminal(state: int) -> bool:
     return state in (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED)
 
 
-def _stub(addr: str):
-    import grpc
-
-    from blockx.worker.v1 import worker_pb2_grpc
-
-    channel = grpc.insecure_channel(addr)
-    return channel, worker_pb2_grpc.WorkerServiceStub(channel)
-
-
-def _rpc(fn):
-    """Run a client command body; a gRPC failure becomes `error: CODE: message`, exit 1."""
-    import grpc
-
+def _client_command(fn):
+    """Run a client command body over one session (blockx.client); a refusal or a
+    broken session becomes `error: CODE: message`, exit 1."""
     def wrapper(ns: argparse.Namespace, out: TextIO | None = None) -> int:
+        from blockx.client import BlockxError, connect
+
         out = out or sys.stdout
-        channel, stub = _stub(ns.addr)
         try:
-            return fn(ns, stub, out)
-        except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None
-            name = code.name if code is not None else "UNKNOWN"
-            details = exc.details() if hasattr(exc, "details") else str(exc)
-            print(f"error: {name}: {details}", file=sys.stderr)
+            with connect(ns.addr, connect_timeout_s=ns.rpc_timeout) as client:
+                return fn(ns, client, out)
+        except BlockxError as exc:
+            print(f"error: {exc.code.name}: {exc.message}", file=sys.stderr)
             return EXIT_ERROR
-        finally:
-            channel.close()
 
     wrapper.__name__ = fn.__name__
     return wrapper
 
 
-def _watch(stub, task_ids: Iterable[str], out: TextIO, print_all: bool, compact: bool = True):
-    """Stream updates; return {task_id: last update}. Prints each update when print_all."""
-    from blockx.worker.v1 import worker_pb2 as pb
-
+def _watch(client, task_ids: Iterable[str], out: TextIO, print_all: bool, compact: bool = True):
+    """Stream updates; return {task_id: last pb.TaskUpdate}. Prints each update when print_all."""
     last: dict[str, Any] = {}
-    for upd in stub.WatchTasks(pb.WatchTasksRequest(task_ids=list(task_ids))):
-        last[upd.task_id] = upd
+    for upd in client.watch(task_ids):
+        last[upd.task_id] = upd.raw
         if print_all:
-            _dump(response_to_json(upd), compact, out)
+            _dump(response_to_json(upd.raw), compact, out)
     return last
 
 
-@_rpc
-def _submit(ns: argparse.Namespace, stub, out: TextIO) -> int:
-    from blockx.worker.v1 import worker_pb2 as pb
-
+@_client_command
+def _submit(ns: argparse.Namespace, client, out: TextIO) -> int:
     task = task_from_args(ns)
-    resp = stub.SubmitTask(pb.SubmitTaskRequest(task=task, slot_id=ns.slot or ""), timeout=ns.rpc_timeout)
-    if ns.no_wait or _is_terminal(resp.state):
-        _dump(response_to_json(resp), ns.compact, out)
-        return _exit_for(resp.state)
-    if ns.watch:
+    if ns.no_wait or ns.watch:
+        resp = client.submit(task=task, slot_id=ns.slot or "", wait=False).raw
+        if ns.no_wait or _is_terminal(resp.state):
+            _dump(response_to_json(resp), ns.compact, out)
+            return _exit_for(resp.state)
         _dump(response_to_json(resp), True, out)
-    last = _watch(stub, [task.task_id], out, print_all=ns.watch)
-    upd = last.get(task.task_id)
-    if upd is None:
-        print(f"error: the watch of task {task.task_id} ended without an update", file=sys.stderr)
-        return EXIT_ERROR
-    if not ns.watch:
-        _dump(response_to_json(upd), ns.compact, out)
-    return _exit_for(upd.state)
+        last = _watch(client, [task.task_id], out, print_all=True)
+        upd = last.get(task.task_id)
+        if upd is None:
+            print(f"error: the watch of task {task.task_id} ended without an update", file=sys.stderr)
+            return EXIT_ERROR
+        return _exit_for(upd.state)
+    final = client.submit(task=task, slot_id=ns.slot or "").raw    # SubmitTaskResponse or terminal TaskUpdate
+    _dump(response_to_json(final), ns.compact, out)
+    return _exit_for(final.state)
 
 
 def cmd_submit(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     return _submit(ns, out)
 
 
-@_rpc
-def _watch_cmd(ns: argparse.Namespace, stub, out: TextIO) -> int:
-    last = _watch(stub, ns.task_ids, out, print_all=True)
+@_client_command
+def _watch_cmd(ns: argparse.Namespace, client, out: TextIO) -> int:
+    last = _watch(client, ns.task_ids, out, print_all=True)
     states = [u.state for u in last.values()]
     return EXIT_TASK_FAILED if any(_exit_for(s) for s in states) else EXIT_OK
 
@@ -174,11 +158,9 @@ def cmd_watch(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     return _watch_cmd(ns, out)
 
 
-@_rpc
-def _result(ns: argparse.Namespace, stub, out: TextIO) -> int:
-    from blockx.worker.v1 import worker_pb2 as pb
-
-    resp = stub.GetTaskResult(pb.GetTaskResultRequest(task_id=ns.task_id), timeout=ns.rpc_timeout)
+@_client_command
+def _result(ns: argparse.Namespace, client, out: TextIO) -> int:
+    resp = client.result(ns.task_id).raw
     _dump(response_to_json(resp), ns.compact, out)
     return _exit_for(resp.state)
 
@@ -187,17 +169,14 @@ def cmd_result(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     return _result(ns, out)
 
 
-@_rpc
-def _slot(ns: argparse.Namespace, stub, out: TextIO) -> int:
-    from blockx.worker.v1 import worker_pb2 as pb
-
-    if ns.ttl_ms < 0:
-        raise CLIError("--ttl-ms must be >= 0")
-    resp = stub.RequestTaskSlot(pb.RequestTaskSlotRequest(task_id=ns.task_id, ttl_ms=ns.ttl_ms),
-                                timeout=ns.rpc_timeout)
+@_client_command
+def _slot(ns: argparse.Namespace, client, out: TextIO) -> int:
+    resp = client.request_slot(ns.task_id, ns.ttl_ms).raw
     _dump(response_to_json(resp), ns.compact, out)
     return _exit_for(resp.state)
 
 
 def cmd_slot(ns: argparse.Namespace, out: TextIO | None = None) -> int:
+    if ns.ttl_ms < 0:
+        raise CLIError("--ttl-ms must be >= 0")
     return _slot(ns, out)

@@ -184,6 +184,48 @@ class FakeWorker(worker_pb2_grpc.WorkerServiceServicer):
             yield pb.TaskUpdate(task_id=tid, state=state, is_terminal=True,
                                 result=pb.TaskResult(state=state, outputs=[b"3"] if ok else []))
 
+    def TaskSession(self, request_iterator, context):
+        """The session form of the unary RPCs above, as the client library uses it."""
+        for batch in request_iterator:
+            events = []
+            for r in batch.requests:
+                op = r.WhichOneof("op")
+                try:
+                    if op == "watch":
+                        ids = list(r.watch.task_ids)
+                        for i, upd in enumerate(self.WatchTasks(r.watch, _AbortingContext())):
+                            events.append(pb.SessionEvent(request_id=r.request_id if i < len(ids) else 0,
+                                                          update=upd))
+                        continue
+                    ctx = _AbortingContext()
+                    if op == "submit":
+                        ev = pb.SessionEvent(request_id=r.request_id, submitted=self.SubmitTask(r.submit, ctx))
+                        if r.follow:
+                            events.append(ev)
+                            ids = [r.submit.task.task_id]
+                            for upd in list(self.WatchTasks(pb.WatchTasksRequest(task_ids=ids), ctx))[1:]:
+                                events.append(pb.SessionEvent(update=upd))
+                            continue
+                    elif op == "request_slot":
+                        ev = pb.SessionEvent(request_id=r.request_id, slot=self.RequestTaskSlot(r.request_slot, ctx))
+                    else:
+                        ev = pb.SessionEvent(request_id=r.request_id, result=self.GetTaskResult(r.get_result, ctx))
+                    events.append(ev)
+                except _Aborted as err:
+                    events.append(pb.SessionEvent(request_id=r.request_id, error=pb.SessionError(
+                        code=err.code.value[0], message=err.details)))
+            yield pb.SessionEventBatch(events=events)
+
+
+class _Aborted(Exception):
+    def __init__(self, code, details):
+        self.code, self.details = code, details
+
+
+class _AbortingContext:
+    def abort(self, code, details):
+        raise _Aborted(code, details)
+
 
 @pytest.fixture(scope="module")
 def worker():
