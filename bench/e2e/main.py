@@ -98,8 +98,12 @@ async def run_main_worker(ns, sizes: dict, report: dict) -> None:
             res["b_task_throughput"] = await _with_cpu(w, sc.task_throughput(
                 client, sizes["b_tasks"], sizes["b_inflight"], ns.b_max_outstanding, ns.b_watch_batch,
                 ns.b_watch_delay_ms, timeout=300))
+            res["b_session_task_throughput"] = await _with_cpu(w, sc.session_task_throughput(
+                w.addr, sizes["b_tasks"], sizes["b_inflight"], timeout=300))
         if "c" in ns.only:
             res["c_latency"] = await _with_cpu(w, sc.latency(client, sizes["c_tasks"], timeout=300))
+            res["c_session_latency"] = await _with_cpu(w, sc.session_latency(w.addr, sizes["c_tasks"],
+                                                                             timeout=300))
         if "d" in ns.only:
             res["d_subcalls"] = await _with_cpu(w, sc.subcall_rate(client, sizes["d_parents"], sizes["d_subcalls"],
                                                                    timeout=300))

@@ -6,6 +6,9 @@
     stream shared by a batch of ids (a task that finished before its stream opened
     is still reported: the stream starts with the current state).
 (c) latency: sequential one-call tasks, SubmitTask -> terminal TaskUpdate.
+(b) and (c) over one TaskSession too (``session_*``), through blockx.client as a
+    Coordinator would use it: ``map`` with 64 tasks in flight, and sequential
+    ``submit`` (follow) -> terminal update.
 (d) subcall and IO round trips: parents that each make K sequential subcalls or
     K sequential devstub IO requests (distinct args and requests: the task's call
     and IO caches never answer).
@@ -22,6 +25,8 @@ import statistics
 import time
 
 import grpc
+
+from blockx.client import WorkerClient
 
 from bench.e2e.client import BenchFailure, Client, call_list, expect_ok, outputs, task_request, wait_until
 from blockx.worker.v1 import worker_pb2 as pb
@@ -221,6 +226,47 @@ async def latency(client: Client, n: int, timeout: float) -> dict:
             "p99_ms": _ms(percentile(total, 99)), "max_ms": _ms(total[-1]),
             "mean_ms": _ms(statistics.fmean(total)),
             "submit_rpc_p50_ms": _ms(percentile(submit, 50)), "submit_rpc_p99_ms": _ms(percentile(submit, 99))}
+
+
+# ---- (b) and (c) over one session -------------------------------------------------------
+
+
+async def session_task_throughput(addr: str, n: int, inflight: int, timeout: float) -> dict:
+    async with WorkerClient(addr) as client:
+        t0 = time.perf_counter()
+        done = 0
+        bad: list[str] = []
+
+        async def run() -> None:
+            nonlocal done
+            async for o in client.map("add1", ([i] for i in range(n)), concurrency=inflight):
+                done += 1
+                if not o.ok or len(o.outputs) != 1:
+                    bad.append(f"{o.task_id}: {o.state} {o.failure_code} {o.failure_message}")
+        await asyncio.wait_for(run(), timeout)
+        secs = time.perf_counter() - t0
+    if bad or done != n:
+        raise BenchFailure(f"{len(bad)} of {n} session tasks failed ({done} reported), e.g. {bad[:1]}")
+    return {"tasks": n, "inflight": inflight, "seconds": round(secs, 4), "tasks_per_s": _rate(n, secs)}
+
+
+async def session_latency(addr: str, n: int, timeout: float) -> dict:
+    total: list[float] = []
+    async with WorkerClient(addr) as client:
+        deadline = time.monotonic() + timeout
+        for i in range(n):
+            t0 = time.perf_counter()
+            o = await client.submit([("add1", [i])])
+            total.append(time.perf_counter() - t0)
+            if not o.ok or o.outputs != [i + 1]:
+                raise BenchFailure(f"{o.task_id}: {o.state} {o.failure_code} {o.failure_message}")
+            if time.monotonic() > deadline:
+                raise BenchFailure(f"session latency run exceeded {timeout}s after {i + 1} tasks")
+    total.sort()
+    return {"tasks": n,
+            "p50_ms": _ms(percentile(total, 50)), "p90_ms": _ms(percentile(total, 90)),
+            "p99_ms": _ms(percentile(total, 99)), "max_ms": _ms(total[-1]),
+            "mean_ms": _ms(statistics.fmean(total))}
 
 
 # ---- (d) ---------------------------------------------------------------------------
