@@ -130,22 +130,37 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the worker is shutting down")
         session = Session(self._orch, self._encoder, self._count, **self._session_limits)
         subs.register(session)
-        reader = asyncio.get_running_loop().create_task(_read_session(session, request_iterator))
+        loop = asyncio.get_running_loop()
+        reader = loop.create_task(_read_session(session, request_iterator))
+        writer = loop.create_task(_write_session(session, context))
         finished = False
         try:
-            while True:
-                events = await session.next_batch()
-                if events is None:
-                    break
-                await context.write(pb.SessionEventBatch(events=events))
-            finished = True
-            self._count("TaskSession", "OK")
-        except SessionEnd as end:
-            self._count("TaskSession", end.code)
-            await context.abort(grpc.StatusCode[end.code], end.message)
+            await asyncio.wait((writer, session.overflowed), return_when=asyncio.FIRST_COMPLETED)
+            if not writer.done():
+                writer.cancel()      # overflowed: a write may be blocked on the client that does not read
+            try:
+                await writer
+                finished = True
+                self._count("TaskSession", "OK")
+            except (SessionEnd, asyncio.CancelledError):
+                end = session.end
+                if end is None:      # this handler itself was cancelled (the client went away)
+                    raise
+                self._count("TaskSession", end.code)
+                await context.abort(grpc.StatusCode[end.code], end.message)
         finally:
             reader.cancel()
+            writer.cancel()
             subs.detach(session, disconnected=not finished)
+
+
+async def _write_session(session: Session, context) -> None:
+    """Write the session's event batches until it finishes (returns) or ends (SessionEnd)."""
+    while True:
+        events = await session.next_batch()
+        if events is None:
+            return
+        await context.write(pb.SessionEventBatch(events=events))
 
 
 async def _read_session(session: Session, request_iterator) -> None:

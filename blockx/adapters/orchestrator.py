@@ -114,7 +114,7 @@ class Orchestrator(PhaseRunner, DispatchActor):
     def _start_task(self, cmd: PrepareTaskActivation) -> None:
         rt = TaskRuntime(cmd.task_id, cmd.instance_id, cmd.deadline_ms)
         self._runtimes[cmd.task_id] = rt
-        rt.runner = self._loop.create_task(self._run_task(rt, cmd))
+        self._loop.call_soon(self._drive_task, rt, cmd)
         self._arm_deadline_timer()
 
     def _on_task_terminal(self, cmd: ConvergeTask) -> None:
@@ -129,6 +129,9 @@ class Orchestrator(PhaseRunner, DispatchActor):
                 rt.producer.cancel()
             if rt.calls_done is not None and not rt.calls_done.done():
                 rt.calls_done.cancel()
+            if rt.gate is not None and rt.runner is None:
+                self._leave_calls(rt)            # an inline Calls phase ends with its task
+            rt.on_calls_done = None
             runner = rt.runner
             if runner is not None and not runner.done() and runner is not asyncio.current_task():
                 runner.cancel()

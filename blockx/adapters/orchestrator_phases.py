@@ -1,5 +1,5 @@
-"""activateAndRun: one asyncio task per accepted task drives
-activation -> Builder -> Calls -> Plugin, each phase under its admission semaphore.
+"""activateAndRun: activation -> Builder -> Calls -> Plugin for each accepted
+task, each phase under its admission gate, inline while no phase has to wait.
 
 The runner only executes what WorkerCore decides: it reports each phase's outcome
 with handle_task_phase_finished and runs whichever phase command comes back. When
@@ -26,32 +26,107 @@ log = logging.getLogger("blockx.phases")
 
 
 class PhaseRunner:
-    """Mixin of Orchestrator: the per-task coroutine and its phases."""
+    """Mixin of Orchestrator: the per-task phases.
 
-    async def _run_task(self, rt, cmd) -> None:
+    The driver runs a task's phases inline while none of them has to wait: a
+    synchronous builder whose gate has room, a Calls phase (started inline, its
+    end arrives as a callback from the dispatch actor), no plugin. The first
+    phase that must wait (a full gate, a plugin to await) hands the rest to one
+    asyncio Task (``_run_phases``), which awaits each phase as before."""
+
+    def _drive_task(self, rt, cmd) -> None:
+        """Activation (pin the code epoch, open the IO scope), then the phases."""
+        core = self.core
+        tid = rt.task_id
+        if rt.ended:
+            return
+        now = self._wall()
+        try:
+            epoch = self.fcode.current_epoch(now)
+            rt.view = self.fcode.pin(epoch, now)
+        except Exception as exc:  # noqa: BLE001
+            self._apply_core(core.handle_task_activation_failed(
+                tid, fc.ACTIVATION_FAILED, f"pinning the function code epoch failed: {exc}", self._wall()))
+            return
+        try:
+            rt.io_scope = self.io_factory.new_task_scope(tid)
+        except Exception as exc:  # noqa: BLE001
+            self._apply_core(core.handle_task_activation_failed(
+                tid, fc.IO_SCOPE_FAILED, f"opening the task's IO scope failed: {exc}", self._wall()))
+            return
+        self._advance(rt, lambda: self._apply_core(
+            core.handle_task_activation_prepared(tid, cmd.slot_id, epoch, self._wall())))
+
+    def _advance(self, rt, step) -> None:
+        """Run ``step()`` (it returns the next phase command), then every phase that
+        can run inline; stop at the Calls phase (its end calls back) or hand over
+        to a Task at the first phase that must wait."""
         core = self.core
         tid = rt.task_id
         try:
-            # Activation: pin the code epoch and open the IO scope.
-            now = self._wall()
-            try:
-                epoch = self.fcode.current_epoch(now)
-                rt.view = self.fcode.pin(epoch, now)
-            except Exception as exc:  # noqa: BLE001
-                self._apply_core(core.handle_task_activation_failed(
-                    tid, fc.ACTIVATION_FAILED, f"pinning the function code epoch failed: {exc}", self._wall()))
-                return
-            try:
-                rt.io_scope = self.io_factory.new_task_scope(tid)
-            except Exception as exc:  # noqa: BLE001
-                self._apply_core(core.handle_task_activation_failed(
-                    tid, fc.IO_SCOPE_FAILED, f"opening the task's IO scope failed: {exc}", self._wall()))
-                return
-            nxt = self._apply_core(core.handle_task_activation_prepared(tid, cmd.slot_id, epoch, self._wall()))
+            nxt = step()
+            while nxt is not None and not rt.ended:
+                t = type(nxt)
+                if t is StartBuilderPhase:
+                    builder = self.builders.get(nxt.function_call.type)
+                    if builder is not None and not self.admission.builder.try_enter():
+                        break
+                    outcome = self._builder_outcome(rt, nxt, builder, gated=builder is not None)
+                    phase = TaskPhase.BUILDER
+                elif t is StartCallPhase:
+                    if not self.admission.executor.try_enter():
+                        break
+                    rt.gate = self.admission.executor
+                    rt.on_calls_done = self._calls_done_inline
+                    failed = self._start_calls(rt, nxt)
+                    if failed is None:
+                        return                       # _calls_done_inline continues
+                    self._leave_calls(rt)
+                    outcome = failed
+                    phase = TaskPhase.CALLS
+                elif t is StartWriterPhase and nxt.result_handler is None:
+                    outcome = PhaseOutcome(ok=True)
+                    phase = TaskPhase.PLUGIN
+                else:
+                    break
+                nxt = self._apply_core(core.handle_task_phase_finished(tid, phase, outcome, self._wall()))
+        except Exception:  # noqa: BLE001 - a bug here must still converge the task
+            log.exception("task %s phase driver crashed", tid)
+            self._converge_after_crash(rt)
+            return
+        if nxt is not None and not rt.ended:
+            rt.runner = self._loop.create_task(self._run_phases(rt, nxt))
+
+    def _calls_done_inline(self, rt, conv) -> None:
+        """The dispatch actor's ConvergeTaskCalls for a Calls phase started inline.
+        The task moves on in a callback after the actor's batch (as a resumed Task
+        would), so the actor's batch and its epilogue stay the actor's alone."""
+        self._leave_calls(rt)
+        outcome = _calls_outcome(conv)
+        self._loop.call_soon(self._advance, rt, lambda: self._apply_core(self.core.handle_task_phase_finished(
+            rt.task_id, TaskPhase.CALLS, outcome, self._wall())))
+
+    def _leave_calls(self, rt) -> None:
+        if rt.gate is not None:
+            rt.gate.release()
+            rt.gate = None
+        rt.on_calls_done = None
+        self.metrics.observe_phase("calls", time.perf_counter() - rt.calls_started)
+
+    async def _run_phases(self, rt, nxt) -> None:
+        """The phases from ``nxt`` on, awaiting each (the path of a task that waits)."""
+        core = self.core
+        tid = rt.task_id
+        try:
             while nxt is not None:
                 t = type(nxt)
                 if t is StartBuilderPhase:
-                    outcome = await self._builder_phase(rt, nxt)
+                    builder = self.builders.get(nxt.function_call.type)
+                    if builder is None:
+                        outcome = self._builder_outcome(rt, nxt, None, gated=False)
+                    else:
+                        async with self.admission.builder:
+                            outcome = self._builder_outcome(rt, nxt, builder, gated=False)
                     phase = TaskPhase.BUILDER
                 elif t is StartCallPhase:
                     outcome = await self._calls_phase(rt, nxt)
@@ -67,13 +142,17 @@ class PhaseRunner:
             pass
         except Exception:  # noqa: BLE001 - a bug here must still converge the task
             log.exception("task %s runner crashed", tid)
-            if not rt.ended:
-                ctx = core.get_task_context(tid)
-                phase = ctx.phase if ctx is not None else None
-                if phase in (TaskPhase.BUILDER, TaskPhase.CALLS, TaskPhase.PLUGIN):
-                    self._apply_core(core.handle_task_phase_finished(
-                        tid, phase, PhaseOutcome.failure("", "internal error in the worker; see its log"),
-                        self._wall()))
+            self._converge_after_crash(rt)
+
+    def _converge_after_crash(self, rt) -> None:
+        if rt.ended:
+            return
+        tid = rt.task_id
+        ctx = self.core.get_task_context(tid)
+        phase = ctx.phase if ctx is not None else None
+        if phase in (TaskPhase.BUILDER, TaskPhase.CALLS, TaskPhase.PLUGIN):
+            self._apply_core(self.core.handle_task_phase_finished(
+                tid, phase, PhaseOutcome.failure("", "internal error in the worker; see its log"), self._wall()))
 
     def _apply_core(self, res) -> Any:
         """Execute a core result's commands; return the next phase command, if any."""
@@ -87,27 +166,29 @@ class PhaseRunner:
 
     # ---- Builder -----------------------------------------------------------------
 
-    async def _builder_phase(self, rt, cmd: StartBuilderPhase) -> PhaseOutcome:
-        builder = self.builders.get(cmd.function_call.type)
+    def _builder_outcome(self, rt, cmd: StartBuilderPhase, builder, *, gated: bool) -> PhaseOutcome:
+        """Run a (synchronous) builder; ``gated``: the caller entered the builder gate
+        inline and this releases it."""
         if builder is None:
             known = ", ".join(sorted(self.builders.names())) or "none"
             return PhaseOutcome.failure(fc.BUILDER_NOT_FOUND,
                                         f"no call builder named {cmd.function_call.type!r} "
                                         f"(this worker's profile registers: {known})")
-        async with self.admission.builder:
-            ctx = BuildContext(task_id=rt.task_id, instance_id=rt.instance_id, deadline_ms=rt.deadline_ms)
-            t0 = time.perf_counter()
-            try:
-                if self.stream_cfg.enabled and is_streaming(builder):
-                    rt.stream = builder.prepare_stream(cmd.function_call.payload, ctx)
-                    return PhaseOutcome(ok=True, streaming=True)
-                calls = builder.build(cmd.function_call.payload, ctx)
-            except Exception as exc:  # noqa: BLE001 - BuilderError or a builder bug
-                return PhaseOutcome.failure(fc.BUILDER_FAILED, f"{cmd.function_call.type}: {exc}",
-                                            bool(getattr(exc, "retryable", False)))
-            finally:
-                self.metrics.observe_phase("builder", time.perf_counter() - t0)
-            return PhaseOutcome(ok=True, calls=calls)
+        ctx = BuildContext(task_id=rt.task_id, instance_id=rt.instance_id, deadline_ms=rt.deadline_ms)
+        t0 = time.perf_counter()
+        try:
+            if self.stream_cfg.enabled and is_streaming(builder):
+                rt.stream = builder.prepare_stream(cmd.function_call.payload, ctx)
+                return PhaseOutcome(ok=True, streaming=True)
+            calls = builder.build(cmd.function_call.payload, ctx)
+        except Exception as exc:  # noqa: BLE001 - BuilderError or a builder bug
+            return PhaseOutcome.failure(fc.BUILDER_FAILED, f"{cmd.function_call.type}: {exc}",
+                                        bool(getattr(exc, "retryable", False)))
+        finally:
+            if gated:
+                self.admission.builder.release()
+            self.metrics.observe_phase("builder", time.perf_counter() - t0)
+        return PhaseOutcome(ok=True, calls=calls)
 
     # ---- Calls -------------------------------------------------------------------
 
@@ -124,44 +205,54 @@ class PhaseRunner:
             append((fid, r[0], s.args_json, r[1]))
         return out
 
+    def _start_calls(self, rt, cmd: StartCallPhase) -> PhaseOutcome | None:
+        """Hand the phase's calls (or the stream) to the dispatcher; a failure
+        outcome if they cannot even be resolved. Its end: ``_on_calls_converged``."""
+        rt.calls_started = time.perf_counter()
+        rp = cmd.call_retry_policy
+        retry = (rp.max_attempts, rp.base_backoff_ms, rp.jitter_percent)
+        if cmd.streaming:
+            self.post(lambda n: self.disp.commit_call_stream(
+                rt.task_id, cmd.call_failure_policy, retry, cmd.instance_id, n))
+            rt.credits = asyncio.Semaphore(self.stream_cfg.max_outstanding_batches)
+            rt.producer = self._spawn(self._produce(rt))
+            return None
+        try:
+            calls = self._resolve(rt, cmd.calls or [])
+        except Exception as exc:  # noqa: BLE001 - FunctionNotFound
+            return PhaseOutcome.failure(fc.CALL_FAILED, str(exc))
+        prepared = self.disp.prepare_call_phase(rt.task_id, calls, cmd.call_failure_policy, retry,
+                                                cmd.instance_id)
+        self.post(lambda n: self.disp.commit_call_phase(prepared, n))
+        return None
+
     async def _calls_phase(self, rt, cmd: StartCallPhase) -> PhaseOutcome:
-        t0 = time.perf_counter()
-        async with self.admission.executor:
-            rt.calls_done = self._loop.create_future()
-            rp = cmd.call_retry_policy
-            retry = (rp.max_attempts, rp.base_backoff_ms, rp.jitter_percent)
-            if cmd.streaming:
-                self.post(lambda n: self.disp.commit_call_stream(
-                    rt.task_id, cmd.call_failure_policy, retry, cmd.instance_id, n))
-                rt.credits = asyncio.Semaphore(self.stream_cfg.max_outstanding_batches)
-                rt.producer = self._spawn(self._produce(rt))
-            else:
-                try:
-                    calls = self._resolve(rt, cmd.calls or [])
-                except Exception as exc:  # noqa: BLE001 - FunctionNotFound
-                    return PhaseOutcome.failure(fc.CALL_FAILED, str(exc))
-                prepared = self.disp.prepare_call_phase(rt.task_id, calls, cmd.call_failure_policy, retry,
-                                                        cmd.instance_id)
-                self.post(lambda n: self.disp.commit_call_phase(prepared, n))
-            conv = await rt.calls_done
-        self.metrics.observe_phase("calls", time.perf_counter() - t0)
-        return PhaseOutcome(ok=conv.ok, failure_code=conv.failure_code, failure_message=conv.failure_message,
-                            retryable=conv.retryable, outputs=conv.outputs, call_count=conv.call_count,
-                            calls_failed=conv.calls_failed, call_retries=conv.call_retries,
-                            cache_hits=conv.cache_hits)
+        await self.admission.executor.enter()
+        rt.gate = self.admission.executor
+        done = rt.calls_done = self._loop.create_future()
+        rt.on_calls_done = lambda rt_, conv: done.done() or done.set_result(conv)
+        try:
+            failed = self._start_calls(rt, cmd)
+            if failed is not None:
+                return failed
+            conv = await done
+        finally:
+            if rt.gate is not None:
+                self._leave_calls(rt)
+        return _calls_outcome(conv)
 
     def _on_calls_converged(self, cmd) -> None:
         rt = self._runtimes.get(cmd.task_id)
-        if rt is not None and rt.calls_done is not None and not rt.calls_done.done():
-            rt.calls_done.set_result(cmd)
+        if rt is not None and rt.on_calls_done is not None:
+            rt.on_calls_done(rt, cmd)
 
     @staticmethod
     def _fail_calls(rt, code: str, message: str) -> None:
         """End the Calls phase with a failure the dispatcher cannot see (the stream
         itself broke); the core converges the task and the terminal path cancels
         the calls still in flight."""
-        if rt.calls_done is not None and not rt.calls_done.done():
-            rt.calls_done.set_result(ConvergeTaskCalls(rt.task_id, False, code, message, False))
+        if rt.on_calls_done is not None and not rt.ended:
+            rt.on_calls_done(rt, ConvergeTaskCalls(rt.task_id, False, code, message, False))
 
     async def _produce(self, rt) -> None:
         """Streaming build: pull batches from the builder's stream under scanSem and
@@ -223,3 +314,10 @@ class PhaseRunner:
         if pr.ok:
             return PhaseOutcome(ok=True, plugin_results=[pr])
         return PhaseOutcome.failure(fc.PLUGIN_FAILED, pr.message, plugin_results=[pr])
+
+
+def _calls_outcome(conv) -> PhaseOutcome:
+    return PhaseOutcome(ok=conv.ok, failure_code=conv.failure_code, failure_message=conv.failure_message,
+                        retryable=conv.retryable, outputs=conv.outputs, call_count=conv.call_count,
+                        calls_failed=conv.calls_failed, call_retries=conv.call_retries,
+                        cache_hits=conv.cache_hits)

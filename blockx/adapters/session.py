@@ -30,6 +30,7 @@ log = logging.getLogger("blockx.session")
 MAX_WATCH_TASK_IDS = 10_000
 DEFAULT_MAX_PENDING_EVENTS = 65_536
 DEFAULT_MAX_PENDING_BYTES = 64 * 1024 * 1024
+MAX_BATCH_BYTES = 1024 * 1024      # one SessionEventBatch stays far below a client's 4 MiB default limit
 EVENT_OVERHEAD_BYTES = 96          # a small event's rough footprint, for the byte bound
 
 _CODE = {c.name: c.value[0] for c in grpc.StatusCode}
@@ -48,7 +49,7 @@ class SessionEnd(Exception):
 
 class Session:
     __slots__ = ("_orch", "_subs", "_encoder", "_count", "_max_events", "_max_bytes", "_loop",
-                 "_out", "_bytes", "_waiter", "_last", "_eof", "_end")
+                 "_out", "_sizes", "_bytes", "_waiter", "_last", "_eof", "_end", "overflowed")
 
     def __init__(self, orch, encoder: wire.TaskUpdateEncoder, count, *,
                  max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
@@ -61,7 +62,10 @@ class Session:
         self._max_bytes = max_pending_bytes
         self._loop = asyncio.get_running_loop()
         self._out: list = []                     # events not yet handed to the writer
+        self._sizes: list[int] = []              # their approximate sizes
         self._bytes = 0
+        # Resolved on overflow: the stream ends at once, even with a write blocked on the client.
+        self.overflowed: asyncio.Future = self._loop.create_future()
         self._waiter: asyncio.Future | None = None
         self._last: dict[str, int] = {}          # watched task id -> last state shown here
         self._eof = False                        # the client sent its last request
@@ -70,6 +74,11 @@ class Session:
     @property
     def watching(self) -> int:
         return len(self._last)
+
+    @property
+    def end(self) -> SessionEnd | None:
+        """Why the Worker ends this session, once it does."""
+        return self._end
 
     # ---- requests ------------------------------------------------------------------
 
@@ -179,7 +188,9 @@ class Session:
     def _emit(self, event, size: int = 0) -> None:
         out = self._out
         out.append(event)
-        self._bytes += size + EVENT_OVERHEAD_BYTES
+        size += EVENT_OVERHEAD_BYTES
+        self._sizes.append(size)
+        self._bytes += size
         if len(out) > self._max_events or self._bytes > self._max_bytes:
             self._overflow()
             return
@@ -190,8 +201,11 @@ class Session:
     def _overflow(self) -> None:
         n, b = len(self._out), self._bytes
         self._out = []               # drop them now: the memory is what the bound protects
+        self._sizes = []
         self._bytes = 0
         log.warning("TaskSession ended: %d events (~%d bytes) wait for a client that does not read", n, b)
+        if not self.overflowed.done():
+            self.overflowed.set_result(None)
         self._finish(SessionEnd(
             "RESOURCE_EXHAUSTED",
             f"this session's outgoing queue overflowed ({n} events, ~{b} bytes; limits "
@@ -221,9 +235,21 @@ class Session:
         while True:
             out = self._out
             if out:
-                self._out = []
-                self._bytes = 0
-                return out
+                sizes = self._sizes
+                if self._bytes <= MAX_BATCH_BYTES:
+                    self._out = []
+                    self._sizes = []
+                    self._bytes = 0
+                    return out
+                # Too big for one message: the longest prefix under the cap (at least one event).
+                n, total = 1, sizes[0]
+                while n < len(sizes) and total + sizes[n] <= MAX_BATCH_BYTES:
+                    total += sizes[n]
+                    n += 1
+                self._out = out[n:]
+                self._sizes = sizes[n:]
+                self._bytes -= total
+                return out[:n]
             if self._end is not None:
                 raise self._end
             if self._eof and not self._last:

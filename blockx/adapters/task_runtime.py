@@ -12,7 +12,8 @@ from typing import Any
 
 class TaskRuntime:
     __slots__ = ("task_id", "instance_id", "deadline_ms", "view", "io_scope", "runner",
-                 "calls_done", "producer", "credits", "stream", "ended")
+                 "calls_done", "on_calls_done", "gate", "calls_started", "producer", "credits", "stream",
+                 "ended")
 
     def __init__(self, task_id: str, instance_id: str, deadline_ms: int) -> None:
         self.task_id = task_id
@@ -22,6 +23,9 @@ class TaskRuntime:
         self.io_scope: Any = None             # plugins.io TaskIOScope
         self.runner: asyncio.Task | None = None
         self.calls_done: asyncio.Future | None = None   # resolved with the ConvergeTaskCalls command
+        self.on_calls_done: Any = None        # (rt, ConvergeTaskCalls) -> None while a Calls phase runs
+        self.gate: Any = None                 # the admission gate the running Calls phase holds
+        self.calls_started = 0.0              # perf_counter at the Calls phase's start
         self.producer: asyncio.Task | None = None       # streaming build producer
         self.credits: asyncio.Semaphore | None = None   # streaming batch credit window
         self.stream: Any = None

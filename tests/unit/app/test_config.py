@@ -48,6 +48,8 @@ SPEC_ENV_VARS = {
     "SHADOW_SUBMIT_SAMPLE_RATE": "shadowSubmitSampleRate",
     "IO_DEVSTUB_CONCURRENCY": "ioBackends.devstub.concurrency",
     "LOG_LEVEL": "logLevel",
+    "SESSION_MAX_PENDING_EVENTS": "sessionMaxPendingEvents",
+    "SESSION_MAX_PENDING_BYTES": "sessionMaxPendingBytes",
 }
 
 

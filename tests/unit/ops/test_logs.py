@@ -181,3 +181,18 @@ def test_rate_limiter_counts_suppressed():
     assert rl.check("etcd") is None
     assert rl.reset("etcd") == 1
     assert rl.check("etcd") == 0
+
+
+def test_threaded_handler_writes_every_line_in_order_and_close_drains_it():
+    stream = io.StringIO()
+    handler = setup_logging("info", stream=stream, threaded=True)
+    log = logging.getLogger("blockx.test.threaded")
+    try:
+        for i in range(1000):
+            log_event(log, "n", i=i)
+    finally:
+        handler.close()
+        logging.getLogger().removeHandler(handler)
+    lines = [orjson.loads(x) for x in stream.getvalue().splitlines()]
+    assert [x["i"] for x in lines] == list(range(1000))
+    assert all(x["event"] == "n" and x["logger"] == "blockx.test.threaded" for x in lines)
