@@ -1,10 +1,13 @@
 """WorkerService over grpc.aio: thin handlers that decode, call the orchestrator
 synchronously (it runs on this same loop) and encode. Core refusals
-(`WorkerError`) map to status codes per the spec; anything unexpected becomes
-INTERNAL with the exception text, and never takes the server down."""
+(`WorkerError`) map to status codes per the spec. Anything unexpected (a bug)
+answers INTERNAL with a short message, is counted in blockx_grpc_requests_total
+and logs its traceback (``_guarded``), for every RPC including the streams; it
+never takes the server down."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 import grpc
@@ -28,6 +31,25 @@ def _status(err: WorkerError) -> grpc.StatusCode:
     return grpc.StatusCode[err.grpc_status_name]
 
 
+def _guarded(handler):
+    """A bug behind the RPC answers INTERNAL (counted, traceback logged) instead of
+    grpc's UNKNOWN "Unexpected <class ...>" with the exception text."""
+    name = handler.__name__
+
+    @functools.wraps(handler)
+    async def wrapper(self, request, context):
+        try:
+            return await handler(self, request, context)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception:  # noqa: BLE001 - the point of this wrapper
+            log.exception("%s failed with an unexpected error", name)
+            self._count(name, "INTERNAL")
+            await context.abort(grpc.StatusCode.INTERNAL,
+                                f"internal error in the worker while handling {name}; see its log")
+    return wrapper
+
+
 class WorkerService(pb_grpc.WorkerServiceServicer):
     def __init__(self, orch, metrics=None, *, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
                  session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> None:
@@ -46,6 +68,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         self._count(method, err.grpc_status_name)
         await context.abort(_status(err), err.message)
 
+    @_guarded
     async def RequestTaskSlot(self, request, context):
         try:
             snap = self._orch.request_task_slot(request.task_id, request.ttl_ms)
@@ -54,6 +77,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         self._count("RequestTaskSlot", "OK")
         return wire.slot_response(snap)
 
+    @_guarded
     async def SubmitTask(self, request, context):
         try:
             req, shadow = wire.submit_request_from_pb(request)
@@ -63,6 +87,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         self._count("SubmitTask", "OK")
         return wire.submit_response(snap)
 
+    @_guarded
     async def GetTaskResult(self, request, context):
         try:
             snap = self._orch.get_task_result(request.task_id)
@@ -71,6 +96,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         self._count("GetTaskResult", "OK")
         return wire.result_response(snap)
 
+    @_guarded
     async def WatchTasks(self, request, context):
         orch = self._orch
         subs = orch.subscriptions
@@ -123,6 +149,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         finally:
             subs.detach(sub, disconnected=not finished)
 
+    @_guarded
     async def TaskSession(self, request_iterator, context):
         subs = self._orch.subscriptions
         if subs.closed:
