@@ -237,26 +237,17 @@ async def test_a_client_that_never_reads_ends_only_its_own_session_and_memory_st
     big = RawSession(w.port)
     other = RawSession(w.port)
     try:
-        await other.send(submit(1, "s-big", [("echo", ["x" * 20_000])]))
+        await other.send(submit(1, "s-big", [("echo", ["x" * 200_000])]))
         await other.until(lambda e: kind(e) == "update" and e.update.is_terminal)
         rss0 = _rss_kib(w.proc.pid)
-        # 20,000 results of ~20 KB each asked for, never read: ~400 MB if nothing bounded them.
-        get = pb.SessionRequest(get_result=pb.GetTaskResultRequest(task_id="s-big"))
-        for start in range(0, 20_000, 500):
-            reqs = []
-            for i in range(start, start + 500):
-                r = pb.SessionRequest()
-                r.CopyFrom(get)
-                r.request_id = i + 1
-                reqs.append(r)
-            try:
-                await asyncio.wait_for(big.send(*reqs), 10)
-            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, asyncio.TimeoutError):
-                break                      # the worker ended the session (or stopped reading it)
-        peak = _rss_kib(w.proc.pid)
-        assert peak - rss0 < 150_000, f"the worker grew {peak - rss0} KiB for a client that never reads"
+        # 400 results of ~200 KB asked for in one batch and never read: ~80 MB if nothing
+        # bounded them; the session's limit is ~4 MB.
+        await big.send(*[pb.SessionRequest(request_id=i + 1, get_result=pb.GetTaskResultRequest(task_id="s-big"))
+                         for i in range(400)])
         code, details = await big.status(timeout=20)
+        peak = _rss_kib(w.proc.pid)
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "stopped reading" in details, (code, details)
+        assert peak - rss0 < 48_000, f"the worker grew {peak - rss0} KiB for a client that never reads"
         # The other session is untouched.
         await other.send(submit(2, "s-big-after", [("add", [1, 1])]))
         got = await other.until(lambda e: kind(e) == "update" and e.update.is_terminal)
@@ -285,3 +276,35 @@ async def test_malformed_bytes_end_only_that_stream(worker):
     finally:
         await s.close()
     assert worker.proc.poll() is None and os.path.exists(f"/proc/{worker.proc.pid}")
+
+
+async def test_an_overflow_while_a_write_waits_for_the_client_still_ends_the_session(start_worker):
+    # Small request batches: the worker writes each batch's results until the
+    # client's flow-control window is full, then its write waits; the results
+    # of later requests pile up behind it until the bound ends the session. The
+    # client learns why once it reads again: what was sent, then the status.
+    w = start_worker({"SESSION_MAX_PENDING_EVENTS": "5000", "SESSION_MAX_PENDING_BYTES": "4000000"})
+    big = RawSession(w.port)
+    try:
+        await big.send(submit(1, "s-window", [("echo", ["x" * 200_000])]))
+        await big.until(lambda e: kind(e) == "update" and e.update.is_terminal)
+
+        def ended() -> bool:
+            return any("TaskSession ended" in line for line in list(w.lines))
+        rid = 1
+        while not ended():
+            assert rid < 500, "500 unread results of 200 KB never overflowed a 4 MB session bound"
+            rid += 1
+            await asyncio.wait_for(big.send(pb.SessionRequest(
+                request_id=rid, get_result=pb.GetTaskResultRequest(task_id="s-window"))), 5)
+            await asyncio.sleep(0.005)
+        assert rid > 21, "the bound was hit before any write waited for the client"
+        got = 0
+        with pytest.raises(grpc.aio.AioRpcError) as ei:
+            while True:
+                await big.next_event(10)
+                got += 1
+        assert got < rid - 1, "every result arrived: nothing was dropped at the overflow"
+        assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "stopped reading" in ei.value.details()
+    finally:
+        await big.close()
