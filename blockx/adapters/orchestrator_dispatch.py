@@ -167,11 +167,9 @@ class DispatchActor:
                     continue
                 self._spawn(self._send_cancel(cmd))
             elif t is ArmCallRetry:
-                delay = max(0, cmd.fire_at_ms - now) / 1000.0
-                call_id = cmd.call_id
-                if cmd.fire_at_ms > now:    # a bind-failure re-arm (fire now) is not a retry
+                if cmd.is_retry:            # a failed bind's re-arm consumed no attempt
                     metrics.calls_retried += 1
-                self._arm_retry(delay, call_id)
+                self._arm_retry(max(0, cmd.fire_at_ms - now) / 1000.0, cmd.call_id)
             elif t is SubcallDone:
                 self._spawn(self._send_subcall_resume(cmd))
             elif t is CompleteCallFromCache:
@@ -272,15 +270,19 @@ class DispatchActor:
                 continue
             call_id = env.get("callId", "")
             try:
+                # Counted only when the core accepted the frame (its answer is
+                # non-empty): a duplicated or stale frame changes nothing.
                 if mt == "CallCompleted":
-                    metrics.calls_completed += 1
                     cmds = disp.handle_call_completed(call_id, p["attemptSeq"], _dumps_kept(p.get("output")),
                                                       p.get("budgetUsedMs", 0), now)
+                    if cmds:
+                        metrics.calls_completed += 1
                 elif mt == "CallFailed":
                     kind = p.get("errorKind", "")
-                    metrics.call_failed(kind)
                     cmds = disp.handle_call_failed(call_id, p["attemptSeq"], kind, bool(p.get("retryable")),
                                                    p.get("errorMessage", ""), now, p.get("budgetUsedMs", 0))
+                    if cmds:
+                        metrics.call_failed(kind)
                 elif mt == "CallWaiting":
                     cmds = self._on_call_waiting(executor_id, call_id, env.get("requestId", ""), p,
                                                  sidecar, now)

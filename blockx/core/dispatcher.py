@@ -214,7 +214,7 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, Inspe
             self._pending_bind[ctx.call_id] = ctx
         else:
             ctx.retry_armed = True
-            out.append(ArmCallRetry(ctx.call_id, now))
+            out.append(ArmCallRetry(ctx.call_id, now, False))
 
     def _release(self, ctx: CallContext) -> None:
         """Undo a bind's accounting (local_inflight, task window)."""
@@ -245,6 +245,8 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, Inspe
 
     def handle_call_completed(self, call_id: str, attempt_seq: int, output_json: bytes,
                               budget_used_ms: int, now: int) -> list:
+        """A CallCompleted frame. Accepted (the current, bound attempt): the
+        commands start with UnbindCall(call_id). Stale or duplicated: []."""
         ctx = self._calls.get(call_id)
         if ctx is None:
             return []
@@ -278,6 +280,8 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, Inspe
 
     def handle_call_failed(self, call_id: str, attempt_seq: int, error_kind: str, retryable: bool,
                            message: str, now: int, budget_used_ms: int = 0) -> list:
+        """A CallFailed frame (or a failure the adapter synthesized). Accepted:
+        the commands start with UnbindCall(call_id). Stale or duplicated: []."""
         ctx = self._calls.get(call_id)
         if ctx is None:
             return []
@@ -307,7 +311,7 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, Inspe
             task.call_retries += 1
             delay = compute_backoff(ctx.attempt_count, task.base_backoff_ms, task.jitter_percent,
                                     self._rand, self._max_backoff)
-            out.append(ArmCallRetry(ctx.call_id, now + delay))
+            out.append(ArmCallRetry(ctx.call_id, now + delay, True))
         else:
             self._set_terminal(ctx, False, None, kind, message, retryable, budget_used_ms, True, out)
 
