@@ -8,11 +8,13 @@ armed (the same number as the task statistic's call_retries), whatever the
 backoff; a re-arm after a failed bind is not a retry."""
 from __future__ import annotations
 
-from blockx.adapters.executor.errors import BindError
+import asyncio
+
+from blockx.adapters.executor.errors import BindError, ExecutorGone
 from blockx.core.types import TaskState
 from blockx.protocol import messages as m
 
-from .harness import outputs
+from .harness import outputs, settle
 
 
 async def test_a_duplicated_completion_counts_once(make_harness):
@@ -100,3 +102,25 @@ async def test_a_failed_bind_is_not_a_retry_even_with_backoff(make_harness):
     res = await h.terminal("t")
     assert res.result.statistic.call_retries == 0
     assert h.metrics.calls_retried == 0
+
+
+async def test_a_stale_resume_send_failure_counts_nothing(make_harness):
+    """Attempt 1 waits on IO; its executor is lost (counted once, as
+    EXECUTOR_LOST) before the ResumeCall fails to send. That send failure is
+    stale for the call's attempt 2 and must not count a second failure."""
+    h = await make_harness(executors=("exec-1", "exec-2"), capacity=1)
+    f = h.fake
+    h.submit("t", [("echo", [1])], backoff_ms=1)
+    await h.executed(1)
+    f.resume_gate = asyncio.Event()
+    f.resume_faults.append(ExecutorGone("exec-1"))
+    f.wait_io("t/0", "io-1", {"op": "echo"})
+    f.lose("exec-1")
+    await h.executed(2)
+    f.resume_gate.set()                   # attempt 1's resume now fails: stale
+    await settle()
+    assert h.disp.call_attempts("t/0") == 2
+    f.complete("t/0", 5)
+    assert outputs(await h.terminal("t")) == [5]
+    assert dict(h.metrics.calls_failed) == {m.EXECUTOR_LOST: 1}
+    assert (h.metrics.calls_dispatched, h.metrics.calls_completed) == (2, 1)
