@@ -228,10 +228,16 @@ class DispatchActor:
         try:
             await self.adapter.send_resume_call(executor_id, call_id, request_id, payload, sidecar)
         except Exception as exc:  # noqa: BLE001 - ExecutorGone / OutboxClosed
-            self.metrics.call_failed(m.RESUME_SEND_FAILED)
             msg = f"ResumeCall to {executor_id} not sent: {exc}"
-            self.post(lambda n: self.disp.handle_call_failed(
-                call_id, attempt_seq, m.RESUME_SEND_FAILED, True, msg, n))
+
+            def failed(now: int) -> list:
+                cmds = self.disp.handle_call_failed(call_id, attempt_seq, m.RESUME_SEND_FAILED,
+                                                    True, msg, now)
+                if cmds:    # accepted: the attempt was still current (see _apply_frames)
+                    self.metrics.call_failed(m.RESUME_SEND_FAILED)
+                return cmds
+
+            self.post(failed)
             return
         self.post(lambda n: self.disp.handle_call_resumed(call_id, n))
 
