@@ -29,11 +29,14 @@ from blockx.core.dispatcher_commands import (
     DispatchCallCmd, StopCallProduction, SubcallDone, UnbindCall,
 )
 from blockx._fast.errors import FrameTooLarge, OutboxClosed, OutboxFull
-from blockx.adapters.executor.errors import CallNotBound, ExecutorGone
+from blockx.adapters.executor.errors import BindError, CallNotBound, ExecutorGone
 from blockx.protocol import messages as m
 
 log = logging.getLogger("blockx.dispatch")
 
+# Each round executes commands that may enable more work; a core that keeps
+# answering after this many rounds is looping, and the actor must move on.
+EPILOGUE_MAX_ROUNDS = 10_000
 ERR_ARGS_TOO_LARGE = "ARGS_TOO_LARGE"   # not retryable: the same args never fit
 ERR_SEND_FAILED = "SEND_FAILED"         # not retryable: an unexpected encode/send error
 _Fragment = orjson.Fragment
@@ -92,11 +95,15 @@ class DispatchActor:
                         log.exception("dispatch event failed")
                 now = self._mono()
                 try:
-                    for _ in range(10_000):
+                    for _ in range(EPILOGUE_MAX_ROUNDS):
                         cmds = disp.epilogue(now)
                         if not cmds:
                             break
                         self._exec(cmds, now)
+                    else:
+                        log.error("dispatch epilogue still returned commands after %d rounds; "
+                                  "gave up until the next event (a core that never quiesces is a bug)",
+                                  EPILOGUE_MAX_ROUNDS)
                 except Exception:  # noqa: BLE001 - the actor must outlive one bad command
                     log.exception("dispatch epilogue failed")
         finally:
@@ -114,8 +121,12 @@ class DispatchActor:
                         adapter.bind_subcall(cmd.call_id, cmd.parent_call_id, cmd.executor_id)
                     else:
                         adapter.bind(cmd.call_id, cmd.executor_id)
-                except Exception as exc:  # BindError / ExecutorGone
+                except (BindError, ExecutorGone) as exc:  # no context, executor gone, ...
                     log.debug("bind of %s to %s failed: %s", cmd.call_id, cmd.executor_id, exc)
+                    more = disp.handle_bind_failed(cmd.call_id, now)
+                except Exception:  # noqa: BLE001 - a bug; roll back so the call is not stuck
+                    log.exception("bind of %s to %s raised unexpectedly; treated as a failed bind",
+                                  cmd.call_id, cmd.executor_id)
                     more = disp.handle_bind_failed(cmd.call_id, now)
                 else:
                     more = disp.handle_executor_bound(cmd.call_id, now, cmd.executor_id)
