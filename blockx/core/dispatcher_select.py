@@ -150,5 +150,12 @@ class ExecutorTable:
         if v.runnable > 0:
             v.runnable -= 1
 
-    def mark_unhealthy(self, rec: ExecutorRecord) -> None:
-        rec.view.healthy = False
+    # --- introspection -------------------------------------------------------------------
+
+    def view(self, executor_id: str) -> Any:
+        rec = self.records.get(executor_id)
+        return None if rec is None else rec.view
+
+    def call_ids(self, executor_id: str) -> list[str]:
+        rec = self.records.get(executor_id)
+        return [] if rec is None else list(rec.calls)
