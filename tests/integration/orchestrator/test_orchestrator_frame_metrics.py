@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from blockx.adapters.executor.errors import BindError, ExecutorGone
 from blockx.core.types import TaskState
 from blockx.protocol import messages as m
@@ -17,27 +19,18 @@ from blockx.protocol import messages as m
 from .harness import outputs, settle
 
 
-async def test_a_duplicated_completion_counts_once(make_harness):
+@pytest.mark.parametrize("same_chunk", [True, False], ids=["same-chunk", "later-chunk"])
+async def test_a_duplicated_completion_counts_once(make_harness, same_chunk):
     h = await make_harness()
     f = h.fake
     h.submit("t", [("add", [1, 2])])
     await h.executed(1)
     frame = f.completed("t/0", 3)
-    f.deliver("exec-1", [frame, frame])
+    f.deliver("exec-1", [frame, frame] if same_chunk else [frame])
     res = await h.terminal("t")
+    if not same_chunk:
+        f.deliver("exec-1", [frame])      # after the task converged
     assert outputs(res) == [3]
-    assert (h.metrics.calls_dispatched, h.metrics.calls_completed) == (1, 1)
-
-
-async def test_a_completion_repeated_in_a_later_chunk_counts_once(make_harness):
-    h = await make_harness()
-    f = h.fake
-    h.submit("t", [("add", [1, 2])])
-    await h.executed(1)
-    frame = f.completed("t/0", 3)
-    f.deliver("exec-1", [frame])
-    await h.terminal("t")
-    f.deliver("exec-1", [frame])
     assert (h.metrics.calls_dispatched, h.metrics.calls_completed) == (1, 1)
 
 
