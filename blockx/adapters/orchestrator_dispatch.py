@@ -29,11 +29,14 @@ from blockx.core.dispatcher_commands import (
     DispatchCallCmd, StopCallProduction, SubcallDone, UnbindCall,
 )
 from blockx._fast.errors import FrameTooLarge, OutboxClosed, OutboxFull
-from blockx.adapters.executor.errors import CallNotBound, ExecutorGone
+from blockx.adapters.executor.errors import BindError, CallNotBound, ExecutorGone
 from blockx.protocol import messages as m
 
 log = logging.getLogger("blockx.dispatch")
 
+# Each round executes commands that may enable more work; a core that keeps
+# answering after this many rounds is looping, and the actor must move on.
+EPILOGUE_MAX_ROUNDS = 10_000
 ERR_ARGS_TOO_LARGE = "ARGS_TOO_LARGE"   # not retryable: the same args never fit
 ERR_SEND_FAILED = "SEND_FAILED"         # not retryable: an unexpected encode/send error
 _Fragment = orjson.Fragment
@@ -92,11 +95,15 @@ class DispatchActor:
                         log.exception("dispatch event failed")
                 now = self._mono()
                 try:
-                    for _ in range(10_000):
+                    for _ in range(EPILOGUE_MAX_ROUNDS):
                         cmds = disp.epilogue(now)
                         if not cmds:
                             break
                         self._exec(cmds, now)
+                    else:
+                        log.error("dispatch epilogue still returned commands after %d rounds; "
+                                  "gave up until the next event (a core that never quiesces is a bug)",
+                                  EPILOGUE_MAX_ROUNDS)
                 except Exception:  # noqa: BLE001 - the actor must outlive one bad command
                     log.exception("dispatch epilogue failed")
         finally:
@@ -114,8 +121,12 @@ class DispatchActor:
                         adapter.bind_subcall(cmd.call_id, cmd.parent_call_id, cmd.executor_id)
                     else:
                         adapter.bind(cmd.call_id, cmd.executor_id)
-                except Exception as exc:  # BindError / ExecutorGone
+                except (BindError, ExecutorGone) as exc:  # no context, executor gone, ...
                     log.debug("bind of %s to %s failed: %s", cmd.call_id, cmd.executor_id, exc)
+                    more = disp.handle_bind_failed(cmd.call_id, now)
+                except Exception:  # noqa: BLE001 - a bug; roll back so the call is not stuck
+                    log.exception("bind of %s to %s raised unexpectedly; treated as a failed bind",
+                                  cmd.call_id, cmd.executor_id)
                     more = disp.handle_bind_failed(cmd.call_id, now)
                 else:
                     more = disp.handle_executor_bound(cmd.call_id, now, cmd.executor_id)
@@ -162,16 +173,16 @@ class DispatchActor:
                 self._on_calls_converged(cmd)
             elif t is CancelCallCmd:
                 try:
-                    adapter.mark_draining(cmd.call_id, cmd.executor_id)
-                except Exception:  # noqa: BLE001 - the executor is gone: nothing to drain
+                    adapter.mark_draining(cmd.call_id, cmd.executor_id)  # a gone executor: no-op
+                except Exception:  # noqa: BLE001 - a bug; the rest of the batch must still run
+                    log.exception("marking %s draining on %s failed; CancelCall not sent",
+                                  cmd.call_id, cmd.executor_id)
                     continue
                 self._spawn(self._send_cancel(cmd))
             elif t is ArmCallRetry:
-                delay = max(0, cmd.fire_at_ms - now) / 1000.0
-                call_id = cmd.call_id
-                if cmd.fire_at_ms > now:    # a bind-failure re-arm (fire now) is not a retry
+                if cmd.is_retry:            # a failed bind's re-arm consumed no attempt
                     metrics.calls_retried += 1
-                self._arm_retry(delay, call_id)
+                self._arm_retry(max(0, cmd.fire_at_ms - now) / 1000.0, cmd.call_id)
             elif t is SubcallDone:
                 self._spawn(self._send_subcall_resume(cmd))
             elif t is CompleteCallFromCache:
@@ -208,8 +219,10 @@ class DispatchActor:
     async def _send_cancel(self, cmd: CancelCallCmd) -> None:
         try:
             await self.adapter.send_cancel_call(cmd.executor_id, cmd.call_id, cmd.reason, cmd.attempt_seq)
-        except Exception as exc:  # noqa: BLE001 - best effort by contract
+        except ExecutorGone as exc:  # best effort by contract: its calls end with it
             log.debug("CancelCall %s to %s not sent: %s", cmd.call_id, cmd.executor_id, exc)
+        except Exception:  # noqa: BLE001 - a bug
+            log.exception("CancelCall %s to %s failed", cmd.call_id, cmd.executor_id)
 
     async def _send_subcall_resume(self, cmd: SubcallDone) -> None:
         if cmd.ok:
@@ -230,10 +243,16 @@ class DispatchActor:
         try:
             await self.adapter.send_resume_call(executor_id, call_id, request_id, payload, sidecar)
         except Exception as exc:  # noqa: BLE001 - ExecutorGone / OutboxClosed
-            self.metrics.call_failed(m.RESUME_SEND_FAILED)
             msg = f"ResumeCall to {executor_id} not sent: {exc}"
-            self.post(lambda n: self.disp.handle_call_failed(
-                call_id, attempt_seq, m.RESUME_SEND_FAILED, True, msg, n))
+
+            def failed(now: int) -> list:
+                cmds = self.disp.handle_call_failed(call_id, attempt_seq, m.RESUME_SEND_FAILED,
+                                                    True, msg, now)
+                if cmds:    # accepted: the attempt was still current (see _apply_frames)
+                    self.metrics.call_failed(m.RESUME_SEND_FAILED)
+                return cmds
+
+            self.post(failed)
             return
         self.post(lambda n: self.disp.handle_call_resumed(call_id, n))
 
@@ -272,15 +291,19 @@ class DispatchActor:
                 continue
             call_id = env.get("callId", "")
             try:
+                # Counted only when the core accepted the frame (its answer is
+                # non-empty): a duplicated or stale frame changes nothing.
                 if mt == "CallCompleted":
-                    metrics.calls_completed += 1
                     cmds = disp.handle_call_completed(call_id, p["attemptSeq"], _dumps_kept(p.get("output")),
                                                       p.get("budgetUsedMs", 0), now)
+                    if cmds:
+                        metrics.calls_completed += 1
                 elif mt == "CallFailed":
                     kind = p.get("errorKind", "")
-                    metrics.call_failed(kind)
                     cmds = disp.handle_call_failed(call_id, p["attemptSeq"], kind, bool(p.get("retryable")),
                                                    p.get("errorMessage", ""), now, p.get("budgetUsedMs", 0))
+                    if cmds:
+                        metrics.call_failed(kind)
                 elif mt == "CallWaiting":
                     cmds = self._on_call_waiting(executor_id, call_id, env.get("requestId", ""), p,
                                                  sidecar, now)

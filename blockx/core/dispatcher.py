@@ -1,5 +1,5 @@
 """DispatcherCore: the Worker-global, Sans-IO call scheduler (spec "Call
-execution subsystem").
+execution subsystem"), a thin facade over parts that each own their state.
 
 Rules: single writer (the adapter's dispatch actor); every input is a method
 call carrying ``now`` (int ms); every output is a list of commands
@@ -22,10 +22,24 @@ Driving it (the adapter's loop):
      work themselves, so a chunk of completions costs one epilogue.
 See ``dispatcher_commands`` for what each command asks of the adapter.
 
+Parts (each file opens with its own rules):
+  CallTable (dispatcher_calls)      calls by id; CallContext, the per-call state
+  TaskTable (dispatcher_tasks)      TaskCalls per task, batches, the dirty set,
+                                    terminal accounting, flush/settle/converge
+  CallIntake (dispatcher_intake)    prepare/commit of call phases and batches
+  RetryScheduler (dispatcher_retry) backoff, ArmCallRetry, retry timers' flag
+  SubcallBinder (dispatcher_subcalls) subcall checks, bind beside the parent,
+                                    parking, subtree cancellation
+  ExecutorTable (dispatcher_select) executor views, Filter -> Score
+  TaskScheduler (dispatcher_fairness) which task admits next (instance fairness)
+The facade keeps the per-call loop (admission, bind, completion, failure) in
+its own methods so that the hot path goes through no extra call per call;
+everything else is delegated.
+
 Call ids: roots of a one-shot call phase are ``f"{task_id}/{index}"``; roots
 of a streaming batch ``f"{task_id}/{batch_idx}.{row}"``; subcalls
-``f"{parent_call_id}/sub-{n}"`` with ``n`` from a dispatcher-wide counter. The
-last path segment tells the forms apart, so ids are unique across tasks.
+``f"{parent_call_id}/sub-{n}"`` with ``n`` from the SubcallBinder's counter.
+The last path segment tells the forms apart, so ids are unique across tasks.
 
 Theory of operation (spec semantics kept): per-task ReadyQueue, admission
 window (``task_max_inflight_calls`` root calls RUNNING/WAITING), CallCache of
@@ -35,10 +49,7 @@ selection; retries ``base * 2^(attempt-1)`` + jitter via ArmCallRetry; stale
 events dropped (DONE ignores everything late; a failure for a READY call that
 already ran, or with a different attempt seq, is stale); FAST_FAIL stops
 dispatching on the first final root failure and drain-cancels the rest once
-nothing is in flight; DONE is entered only in ``_set_terminal``.
-Subcalls never join a singleflight nor lead one (they only read the cache): a
-subcall waiting on an unrelated root that itself waits on a subcall could
-deadlock across calls, bounded only by budgets.
+nothing is in flight; DONE is entered only in ``TaskTable.set_terminal``.
 """
 from __future__ import annotations
 
@@ -46,26 +57,24 @@ from operator import attrgetter
 from typing import Any, Callable, Iterable
 
 from blockx._fast import load
-from blockx.core.dispatcher_commands import (
-    ArmCallRetry, BindCall, CompleteCallFromCache, DispatchCallCmd, UnbindCall)
+from blockx.core.dispatcher_calls import DONE, READY, RUNNING, WAITING, CallContext, CallTable
+from blockx.core.dispatcher_commands import BindCall, CompleteCallFromCache, DispatchCallCmd, UnbindCall
 from blockx.core.dispatcher_config import DispatcherConfig
 from blockx.core.dispatcher_fairness import TaskScheduler
-from blockx.core.dispatcher_flush import FlushMixin
-from blockx.core.dispatcher_inspect import InspectMixin
-from blockx.core.dispatcher_retry import compute_backoff
+from blockx.core.dispatcher_intake import CallIntake, PreparedCalls
+from blockx.core.dispatcher_retry import RetryScheduler
 from blockx.core.dispatcher_select import ExecutorTable
-from blockx.core.dispatcher_state import DONE, READY, RUNNING, WAITING, CallContext
-from blockx.core.dispatcher_stream import StreamMixin
-from blockx.core.dispatcher_subcall import SubcallMixin
-from blockx.core.dispatcher_terminal import TerminalMixin
-from blockx.core.dispatcher_types import ERR_EXECUTOR_LOST, ExecutorSnapshot
+from blockx.core.dispatcher_subcalls import SubcallBinder
+from blockx.core.dispatcher_tasks import TaskTable
+from blockx.core.dispatcher_types import (
+    ERR_EXECUTOR_LOST, FAST_FAIL, ExecutorSnapshot, RetryPolicy, SubcallRejected)
 
 __all__ = ["DispatcherCore"]
 
 _by_depth = attrgetter("depth")
 
 
-class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, InspectMixin):
+class DispatcherCore:
     def __init__(self, config: DispatcherConfig, rand: Callable[[], float], *,
                  readyqueue: Any = None, scoring: Any = None, cachekey: Any = None) -> None:
         """``readyqueue`` / ``scoring`` / ``cachekey`` override the hot-path
@@ -74,20 +83,66 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, Inspe
         if not callable(rand):
             raise TypeError("rand must be a callable returning a float in [0, 1)")
         self.config = config
-        self._rand = rand
-        self._ReadyQueue = (readyqueue or load("readyqueue")).ReadyQueue
-        self._cache_key = (cachekey or load("cachekey")).cache_key
+        cache_key = (cachekey or load("cachekey")).cache_key
         self._exec = ExecutorTable(scoring or load("scoring"), config)
         self._sched = TaskScheduler(config.instance_fairness, config.effective_fairness_quantum,
                                     config.task_max_inflight_calls)
-        self._tasks: dict[str, Any] = {}
-        self._calls: dict[str, CallContext] = {}
-        self._pending_bind: dict[str, CallContext] = {}   # PendingBindSubcalls, all tasks
-        self._dirty: list[Any] = []
-        self._subcall_seq = 0
+        self._calls = CallTable()
+        self._by_id = self._calls.by_id      # never rebound: the per-call lookups use it
+        self._tasks = TaskTable(self._calls, self._exec, self._sched,
+                                (readyqueue or load("readyqueue")).ReadyQueue,
+                                config.max_collected_output_bytes)
+        self._subcalls = SubcallBinder(self._calls, self._tasks, self._exec, cache_key,
+                                       config.max_subcall_depth)
+        self._tasks.subcalls = self._subcalls
+        self._retry = RetryScheduler(rand, config.max_backoff_ms)
+        self._intake = CallIntake(config, self._tasks, cache_key)
         self._deadline = config.call_deadline_ms
-        self._max_backoff = config.max_backoff_ms
-        self._max_output = config.max_collected_output_bytes
+
+    # --- registering calls (CallIntake) ----------------------------------------------------
+
+    def prepare_call_phase(self, task_id: str, calls: Iterable, policy: str = FAST_FAIL,
+                           retry: RetryPolicy | tuple | None = None,
+                           instance_id: str = "") -> PreparedCalls:
+        """Build the call contexts of a one-shot call list. No side effects, so
+        it may run off the actor."""
+        return self._intake.prepare_call_phase(task_id, calls, policy, retry, instance_id)
+
+    def commit_call_phase(self, prepared: PreparedCalls, now: int) -> list:
+        return self._intake.commit_call_phase(prepared, now)
+
+    def commit_call_stream(self, task_id: str, policy: str = FAST_FAIL,
+                           retry: RetryPolicy | tuple | None = None, instance_id: str = "",
+                           now: int = 0) -> list:
+        """Open a streaming call phase; batches follow via commit_call_batch."""
+        return self._intake.commit_call_stream(task_id, policy, retry, instance_id, now)
+
+    def prepare_call_batch(self, task_id: str, batch_idx: int, calls: Iterable) -> PreparedCalls:
+        """Build the call contexts of one streaming batch. No side effects."""
+        return self._intake.prepare_call_batch(task_id, batch_idx, calls)
+
+    def commit_call_batch(self, prepared: PreparedCalls, now: int) -> list:
+        return self._intake.commit_call_batch(prepared, now)
+
+    def production_done(self, task_id: str, now: int) -> list:
+        """The stream producer will commit no more batches."""
+        return self._intake.production_done(task_id, now)
+
+    def batch_credits(self, task_id: str) -> int:
+        """Batches the producer may still commit before one settles."""
+        return self._intake.batch_credits(task_id)
+
+    def add_subcall(self, parent_call_id: str, requesting_executor_id: str, request_id: str,
+                    function_id: str, digest: str, args_json: bytes, granted_budget_ms: int,
+                    now: int, entry_selector: str = "main") -> tuple[str | SubcallRejected, list]:
+        """Register a subcall of ``parent_call_id``.
+
+        Returns ``(child_call_id, commands)``, or ``(SubcallRejected, [])`` when
+        the request is refused. ``args_json`` must be canonical
+        (cachekey.canonical_args_json) so the cache and cycle checks see equal
+        arguments as equal bytes."""
+        return self._subcalls.add(parent_call_id, requesting_executor_id, request_id, function_id,
+                                  digest, args_json, granted_budget_ms, entry_selector)
 
     # --- admission ---------------------------------------------------------------------
 
@@ -116,7 +171,7 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, Inspe
             if cached is not None:
                 task.cache_hits += 1
                 out.append(CompleteCallFromCache(ctx.call_id, task.task_id, False, ""))
-                self._set_terminal(ctx, True, cached, "", "", False, 0, True, out)
+                self._tasks.set_terminal(ctx, True, cached, "", "", False, 0, True, out)
                 continue
             leader = task.flights.get(key)
             if leader is not None and leader is not ctx:  # ctx itself leads while retrying
@@ -151,6 +206,10 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, Inspe
             served(task)
         return out
 
+    def flush_dirty_tasks(self, now: int) -> list:
+        """Stop / drain / settle / converge every task changed since the last flush."""
+        return self._tasks.flush()
+
     def epilogue(self, now: int) -> list:
         """dispatch(now) then flush_dirty_tasks(now): run after every event batch."""
         out = self.dispatch(now)
@@ -159,6 +218,7 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, Inspe
 
     @staticmethod
     def _join(leader: CallContext, waiter: CallContext) -> None:
+        """Singleflight: waiter takes leader's result (roots of one task only)."""
         waiter.leader = leader
         if leader.waiters is None:
             leader.waiters = [waiter]
@@ -174,7 +234,7 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, Inspe
         With ``executor_id`` given, a bind the core no longer wants (the call
         was cancelled meanwhile) is answered with UnbindCall so the reservation
         is not leaked."""
-        ctx = self._calls.get(call_id)
+        ctx = self._by_id.get(call_id)
         if (ctx is None or ctx.state != RUNNING or ctx.bound
                 or (executor_id and ctx.executor_id != executor_id)):
             if executor_id and (ctx is None or ctx.state == READY or ctx.state == DONE
@@ -186,17 +246,15 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, Inspe
         out: list = [DispatchCallCmd(call_id, ctx.executor_id, ctx.task.task_id, ctx.function_id,
                                      ctx.digest, ctx.entry_selector, ctx.args_json, ctx.budget_ms,
                                      ctx.attempt_count, parent.call_id if parent is not None else "")]
-        children = ctx.children
-        if children:
-            for child in list(children.values()):
-                if child.parked:
-                    self._try_bind_subcall(child, out)
+        if ctx.children:
+            self._subcalls.bind_children(ctx, out)
         return out
 
     def handle_bind_failed(self, call_id: str, now: int) -> list:
-        """The adapter could not reserve the context. A root is retried at once
-        (ArmCallRetry(now)) without consuming an attempt; a subcall is parked."""
-        ctx = self._calls.get(call_id)
+        """The adapter could not reserve the context. A root is re-queued at
+        once (ArmCallRetry(now, is_retry=False)) without consuming an attempt;
+        a subcall is parked."""
+        ctx = self._by_id.get(call_id)
         if ctx is None or ctx.state != RUNNING or ctx.bound:
             return []
         out: list = []
@@ -205,47 +263,35 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, Inspe
 
     def _bind_failed(self, ctx: CallContext, now: int, out: list) -> None:
         rec = ctx.exec
-        self._release(ctx)
+        self._tasks.release(ctx)
         rec.view.healthy = False  # until the next snapshot says otherwise
         ctx.attempt_count -= 1
         ctx.state = READY
         if ctx.parent is not None:
-            ctx.parked = True
-            self._pending_bind[ctx.call_id] = ctx
+            self._subcalls.park(ctx)
         else:
-            ctx.retry_armed = True
-            out.append(ArmCallRetry(ctx.call_id, now))
-
-    def _release(self, ctx: CallContext) -> None:
-        """Undo a bind's accounting (local_inflight, task window)."""
-        self._exec.unbind(ctx)
-        if ctx.parent is None:
-            task = ctx.task
-            task.inflight -= 1
-            task.instance.inflight -= 1
-            if task.ready and not task.in_ring:
-                self._sched.wake(task)
-            if task.stop_dispatching:
-                self._mark_dirty(task)
+            self._retry.requeue(ctx, now, out)
 
     # --- execution events ----------------------------------------------------------------
 
     def handle_call_waiting(self, call_id: str, attempt_seq: int, now: int) -> list:
-        ctx = self._calls.get(call_id)
+        ctx = self._by_id.get(call_id)
         if (ctx is not None and ctx.state == RUNNING and ctx.bound
                 and ctx.attempt_count == attempt_seq):
             ctx.state = WAITING
         return []
 
     def handle_call_resumed(self, call_id: str, now: int) -> list:
-        ctx = self._calls.get(call_id)
+        ctx = self._by_id.get(call_id)
         if ctx is not None and ctx.state == WAITING:
             ctx.state = RUNNING
         return []
 
     def handle_call_completed(self, call_id: str, attempt_seq: int, output_json: bytes,
                               budget_used_ms: int, now: int) -> list:
-        ctx = self._calls.get(call_id)
+        """A CallCompleted frame. Accepted (the current, bound attempt): the
+        commands start with UnbindCall(call_id). Stale or duplicated: []."""
+        ctx = self._by_id.get(call_id)
         if ctx is None:
             return []
         st = ctx.state
@@ -259,8 +305,9 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, Inspe
         view = rec.view
         if view.runnable > 0:
             view.runnable -= 1
+        tasks = self._tasks
         if ctx.parent is None and rec.attached:
-            # _release inlined for the common case (a root on an attached executor).
+            # TaskTable.release inlined for the common case (a root on an attached executor).
             ctx.exec = None
             view.local_inflight -= 1
             del rec.calls[call_id]
@@ -270,15 +317,17 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, Inspe
             if task.ready and not task.in_ring:
                 self._sched.wake(task)
             if task.stop_dispatching:
-                self._mark_dirty(task)
+                tasks.mark_dirty(task)
         else:
-            self._release(ctx)
-        self._set_terminal(ctx, True, output_json, "", "", False, budget_used_ms, True, out)
+            tasks.release(ctx)
+        tasks.set_terminal(ctx, True, output_json, "", "", False, budget_used_ms, True, out)
         return out
 
     def handle_call_failed(self, call_id: str, attempt_seq: int, error_kind: str, retryable: bool,
                            message: str, now: int, budget_used_ms: int = 0) -> list:
-        ctx = self._calls.get(call_id)
+        """A CallFailed frame (or a failure the adapter synthesized). Accepted:
+        the commands start with UnbindCall(call_id). Stale or duplicated: []."""
+        ctx = self._by_id.get(call_id)
         if ctx is None:
             return []
         st = ctx.state
@@ -288,39 +337,29 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, Inspe
         rec = ctx.exec
         out: list = [UnbindCall(call_id, ctx.executor_id)]
         self._exec.note_completion(rec)
-        self._release(ctx)
+        self._tasks.release(ctx)
         if ctx.children:
-            self._cancel_subtree(ctx, "parent call attempt failed", out)
+            self._subcalls.cancel_subtree(ctx, "parent call attempt failed", out)
         self._attempt_failed(ctx, error_kind, bool(retryable), message, budget_used_ms, now, out)
         return out
 
     def _attempt_failed(self, ctx: CallContext, kind: str, retryable: bool, message: str,
                         budget_used_ms: int, now: int, out: list) -> None:
-        if ctx.parent is not None:  # subcalls: MaxAttempts = 1
-            self._set_terminal(ctx, False, None, kind, message, retryable, budget_used_ms, True, out)
-            return
-        task = ctx.task
-        if retryable and ctx.attempt_count < task.max_attempts and not task.stop_dispatching:
-            ctx.state = READY
-            ctx.bound = False
-            ctx.retry_armed = True
-            task.call_retries += 1
-            delay = compute_backoff(ctx.attempt_count, task.base_backoff_ms, task.jitter_percent,
-                                    self._rand, self._max_backoff)
-            out.append(ArmCallRetry(ctx.call_id, now + delay))
+        if self._retry.may_retry(ctx, retryable):
+            self._retry.retry(ctx, now, out)
         else:
-            self._set_terminal(ctx, False, None, kind, message, retryable, budget_used_ms, True, out)
+            self._tasks.set_terminal(ctx, False, None, kind, message, retryable, budget_used_ms,
+                                     True, out)
 
     def handle_retry_ready(self, call_id: str, now: int) -> list:
-        ctx = self._calls.get(call_id)
-        if ctx is None or ctx.state != READY or not ctx.retry_armed:
+        ctx = self._by_id.get(call_id)
+        if ctx is None or not self._retry.fire(ctx):
             return []
-        ctx.retry_armed = False
         task = ctx.task
         task.ready.push_front(ctx)
         self._sched.wake(task)
         if task.stop_dispatching:
-            self._mark_dirty(task)
+            self._tasks.mark_dirty(task)
         return []
 
     # --- executors -----------------------------------------------------------------------
@@ -330,8 +369,7 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, Inspe
         """Refresh executor views; retry parked subcalls."""
         self._exec.update(snapshots)
         out: list = []
-        if self._pending_bind:
-            self._retry_parked(out)
+        self._subcalls.retry_parked(out)
         return out
 
     def handle_executor_lost(self, executor_id: str, now: int) -> list:
@@ -351,8 +389,65 @@ class DispatcherCore(StreamMixin, SubcallMixin, FlushMixin, TerminalMixin, Inspe
                 self._bind_failed(ctx, now, out)
                 continue
             out.append(UnbindCall(ctx.call_id, executor_id))
-            self._release(ctx)
+            self._tasks.release(ctx)
             if ctx.children:
-                self._cancel_subtree(ctx, message, out)
+                self._subcalls.cancel_subtree(ctx, message, out)
             self._attempt_failed(ctx, ERR_EXECUTOR_LOST, True, message, 0, now, out)
         return out
+
+    # --- teardown ------------------------------------------------------------------------
+
+    def cancel_task(self, task_id: str, reason: str, now: int) -> list:
+        """The task ended (terminal elsewhere: timeout, watch loss, shutdown).
+
+        Every call still in flight is cancelled (CancelCallCmd), including whole
+        subcall subtrees, and the task's state is dropped. No ConvergeTaskCalls
+        follows. Unknown tasks are ignored."""
+        return self._tasks.cancel(task_id, reason)
+
+    def remove_task(self, task_id: str) -> list:
+        """Forget a task (normally after it converged, when nothing is in flight;
+        anything still in flight is cancelled as by cancel_task)."""
+        return self.cancel_task(task_id, "task removed", 0)
+
+    # --- introspection (tests, metrics, debugging; read-only) ------------------------------
+
+    def call_state(self, call_id: str) -> str | None:
+        return self._calls.state_name(call_id)
+
+    def call_attempts(self, call_id: str) -> int | None:
+        return self._calls.attempts(call_id)
+
+    def has_task(self, task_id: str) -> bool:
+        return task_id in self._tasks
+
+    def task_inflight(self, task_id: str) -> int:
+        return self._tasks.inflight(task_id)
+
+    def task_ready(self, task_id: str) -> int:
+        return self._tasks.ready_count(task_id)
+
+    def executor_view(self, executor_id: str) -> Any:
+        """The live view (read it, do not change it)."""
+        return self._exec.view(executor_id)
+
+    def executor_calls(self, executor_id: str) -> list[str]:
+        return self._exec.call_ids(executor_id)
+
+    def filter_reasons(self, now: int) -> dict[str, str]:
+        return self._exec.filter_reasons(now)
+
+    def instance_inflight(self) -> dict[str, int]:
+        return self._sched.instance_inflight()
+
+    def pending_bind_subcalls(self) -> list[str]:
+        return list(self._subcalls.parked)
+
+    @property
+    def call_count(self) -> int:
+        """Call contexts held (roots and subcalls not yet settled)."""
+        return len(self._calls)
+
+    @property
+    def task_count(self) -> int:
+        return len(self._tasks)

@@ -9,6 +9,10 @@ and which event it feeds back:
   when ``is_subcall``), then feed ``handle_executor_bound(call_id, now,
   executor_id)`` on success or ``handle_bind_failed(call_id, now)`` on failure,
   before executing the next command.
+- ``UnbindCall`` first: the answer to an accepted CallCompleted / CallFailed
+  always starts with ``UnbindCall`` for that call; a stale or duplicated frame
+  is answered with no command at all, so the adapter counts accepted frames
+  by that (``handle_call_completed`` / ``handle_call_failed`` document it).
 - ``DispatchCallCmd``: send ExecuteCall (non-blocking). A send failure is fed
   back as ``handle_call_failed(call_id, attempt_seq, "OUTBOX_FULL", True, ...)``.
 - ``UnbindCall``: release the reservation (idempotent with the release the
@@ -18,6 +22,9 @@ and which event it feeds back:
   dispatcher already forgot the call; late frames for it are ignored).
 - ``ArmCallRetry``: start a timer; at ``fire_at_ms`` feed
   ``handle_retry_ready(call_id, now)``. ``fire_at_ms`` may equal now.
+  ``is_retry`` is true when an attempt failed retryably (a retry, counted in
+  the task's call_retries); false when a failed bind re-queues the call (no
+  attempt consumed).
 - ``CompleteCallFromCache``: informational (metrics); the core already
   recorded the cached result.
 - ``SubcallDone``: send ResumeCall(resumeKind="subcall", requestId=request_id)
@@ -84,6 +91,7 @@ class DispatchCallCmd:
 class ArmCallRetry:
     call_id: str
     fire_at_ms: int
+    is_retry: bool          # False: a failed bind re-queues the call (no attempt used)
 
 
 @dataclass(slots=True)

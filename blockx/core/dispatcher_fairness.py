@@ -26,7 +26,7 @@ class InstanceState:
 
     def __init__(self, instance_id: str) -> None:
         self.instance_id = instance_id
-        self.ring: deque = deque()   # TaskStates that may be dispatchable
+        self.ring: deque = deque()   # TaskCalls records that may be dispatchable
         self.inflight = 0            # root calls RUNNING/WAITING across the group's tasks
         self.last_served = 0         # scheduler sequence of the group's latest bind
         self.tasks = 0               # registered tasks in the group

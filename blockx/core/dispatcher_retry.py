@@ -1,16 +1,25 @@
-"""Retry backoff (spec computeBackoff) and retry-policy resolution.
+"""Retries (spec computeBackoff, ArmCallRetry) and retry-policy resolution.
 
-The delay after the n-th failed attempt is ``base * 2^(n-1)``, capped at
+The RetryScheduler decides when a call runs again and says why. After a
+retryable failure of attempt n the delay is ``base * 2^(n-1)``, capped at
 ``max_backoff_ms`` (0 = no cap), plus a jitter of at most ``jitter_percent`` of
 that delay: ``floor(delay * jitter_percent * r / 100)`` with ``r`` in [0, 1)
 from the injected random source, so the jitter never reaches the full percent
 and tests pin it exactly with a fixed ``r``. Jitter spreads retries of calls
-that failed together (an executor loss fails all its calls at once).
+that failed together (an executor loss fails all its calls at once). A call
+whose bind failed consumed no attempt: it is re-queued at once and that is not
+a retry (``ArmCallRetry.is_retry`` is false, call_retries unchanged).
+
+A READY call with ``retry_armed`` set is owned by the adapter's timer; only
+``fire`` hands it back, and only once (a timer of a call that ended or was
+re-armed meanwhile finds the flag cleared).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
+from blockx.core.dispatcher_calls import READY
+from blockx.core.dispatcher_commands import ArmCallRetry
 from blockx.core.dispatcher_config import DispatcherConfig
 from blockx.core.dispatcher_types import RetryPolicy
 
@@ -62,3 +71,43 @@ def resolve_retry(retry: RetryPolicy | tuple | None, config: DispatcherConfig) -
     if j > 100:
         raise ValueError(f"retry policy jitter_percent must be between 0 and 100, got {j}")
     return (m or config.default_max_attempts, b or config.base_backoff_ms, j)
+
+
+class RetryScheduler:
+    __slots__ = ("_rand", "_max_backoff")
+
+    def __init__(self, rand: Callable[[], float], max_backoff_ms: int) -> None:
+        self._rand = rand
+        self._max_backoff = max_backoff_ms
+
+    @staticmethod
+    def may_retry(ctx: Any, retryable: bool) -> bool:
+        """A root's failed attempt gets another one (subcalls: MaxAttempts = 1)."""
+        task = ctx.task
+        return (retryable and ctx.parent is None and ctx.attempt_count < task.max_attempts
+                and not task.stop_dispatching)
+
+    def retry(self, ctx: Any, now: int, out: list) -> None:
+        """Back off after a retryably failed attempt: a retry, counted in the task."""
+        task = ctx.task
+        ctx.state = READY
+        ctx.bound = False
+        ctx.retry_armed = True
+        task.call_retries += 1
+        delay = compute_backoff(ctx.attempt_count, task.base_backoff_ms, task.jitter_percent,
+                                self._rand, self._max_backoff)
+        out.append(ArmCallRetry(ctx.call_id, now + delay, True))
+
+    @staticmethod
+    def requeue(ctx: Any, now: int, out: list) -> None:
+        """A failed bind: run again at once; no attempt was consumed."""
+        ctx.retry_armed = True
+        out.append(ArmCallRetry(ctx.call_id, now, False))
+
+    @staticmethod
+    def fire(ctx: Any) -> bool:
+        """The timer fired: True when the call is still waiting for it."""
+        if ctx.state != READY or not ctx.retry_armed:
+            return False
+        ctx.retry_armed = False
+        return True

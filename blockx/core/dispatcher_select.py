@@ -113,15 +113,6 @@ class ExecutorTable:
         dispatch loop calls it without a Python frame in between."""
         return (self._sample, self._max_runnable, self._max_inflight, self._mem, self._stall)
 
-    def select(self, now: int) -> ExecutorRecord | None:
-        """The best eligible executor for a root call, or None."""
-        views = self.views
-        if not views:
-            return None
-        i = self.select_fn(views, now, self._sample, self._max_runnable, self._max_inflight,
-                           self._mem, self._stall)
-        return None if i < 0 else self.recs[i]
-
     def filter_reasons(self, now: int) -> dict[str, str]:
         """executor_id -> why it is not eligible ("" when it is); for tests/metrics."""
         fr = self._scoring.filter_reason
@@ -150,5 +141,12 @@ class ExecutorTable:
         if v.runnable > 0:
             v.runnable -= 1
 
-    def mark_unhealthy(self, rec: ExecutorRecord) -> None:
-        rec.view.healthy = False
+    # --- introspection -------------------------------------------------------------------
+
+    def view(self, executor_id: str) -> Any:
+        rec = self.records.get(executor_id)
+        return None if rec is None else rec.view
+
+    def call_ids(self, executor_id: str) -> list[str]:
+        rec = self.records.get(executor_id)
+        return [] if rec is None else list(rec.calls)

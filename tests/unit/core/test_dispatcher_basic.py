@@ -363,7 +363,7 @@ def test_bind_failure_retries_at_once_without_consuming_an_attempt():
     h.fail_binds.add("e1")
     h.set_executor("e2", usable_contexts=0)
     cmds = h.submit("t", [spec("f", 1)])
-    assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 0)]
+    assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 0, False)]
     assert h.core.executor_view("e1").healthy is False   # avoided until the next snapshot
     assert h.core.executor_view("e1").local_inflight == 0
     h.set_executor("e2", usable_contexts=4)

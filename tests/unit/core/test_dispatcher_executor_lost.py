@@ -68,7 +68,7 @@ def test_subtree_on_the_lost_executor_is_cancelled_not_resumed():
     assert sorted(c.call_id for c in of_type(cmds, CancelCallCmd)) == sorted([child, grand])
     assert of_type(cmds, SubcallDone) == []
     assert h.core.executor_calls(eid) == []
-    assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 10)]
+    assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 10, True)]
 
 
 def test_an_unconfirmed_bind_on_the_lost_executor_is_rolled_back():
@@ -77,7 +77,7 @@ def test_an_unconfirmed_bind_on_the_lost_executor_is_rolled_back():
     h.core.commit_call_phase(p, 0)
     assert of_type(h.core.dispatch(0), BindCall)
     cmds = h.core.handle_executor_lost("a", 0)
-    assert cmds == [ArmCallRetry("t/0", 0)]
+    assert cmds == [ArmCallRetry("t/0", 0, False)]
     assert h.core.call_attempts("t/0") == 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 
+import orjson
 import pytest
 
 from blockx._fast import implementations
@@ -30,7 +31,6 @@ def impl_modules():
 
 
 def spec(fn: str, *args, digest: str = "d0") -> CallSpec:
-    import orjson
     return CallSpec(fn, digest, orjson.dumps(list(args), option=orjson.OPT_SORT_KEYS))
 
 
@@ -165,7 +165,6 @@ class Harness:
 
     def subcall(self, parent: str, fn: str, *args, budget: int = 100, request_id: str = "r",
                 executor: str | None = None):
-        import orjson
         eid = executor if executor is not None else self.live[parent].executor_id
         res, cmds = self.core.add_subcall(parent, eid, request_id, fn, "d0",
                                           orjson.dumps(list(args)), budget, self.now)

@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from blockx.core.dispatcher_commands import BindCall
 from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_state import DONE
+from blockx.core.dispatcher_calls import DONE
 from blockx.core.dispatcher_types import CallSpec, RetryPolicy
 
 from tests.unit.core.test_dispatcher_harness import Harness
@@ -48,14 +48,14 @@ class DispatcherMachine(RuleBasedStateMachine):
         # Count every root's transitions into DONE at the single accounting point.
         self.done_counts: dict[str, int] = {}
         core = self.h.core
-        set_terminal = core._set_terminal
+        set_terminal = core._tasks.set_terminal
 
         def counting(ctx, *args, **kwargs):
             if ctx.state != DONE and ctx.parent is None:
                 self.done_counts[ctx.call_id] = self.done_counts.get(ctx.call_id, 0) + 1
             return set_terminal(ctx, *args, **kwargs)
 
-        core._set_terminal = counting
+        core._tasks.set_terminal = counting
 
     # --- rules ---------------------------------------------------------------------
 

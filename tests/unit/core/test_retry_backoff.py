@@ -57,7 +57,7 @@ def test_retries_fire_at_exact_deadlines_and_reuse_the_call_id():
     h = Harness(DispatcherConfig(base_backoff_ms=10), rand=lambda: 0.5)
     h.submit("t", [spec("f", 1)], retry=RetryPolicy(4, 100, 5))
     cmds = h.fail("t/0", "EXECUTOR_LOST", True)
-    assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 102)]   # 100 + 2% of 100
+    assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 102, True)]   # 100 + 2% of 100
     assert h.core.call_state("t/0") == "READY"
     h.advance(101)
     assert "t/0" not in h.live
@@ -65,7 +65,7 @@ def test_retries_fire_at_exact_deadlines_and_reuse_the_call_id():
     assert h.now == 102 and h.attempt("t/0") == 2
     h.now = 500
     cmds = h.fail("t/0", "OUTBOX_FULL", True)
-    assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 500 + 205)]
+    assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 500 + 205, True)]
     h.advance(205)
     assert h.attempt("t/0") == 3
     h.complete("t/0", output=b"3")

@@ -1,6 +1,7 @@
-"""Registering a task's calls: one-shot call phases and streaming production
-(spec PrepareCallPhaseWithDigests / CommitCallPhase, CommitCallStream /
-PrepareCallBatchWithDigests / CommitCallBatch).
+"""The CallIntake: how a task's calls enter the dispatcher, as one-shot call
+phases or streaming batches (spec PrepareCallPhaseWithDigests /
+CommitCallPhase, CommitCallStream / PrepareCallBatchWithDigests /
+CommitCallBatch), and the batch credit window.
 
 Rules:
 - ``prepare_*`` has no side effects on the core (it reads only the config and
@@ -17,21 +18,53 @@ Rules:
 - Every committed batch gets exactly one BatchSettled, including a batch
   committed after the task stopped producing (it is discarded at once).
   ``production_done`` says no batch follows; convergence waits for it.
+- The intake validates and builds; the TaskTable owns what is committed (the
+  per-task credit counters live in TaskCalls), so the intake keeps no state of
+  its own beyond its configuration.
+Call ids: roots of a one-shot call phase are ``f"{task_id}/{index}"``, roots
+of a streaming batch ``f"{task_id}/{batch_idx}.{row}"``.
 """
 from __future__ import annotations
 
 from typing import Any, Iterable
 
+from blockx.core.dispatcher_calls import CallContext
 from blockx.core.dispatcher_commands import BatchSettled
+from blockx.core.dispatcher_config import DispatcherConfig
 from blockx.core.dispatcher_retry import resolve_retry
-from blockx.core.dispatcher_state import Batch, CallContext, PreparedCalls, TaskState
+from blockx.core.dispatcher_tasks import TaskTable
 from blockx.core.dispatcher_types import CONTINUE, FAST_FAIL, POLICIES, RetryPolicy
 
 
-class StreamMixin:
-    _tasks: dict[str, Any]
-    _calls: dict[str, CallContext]
-    config: Any
+class PreparedCalls:
+    """Result of prepare_call_phase / prepare_call_batch: call contexts with
+    ids and cache keys computed, not yet visible to the core."""
+
+    __slots__ = ("task_id", "streaming", "batch_idx", "policy", "retry", "instance_id",
+                 "calls", "committed")
+
+    def __init__(self, task_id: str, streaming: bool, batch_idx: int, policy: str,
+                 retry: tuple[int, int, int], instance_id: str, calls: list[CallContext]) -> None:
+        self.task_id = task_id
+        self.streaming = streaming
+        self.batch_idx = batch_idx
+        self.policy = policy
+        self.retry = retry              # (max_attempts, base_backoff_ms, jitter_percent), resolved
+        self.instance_id = instance_id
+        self.calls = calls
+        self.committed = False
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+
+class CallIntake:
+    __slots__ = ("config", "_tasks", "_cache_key")
+
+    def __init__(self, config: DispatcherConfig, tasks: TaskTable, cache_key: Any) -> None:
+        self.config = config
+        self._tasks = tasks
+        self._cache_key = cache_key
 
     # --- one-shot ----------------------------------------------------------------------
 
@@ -49,10 +82,10 @@ class StreamMixin:
             raise ValueError(f"task {prepared.task_id}: a prepared batch goes to commit_call_batch")
         if prepared.committed:
             raise ValueError(f"task {prepared.task_id}: call phase already committed")
-        task = self._new_task(prepared.task_id, prepared.policy, prepared.retry,
-                              prepared.instance_id, False)
+        task = self._tasks.new(prepared.task_id, prepared.policy == FAST_FAIL, prepared.retry,
+                               prepared.instance_id, False)
         prepared.committed = True
-        self._register(task, prepared.calls, 0)
+        self._tasks.register(task, prepared.calls, 0)
         return []
 
     # --- streaming ---------------------------------------------------------------------
@@ -63,7 +96,7 @@ class StreamMixin:
         """Open a streaming call phase; batches follow via commit_call_batch."""
         policy = _check_task(task_id, policy, instance_id)
         resolved = resolve_retry(retry, self.config)
-        self._new_task(task_id, policy, resolved, instance_id, True)
+        self._tasks.new(task_id, policy == FAST_FAIL, resolved, instance_id, True)
         return []
 
     def prepare_call_batch(self, task_id: str, batch_idx: int, calls: Iterable) -> PreparedCalls:
@@ -90,7 +123,7 @@ class StreamMixin:
             raise ValueError(f"task {prepared.task_id}: a one-shot call list goes to commit_call_phase")
         if prepared.committed:
             raise ValueError(f"task {prepared.task_id}: batch {prepared.batch_idx} already committed")
-        task = self._tasks.get(prepared.task_id)
+        task = self._tasks.by_id.get(prepared.task_id)
         if task is None:
             prepared.committed = True
             return []  # the task ended; its producer is being stopped
@@ -110,23 +143,23 @@ class StreamMixin:
             raise ValueError(f"task {task.task_id}: batch {idx} exceeds the credit window of "
                              f"{window} unsettled batches; wait for BatchSettled")
         prepared.committed = True
-        self._register(task, prepared.calls, idx)
+        self._tasks.register(task, prepared.calls, idx)
         return []
 
     def production_done(self, task_id: str, now: int) -> list:
         """The stream producer will commit no more batches."""
-        task = self._tasks.get(task_id)
+        task = self._tasks.by_id.get(task_id)
         if task is None:
             return []
         if not task.streaming:
             raise ValueError(f"task {task_id} has a one-shot call phase, not a stream")
         task.production_open = False
-        self._mark_dirty(task)  # type: ignore[attr-defined]
+        self._tasks.mark_dirty(task)
         return []
 
     def batch_credits(self, task_id: str) -> int:
         """Batches the producer may still commit before one settles."""
-        task = self._tasks.get(task_id)
+        task = self._tasks.by_id.get(task_id)
         if task is None or not task.streaming or not task.production_open:
             return 0
         return max(self.config.max_outstanding_batches - task.unsettled, 0)
@@ -134,7 +167,7 @@ class StreamMixin:
     # --- shared ------------------------------------------------------------------------
 
     def _make_calls(self, task_id: str, prefix: str, calls: Iterable, batch_idx: int) -> list:
-        cache_key = self._cache_key  # type: ignore[attr-defined]
+        cache_key = self._cache_key
         out: list[CallContext] = []
         append = out.append
         for i, spec in enumerate(calls):
@@ -157,43 +190,6 @@ class StreamMixin:
             append(CallContext(f"{prefix}{i}", function_id, digest, entry_selector or "main",
                                args_json, cache_key(function_id, digest, args_json), i, batch_idx))
         return out
-
-    def _new_task(self, task_id: str, policy: str, retry: tuple[int, int, int], instance_id: str,
-                  streaming: bool) -> TaskState:
-        if task_id in self._tasks:
-            raise ValueError(f"task {task_id} already has a call phase in the dispatcher")
-        max_attempts, base, jitter = retry
-        task = TaskState(task_id, policy == FAST_FAIL, max_attempts, base, jitter,
-                         self._sched.attach(instance_id), streaming,  # type: ignore[attr-defined]
-                         self._ReadyQueue())  # type: ignore[attr-defined]
-        self._tasks[task_id] = task
-        return task
-
-    def _register(self, task: TaskState, calls: list[CallContext], batch_idx: int) -> None:
-        """Link a committed batch into the core and queue its calls."""
-        offset = task.total
-        calls_map = self._calls
-        pending = task.pending
-        push = task.ready.push
-        for ctx in calls:
-            ctx.task = task
-            ctx.index += offset
-            cid = ctx.call_id
-            calls_map[cid] = ctx
-            pending[cid] = ctx
-            push(ctx)
-        n = len(calls)
-        task.total = offset + n
-        task.outputs.extend([None] * n)
-        batch = Batch(batch_idx, calls)
-        task.batches[batch_idx] = batch
-        task.unsettled += 1
-        task.next_batch_idx = batch_idx + 1
-        if n == 0:
-            task.settle_ready.append(batch)
-        self._mark_dirty(task)  # type: ignore[attr-defined]
-        if n:
-            self._sched.wake(task)  # type: ignore[attr-defined]
 
 
 def _check_task(task_id: Any, policy: Any, instance_id: Any) -> str:

@@ -1,0 +1,393 @@
+"""The dispatcher's tasks: one TaskCalls record per task (spec
+TaskDispatchState), one Batch per committed batch, and the TaskTable that owns
+them, the dirty set, terminal accounting (spec setCallTerminal) and the
+convergence epilogue (spec FlushDirtyTasks).
+
+Rules and theory of operation:
+- ``set_terminal`` is the single point where a call becomes DONE; it is
+  idempotent (a DONE call is never re-accounted) and only ``cancel`` bypasses
+  it, by dropping a task's state wholesale. A root's result resolves its
+  singleflight waiters with the same result; a subcall's result resumes its
+  parent (SubcallDone) unless it was cancelled.
+- Every change that can decide whether a task is finished marks the task
+  dirty; convergence happens only in ``flush``, so a chunk of completions costs
+  one flush. Per dirty task, in this order:
+    1. StopCallProduction, once, if the task stopped dispatching while its
+       stream producer was still open (FAST_FAIL failure, output cap);
+    2. drain: a stopped task with nothing in flight cancels every remaining
+       root (ready, backing off, or waiting on a singleflight leader) as
+       CANCELLED; those are not counted in calls_failed;
+    3. BatchSettled for each batch whose roots are all DONE (streaming only),
+       in batch order; the CallTable forgets the batch's calls;
+    4. ConvergeTaskCalls, once, when every committed root is DONE and the
+       producer is done (or the task stopped). ``ok`` is false when a failure
+       was recorded (FAST_FAIL's first final root failure, or
+       OUTPUT_BYTES_EXCEEDED); ``outputs`` are then empty. Under CONTINUE failed
+       roots are skipped, but a phase in which every root failed fails with
+       CALL_FAILED (retryable only if every failure was).
+- The admission window counts roots RUNNING/WAITING (``inflight``); ``release``
+  undoes a bind's accounting and wakes the task in the TaskScheduler when it
+  regains room.
+- Roots live in ``TaskCalls.pending`` until DONE; every call (roots and the
+  subcalls that inherit their batch) is listed in its Batch so a settled batch
+  frees all of them at once.
+- A task stays registered after converging (late events for it are ignored)
+  until ``cancel`` (``remove_task`` / ``cancel_task``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from blockx.core.dispatcher_calls import DONE, RUNNING, WAITING, CallContext, CallTable
+from blockx.core.dispatcher_commands import (
+    BatchSettled, CancelCallCmd, ConvergeTaskCalls, StopCallProduction, SubcallDone)
+from blockx.core.dispatcher_types import (
+    CALL_FAILED, ERR_CANCELLED, ERR_SUBCALL_FAILED, OUTPUT_BYTES_EXCEEDED)
+
+_idx = lambda b: b.idx  # noqa: E731
+
+
+class Batch:
+    __slots__ = ("idx", "calls", "remaining")
+
+    def __init__(self, idx: int, calls: list[CallContext]) -> None:
+        self.idx = idx
+        self.calls = calls          # roots of the batch, then subcalls as they are added
+        self.remaining = len(calls)  # roots not yet DONE
+
+
+class TaskCalls:
+    """The calls of one task and what the dispatcher decided about them."""
+
+    __slots__ = (
+        "task_id", "fast_fail", "max_attempts", "base_backoff_ms", "jitter_percent",
+        "instance", "streaming", "ready", "inflight", "pending", "total", "outputs",
+        "output_bytes", "cache", "flights", "batches", "settle_ready", "next_batch_idx",
+        "unsettled", "production_open", "stop_dispatching", "stop_reason", "stop_sent",
+        "failure_code", "failure_message", "failure_retryable", "discard_outputs",
+        "converged", "removed", "in_ring", "dirty", "succeeded", "calls_failed", "call_retries",
+        "cache_hits", "first_failure", "failures_retryable",
+    )
+
+    def __init__(self, task_id: str, fast_fail: bool, max_attempts: int, base_backoff_ms: int,
+                 jitter_percent: int, instance: Any, streaming: bool, ready: Any) -> None:
+        self.task_id = task_id
+        self.fast_fail = fast_fail
+        self.max_attempts = max_attempts
+        self.base_backoff_ms = base_backoff_ms
+        self.jitter_percent = jitter_percent
+        self.instance = instance                 # InstanceState (fairness bucket)
+        self.streaming = streaming
+        self.ready = ready                       # ReadyQueue of READY roots
+        self.inflight = 0                        # roots RUNNING or WAITING
+        self.pending: dict[str, CallContext] = {}  # roots not yet DONE
+        self.total = 0                           # roots committed (TotalCount)
+        self.outputs: list[bytes | None] = []    # by root index; None = no output
+        self.output_bytes = 0
+        self.cache: dict[bytes, bytes] = {}      # CallCache: key -> successful output
+        self.flights: dict[bytes, CallContext] = {}  # Singleflight: key -> leader root
+        self.batches: dict[int, Batch] = {}
+        self.settle_ready: list[Batch] = []      # batches whose roots are all DONE
+        self.next_batch_idx = 0
+        self.unsettled = 0                       # committed batches not yet settled
+        self.production_open = streaming         # producer may still commit batches
+        self.stop_dispatching = False
+        self.stop_reason = ""
+        self.stop_sent = False
+        self.failure_code = ""
+        self.failure_message = ""
+        self.failure_retryable = False
+        self.discard_outputs = False
+        self.converged = False
+        self.removed = False
+        self.in_ring = False
+        self.dirty = False
+        self.succeeded = 0                       # roots DONE with an output
+        self.calls_failed = 0                    # roots that failed (not drained / cancelled)
+        self.call_retries = 0
+        self.cache_hits = 0
+        self.first_failure = ""                  # description of the first root failure
+        self.failures_retryable = True           # every root failure so far was retryable
+
+
+class TaskTable:
+    """Tasks by id, the dirty set, terminal accounting and the flush epilogue.
+
+    ``subcalls`` (the SubcallBinder) is wired by the DispatcherCore after both
+    exist: ending a call cancels its subtree and unparks it."""
+
+    def __init__(self, calls: CallTable, executors: Any, scheduler: Any, ready_queue: Any,
+                 max_output_bytes: int) -> None:
+        self.by_id: dict[str, TaskCalls] = {}
+        self._dirty: list[TaskCalls] = []
+        self._calls = calls
+        self._exec = executors
+        self._sched = scheduler
+        self._ReadyQueue = ready_queue
+        self._max_output = max_output_bytes
+        self.subcalls: Any = None
+
+    # --- registration ------------------------------------------------------------------
+
+    def new(self, task_id: str, fast_fail: bool, retry: tuple[int, int, int], instance_id: str,
+            streaming: bool) -> TaskCalls:
+        if task_id in self.by_id:
+            raise ValueError(f"task {task_id} already has a call phase in the dispatcher")
+        max_attempts, base, jitter = retry
+        task = TaskCalls(task_id, fast_fail, max_attempts, base, jitter,
+                         self._sched.attach(instance_id), streaming, self._ReadyQueue())
+        self.by_id[task_id] = task
+        return task
+
+    def register(self, task: TaskCalls, calls: list[CallContext], batch_idx: int) -> None:
+        """Link a committed batch into its task and queue its calls."""
+        offset = task.total
+        pending = task.pending
+        push = task.ready.push
+        for ctx in calls:
+            ctx.task = task
+            ctx.index += offset
+            pending[ctx.call_id] = ctx
+            push(ctx)
+        self._calls.add_all(calls)
+        n = len(calls)
+        task.total = offset + n
+        task.outputs.extend([None] * n)
+        batch = Batch(batch_idx, calls)
+        task.batches[batch_idx] = batch
+        task.unsettled += 1
+        task.next_batch_idx = batch_idx + 1
+        if n == 0:
+            task.settle_ready.append(batch)
+        self.mark_dirty(task)
+        if n:
+            self._sched.wake(task)
+
+    # --- window and stop -----------------------------------------------------------------
+
+    def mark_dirty(self, task: TaskCalls) -> None:
+        if not task.dirty:
+            task.dirty = True
+            self._dirty.append(task)
+
+    def stop(self, task: TaskCalls, reason: str) -> None:
+        """markStopDispatching: nothing more is admitted; the flush drains."""
+        if not task.stop_dispatching:
+            task.stop_dispatching = True
+            task.stop_reason = reason
+        self.mark_dirty(task)
+
+    def release(self, ctx: CallContext) -> None:
+        """Undo a bind's accounting (executor local_inflight, task window)."""
+        self._exec.unbind(ctx)
+        if ctx.parent is None:
+            task = ctx.task
+            task.inflight -= 1
+            task.instance.inflight -= 1
+            if task.ready and not task.in_ring:
+                self._sched.wake(task)
+            if task.stop_dispatching:
+                self.mark_dirty(task)
+
+    # --- terminal accounting ---------------------------------------------------------------
+
+    def set_terminal(self, ctx: CallContext, ok: bool, output: bytes | None, kind: str,
+                     message: str, retryable: bool, budget_used_ms: int, counted: bool,
+                     out: list, notify: bool = True) -> None:
+        """The single accounting point for DONE (spec setCallTerminal); idempotent.
+
+        ``counted``: a real failure (calls_failed, FAST_FAIL) rather than a drain
+        or cancellation. ``notify``: a subcall resumes its parent (SubcallDone)."""
+        if ctx.state == DONE:
+            return
+        ctx.state = DONE
+        ctx.output = output
+        ctx.budget_used_ms = budget_used_ms
+        ctx.retry_armed = False
+        if ok:
+            ctx.ok = True
+        else:
+            ctx.error_kind = kind
+            ctx.error_message = message
+            ctx.retryable = retryable
+        if ctx.parked:
+            self.subcalls.unpark(ctx)
+        if ctx.children:
+            self.subcalls.cancel_subtree(ctx, "parent call ended", out)
+        task = ctx.task
+        parent = ctx.parent
+        if parent is not None:
+            siblings = parent.children
+            if siblings:
+                siblings.pop(ctx.call_id, None)
+            if ok:
+                task.cache[ctx.key] = output
+            if notify and (parent.state == RUNNING or parent.state == WAITING):
+                if ok:
+                    out.append(SubcallDone(ctx.call_id, parent.call_id, parent.executor_id,
+                                           ctx.request_id, True, output, "", "", False,
+                                           budget_used_ms, parent.attempt_count, ""))
+                else:
+                    out.append(SubcallDone(
+                        ctx.call_id, parent.call_id, parent.executor_id, ctx.request_id, False,
+                        None, ERR_SUBCALL_FAILED,
+                        f"subcall {ctx.function_id} ({ctx.call_id}) failed: {kind}: {message}",
+                        retryable, budget_used_ms, parent.attempt_count, kind))
+            return
+        del task.pending[ctx.call_id]
+        key = ctx.key
+        if ok:
+            task.succeeded += 1
+            task.cache[key] = output
+            if not task.discard_outputs:
+                task.outputs[ctx.index] = output
+                task.output_bytes += len(output)
+                if self._max_output and task.output_bytes > self._max_output:
+                    self._output_exceeded(task)
+        elif counted:
+            task.calls_failed += 1
+            task.failures_retryable = task.failures_retryable and retryable
+            if not task.first_failure:
+                task.first_failure = (f"call {ctx.call_id} (function {ctx.function_id}) failed "
+                                      f"after {ctx.attempt_count} attempt(s): {kind}: {message}")
+            if task.fast_fail and not task.failure_code:
+                task.failure_code = CALL_FAILED
+                task.failure_message = task.first_failure
+                task.failure_retryable = retryable
+                self.stop(task, "call failed")
+        if task.flights.get(key) is ctx:
+            del task.flights[key]
+        waiters = ctx.waiters
+        if waiters:
+            ctx.waiters = None
+            for w in waiters:
+                self.set_terminal(w, ok, output, kind, message, retryable, 0, counted, out)
+        batch = task.batches[ctx.batch_idx]
+        batch.remaining -= 1
+        if batch.remaining == 0:
+            task.settle_ready.append(batch)
+        if not task.dirty:
+            task.dirty = True
+            self._dirty.append(task)
+
+    def _output_exceeded(self, task: TaskCalls) -> None:
+        if not task.failure_code:
+            task.failure_code = OUTPUT_BYTES_EXCEEDED
+            task.failure_message = (f"collected outputs reached {task.output_bytes} bytes, over "
+                                    f"maxCollectedOutputBytes ({self._max_output}); outputs discarded")
+            task.failure_retryable = False
+        task.discard_outputs = True
+        task.outputs = []
+        self.stop(task, "output bytes exceeded")
+
+    # --- the flush epilogue ----------------------------------------------------------------
+
+    def flush(self) -> list:
+        out: list = []
+        while self._dirty:
+            dirty = self._dirty
+            self._dirty = []
+            for task in dirty:
+                task.dirty = False
+                if not task.removed:
+                    self._flush_task(task, out)
+        return out
+
+    def _flush_task(self, task: TaskCalls, out: list) -> None:
+        if task.stop_dispatching:
+            if task.production_open and not task.stop_sent:
+                task.stop_sent = True
+                out.append(StopCallProduction(task.task_id, task.stop_reason))
+            if task.inflight == 0 and task.pending:
+                self._drain(task, out)
+        if task.settle_ready:
+            self._settle(task, out)
+        if (not task.converged and not task.pending
+                and (not task.production_open or task.stop_dispatching)):
+            self._converge(task, out)
+
+    def _drain(self, task: TaskCalls, out: list) -> None:
+        """drainCancelledCalls: nothing is in flight, so cancel what is left."""
+        task.ready.clear()
+        reason = f"task stopped dispatching: {task.stop_reason}"
+        for ctx in list(task.pending.values()):
+            if ctx.state != DONE:
+                self.set_terminal(ctx, False, None, ERR_CANCELLED, reason, False, 0, False, out)
+
+    def _settle(self, task: TaskCalls, out: list) -> None:
+        batches = task.settle_ready
+        task.settle_ready = []
+        if len(batches) > 1:
+            batches.sort(key=_idx)
+        forget = self._calls.forget
+        streaming = task.streaming
+        for b in batches:
+            forget(b.calls)
+            task.batches.pop(b.idx, None)
+            task.unsettled -= 1
+            if streaming:
+                out.append(BatchSettled(task.task_id, b.idx))
+
+    def _converge(self, task: TaskCalls, out: list) -> None:
+        task.converged = True
+        if not task.failure_code and task.calls_failed and not task.succeeded:
+            # CONTINUE skips failed roots, but a phase where every root failed
+            # produced nothing: that is a failed task, not an empty success.
+            task.failure_code = CALL_FAILED
+            task.failure_message = f"all {task.total} calls failed; first: {task.first_failure}"
+            task.failure_retryable = task.failures_retryable
+        ok = not task.failure_code
+        outputs = [o for o in task.outputs if o is not None] if ok else []
+        task.outputs = []
+        out.append(ConvergeTaskCalls(task.task_id, ok, task.failure_code, task.failure_message,
+                                     task.failure_retryable, outputs, task.total,
+                                     task.calls_failed, task.call_retries, task.cache_hits))
+
+    # --- teardown --------------------------------------------------------------------------
+
+    def cancel(self, task_id: str, reason: str) -> list:
+        """Drop a task: cancel what is in flight (whole subtrees), forget its calls."""
+        task = self.by_id.pop(task_id, None)
+        if task is None:
+            return []
+        task.removed = True
+        out: list = []
+        if task.streaming and task.production_open and not task.stop_sent and not task.converged:
+            task.stop_sent = True
+            out.append(StopCallProduction(task_id, reason))
+        subcalls = self.subcalls
+        for ctx in list(task.pending.values()):
+            st = ctx.state
+            if st == RUNNING or st == WAITING:
+                out.append(CancelCallCmd(ctx.call_id, ctx.executor_id, reason, ctx.attempt_count))
+                self.release(ctx)
+            if ctx.children:
+                subcalls.cancel_subtree(ctx, reason, out)
+            ctx.state = DONE
+            ctx.retry_armed = False
+        task.pending.clear()
+        for b in task.batches.values():
+            self._calls.forget(b.calls)
+            for c in b.calls:
+                if c.parked:
+                    subcalls.unpark(c)
+        task.batches.clear()
+        task.ready.clear()
+        self._sched.detach(task)
+        return out
+
+    # --- introspection ---------------------------------------------------------------------
+
+    def inflight(self, task_id: str) -> int:
+        t = self.by_id.get(task_id)
+        return 0 if t is None else t.inflight
+
+    def ready_count(self, task_id: str) -> int:
+        t = self.by_id.get(task_id)
+        return 0 if t is None else len(t.ready)
+
+    def __contains__(self, task_id: str) -> bool:
+        return task_id in self.by_id
+
+    def __len__(self) -> int:
+        return len(self.by_id)

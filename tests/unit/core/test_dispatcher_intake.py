@@ -1,0 +1,53 @@
+"""CallIntake on its own: prepare touches nothing, commit hands the calls to
+the TaskTable, and the stream's order and credit window are enforced."""
+import pytest
+
+from blockx.core.dispatcher_commands import BatchSettled
+from blockx.core.dispatcher_config import DispatcherConfig
+from blockx.core.dispatcher_intake import CallIntake
+
+from tests.unit.core.dispatcher_parts import Parts
+from tests.unit.core.test_dispatcher_harness import spec
+
+
+def _intake(**cfg):
+    config = DispatcherConfig(**cfg)
+    p = Parts(config)
+    return p, CallIntake(config, p.tasks, p.cache_key)
+
+
+def test_prepare_touches_nothing_and_commit_registers_with_the_task_table():
+    p, intake = _intake()
+    prepared = intake.prepare_call_phase("t", [spec("f", 1), spec("g", 2)], "CONTINUE")
+    assert [c.call_id for c in prepared.calls] == ["t/0", "t/1"]
+    assert len(p.tasks) == 0 and len(p.calls) == 0
+    assert intake.commit_call_phase(prepared, 0) == []
+    task = p.tasks.by_id["t"]
+    assert (task.fast_fail, task.total, list(p.calls.by_id)) == (False, 2, ["t/0", "t/1"])
+    with pytest.raises(ValueError, match="already committed"):
+        intake.commit_call_phase(prepared, 0)
+
+
+def test_stream_batches_come_in_order_within_the_credit_window():
+    p, intake = _intake(max_outstanding_batches=2)
+    intake.commit_call_stream("s")
+    assert intake.batch_credits("s") == 2
+    with pytest.raises(ValueError, match="out of order; expected batch 0"):
+        intake.commit_call_batch(intake.prepare_call_batch("s", 1, [spec("f", 1)]), 0)
+    intake.commit_call_batch(intake.prepare_call_batch("s", 0, [spec("f", 0)]), 0)
+    intake.commit_call_batch(intake.prepare_call_batch("s", 1, [spec("f", 1)]), 0)
+    assert intake.batch_credits("s") == 0
+    assert list(p.calls.by_id) == ["s/0.0", "s/1.0"]
+    with pytest.raises(ValueError, match="exceeds the credit window of 2"):
+        intake.commit_call_batch(intake.prepare_call_batch("s", 2, [spec("f", 2)]), 0)
+
+
+def test_a_batch_of_a_stopped_or_ended_task_is_settled_or_dropped_at_once():
+    p, intake = _intake()
+    intake.commit_call_stream("s")
+    p.tasks.stop(p.tasks.by_id["s"], "call failed")
+    late = intake.prepare_call_batch("s", 0, [spec("f", 0)])
+    assert intake.commit_call_batch(late, 0) == [BatchSettled("s", 0)]
+    assert late.committed and len(p.calls) == 0
+    gone = intake.prepare_call_batch("x", 0, [spec("f", 0)])
+    assert intake.commit_call_batch(gone, 0) == [] and gone.committed
