@@ -1,0 +1,32 @@
+"""The README's client example is examples/client_tour.py, and it runs against a real worker."""
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_the_readme_example_is_the_shipped_file():
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```python\n(# examples/client_tour.py.*?)```", readme, re.S)
+    assert block is not None, "the README lost its client example"
+    assert block.group(1) == (ROOT / "examples" / "client_tour.py").read_text()
+
+
+def test_the_client_tour_runs(worker):
+    env = {**os.environ, "BLOCKX_ADDR": f"127.0.0.1:{worker.port}",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "client_tour.py")], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"SUCCEEDED [3, 42] 127.0.0.1:{worker.port}"
+    assert lines[1] == str([i * i for i in range(10)])
+    assert lines[2:4] == ["RUNNING False", "SUCCEEDED True"]
+    assert lines[4].startswith("NotFound: task 'no-such-task' is not known")
+    assert lines[5] == "[285]"
