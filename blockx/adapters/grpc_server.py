@@ -123,7 +123,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         finished = False
         try:
             for snap in snaps:
-                await context.write(wire.task_update(snap))
+                await context.write(self._encoder(snap))
                 if not snap.is_terminal:
                     pending.add(snap.task_id)
             # States may have moved between the snapshot and the attach: the queue
@@ -141,7 +141,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 if tid not in pending or last.get(tid) == item.state:
                     continue
                 last[tid] = item.state
-                await context.write(wire.task_update(item))
+                await context.write(self._encoder(item))
                 if item.is_terminal:
                     pending.discard(tid)
             finished = True
