@@ -71,18 +71,21 @@ class Profile:
             raise ProfileError(problems)
 
 
-def _tune_bundle(cfg: WorkerFullConfig) -> None:
+def _stream_builds(cfg: WorkerFullConfig) -> None:
     # Bundle tasks are large scans: produce calls in batches under the credit
     # window instead of materialising the whole call list.
     cfg.stream_build.enabled = True
 
 
+# Production profiles register only real builders and writers. The dev stubs
+# (builders static, payload and rangeScan, a stand-in for a streaming scan; writers
+# log and test, which a client can make sleep for minutes) live in DEV only.
 BLOCK = Profile(
     deployment="block",
     service="blockx-worker",
     worker_registry_prefix=BLOCK_REGISTRY_PREFIX,
-    builders=("callList", "static", "payload", "rangeScan"),
-    plugins=("log", "test"),
+    builders=("callList",),
+    plugins=(),
     name="block",
 )
 
@@ -90,13 +93,25 @@ BUNDLE = Profile(
     deployment="bundle",
     service="blockx-bundle-worker",
     worker_registry_prefix=BUNDLE_REGISTRY_PREFIX,
-    builders=("callList", "rangeScan"),
-    plugins=("log", "test"),
-    tune_defaults=_tune_bundle,
+    builders=("callList",),
+    plugins=(),
+    tune_defaults=_stream_builds,
     name="bundle",
 )
 
-PROFILES = {"block": BLOCK, "bundle": BUNDLE}
+# Block plus the dev stubs, for the README tour, the e2e suites and the load
+# benchmark. Streaming build is on, so rangeScan streams as a real bundle scan would.
+DEV = Profile(
+    deployment="block",
+    service="blockx-dev-worker",
+    worker_registry_prefix=BLOCK_REGISTRY_PREFIX,
+    builders=BLOCK.builders + ("static", "payload", "rangeScan"),
+    plugins=BLOCK.plugins + ("log", "test"),
+    tune_defaults=_stream_builds,
+    name="dev",
+)
+
+PROFILES = {"block": BLOCK, "bundle": BUNDLE, "dev": DEV}
 
 
 def get_profile(name: str) -> Profile:
