@@ -13,6 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from blockx.app.config_checks import check_registry_prefix
+from blockx.core.config_error import ConfigError
+from blockx.plugins.builders import KNOWN_BUILDERS
+from blockx.plugins.writers import KNOWN_PLUGINS
+
 if TYPE_CHECKING:
     from blockx.app.config import WorkerFullConfig
 
@@ -21,12 +26,11 @@ BLOCK_REGISTRY_PREFIX = "/blockx/workers/"
 BUNDLE_REGISTRY_PREFIX = "/blockx/bundle-workers/"
 
 
-class ProfileError(ValueError):
+class ProfileError(ConfigError):
     """A Profile that cannot run; `problems` lists each reason."""
 
     def __init__(self, problems: list[str]):
-        self.problems = list(problems)
-        super().__init__("invalid profile: " + "; ".join(self.problems))
+        super().__init__(problems, header="invalid profile")
 
 
 @dataclass(frozen=True)
@@ -40,10 +44,6 @@ class Profile:
     name: str = ""
 
     def violations(self) -> list[str]:
-        from blockx.app.config import check_registry_prefix
-        from blockx.plugins.builders import KNOWN_BUILDERS
-        from blockx.plugins.writers import KNOWN_PLUGINS
-
         out: list[str] = []
         if self.deployment not in DEPLOYMENTS:
             out.append(f"deployment must be one of {', '.join(DEPLOYMENTS)} (got {self.deployment!r})")
