@@ -223,10 +223,9 @@ class WorkerFullConfig:
 
     # --- conversion to the cores' configs ----------------------------------------------
 
-    def core_config(self):
+    def core_config(self) -> Config:
         """blockx.core.config.Config for WorkerCore."""
-        from blockx.core import config as core_cfg
-        return _build(core_cfg.Config, {
+        return _build(Config, {
             "task_slots": self.worker.task_slots,
             "default_ttl_ms": self.worker.default_ttl_ms,
             "task_deadline_ms": self.worker.task_deadline_ms,
@@ -239,23 +238,21 @@ class WorkerFullConfig:
             "function_snapshot_retention_ms": self.function_snapshot_retention_ms,
         })
 
-    def admission_config(self):
+    def admission_config(self) -> AdmissionConfig:
         """blockx.core.config.AdmissionConfig for the phase admission semaphores."""
-        from blockx.core import config as core_cfg
         a = self.admission
-        return _build(core_cfg.AdmissionConfig, {
+        return _build(AdmissionConfig, {
             "builder_slots": a.builder_slots,
             "executor_task_slots": a.executor_task_slots,
             "plugin_slots": a.plugin_slots,
             "scan_slots": a.scan_slots,
         })
 
-    def dispatcher_config(self):
+    def dispatcher_config(self) -> DispatcherConfig:
         """blockx.core.dispatcher_config.DispatcherConfig, with the stall timeout
         already derived (the core takes it as given)."""
-        from blockx.core import dispatcher_config as dc
         d = self.dispatcher
-        return _build(dc.DispatcherConfig, {
+        return _build(DispatcherConfig, {
             "executor_max_inflight": d.executor_max_inflight,
             "executor_max_runnable": d.executor_max_runnable,
             "executor_selection_sample_size": d.executor_selection_sample_size,

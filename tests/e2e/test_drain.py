@@ -8,6 +8,7 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from blockx.worker.v1 import worker_pb2 as pb
+from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.e2e
 
@@ -18,7 +19,6 @@ def _watch_in_thread(w, task_id):
     def run():
         ch = grpc.insecure_channel(f"127.0.0.1:{w.port}")
         try:
-            from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
             for upd in pb_grpc.WorkerServiceStub(ch).WatchTasks(pb.WatchTasksRequest(task_ids=[task_id]),
                                                                  timeout=30):
                 got.append(upd)

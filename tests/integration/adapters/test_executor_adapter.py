@@ -15,6 +15,7 @@ import pytest
 from blockx._fast.errors import OutboxFull
 from blockx.adapters.executor import (BindError, CallNotBound, ExecutorAdapter, ExecutorGone,
                                       SocketPathError)
+from blockx.adapters.executor.connection import HEARTBEAT_ACK_FRAME
 from blockx.protocol import messages as m
 
 from .fake_executor import FakeExecutor, RecordingHandler, codec, length_prefix, wait_until
@@ -579,7 +580,6 @@ async def test_close_reports_every_executor_lost_and_removes_the_socket(sock_dir
 
 
 async def test_heartbeat_ack_frame_is_a_valid_worker_message():
-    from blockx.adapters.executor.connection import HEARTBEAT_ACK_FRAME
     (env, side), = codec.FrameDecoder().feed(HEARTBEAT_ACK_FRAME)
     m.validate(env, m.WORKER_TO_EXECUTOR)
     assert env["messageType"] == m.HEARTBEAT_ACK and side is None
