@@ -110,7 +110,8 @@ def test_etcd_outage_keeps_serving_and_reregisters(start_worker, etcd):
     try:
         w.submit_calls("outage-1", [("add", [1, 2])])
         assert w.wait_terminal("outage-1").outputs == [b"3"]
-        time.sleep(1.0)
+        _eventually(lambda: 'blockx_etcd_registration_state{state="retrying"} 1.0' in w.metrics_text(), 10,
+                    "the worker to notice the outage")
     finally:
         etcd.start()
     hb = _eventually(lambda: _value(etcd, key)[0], 20, "re-registration after the outage")

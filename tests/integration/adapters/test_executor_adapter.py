@@ -144,8 +144,8 @@ async def test_path_too_long_is_a_clear_error(sock_dir):
 async def test_attach_on_first_heartbeat_with_snapshot_and_ack(env, clock):
     adapter, handler, attach, connect = env
     fake = await connect("exec-0")
-    await asyncio.sleep(0.05)
-    assert handler.attached == [] and adapter.executor_ids() == []
+    await wait_until(lambda: len(adapter._pending) == 1, what="the connection accepted")
+    assert handler.attached == [] and adapter.executor_ids() == []  # no Heartbeat yet: not attached
     clock.now = 5000
     fake.heartbeat(runnableCount=2, memoryBytes=777, runningCallId="t1/c-3",
                    lastSchedulerActiveAtMs=900, sentAtMs=1000, cpuUserMs=5, cpuSystemMs=6)
