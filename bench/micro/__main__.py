@@ -33,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 
+import pyperf
+
 from bench.micro import REPO_ROOT, discover, matches, variants
 
 CHECK_TOLERANCE = 1.10
@@ -73,8 +75,6 @@ def _significantly_slower(compiled, twin) -> bool:
 
 def _confirm(name: str, fast: bool) -> tuple[bool, str]:
     """Re-run one pair, twin first, in a fresh master; (still slower?, summary)."""
-    import pyperf
-
     with tempfile.TemporaryDirectory(prefix="bench-micro-") as tmp:
         out = os.path.join(tmp, "confirm.json")
         cmd = [sys.executable, "-m", "bench.micro", "--bench", "=" + name, "--twin-first",
@@ -102,8 +102,6 @@ def main(argv=None) -> int:
             os.environ["BLOCKX_NO_EXTENSIONS"] = "1"
         else:
             os.environ.pop("BLOCKX_NO_EXTENSIONS", None)
-
-    import pyperf
 
     if not pre.worker:
         # Workers run `python -m bench.micro` from any directory.

@@ -35,8 +35,6 @@ import orjson
 
 __all__ = ["cache_key", "canonical_args_json", "hash128"]
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
 

@@ -17,7 +17,3 @@ cdef class FrameDecoder:
     cdef Py_ssize_t _advance(self, const unsigned char* p, Py_ssize_t avail,
                              list out) except -1
     cdef int _reset(self) except -1
-
-
-cpdef bytes encode_frame(object envelope, object sidecar=*)
-cpdef bytes encode_frames(object items)

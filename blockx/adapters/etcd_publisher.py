@@ -177,7 +177,6 @@ class EtcdPublisher:
         self._suppressed = 0
         self._state = PublisherState.IDLE
         self.last_error: str | None = None
-        self.last_published: dict | None = None
         self._last_good: dict = {}
         self._hb_error_logged = False
         self._set_state(PublisherState.DISABLED if not self._endpoints else PublisherState.IDLE)
@@ -356,7 +355,6 @@ class EtcdPublisher:
         hb.setdefault("workerAddr", self.worker_addr)
         hb.setdefault("updatedAtMs", int(time.time() * 1000))
         hb.setdefault("seq", self._seq)
-        self.last_published = hb
         return orjson.dumps(hb, default=str, option=orjson.OPT_NON_STR_KEYS)
 
     def _ensure_client(self) -> Any:
@@ -419,7 +417,7 @@ class EtcdPublisher:
     def _set_state(self, state: str) -> None:
         self._state = state
         if self._metrics is not None:
-            self._metrics.etcd_state = state
+            self._metrics.set_etcd_state(state)
 
     def _count(self, attr: str) -> None:
         if self._metrics is not None:

@@ -46,6 +46,7 @@ __all__ = [
 log = logging.getLogger("blockx.metrics")
 
 SLOT_STATES = ("free", "allocated", "running")
+_NO_SLOTS = dict.fromkeys(SLOT_STATES, 0)   # until slots_fn (WorkerCore's counts) is wired
 ETCD_STATES = ("idle", "disabled", "registering", "registered", "retrying", "deregistered")
 # Task phases last from a millisecond (a cached callList) to hours (MaxTaskTimeoutMs 8h).
 PHASE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -102,7 +103,6 @@ class Metrics:
         self.grpc_requests: Counter[tuple[str, str]] = Counter()      # (method, code)
 
         # ---- gauges: a value the owner sets, or a callback read at scrape time ----
-        self.slots: dict[str, int] = dict.fromkeys(SLOT_STATES, 0)
         self.slots_fn: Callable[[], Mapping[str, int]] | None = None
         self.executors_healthy = 0
         self.executors_healthy_fn: Callable[[], int] | None = None
@@ -138,9 +138,6 @@ class Metrics:
         if child is None:   # labels() costs ~20 us; a task observes three phases
             child = self._phase_children[phase] = self._phase_hist.labels(phase)
         child.observe(seconds)
-
-    def set_slots(self, free: int, allocated: int, running: int) -> None:
-        self.slots = {"free": free, "allocated": allocated, "running": running}
 
     def set_etcd_state(self, state: str) -> None:
         if state not in ETCD_STATES:
@@ -246,7 +243,7 @@ class _WorkerCollector(Collector):
 
         slots = GaugeMetricFamily("blockx_slots", "Task slots by state.", labels=["state"])
         if not describe_only:
-            values = _read(m.slots_fn, m.slots, "slots_fn")
+            values = _read(m.slots_fn, _NO_SLOTS, "slots_fn")
             if values is not None:
                 for state in SLOT_STATES:
                     slots.add_metric([state], values.get(state, 0))

@@ -31,7 +31,6 @@ class ShadowForwarder:
         self._channel: grpc.aio.Channel | None = None
         self._stub = None
         self._inflight: set[asyncio.Task] = set()
-        self.forwarded = 0
         self.failed = 0
         self.dropped = 0
 
@@ -59,7 +58,6 @@ class ShadowForwarder:
     async def _send(self, req: pb.SubmitTaskRequest) -> None:
         try:
             await self._stub.SubmitTask(req, timeout=self._timeout)
-            self.forwarded += 1
         except grpc.aio.AioRpcError as err:
             self.failed += 1
             log.warning("shadow submit of %s to %s failed: %s: %s", req.task.task_id, self._target,

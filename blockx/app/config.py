@@ -10,9 +10,10 @@ This module holds the dataclasses with their defaults, the derived `effective_*`
 values, the conversions to the cores' configs and `load_config`. The rest lives
 beside it, one concept a module: field metadata and walks (config_fields), value
 parsing (config_values), applying each source (config_sources), the validation
-rules (config_checks), addresses and the socket path (addresses), ConfigError
-(config_error). Their public names are re-exported here, so callers keep
-importing from blockx.app.config."""
+rules (config_checks), addresses and the socket path (addresses). ConfigError is
+the core's (blockx.core.config_error): one type for every configuration problem.
+Their public names are re-exported here, so callers keep importing from
+blockx.app.config."""
 
 from __future__ import annotations
 
@@ -30,14 +31,14 @@ from blockx.app.config_checks import (BLOCK_REGISTRY_SEGMENT, BUNDLE_REGISTRY_SE
                                       LOG_LEVELS, SPAWN_MODES_SUPPORTED, UDS_PATH_MAX, check_registry_prefix,
                                       expected_registry_segment)
 from blockx.app.config_checks import violations as _violations
-from blockx.app.config_error import ConfigError
 from blockx.app.config_fields import config_field as _f
 from blockx.app.config_fields import env_vars_of
 from blockx.app.config_fields import to_dict as _to_dict
 from blockx.app.config_sources import apply_env, apply_json, load_config_file
 from blockx.app.config_values import INT64_MAX, INT64_MIN, parse_bool, parse_float, parse_int
-from blockx.core.config import SNAPSHOT_RETENTION_SLACK_MS
-from blockx.core.dispatcher_config import derive_stall_timeout_ms
+from blockx.core.config import SNAPSHOT_RETENTION_SLACK_MS, AdmissionConfig, Config
+from blockx.core.config_error import ConfigError
+from blockx.core.dispatcher_config import DispatcherConfig, derive_stall_timeout_ms
 
 if TYPE_CHECKING:
     from blockx.app.profile import Profile
@@ -57,6 +58,16 @@ MiB = 1024 * 1024
 STALL_DERIVED_MARGIN_MS = 5_000
 
 
+def _defaults(cls: type) -> dict[str, Any]:
+    return {f.name: f.default for f in fields(cls)}
+
+
+# The defaults of the settings a core config carries are stated there, once.
+_WORKER = _defaults(Config)
+_ADMISSION = _defaults(AdmissionConfig)
+_DISPATCHER = _defaults(DispatcherConfig)
+
+
 def default_functions_dir() -> str:
     """The example functions shipped inside the package, so a new user can run a
     task at once."""
@@ -65,48 +76,57 @@ def default_functions_dir() -> str:
 
 @dataclass
 class WorkerSection:
-    task_slots: int = _f(50, env="TASK_SLOTS", doc="slot pool size")
-    default_ttl_ms: int = _f(5000, json_name="defaultTTLMs", doc="TTL of inline reservations")
-    task_deadline_ms: int = _f(300_000, env="TASK_DEADLINE_MS", doc="default task timeout")
-    max_task_timeout_ms: int = _f(28_800_000, env="MAX_TASK_TIMEOUT_MS", doc="cap of task_timeout_ms")
-    result_retention_ms: int = _f(300_000, env="RESULT_RETENTION_MS")
-    watch_disconnect_grace_ms: int = _f(0, env="WATCH_DISCONNECT_GRACE_MS", doc="0 disables")
-    default_max_attempts: int = _f(3, env="CALL_RETRY_MAX_ATTEMPTS")
-    default_base_backoff_ms: int = _f(10, env="CALL_RETRY_BASE_BACKOFF_MS")
-    default_retry_jitter_percent: int = _f(5, env="CALL_RETRY_JITTER_PERCENT")
+    task_slots: int = _f(_WORKER["task_slots"], env="TASK_SLOTS", doc="slot pool size")
+    default_ttl_ms: int = _f(_WORKER["default_ttl_ms"], json_name="defaultTTLMs", doc="TTL of inline reservations")
+    task_deadline_ms: int = _f(_WORKER["task_deadline_ms"], env="TASK_DEADLINE_MS", doc="default task timeout")
+    max_task_timeout_ms: int = _f(_WORKER["max_task_timeout_ms"],
+                                  env="MAX_TASK_TIMEOUT_MS", doc="cap of task_timeout_ms")
+    result_retention_ms: int = _f(_WORKER["result_retention_ms"], env="RESULT_RETENTION_MS")
+    watch_disconnect_grace_ms: int = _f(_WORKER["watch_disconnect_grace_ms"],
+                                        env="WATCH_DISCONNECT_GRACE_MS", doc="0 disables")
+    default_max_attempts: int = _f(_WORKER["default_max_attempts"], env="CALL_RETRY_MAX_ATTEMPTS")
+    default_base_backoff_ms: int = _f(_WORKER["default_base_backoff_ms"], env="CALL_RETRY_BASE_BACKOFF_MS")
+    default_retry_jitter_percent: int = _f(_WORKER["default_retry_jitter_percent"],
+                                           env="CALL_RETRY_JITTER_PERCENT")
 
 
 @dataclass
 class AdmissionSection:
-    builder_slots: int = _f(16)
-    executor_task_slots: int = _f(32, env="EXECUTOR_TASK_SLOTS")
-    plugin_slots: int = _f(16)
-    scan_slots: int = _f(8, env="SCAN_SLOTS")
+    builder_slots: int = _f(_ADMISSION["builder_slots"])
+    executor_task_slots: int = _f(_ADMISSION["executor_task_slots"], env="EXECUTOR_TASK_SLOTS")
+    plugin_slots: int = _f(_ADMISSION["plugin_slots"])
+    scan_slots: int = _f(_ADMISSION["scan_slots"], env="SCAN_SLOTS")
 
 
 @dataclass
 class StreamBuildSection:
     enabled: bool = _f(False, env="STREAM_BUILD_ENABLED")
-    max_outstanding_batches: int = _f(2)
-    batch_max_rows: int = _f(8192)
-    batch_max_args_bytes: int = _f(32 * MiB)
+    max_outstanding_batches: int = _f(_DISPATCHER["max_outstanding_batches"])
+    batch_max_rows: int = _f(_DISPATCHER["batch_max_rows"])
+    batch_max_args_bytes: int = _f(_DISPATCHER["batch_max_args_bytes"])
 
 
 @dataclass
 class DispatcherSection:
-    executor_max_inflight: int = _f(128)
-    executor_max_runnable: int = _f(128)
-    executor_selection_sample_size: int = _f(0, env="EXECUTOR_SELECTION_SAMPLE_SIZE")
-    executor_memory_high_watermark: int = _f(0, doc="executor RSS bytes; 0 disables")
-    task_max_inflight_calls: int = _f(1024)
-    call_deadline_ms: int = _f(5000, env="CALL_DEADLINE_MS", doc="budget per root-call attempt; 0 = unlimited")
-    scheduler_stall_timeout_ms: int = _f(0, env="SCHEDULER_STALL_TIMEOUT_MS", doc="0 = derived")
-    max_subcall_depth: int = _f(8)
-    base_backoff_ms: int = _f(10)
-    max_backoff_ms: int = _f(60_000, doc="cap on one retry delay before jitter; 0 = no cap")
-    instance_fairness: bool = _f(False, env="DISPATCH_INSTANCE_FAIRNESS")
-    instance_fairness_quantum: int = _f(0, env="DISPATCH_INSTANCE_FAIRNESS_QUANTUM")
-    max_collected_output_bytes: int = _f(0, env="MAX_COLLECTED_OUTPUT_BYTES", doc="0 = unlimited")
+    executor_max_inflight: int = _f(_DISPATCHER["executor_max_inflight"])
+    executor_max_runnable: int = _f(_DISPATCHER["executor_max_runnable"])
+    executor_selection_sample_size: int = _f(_DISPATCHER["executor_selection_sample_size"],
+                                             env="EXECUTOR_SELECTION_SAMPLE_SIZE")
+    executor_memory_high_watermark: int = _f(_DISPATCHER["executor_memory_high_watermark"],
+                                             doc="executor RSS bytes; 0 disables")
+    task_max_inflight_calls: int = _f(_DISPATCHER["task_max_inflight_calls"])
+    call_deadline_ms: int = _f(_DISPATCHER["call_deadline_ms"],
+                               env="CALL_DEADLINE_MS", doc="budget per root-call attempt; 0 = unlimited")
+    scheduler_stall_timeout_ms: int = _f(_DISPATCHER["scheduler_stall_timeout_ms"],
+                                         env="SCHEDULER_STALL_TIMEOUT_MS", doc="0 = derived")
+    max_subcall_depth: int = _f(_DISPATCHER["max_subcall_depth"])
+    base_backoff_ms: int = _f(_DISPATCHER["base_backoff_ms"])
+    max_backoff_ms: int = _f(_DISPATCHER["max_backoff_ms"], doc="cap on one retry delay before jitter; 0 = no cap")
+    instance_fairness: bool = _f(_DISPATCHER["instance_fairness"], env="DISPATCH_INSTANCE_FAIRNESS")
+    instance_fairness_quantum: int = _f(_DISPATCHER["instance_fairness_quantum"],
+                                        env="DISPATCH_INSTANCE_FAIRNESS_QUANTUM")
+    max_collected_output_bytes: int = _f(_DISPATCHER["max_collected_output_bytes"],
+                                         env="MAX_COLLECTED_OUTPUT_BYTES", doc="0 = unlimited")
 
 
 @dataclass
@@ -148,8 +168,8 @@ class WorkerFullConfig:
     executor_restart_window_ms: int = _f(60_000)
     executor_backoff_ms: int = _f(30_000)
     executor_heartbeat_timeout_ms: int = _f(10_000)
-    function_snapshot_retention_ms: int = _f(0, env="FUNCTION_SNAPSHOT_RETENTION_MS",
-                                             doc="0 = maxTaskTimeoutMs + 10s")
+    function_snapshot_retention_ms: int = _f(_WORKER["function_snapshot_retention_ms"],
+                                             env="FUNCTION_SNAPSHOT_RETENTION_MS", doc="0 = maxTaskTimeoutMs + 10s")
     functions_dir: str = _f(default_factory=default_functions_dir, env="FUNCTIONS_DIR")
     socket_path: str = _f(default_factory=default_socket_path, env="EXECUTOR_SOCKET_PATH")
     metrics_listen: str = _f("127.0.0.1:9464", env="METRICS_LISTEN", doc="empty disables")
@@ -207,10 +227,9 @@ class WorkerFullConfig:
 
     # --- conversion to the cores' configs ----------------------------------------------
 
-    def core_config(self):
+    def core_config(self) -> Config:
         """blockx.core.config.Config for WorkerCore."""
-        from blockx.core import config as core_cfg
-        return _build(core_cfg.Config, {
+        return _build(Config, {
             "task_slots": self.worker.task_slots,
             "default_ttl_ms": self.worker.default_ttl_ms,
             "task_deadline_ms": self.worker.task_deadline_ms,
@@ -223,23 +242,21 @@ class WorkerFullConfig:
             "function_snapshot_retention_ms": self.function_snapshot_retention_ms,
         })
 
-    def admission_config(self):
+    def admission_config(self) -> AdmissionConfig:
         """blockx.core.config.AdmissionConfig for the phase admission semaphores."""
-        from blockx.core import config as core_cfg
         a = self.admission
-        return _build(core_cfg.AdmissionConfig, {
+        return _build(AdmissionConfig, {
             "builder_slots": a.builder_slots,
             "executor_task_slots": a.executor_task_slots,
             "plugin_slots": a.plugin_slots,
             "scan_slots": a.scan_slots,
         })
 
-    def dispatcher_config(self):
+    def dispatcher_config(self) -> DispatcherConfig:
         """blockx.core.dispatcher_config.DispatcherConfig, with the stall timeout
         already derived (the core takes it as given)."""
-        from blockx.core import dispatcher_config as dc
         d = self.dispatcher
-        return _build(dc.DispatcherConfig, {
+        return _build(DispatcherConfig, {
             "executor_max_inflight": d.executor_max_inflight,
             "executor_max_runnable": d.executor_max_runnable,
             "executor_selection_sample_size": d.executor_selection_sample_size,

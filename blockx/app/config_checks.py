@@ -2,20 +2,27 @@
 
 Every broken rule is collected, not just the first, and each message names the
 JSON path with its environment variable, e.g. "worker.taskSlots (TASK_SLOTS) must
-be > 0 (got 0)", so an operator sees the whole list in one round. Rules that
-couple fields (taskDeadlineMs <= maxTaskTimeoutMs, the heartbeat below the etcd
-lease TTL, snapshot retention covering the longest task) live here too. The config
-is passed in, never imported, so this module does not depend on blockx.app.config."""
+be > 0 (got 0)", so an operator sees the whole list in one round.
+
+A setting that a core config carries is checked by the core's rule for it
+(blockx.core.config / dispatcher_config: CONFIG_RULES, ADMISSION_RULES,
+DISPATCHER_RULES, deadline_problem, retention_problem), here worded for the
+operator; the rules below are for the settings only the app has (addresses,
+etcd, executors, timers, shadow traffic, IO backends, logging), including the
+heartbeat that must stay below the etcd lease TTL. The config is passed in, never
+imported, so this module does not depend on blockx.app.config."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from blockx.app.addresses import split_host_port
-from blockx.app.config_fields import env_vars_of
-from blockx.core.config import MAX_RETRY_JITTER_PERCENT
-from blockx.core.dispatcher_config import MAX_FAIRNESS_QUANTUM
+from blockx.app.config_fields import env_vars_of, json_name
+from blockx.core.config import ADMISSION_RULES, CONFIG_RULES, deadline_problem, retention_problem
+from blockx.core.config_rules import Rule, Wording, check
+from blockx.core.dispatcher_config import DISPATCHER_RULES
 
 if TYPE_CHECKING:
     from blockx.app.config import WorkerFullConfig
@@ -29,6 +36,25 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
 BLOCK_REGISTRY_SEGMENT = "workers"
 BUNDLE_REGISTRY_SEGMENT = "bundle-workers"
 
+# Settings only the app has (top level of the config).
+APP_RULES = (
+    Rule("executor_count", 1),
+    Rule("heartbeat_interval_ms", 1),
+    Rule("drain_timeout_ms", 0),
+    Rule("phase_io_timeout_ms", 1),
+    Rule("grpc_keepalive_time_ms", 1),
+    Rule("grpc_keepalive_timeout_ms", 1),
+    Rule("session_max_pending_events", 1),
+    Rule("session_max_pending_bytes", 1),
+    Rule("executor_restart_delay_ms", 0),
+    Rule("executor_max_restarts", 0),
+    Rule("executor_restart_window_ms", 1),
+    Rule("executor_backoff_ms", 0),
+    Rule("executor_heartbeat_timeout_ms", 1),
+    Rule("shadow_submit_sample_rate", 0, 1, kind=float),
+)
+IO_BACKEND_RULES = (Rule("concurrency", 1),)
+
 
 def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     out: list[str] = []
@@ -38,9 +64,10 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
         env = env_of.get(path)
         return f"{path} ({env})" if env else path
 
-    def need(cond: bool, path: str, rule: str, value: Any) -> None:
-        if not cond:
-            out.append(f"{name(path)} must be {rule} (got {value!r})")
+    def section(*parts: tuple[Any, str]) -> Wording:
+        """Operator wording for the fields of config sections, each (section, JSON prefix)."""
+        paths = {f.name: prefix + json_name(f) for obj, prefix in parts for f in fields(obj)}
+        return Wording(lambda field: name(paths[field]), operator=True)
 
     def addr(path: str, value: str, allow_empty: bool = False) -> None:
         if allow_empty and value == "":
@@ -66,83 +93,33 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
 
     check_registry_prefix(cfg.worker_registry_prefix, deployment, name("workerRegistryPrefix"), out)
 
-    need(cfg.executor_count > 0, "executorCount", "> 0", cfg.executor_count)
     if cfg.executor_spawn_mode == "sandbox":
         out.append(f"{name('executorSpawnMode')} \"sandbox\" is not supported in this build; "
                    "use \"process\"")
     elif cfg.executor_spawn_mode not in SPAWN_MODES_SUPPORTED:
         out.append(f"{name('executorSpawnMode')} must be \"process\" (got {cfg.executor_spawn_mode!r})")
 
-    w = cfg.worker
-    need(w.task_slots > 0, "worker.taskSlots", "> 0", w.task_slots)
-    need(w.default_ttl_ms > 0, "worker.defaultTTLMs", "> 0", w.default_ttl_ms)
-    need(w.task_deadline_ms > 0, "worker.taskDeadlineMs", "> 0", w.task_deadline_ms)
-    need(w.max_task_timeout_ms > 0, "worker.maxTaskTimeoutMs", "> 0", w.max_task_timeout_ms)
-    if w.task_deadline_ms > w.max_task_timeout_ms > 0:
-        out.append(f"{name('worker.taskDeadlineMs')} ({w.task_deadline_ms}) must not exceed "
-                   f"{name('worker.maxTaskTimeoutMs')} ({w.max_task_timeout_ms})")
-    need(w.result_retention_ms >= 0, "worker.resultRetentionMs", ">= 0", w.result_retention_ms)
-    need(w.watch_disconnect_grace_ms >= 0, "worker.watchDisconnectGraceMs", ">= 0 (0 disables)",
-         w.watch_disconnect_grace_ms)
-    need(w.default_max_attempts >= 1, "worker.defaultMaxAttempts", ">= 1", w.default_max_attempts)
-    need(w.default_base_backoff_ms >= 0, "worker.defaultBaseBackoffMs", ">= 0", w.default_base_backoff_ms)
-    need(0 <= w.default_retry_jitter_percent <= MAX_RETRY_JITTER_PERCENT,
-         "worker.defaultRetryJitterPercent", f"between 0 and {MAX_RETRY_JITTER_PERCENT}",
-         w.default_retry_jitter_percent)
+    # The settings the cores carry, by the cores' rules.
+    top = section((cfg, ""))
+    typed = check(cfg.worker, CONFIG_RULES, section((cfg.worker, "worker.")), out)
+    typed = check(cfg, CONFIG_RULES, top, out) and typed           # functionSnapshotRetentionMs
+    if typed:
+        both = section((cfg.worker, "worker."), (cfg, "")).name
+        for problem in (deadline_problem(cfg.worker.task_deadline_ms, cfg.worker.max_task_timeout_ms, both),
+                        retention_problem(cfg.function_snapshot_retention_ms, cfg.worker.max_task_timeout_ms,
+                                          both)):
+            if problem:
+                out.append(problem)
+    check(cfg.admission, ADMISSION_RULES, section((cfg.admission, "admission.")), out)
+    check(cfg.stream_build, DISPATCHER_RULES, section((cfg.stream_build, "streamBuild.")), out)
+    check(cfg.dispatcher, DISPATCHER_RULES, section((cfg.dispatcher, "dispatcher.")), out)
 
-    a = cfg.admission
-    for key, value in (("builderSlots", a.builder_slots), ("executorTaskSlots", a.executor_task_slots),
-                       ("pluginSlots", a.plugin_slots), ("scanSlots", a.scan_slots)):
-        need(value > 0, f"admission.{key}", "> 0", value)
-
-    s = cfg.stream_build
-    need(s.max_outstanding_batches > 0, "streamBuild.maxOutstandingBatches", "> 0", s.max_outstanding_batches)
-    need(s.batch_max_rows > 0, "streamBuild.batchMaxRows", "> 0", s.batch_max_rows)
-    need(s.batch_max_args_bytes > 0, "streamBuild.batchMaxArgsBytes", "> 0", s.batch_max_args_bytes)
-
-    d = cfg.dispatcher
-    need(d.executor_max_inflight > 0, "dispatcher.executorMaxInflight", "> 0", d.executor_max_inflight)
-    need(d.executor_max_runnable >= 0, "dispatcher.executorMaxRunnable", ">= 0 (0 disables the filter)",
-         d.executor_max_runnable)
-    need(d.executor_selection_sample_size >= 0, "dispatcher.executorSelectionSampleSize",
-         ">= 0 (0 scores every candidate)", d.executor_selection_sample_size)
-    need(d.executor_memory_high_watermark >= 0, "dispatcher.executorMemoryHighWatermark",
-         ">= 0 (0 disables)", d.executor_memory_high_watermark)
-    need(d.task_max_inflight_calls > 0, "dispatcher.taskMaxInflightCalls", "> 0", d.task_max_inflight_calls)
-    need(d.call_deadline_ms >= 0, "dispatcher.callDeadlineMs", ">= 0 (0 = unlimited)", d.call_deadline_ms)
-    need(d.scheduler_stall_timeout_ms >= 0, "dispatcher.schedulerStallTimeoutMs", ">= 0 (0 = derived)",
-         d.scheduler_stall_timeout_ms)
-    need(d.max_subcall_depth >= 0, "dispatcher.maxSubcallDepth", ">= 0", d.max_subcall_depth)
-    need(d.base_backoff_ms >= 0, "dispatcher.baseBackoffMs", ">= 0", d.base_backoff_ms)
-    need(d.max_backoff_ms >= 0, "dispatcher.maxBackoffMs", ">= 0 (0 = no cap)", d.max_backoff_ms)
-    need(0 <= d.instance_fairness_quantum <= MAX_FAIRNESS_QUANTUM, "dispatcher.instanceFairnessQuantum",
-         f"between 0 and {MAX_FAIRNESS_QUANTUM}", d.instance_fairness_quantum)
-    need(d.max_collected_output_bytes >= 0, "dispatcher.maxCollectedOutputBytes", ">= 0 (0 = unlimited)",
-         d.max_collected_output_bytes)
-
-    need(cfg.heartbeat_interval_ms > 0, "heartbeatIntervalMs", "> 0", cfg.heartbeat_interval_ms)
+    # The settings only the app has.
+    check(cfg, APP_RULES, top, out)
     if cfg.etcd_enabled and cfg.heartbeat_interval_ms >= ETCD_LEASE_TTL_MS:
         out.append(f"{name('heartbeatIntervalMs')} ({cfg.heartbeat_interval_ms}) must be below the "
                    f"{ETCD_LEASE_TTL_MS // 1000} s etcd lease TTL, or the registration expires "
                    "between heartbeats (2000 is the recommended production value)")
-    need(cfg.drain_timeout_ms >= 0, "drainTimeoutMs", ">= 0", cfg.drain_timeout_ms)
-    need(cfg.phase_io_timeout_ms > 0, "phaseIoTimeoutMs", "> 0", cfg.phase_io_timeout_ms)
-    need(cfg.grpc_keepalive_time_ms > 0, "grpcKeepaliveTimeMs", "> 0", cfg.grpc_keepalive_time_ms)
-    need(cfg.grpc_keepalive_timeout_ms > 0, "grpcKeepaliveTimeoutMs", "> 0", cfg.grpc_keepalive_timeout_ms)
-    need(cfg.session_max_pending_events > 0, "sessionMaxPendingEvents", "> 0", cfg.session_max_pending_events)
-    need(cfg.session_max_pending_bytes > 0, "sessionMaxPendingBytes", "> 0", cfg.session_max_pending_bytes)
-    need(cfg.executor_restart_delay_ms >= 0, "executorRestartDelayMs", ">= 0", cfg.executor_restart_delay_ms)
-    need(cfg.executor_max_restarts >= 0, "executorMaxRestarts", ">= 0", cfg.executor_max_restarts)
-    need(cfg.executor_restart_window_ms > 0, "executorRestartWindowMs", "> 0", cfg.executor_restart_window_ms)
-    need(cfg.executor_backoff_ms >= 0, "executorBackoffMs", ">= 0", cfg.executor_backoff_ms)
-    need(cfg.executor_heartbeat_timeout_ms > 0, "executorHeartbeatTimeoutMs", "> 0",
-         cfg.executor_heartbeat_timeout_ms)
-
-    r = cfg.function_snapshot_retention_ms
-    if r != 0 and r < w.max_task_timeout_ms:
-        out.append(f"{name('functionSnapshotRetentionMs')} ({r}) must be 0 (= maxTaskTimeoutMs + 10s) or "
-                   f">= {name('worker.maxTaskTimeoutMs')} ({w.max_task_timeout_ms}), so a snapshot "
-                   "pinned by a running task is never purged")
 
     if not cfg.functions_dir:
         out.append(f"{name('functionsDir')} must not be empty")
@@ -158,7 +135,6 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     addr("metricsListen", cfg.metrics_listen, allow_empty=True)
 
     rate = cfg.shadow_submit_sample_rate
-    need(0.0 <= rate <= 1.0, "shadowSubmitSampleRate", "between 0 and 1", rate)
     addr("shadowSubmitTargetAddr", cfg.shadow_submit_target_addr, allow_empty=True)
     if rate > 0 and not cfg.shadow_submit_target_addr:
         out.append(f"{name('shadowSubmitSampleRate')} is {rate} but {name('shadowSubmitTargetAddr')} is "
@@ -168,7 +144,7 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
                    "would loop back")
 
     dev = cfg.io_backends.devstub
-    need(dev.concurrency > 0, "ioBackends.devstub.concurrency", "> 0", dev.concurrency)
+    check(dev, IO_BACKEND_RULES, section((dev, "ioBackends.devstub.")), out)
 
     if cfg.log_level.strip().upper() not in LOG_LEVELS:
         out.append(f"{name('logLevel')} must be one of debug, info, warning, error, critical "

@@ -16,9 +16,9 @@ from dataclasses import is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from blockx.app.config_error import ConfigError
 from blockx.app.config_fields import env_name, iter_leaves, json_name, public_fields, type_hints
 from blockx.app.config_values import env_value, json_value
+from blockx.core.config_error import ConfigError
 from blockx.json_types import json_type as _json_type
 
 if TYPE_CHECKING:

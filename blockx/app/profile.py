@@ -13,6 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from blockx.app.config_checks import check_registry_prefix
+from blockx.core.config_error import ConfigError
+from blockx.plugins.builders import KNOWN_BUILDERS
+from blockx.plugins.writers import KNOWN_PLUGINS
+
 if TYPE_CHECKING:
     from blockx.app.config import WorkerFullConfig
 
@@ -21,12 +26,11 @@ BLOCK_REGISTRY_PREFIX = "/blockx/workers/"
 BUNDLE_REGISTRY_PREFIX = "/blockx/bundle-workers/"
 
 
-class ProfileError(ValueError):
+class ProfileError(ConfigError):
     """A Profile that cannot run; `problems` lists each reason."""
 
     def __init__(self, problems: list[str]):
-        self.problems = list(problems)
-        super().__init__("invalid profile: " + "; ".join(self.problems))
+        super().__init__(problems, header="invalid profile")
 
 
 @dataclass(frozen=True)
@@ -40,10 +44,6 @@ class Profile:
     name: str = ""
 
     def violations(self) -> list[str]:
-        from blockx.app.config import check_registry_prefix
-        from blockx.plugins.builders import KNOWN_BUILDERS
-        from blockx.plugins.writers import KNOWN_PLUGINS
-
         out: list[str] = []
         if self.deployment not in DEPLOYMENTS:
             out.append(f"deployment must be one of {', '.join(DEPLOYMENTS)} (got {self.deployment!r})")
@@ -71,18 +71,21 @@ class Profile:
             raise ProfileError(problems)
 
 
-def _tune_bundle(cfg: WorkerFullConfig) -> None:
+def _stream_builds(cfg: WorkerFullConfig) -> None:
     # Bundle tasks are large scans: produce calls in batches under the credit
     # window instead of materialising the whole call list.
     cfg.stream_build.enabled = True
 
 
+# Production profiles register only real builders and writers. The dev stubs
+# (builders static, payload and rangeScan, a stand-in for a streaming scan; writers
+# log and test, which a client can make sleep for minutes) live in DEV only.
 BLOCK = Profile(
     deployment="block",
     service="blockx-worker",
     worker_registry_prefix=BLOCK_REGISTRY_PREFIX,
-    builders=("callList", "static", "payload", "rangeScan"),
-    plugins=("log", "test"),
+    builders=("callList",),
+    plugins=(),
     name="block",
 )
 
@@ -90,13 +93,25 @@ BUNDLE = Profile(
     deployment="bundle",
     service="blockx-bundle-worker",
     worker_registry_prefix=BUNDLE_REGISTRY_PREFIX,
-    builders=("callList", "rangeScan"),
-    plugins=("log", "test"),
-    tune_defaults=_tune_bundle,
+    builders=("callList",),
+    plugins=(),
+    tune_defaults=_stream_builds,
     name="bundle",
 )
 
-PROFILES = {"block": BLOCK, "bundle": BUNDLE}
+# Block plus the dev stubs, for the README tour, the e2e suites and the load
+# benchmark. Streaming build is on, so rangeScan streams as a real bundle scan would.
+DEV = Profile(
+    deployment="block",
+    service="blockx-dev-worker",
+    worker_registry_prefix=BLOCK_REGISTRY_PREFIX,
+    builders=BLOCK.builders + ("static", "payload", "rangeScan"),
+    plugins=BLOCK.plugins + ("log", "test"),
+    tune_defaults=_stream_builds,
+    name="dev",
+)
+
+PROFILES = {"block": BLOCK, "bundle": BUNDLE, "dev": DEV}
 
 
 def get_profile(name: str) -> Profile:

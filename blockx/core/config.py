@@ -1,64 +1,76 @@
 """WorkerCore configuration (spec: ``core.Config`` and ``AdmissionConfig``).
 
 Field names are snake_case; ``JSON_KEYS`` maps the spec's lowerCamelCase JSON
-names (``worker.taskSlots`` ...) to them so the app loader can apply a JSON file
-or environment overrides without a second list of names. All times are int ms.
+names (``worker.taskSlots`` ...) to them. All times are int ms.
 
-``validate()`` checks every rule and raises one ``ConfigError`` that lists every
-violation, so an operator fixes a bad file in one pass instead of one error at
-a time. Values must be real ints (``True`` and ``2.5`` are rejected): a config
-typo must not silently become a 1-slot worker.
+Each setting's constraint is stated once, in ``CONFIG_RULES`` / ``ADMISSION_RULES``
+(and the two rules that couple fields, ``deadline_problem`` / ``retention_problem``);
+``validate()`` applies them here and the app applies the same rules to its config
+sections in the operator's vocabulary. ``validate()`` raises one ``ConfigError``
+listing every violation, so an operator fixes a bad file in one pass. Values must be
+real ints (``True`` and ``2.5`` are rejected): a config typo must not silently
+become a 1-slot worker.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
+
+from blockx.core.config_error import ConfigError
+from blockx.core.config_rules import Rule, Wording, check
+
+__all__ = ["ADMISSION_JSON_KEYS", "ADMISSION_RULES", "CONFIG_RULES", "JSON_KEYS", "MAX_RETRY_JITTER_PERCENT",
+           "SNAPSHOT_RETENTION_SLACK_MS", "AdmissionConfig", "Config", "ConfigError",
+           "deadline_problem", "retention_problem"]
 
 # Extra retention on top of maxTaskTimeoutMs when functionSnapshotRetentionMs is 0.
 SNAPSHOT_RETENTION_SLACK_MS: Final = 10_000
 MAX_RETRY_JITTER_PERCENT: Final = 5
 
+# Per-task call retry defaults; DispatcherConfig carries copies and reuses these rules.
+DEFAULT_MAX_ATTEMPTS_RULE: Final = Rule("default_max_attempts", 1, text=">= 1", note="1 means no retry")
+RETRY_JITTER_RULE: Final = Rule("default_retry_jitter_percent", 0, MAX_RETRY_JITTER_PERCENT)
 
-class ConfigError(ValueError):
-    """Invalid configuration; ``violations`` holds one message per broken rule."""
+CONFIG_RULES: Final = (
+    Rule("task_slots", 1),
+    Rule("default_ttl_ms", 1, note="a zero TTL would expire every inline reservation at once"),
+    Rule("task_deadline_ms", 1),
+    Rule("max_task_timeout_ms", 1),
+    Rule("result_retention_ms", 0),
+    Rule("watch_disconnect_grace_ms", 0, note="0 disables Watch-disconnect reclamation"),
+    DEFAULT_MAX_ATTEMPTS_RULE,
+    Rule("default_base_backoff_ms", 0),
+    RETRY_JITTER_RULE,
+    Rule("function_snapshot_retention_ms", 0, note="0 = maxTaskTimeoutMs + 10s"),
+)
 
-    def __init__(self, violations: list[str], section: str = "worker") -> None:
-        self.violations = list(violations)
-        lines = "\n  - ".join(self.violations)
-        super().__init__(f"invalid {section} configuration ({len(self.violations)} problem"
-                         f"{'s' if len(self.violations) != 1 else ''}):\n  - {lines}")
+ADMISSION_RULES: Final = tuple(
+    Rule(f, 1, note="a phase with no admission slots could never run")
+    for f in ("builder_slots", "executor_task_slots", "plugin_slots", "scan_slots"))
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def deadline_problem(deadline_ms: int, max_timeout_ms: int, name: Callable[[str], str]) -> str | None:
+    """taskDeadlineMs (the default timeout) may not exceed maxTaskTimeoutMs (its cap).
+    A non-positive cap is already reported by its own rule."""
+    if deadline_ms > max_timeout_ms > 0:
+        return (f"{name('task_deadline_ms')} ({deadline_ms}) must not exceed "
+                f"{name('max_task_timeout_ms')} ({max_timeout_ms})")
+    return None
 
 
-class _Checker:
-    __slots__ = ("obj", "keys", "violations")
+def retention_problem(retention_ms: int, max_timeout_ms: int, name: Callable[[str], str]) -> str | None:
+    """A pinned code snapshot must outlive the longest task that can pin it."""
+    if 0 < retention_ms < max_timeout_ms:
+        return (f"{name('function_snapshot_retention_ms')} ({retention_ms}) must be 0 "
+                f"(= maxTaskTimeoutMs + 10s) or >= {name('max_task_timeout_ms')} ({max_timeout_ms}), "
+                "so a snapshot pinned by a running task is never purged")
+    return None
 
-    def __init__(self, obj: Any, keys: dict[str, str]) -> None:
-        self.obj = obj
-        self.keys = keys  # snake -> camel, for messages in the operator's vocabulary
-        self.violations: list[str] = []
 
-    def name(self, field: str) -> str:
-        return f"{self.keys[field]} ({field})"
-
-    def ints(self) -> bool:
-        ok = True
-        for f in self.keys:
-            v = getattr(self.obj, f)
-            if not _is_int(v):
-                self.violations.append(f"{self.name(f)} must be an integer, got {v!r}")
-                ok = False
-        return ok
-
-    def at_least(self, field: str, lo: int, why: str = "") -> None:
-        v = getattr(self.obj, field)
-        if v < lo:
-            rule = "must be > 0" if lo == 1 else f"must be >= {lo}"
-            self.violations.append(f"{self.name(field)} {rule}, got {v}{why}")
+def _core_wording(keys: dict[str, str]) -> Wording:
+    return Wording(lambda field: f"{keys[field]} ({field})")
 
 
 @dataclass(slots=True)
@@ -84,34 +96,16 @@ class Config:
 
     def validate(self) -> "Config":
         """Raise ConfigError listing every violation; return self when valid."""
-        c = _Checker(self, JSON_KEYS_REVERSE)
-        if c.ints():
-            c.at_least("task_slots", 1)
-            c.at_least("default_ttl_ms", 1, " (a zero TTL would expire every inline reservation at once)")
-            c.at_least("task_deadline_ms", 1)
-            c.at_least("max_task_timeout_ms", 1)
-            c.at_least("result_retention_ms", 0)
-            c.at_least("watch_disconnect_grace_ms", 0, " (0 disables Watch-disconnect reclamation)")
-            c.at_least("default_max_attempts", 1, " (1 means no retry)")
-            c.at_least("default_base_backoff_ms", 0)
-            c.at_least("function_snapshot_retention_ms", 0)
-            if self.task_deadline_ms > self.max_task_timeout_ms:
-                c.violations.append(
-                    f"taskDeadlineMs {self.task_deadline_ms} exceeds maxTaskTimeoutMs "
-                    f"{self.max_task_timeout_ms}; raise maxTaskTimeoutMs or lower taskDeadlineMs")
-            j = self.default_retry_jitter_percent
-            if not 0 <= j <= MAX_RETRY_JITTER_PERCENT:
-                c.violations.append(
-                    f"{c.name('default_retry_jitter_percent')} must be between 0 and "
-                    f"{MAX_RETRY_JITTER_PERCENT}, got {j}")
-            s = self.function_snapshot_retention_ms
-            if 0 < s < self.max_task_timeout_ms:
-                c.violations.append(
-                    f"functionSnapshotRetentionMs {s} is below maxTaskTimeoutMs "
-                    f"{self.max_task_timeout_ms}: a long task's pinned code epoch could be reclaimed; "
-                    "set it >= maxTaskTimeoutMs, or 0 for maxTaskTimeoutMs + 10s")
-        if c.violations:
-            raise ConfigError(c.violations, "worker")
+        wording = _core_wording(JSON_KEYS_REVERSE)
+        bad: list[str] = []
+        if check(self, CONFIG_RULES, wording, bad):
+            for problem in (deadline_problem(self.task_deadline_ms, self.max_task_timeout_ms, wording.name),
+                            retention_problem(self.function_snapshot_retention_ms, self.max_task_timeout_ms,
+                                              wording.name)):
+                if problem:
+                    bad.append(problem)
+        if bad:
+            raise ConfigError(bad, "invalid worker configuration")
         return self
 
     def to_json_dict(self) -> dict[str, int]:
@@ -135,12 +129,10 @@ class AdmissionConfig:
     scan_slots: int = 8
 
     def validate(self) -> "AdmissionConfig":
-        c = _Checker(self, ADMISSION_JSON_KEYS_REVERSE)
-        if c.ints():
-            for f in ADMISSION_JSON_KEYS_REVERSE:
-                c.at_least(f, 1, " (a phase with no admission slots could never run)")
-        if c.violations:
-            raise ConfigError(c.violations, "admission")
+        bad: list[str] = []
+        check(self, ADMISSION_RULES, _core_wording(ADMISSION_JSON_KEYS_REVERSE), bad)
+        if bad:
+            raise ConfigError(bad, "invalid admission configuration")
         return self
 
     def to_json_dict(self) -> dict[str, int]:
@@ -155,7 +147,8 @@ class AdmissionConfig:
 def _from_json(cls: Any, keys: dict[str, str], data: dict[str, Any], base: Any, section: str) -> Any:
     unknown = sorted(k for k in data if k not in keys)
     if unknown:
-        raise ConfigError([f"unknown key {k!r}; known keys: {', '.join(keys)}" for k in unknown], section)
+        raise ConfigError([f"unknown key {k!r}; known keys: {', '.join(keys)}" for k in unknown],
+                          f"invalid {section} configuration")
     out = dataclasses.replace(base) if base is not None else cls()
     for camel, value in data.items():
         setattr(out, keys[camel], value)

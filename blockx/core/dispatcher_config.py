@@ -2,9 +2,11 @@
 build window the dispatcher enforces).
 
 Rules: every field is a plain int (bools only where named), all times are int ms,
-0 means "disabled / unlimited" where the field says so. ``validate()`` checks
-every rule and raises one ``ConfigError`` listing each violation, so an operator
-fixes a bad file in one pass. The core never reads the environment: the app
+0 means "disabled / unlimited" where the field says so. Each setting's constraint
+is stated once, in ``DISPATCHER_RULES`` (the retry defaults reuse WorkerCore's
+rules); ``validate()`` applies them and raises one ``ConfigError`` listing each
+violation, and the app applies the same rules to its dispatcher and streamBuild
+sections. The core never reads the environment: the app
 loader builds this object (``WorkerFullConfig.dispatcher_config()``).
 
 The wedge threshold ``scheduler_stall_timeout_ms`` is derived from the call
@@ -17,16 +19,38 @@ the app may pass an already-derived value.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Final
 
-from blockx.core.config import ConfigError
+from blockx.core.config import DEFAULT_MAX_ATTEMPTS_RULE, RETRY_JITTER_RULE
+from blockx.core.config_error import ConfigError
+from blockx.core.config_rules import Rule, Wording, check
 
 MiB: Final = 1024 * 1024
 STALL_DERIVED_MARGIN_MS: Final = 5_000
 STALL_MIN_MARGIN_MS: Final = 1_000
 MAX_FAIRNESS_QUANTUM: Final = 1024
-MAX_RETRY_JITTER_PERCENT: Final = 5
+
+DISPATCHER_RULES: Final = (
+    Rule("executor_max_inflight", 1),
+    Rule("executor_max_runnable", 0, note="0 disables the filter"),
+    Rule("executor_selection_sample_size", 0, note="0 scores every candidate"),
+    Rule("executor_memory_high_watermark", 0, note="0 disables the filter"),
+    Rule("task_max_inflight_calls", 1),
+    Rule("call_deadline_ms", 0, note="0 = unlimited"),
+    Rule("scheduler_stall_timeout_ms", 0, note="0 = derived"),
+    Rule("max_subcall_depth", 0, note="0 disables subcalls"),
+    Rule("base_backoff_ms", 0),
+    Rule("max_backoff_ms", 0, note="0 = no cap"),
+    DEFAULT_MAX_ATTEMPTS_RULE,
+    RETRY_JITTER_RULE,
+    Rule("instance_fairness", kind=bool),
+    Rule("instance_fairness_quantum", 0, MAX_FAIRNESS_QUANTUM, note="0 and 1 both re-select per call"),
+    Rule("max_collected_output_bytes", 0, note="0 = unlimited"),
+    Rule("max_outstanding_batches", 1),
+    Rule("batch_max_rows", 1),
+    Rule("batch_max_args_bytes", 1),
+)
 
 
 def derive_stall_timeout_ms(call_deadline_ms: int, explicit_ms: int) -> int:
@@ -72,38 +96,9 @@ class DispatcherConfig:
     def validate(self) -> "DispatcherConfig":
         """Raise ConfigError listing every violation; return self when valid."""
         bad: list[str] = []
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name == "instance_fairness":
-                if not isinstance(v, bool):
-                    bad.append(f"dispatcher.{_camel(f.name)} must be true or false, got {v!r}")
-            elif not isinstance(v, int) or isinstance(v, bool):
-                bad.append(f"dispatcher.{_camel(f.name)} must be an integer, got {v!r}")
-        if not bad:
-            _at_least(bad, self, "executor_max_inflight", 1)
-            _at_least(bad, self, "executor_max_runnable", 0, "0 disables the filter")
-            _at_least(bad, self, "executor_selection_sample_size", 0, "0 scans all executors")
-            _at_least(bad, self, "executor_memory_high_watermark", 0, "0 disables the filter")
-            _at_least(bad, self, "task_max_inflight_calls", 1)
-            _at_least(bad, self, "call_deadline_ms", 0, "0 = unlimited")
-            _at_least(bad, self, "scheduler_stall_timeout_ms", 0, "0 = derived")
-            _at_least(bad, self, "max_subcall_depth", 0, "0 disables subcalls")
-            _at_least(bad, self, "base_backoff_ms", 0)
-            _at_least(bad, self, "max_backoff_ms", 0, "0 = no cap")
-            _at_least(bad, self, "default_max_attempts", 1, "1 means no retry")
-            _at_least(bad, self, "max_collected_output_bytes", 0, "0 = unlimited")
-            _at_least(bad, self, "max_outstanding_batches", 1)
-            _at_least(bad, self, "batch_max_rows", 1)
-            _at_least(bad, self, "batch_max_args_bytes", 1)
-            if not 0 <= self.default_retry_jitter_percent <= MAX_RETRY_JITTER_PERCENT:
-                bad.append(f"dispatcher.defaultRetryJitterPercent must be between 0 and "
-                           f"{MAX_RETRY_JITTER_PERCENT}, got {self.default_retry_jitter_percent}")
-            if not 0 <= self.instance_fairness_quantum <= MAX_FAIRNESS_QUANTUM:
-                bad.append(f"dispatcher.instanceFairnessQuantum must be between 0 and "
-                           f"{MAX_FAIRNESS_QUANTUM} (0 and 1 both re-select per call), "
-                           f"got {self.instance_fairness_quantum}")
+        check(self, DISPATCHER_RULES, _WORDING, bad)
         if bad:
-            raise ConfigError(bad, "dispatcher")
+            raise ConfigError(bad, "invalid dispatcher configuration")
         return self
 
 
@@ -112,9 +107,4 @@ def _camel(name: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
-def _at_least(bad: list[str], cfg: Any, name: str, lo: int, note: str = "") -> None:
-    v = getattr(cfg, name)
-    if v < lo:
-        rule = "must be > 0" if lo == 1 else f"must be >= {lo}"
-        suffix = f" ({note})" if note else ""
-        bad.append(f"dispatcher.{_camel(name)} {rule}{suffix}, got {v}")
+_WORDING: Final = Wording(lambda field: f"dispatcher.{_camel(field)}")

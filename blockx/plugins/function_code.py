@@ -165,9 +165,6 @@ class FunctionCodeDirectory:
                                       f"(current epoch is {self._epoch})")
         return FunctionView(self, snap)
 
-    def pin_current(self, now_ms: int) -> FunctionView:
-        return self.pin(self.current_epoch(now_ms), now_ms)
-
     def source_for(self, digest: str) -> str:
         src = self._sources.get(digest)
         if src is None:

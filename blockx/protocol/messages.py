@@ -38,7 +38,7 @@ Integers are JSON integers (booleans are rejected); unknown extra keys are kept.
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any
 
 from blockx._fast.errors import ProtocolError
 
@@ -76,103 +76,10 @@ RESUME_SEND_FAILED = "RESUME_SEND_FAILED"  # true
 OUTBOX_FULL = "OUTBOX_FULL"  # true
 IO_ERROR = "IO_ERROR"  # per backend
 SUBCALL_FAILED = "SUBCALL_FAILED"  # carries the child's retryable
-ERROR_KINDS = frozenset({USER_ERROR, BUDGET_EXCEEDED, CANCELLED, OUTPUT_NOT_JSON,
-                         FUNCTION_NOT_FOUND, EXECUTOR_LOST, RESUME_SEND_FAILED, OUTBOX_FULL,
-                         IO_ERROR, SUBCALL_FAILED})
 # Whether a failure of this kind may be retried, where the kind alone decides it.
 DEFAULT_RETRYABLE = {USER_ERROR: False, BUDGET_EXCEEDED: False, CANCELLED: False,
                      OUTPUT_NOT_JSON: False, FUNCTION_NOT_FOUND: False, EXECUTOR_LOST: True,
                      RESUME_SEND_FAILED: True, OUTBOX_FULL: True}
-
-
-# --- payload types ------------------------------------------------------------------
-class Envelope(TypedDict):
-    messageType: str
-    callId: str
-    requestId: str
-    payload: NotRequired[dict]
-
-
-class ExecuteCallPayload(TypedDict):
-    taskId: str
-    functionId: str
-    functionCodeDigest: str
-    entrySelector: str
-    args: Any  # JSON array (or orjson.Fragment of one when sending)
-    parentCallId: str
-    callBudgetMs: int
-    attemptSeq: int
-
-
-class ErrorInfo(TypedDict):
-    errorKind: str
-    errorMessage: str
-    retryable: bool
-
-
-class FunctionCodeResult(TypedDict):
-    source: str
-    functionCodeDigest: str
-
-
-class ResumeCallPayload(TypedDict):
-    resumeKind: Literal["io", "subcall", "function_code"]
-    result: NotRequired[Any]
-    error: NotRequired[ErrorInfo]
-    budgetUsedMs: int
-
-
-class CancelCallPayload(TypedDict):
-    reason: str
-    attemptSeq: int
-
-
-class CallWaitingPayload(TypedDict):
-    taskId: str
-    attemptSeq: int
-    waitKind: Literal["io", "subcall", "function_code"]
-    backend: NotRequired[str]
-    request: NotRequired[Any]
-    functionId: NotRequired[str]
-    args: NotRequired[Any]
-    grantedBudgetMs: NotRequired[int]
-    ancestry: NotRequired[list[str]]
-    functionCodeDigest: NotRequired[str]
-
-
-class CallCompletedPayload(TypedDict):
-    taskId: str
-    attemptSeq: int
-    output: Any
-    budgetUsedMs: int
-    startedAtMs: int
-    durationMs: int
-
-
-class CallFailedPayload(TypedDict):
-    taskId: str
-    attemptSeq: int
-    errorKind: str
-    retryable: bool
-    errorMessage: str
-    errorStack: str
-    localVars: dict[str, str]
-    budgetUsedMs: int
-
-
-class HeartbeatPayload(TypedDict):
-    executorId: str
-    pid: int
-    seq: int
-    runnableCount: int
-    inflightCount: int
-    availableContexts: int
-    memoryBytes: int
-    lastSchedulerActiveAtMs: int
-    runningCallId: str
-    cpuUserMs: int
-    cpuSystemMs: int
-    sentAtMs: int
 
 
 # --- constructors (hot path: no validation) -----------------------------------------

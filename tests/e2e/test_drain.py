@@ -8,6 +8,7 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from blockx.worker.v1 import worker_pb2 as pb
+from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.e2e
 
@@ -18,7 +19,6 @@ def _watch_in_thread(w, task_id):
     def run():
         ch = grpc.insecure_channel(f"127.0.0.1:{w.port}")
         try:
-            from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
             for upd in pb_grpc.WorkerServiceStub(ch).WatchTasks(pb.WatchTasksRequest(task_ids=[task_id]),
                                                                  timeout=30):
                 got.append(upd)
@@ -32,14 +32,30 @@ def _watch_in_thread(w, task_id):
     return t, got
 
 
+def _until(cond, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def _draining(w) -> bool:
+    # Health goes NOT_SERVING right after the orchestrator is set draining.
+    return w.health() == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def _running(w, task_id: str) -> bool:
+    return w.result(task_id).state == pb.TASK_STATE_RUNNING
+
+
 def test_sigterm_drains_in_flight_tasks(start_worker):
     w = start_worker({"DRAIN_TIMEOUT_MS": "20000"})
     w.submit_calls("drain-1", [("sleep_ms", [2500])])
     t, updates = _watch_in_thread(w, "drain-1")
-    time.sleep(0.3)
+    _until(lambda: updates, "the watch to deliver the current state")
     t0 = time.monotonic()
     w.signal(signal.SIGTERM)
-    time.sleep(0.3)
+    _until(lambda: _draining(w), "the worker to start draining")
     # New work is refused while draining, in-flight work stays queryable.
     with pytest.raises(grpc.RpcError) as ei:
         w.stub.RequestTaskSlot(pb.RequestTaskSlotRequest(task_id="drain-new"), timeout=5)
@@ -63,7 +79,7 @@ def test_sigterm_drains_in_flight_tasks(start_worker):
 def test_drain_timeout_forces_shutdown(start_worker):
     w = start_worker({"DRAIN_TIMEOUT_MS": "1000"})
     w.submit_calls("drain-slow", [("sleep_ms", [30000])])
-    time.sleep(0.3)
+    _until(lambda: _running(w, "drain-slow"), "the task to run")
     t0 = time.monotonic()
     w.signal(signal.SIGTERM)
     assert w.wait_exit(20) == 0
@@ -74,9 +90,9 @@ def test_drain_timeout_forces_shutdown(start_worker):
 def test_second_signal_forces_shutdown(start_worker):
     w = start_worker({"DRAIN_TIMEOUT_MS": "60000"})
     w.submit_calls("drain-slow-2", [("sleep_ms", [30000])])
-    time.sleep(0.3)
+    _until(lambda: _running(w, "drain-slow-2"), "the task to run")
     w.signal(signal.SIGTERM)
-    time.sleep(0.5)
+    _until(lambda: _draining(w), "the worker to start draining")
     assert w.proc.poll() is None, "still draining"
     t0 = time.monotonic()
     w.signal(signal.SIGTERM)

@@ -1,13 +1,14 @@
 """etcd registration of a real worker against a real etcd server."""
 import asyncio
 import json
-import os
 import signal
+import socket
 import time
 
 import aetcd
 import pytest
 
+from blockx.worker.v1 import worker_pb2 as pb
 from tests.support.etcd import EtcdServer
 
 pytestmark = pytest.mark.e2e
@@ -80,7 +81,6 @@ def test_registration_heartbeat_and_deregistration(start_worker, etcd):
     assert names.index("worker_ready") < names.index("etcd_registered")
 
     # The heartbeat follows the slot table.
-    from blockx.worker.v1 import worker_pb2 as pb
     w.stub.RequestTaskSlot(pb.RequestTaskSlotRequest(task_id="hb-1", ttl_ms=60000), timeout=5)
     hb = _eventually(lambda: (v := _value(etcd, key)[0]) and v["reservedSlots"] == 1 and v, 5, "reservedSlots=1")
     assert hb["freeSlots"] == 3
@@ -110,7 +110,8 @@ def test_etcd_outage_keeps_serving_and_reregisters(start_worker, etcd):
     try:
         w.submit_calls("outage-1", [("add", [1, 2])])
         assert w.wait_terminal("outage-1").outputs == [b"3"]
-        time.sleep(1.0)
+        _eventually(lambda: 'blockx_etcd_registration_state{state="retrying"} 1.0' in w.metrics_text(), 10,
+                    "the worker to notice the outage")
     finally:
         etcd.start()
     hb = _eventually(lambda: _value(etcd, key)[0], 20, "re-registration after the outage")
@@ -121,7 +122,6 @@ def test_etcd_outage_keeps_serving_and_reregisters(start_worker, etcd):
 
 def test_etcd_unreachable_at_start(start_worker):
     # Nothing listens there: the worker serves anyway and keeps retrying.
-    import socket
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]

@@ -36,8 +36,13 @@ def test_counters_move_by_the_right_amounts(start_worker):
         if upd.is_terminal:
             results[upd.task_id] = upd.result
     assert len(results) == n
-    time.sleep(0.2)
-    after = _samples(w.metrics_text())
+    deadline = time.monotonic() + 5
+    while True:  # the last terminal update may reach us before its counter is bumped
+        after = _samples(w.metrics_text())
+        if _sum(after, "blockx_tasks_terminal_total") - _sum(before, "blockx_tasks_terminal_total") == n:
+            break
+        assert time.monotonic() < deadline, "the terminal counter never reached the task count"
+        time.sleep(0.02)
     failed_tasks = sum(1 for r in results.values() if r.state == pb.TASK_STATE_FAILED)
     assert failed_tasks == 3
     d = lambda name: _sum(after, name) - _sum(before, name)  # noqa: E731

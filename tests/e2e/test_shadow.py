@@ -13,7 +13,7 @@ pytestmark = pytest.mark.e2e
 def test_shadow_copy_runs_on_the_target_without_its_result_handler(start_worker):
     target = start_worker()
     primary = start_worker({"SHADOW_SUBMIT_TARGET_ADDR": f"127.0.0.1:{target.port}",
-                            "SHADOW_SUBMIT_SAMPLE_RATE": "1.0"})
+                            "SHADOW_SUBMIT_SAMPLE_RATE": "1.0"}, profile="dev")  # `test` is a dev stub
     primary.submit_calls("t-shadow", [("add", [20, 22])], result_handler=("test", {}))
     res = primary.wait_terminal("t-shadow")
     assert outputs(res) == [42] and [p.plugin for p in res.plugin_results] == ["test"]

@@ -15,7 +15,7 @@ CONTINUE = pb.CALL_FAILURE_POLICY_CONTINUE
 
 def test_submit_watch_and_result(worker):
     r = worker.submit_calls("t-basic", [("add", [1, 2]), ("add1", [41]), ("square", [7])])
-    assert r.task_id == "t-basic" and r.state in (pb.TASK_STATE_RUNNING, pb.TASK_STATE_SUCCEEDED)
+    assert r.task_id == "t-basic" and r.state == pb.TASK_STATE_RUNNING  # the calls run after the reply
     updates = list(worker.stub.WatchTasks(pb.WatchTasksRequest(task_ids=["t-basic"]), timeout=20))
     assert updates[-1].is_terminal and all(not u.is_terminal for u in updates[:-1])
     res = updates[-1].result
@@ -147,7 +147,8 @@ def test_io_through_the_worker(worker):
     assert "HELLO" in json.dumps(out)
 
 
-def test_writer_plugin_results(worker):
+def test_writer_plugin_results(start_worker):
+    worker = start_worker(profile="dev")  # the `test` writer is a dev stub
     worker.submit_calls("t-plugin", [("add", [1, 2])], result_handler=("test", {}))
     res = worker.wait_terminal("t-plugin")
     assert res.state == pb.TASK_STATE_SUCCEEDED
@@ -168,7 +169,7 @@ def test_output_cap(start_worker):
 
 
 def test_streaming_range_scan(start_worker):
-    w = start_worker({"STREAM_BUILD_ENABLED": "true"})
+    w = start_worker({"STREAM_BUILD_ENABLED": "true"}, profile="dev")  # rangeScan is a dev stand-in
     w.submit("t-scan", "rangeScan", {"functionId": "add1", "start": 0, "stop": 20000})
     res = w.wait_terminal("t-scan", timeout=60)
     assert res.state == pb.TASK_STATE_SUCCEEDED, res.failure_message
@@ -204,12 +205,34 @@ def test_watch_reattach_within_grace_keeps_the_task(start_worker):
     assert res.state == pb.TASK_STATE_SUCCEEDED
 
 
-def test_bundle_profile(start_worker):
-    # bundle: callList + rangeScan only, streaming build on by default.
-    w = start_worker(profile="bundle")
-    w.submit("t-bundle-scan", "rangeScan", {"functionId": "square", "start": 0, "stop": 100})
-    res = w.wait_terminal("t-bundle-scan")
+@pytest.mark.parametrize("profile", ["block", "bundle"])
+def test_production_profiles_refuse_the_dev_stubs(start_worker, profile):
+    # Defect: both production profiles registered the dev stubs, and the `test`
+    # writer sleeps as long as a client asks (up to 600 s) holding a plugin slot.
+    w = start_worker(profile=profile)
+    for builder, payload in (("static", {"functionId": "add1", "args": [1]}),
+                             ("payload", {"functionId": "echo", "k": 1}),
+                             ("rangeScan", {"functionId": "square", "start": 0, "stop": 3})):
+        w.submit(f"t-{profile}-{builder}", builder, payload)
+        res = w.wait_terminal(f"t-{profile}-{builder}")
+        assert (res.state, res.failure_code) == (pb.TASK_STATE_FAILED, "BUILDER_NOT_FOUND")
+        assert res.failure_message == (f"no call builder named {builder!r} "
+                                       "(this worker's profile registers: callList)")
+    w.submit_calls(f"t-{profile}-writer", [("add", [1, 2])], result_handler=("test", {"sleepMs": 600_000}))
+    res = w.wait_terminal(f"t-{profile}-writer")
+    assert (res.state, res.failure_code) == (pb.TASK_STATE_FAILED, "PLUGIN_FAILED")
+    assert res.failure_message == "no writer plugin named 'test' (this worker's profile registers: none)"
+
+
+def test_dev_profile_runs_the_dev_stubs(start_worker):
+    # dev = block + the dev stubs, with streaming build on so rangeScan streams.
+    w = start_worker(profile="dev")
+    w.submit("t-dev-scan", "rangeScan", {"functionId": "square", "start": 0, "stop": 100})
+    res = w.wait_terminal("t-dev-scan")
     assert res.state == pb.TASK_STATE_SUCCEEDED and outputs(res) == [i * i for i in range(100)]
-    w.submit("t-bundle-static", "static", {"functionId": "add1", "args": [1]})
-    res = w.wait_terminal("t-bundle-static")
-    assert res.failure_code == "BUILDER_NOT_FOUND" and "static" in res.failure_message
+    w.submit("t-dev-static", "static", {"functionId": "add1", "count": 2, "args": [1]})
+    res = w.wait_terminal("t-dev-static")
+    assert res.state == pb.TASK_STATE_SUCCEEDED and outputs(res) == [2, 2]
+    w.submit_calls("t-dev-writer", [("add", [1, 2])], result_handler=("log", {}))
+    res = w.wait_terminal("t-dev-writer")
+    assert res.state == pb.TASK_STATE_SUCCEEDED and [p.plugin for p in res.plugin_results] == ["log"]

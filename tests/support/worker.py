@@ -56,9 +56,11 @@ class WorkerProcess:
     # ---- lifecycle ------------------------------------------------------------
 
     def start(self, ready: bool = True, timeout: float = 30.0) -> "WorkerProcess":
+        # The profile goes through $BLOCKX_PROFILE: `serve --profile` offers only
+        # the production profiles, and the tests also start the dev profile.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "blockx", "serve", "--profile", self.profile],
-            env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            [sys.executable, "-m", "blockx", "serve"],
+            env={**self.env, "BLOCKX_PROFILE": self.profile}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             cwd=self.tmp)
         threading.Thread(target=self._pump, daemon=True).start()
         ev = self.wait_event("worker_serving", timeout)

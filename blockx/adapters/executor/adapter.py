@@ -107,8 +107,6 @@ class ExecutorAdapter:
         self._closing = False
         # Adapter-local totals. Heartbeat timeouts and wedge kills reach Metrics
         # through the orchestrator, which counts what these calls return.
-        self.attached_total = 0
-        self.lost_total = 0
         self.malformed_total = 0
         self.reconnects_total = 0
         self.handler_errors_total = 0
@@ -166,7 +164,6 @@ class ExecutorAdapter:
             self._lose(old, "replaced by a new connection with the same executorId (reconnect)")
         self._pending.discard(conn)
         self._conns[eid] = conn
-        self.attached_total += 1
         self.log.info("executor %s attached (pid %d, %d contexts)", eid, self.pid_of(eid) or 0,
                       conn.capacity,
                       extra={"fields": {"executor_id": eid, "pid": self.pid_of(eid) or 0,
@@ -191,7 +188,6 @@ class ExecutorAdapter:
         attached = bool(eid) and self._conns.get(eid) is conn
         if attached:
             del self._conns[eid]
-            self.lost_total += 1
         if malformed:
             self.malformed_total += 1
         dropped = len(conn.reservations)
@@ -338,7 +334,7 @@ class ExecutorAdapter:
                 free_contexts=c.free_contexts, reserved_count=len(c.reservations),
                 draining_count=c.reservations.draining_count,
                 last_heartbeat_at_ms=c.last_heartbeat_at_ms, cpu_user_ms=c.cpu_user_ms,
-                cpu_system_ms=c.cpu_system_ms, outbox_backlog=len(c.outbox)))
+                cpu_system_ms=c.cpu_system_ms))
         return out
 
     def executor_ids(self) -> list[str]:

@@ -54,7 +54,7 @@ CALL_FAILED = messages.CALL_FAILED
 class ExecutorConnection(asyncio.Protocol):
     __slots__ = (
         "adapter", "counters", "fixed_capacity", "decoder", "transport", "outbox", "reservations", "closed",
-        "executor_id", "peer_pid", "peer_uid", "connected_at_ms", "attached_at_ms",
+        "executor_id", "peer_pid", "connected_at_ms", "attached_at_ms",
         "last_heartbeat_at_ms", "pid", "heartbeat_seq", "runnable_count", "inflight_count",
         "available_contexts", "memory_bytes", "running_call_id", "scheduler_active_at_ms",
         "reported_scheduler_active_at_ms", "cpu_user_ms", "cpu_system_ms",
@@ -71,7 +71,6 @@ class ExecutorConnection(asyncio.Protocol):
         self.closed = False
         self.executor_id = ""  # "" until the first valid Heartbeat
         self.peer_pid = 0
-        self.peer_uid = -1
         self.connected_at_ms = 0
         self.attached_at_ms = 0
         self.last_heartbeat_at_ms = 0
@@ -111,7 +110,7 @@ class ExecutorConnection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
-                self.peer_pid, self.peer_uid, _ = _PEERCRED.unpack(
+                self.peer_pid, _uid, _gid = _PEERCRED.unpack(
                     sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
             except (OSError, AttributeError, struct.error):
                 pass  # not Linux: pid_of falls back to the heartbeat pid

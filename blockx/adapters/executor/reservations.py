@@ -93,9 +93,6 @@ class Reservations:
         self._attempts.pop(call_id, None)
         self._draining.discard(call_id)
 
-    def call_ids(self) -> list[str]:
-        return list(self._attempts)
-
     def clear(self) -> None:
         self._attempts.clear()
         self._draining.clear()

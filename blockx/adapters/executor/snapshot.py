@@ -58,4 +58,3 @@ class ExecutorSnapshotData:
     last_heartbeat_at_ms: int = 0
     cpu_user_ms: int = 0
     cpu_system_ms: int = 0
-    outbox_backlog: int = 0

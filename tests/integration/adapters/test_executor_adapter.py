@@ -15,6 +15,7 @@ import pytest
 from blockx._fast.errors import OutboxFull
 from blockx.adapters.executor import (BindError, CallNotBound, ExecutorAdapter, ExecutorGone,
                                       SocketPathError)
+from blockx.adapters.executor.connection import HEARTBEAT_ACK_FRAME
 from blockx.protocol import messages as m
 
 from .fake_executor import FakeExecutor, RecordingHandler, codec, length_prefix, wait_until
@@ -143,8 +144,8 @@ async def test_path_too_long_is_a_clear_error(sock_dir):
 async def test_attach_on_first_heartbeat_with_snapshot_and_ack(env, clock):
     adapter, handler, attach, connect = env
     fake = await connect("exec-0")
-    await asyncio.sleep(0.05)
-    assert handler.attached == [] and adapter.executor_ids() == []
+    await wait_until(lambda: len(adapter._pending) == 1, what="the connection accepted")
+    assert handler.attached == [] and adapter.executor_ids() == []  # no Heartbeat yet: not attached
     clock.now = 5000
     fake.heartbeat(runnableCount=2, memoryBytes=777, runningCallId="t1/c-3",
                    lastSchedulerActiveAtMs=900, sentAtMs=1000, cpuUserMs=5, cpuSystemMs=6)
@@ -579,7 +580,6 @@ async def test_close_reports_every_executor_lost_and_removes_the_socket(sock_dir
 
 
 async def test_heartbeat_ack_frame_is_a_valid_worker_message():
-    from blockx.adapters.executor.connection import HEARTBEAT_ACK_FRAME
     (env, side), = codec.FrameDecoder().feed(HEARTBEAT_ACK_FRAME)
     m.validate(env, m.WORKER_TO_EXECUTOR)
     assert env["messageType"] == m.HEARTBEAT_ACK and side is None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -29,14 +28,15 @@ STAND_IN = r"""
 import json, os, signal, sys, time
 out = os.environ.get("BLOCKX_EXECUTOR_TEST_OUT")
 eid = sys.argv[sys.argv.index("--executor-id") + 1]
+mode = os.environ.get("BLOCKX_EXECUTOR_MODE", "sleep")
+if mode == "stubborn":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+# Written last: once a stand-in's record exists, its signal disposition is set.
 if out:
     with open(os.path.join(out, f"{eid}.{os.getpid()}.json"), "w") as f:
         json.dump({"argv": sys.argv[1:], "env": dict(os.environ)}, f)
-mode = os.environ.get("BLOCKX_EXECUTOR_MODE", "sleep")
 if mode.startswith("exit"):
     sys.exit(int(mode[4:] or 0))
-if mode == "stubborn":
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 time.sleep(60)
 """
 
@@ -170,11 +170,12 @@ async def test_kill_executor_sigkills_and_the_slot_restarts(make_pool):
     assert gone(pid)
 
 
-async def test_stop_terminates_and_kills_stubborn_children(make_pool):
+async def test_stop_terminates_and_kills_stubborn_children(make_pool, out_dir):
     pool = make_pool(2, mode="stubborn")
     await pool.start()
     pids = [pool.pid_of("exec-0"), pool.pid_of("exec-1")]
-    await asyncio.sleep(0.3)  # let the stand-ins install their SIGTERM handler
+    await wait_until(lambda: all(records(out_dir, f"exec-{i}") for i in range(2)),
+                     what="both stand-ins to ignore SIGTERM")
     await pool.stop(grace_ms=300)
     assert set(pool.states().values()) == {SlotState.STOPPED}
     assert all(gone(p) for p in pids)
@@ -216,11 +217,6 @@ def test_invalid_configuration_is_rejected():
         PoolManager(1, "/tmp/x.sock", max_inflight=1, max_runnable=1, max_restarts=-1)
 
 
-REAL_EXECUTOR = importlib.util.find_spec("blockx_executor") is not None and \
-    importlib.util.find_spec("blockx_executor.__main__") is not None
-
-
-@pytest.mark.skipif(not REAL_EXECUTOR, reason="executor/blockx_executor has no __main__ yet")
 async def test_real_executors_attach_through_the_adapter(out_dir):
     sock_path = os.path.join(out_dir, "run", "w.sock")
     adapter = ExecutorAdapter(sock_path)

@@ -16,9 +16,9 @@ def test_execute_add(make_worker):
     assert sidecar is None
     assert p["output"] == 3
     assert p["taskId"] == "task-9" and p["attemptSeq"] == 3
-    assert p["budgetUsedMs"] >= 0
     assert abs(p["startedAtMs"] - time.time() * 1000) < 60_000
-    assert p["durationMs"] >= 0
+    # Budget is time the call ran, inside its wall-clock duration.
+    assert type(p["budgetUsedMs"]) is int and 0 <= p["budgetUsedMs"] <= p["durationMs"] < 5_000
 
 
 def test_function_code_fetched_once_then_cached(make_worker):
@@ -121,7 +121,7 @@ def test_user_exception_fields(make_worker):
     assert lv["x"] == "5" and lv["secret"] == "'s3cr3t'"
     assert "outer" not in lv  # the innermost user frame only
     assert len(lv["big"]) <= 200 and len(lv["items"]) <= 200
-    assert p["budgetUsedMs"] >= 0
+    assert type(p["budgetUsedMs"]) is int and 0 <= p["budgetUsedMs"] < 5_000  # raised at once
 
 
 def test_local_vars_are_capped(make_worker):

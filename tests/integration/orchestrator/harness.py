@@ -29,7 +29,7 @@ from blockx.adapters.executor.snapshot import ExecutorSnapshotData
 from blockx.adapters.metrics import Metrics
 from blockx.adapters.orchestrator import Orchestrator
 from blockx.app.config import load_config
-from blockx.app.profile import BLOCK
+from blockx.app.profile import DEV
 from blockx.core.dispatcher import DispatcherCore
 from blockx.core.types import (
     CallRetryPolicy, FunctionCall, ResultHandler, SubmitTaskRequest, TaskSnapshot, TaskState,
@@ -425,10 +425,10 @@ async def build(tmp_path, *, env: dict[str, str] | None = None,
         (fdir / f"{fid}.py").write_text(src)
     base_env = {"FUNCTIONS_DIR": str(fdir), "ETCD_ENDPOINTS": "none", "METRICS_LISTEN": "",
                 "CALL_RETRY_JITTER_PERCENT": "0", "EXECUTOR_COUNT": str(max(1, len(executors)))}
-    cfg = load_config(BLOCK, env={**base_env, **(env or {})})
+    cfg = load_config(DEV, env={**base_env, **(env or {})})
     if tweak is not None:
         tweak(cfg)
-    cfg.validate(BLOCK)
+    cfg.validate(DEV)
     clock = FakeClock()
     dcfg = cfg.dispatcher_config()
     core = WorkerCore(cfg.core_config())
@@ -438,8 +438,8 @@ async def build(tmp_path, *, env: dict[str, str] | None = None,
     fake = FakeAdapter(clock)
     orch = Orchestrator(
         core=core, disp=disp, adapter=fake, fcode=fcode,
-        builders=BuilderRegistry.from_names(BLOCK.builders),
-        plugins=PluginRegistry.from_names(BLOCK.plugins), io_factory=IOScopeFactory.from_config(cfg),
+        builders=BuilderRegistry.from_names(DEV.builders),
+        plugins=PluginRegistry.from_names(DEV.plugins), io_factory=IOScopeFactory.from_config(cfg),
         admission=Admission.from_config(cfg.admission_config()), stream_cfg=cfg.stream_build,
         metrics=Metrics(process_metrics=False), stall_timeout_ms=dcfg.effective_stall_timeout_ms,
         phase_io_timeout_ms=cfg.phase_io_timeout_ms, wall=clock.wall, mono=clock.mono)

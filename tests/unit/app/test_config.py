@@ -7,7 +7,9 @@ import pytest
 from blockx.app import config as config_mod
 from blockx.app.config import (ConfigError, WorkerFullConfig, apply_env, apply_json, env_vars, load_config,
                                split_host_port)
-from blockx.app.profile import BLOCK, BUNDLE, Profile
+from blockx.app.profile import BLOCK, BUNDLE, Profile, get_profile
+from blockx.core.config import Config
+from blockx.core.dispatcher_config import DispatcherConfig
 
 SPEC_ENV_VARS = {
     "WORKER_LISTEN": "listenAddr",
@@ -547,3 +549,23 @@ def test_config_loaded_for_a_custom_profile_records_its_deployment():
     assert cfg.worker_registry_prefix == "/x/bundle-workers/"
     assert cfg.violations() == []
     assert cfg.stream_build.enabled is False  # no tune hook: the built-in default stays
+
+
+# --- one error type --------------------------------------------------------------------------
+
+
+def test_the_app_the_cores_and_profiles_raise_one_configuration_error_type():
+    for bad in (lambda: load({"TASK_SLOTS": "x"}), lambda: broken(executor_count=0).validate(),
+                lambda: Config(task_slots=0).validate(), lambda: DispatcherConfig(batch_max_rows=0).validate(),
+                lambda: get_profile("edge")):
+        with pytest.raises(ConfigError):
+            bad()
+
+
+def test_a_core_setting_is_worded_for_the_operator_by_the_cores_rule():
+    # The same rule (blockx.core.config.CONFIG_RULES) words the core's message and the app's.
+    core = pytest.raises(ConfigError, Config(default_ttl_ms=0).validate).value.problems
+    app = broken(worker__default_ttl_ms=0).violations()
+    note = "(a zero TTL would expire every inline reservation at once)"
+    assert core == [f"defaultTTLMs (default_ttl_ms) must be > 0, got 0 {note}"]
+    assert app == [f"worker.defaultTTLMs must be > 0 {note} (got 0)"]

@@ -3,7 +3,7 @@ from dataclasses import replace
 import pytest
 
 from blockx.app.config import load_config
-from blockx.app.profile import BLOCK, BUNDLE, PROFILES, Profile, ProfileError, get_profile
+from blockx.app.profile import BLOCK, BUNDLE, DEV, PROFILES, Profile, ProfileError, get_profile
 from blockx.plugins.builders import BuilderRegistry
 from blockx.plugins.writers import PluginRegistry
 
@@ -18,30 +18,54 @@ def test_shipped_profiles_are_valid_and_named():
 def test_block_profile():
     assert BLOCK.deployment == "block"
     assert BLOCK.worker_registry_prefix == "/blockx/workers/"
-    assert BLOCK.builders == ("callList", "static", "payload", "rangeScan")
-    assert BLOCK.plugins == ("log", "test")
+    assert BLOCK.builders == ("callList",)
+    assert BLOCK.plugins == ()
     assert BLOCK.tune_defaults is None
 
 
 def test_bundle_profile_enables_streaming_through_tune_defaults_only():
     assert BUNDLE.deployment == "bundle"
     assert BUNDLE.worker_registry_prefix == "/blockx/bundle-workers/"
-    assert BUNDLE.builders == ("callList", "rangeScan")
-    assert BUNDLE.plugins == ("log", "test")
+    assert BUNDLE.builders == ("callList",)
+    assert BUNDLE.plugins == ()
     assert load_config(BUNDLE, env={}).stream_build.enabled is True
     assert load_config(BUNDLE, env={"STREAM_BUILD_ENABLED": "0"}).stream_build.enabled is False
 
 
 def test_registries_follow_the_profile():
     b = BuilderRegistry.from_names(BUNDLE.builders)
-    assert b.names() == ["callList", "rangeScan"]
+    assert b.names() == ["callList"]
     assert b.get("static") is None  # not registered: tasks naming it fail BUILDER_NOT_FOUND
-    p = PluginRegistry.from_names(BLOCK.plugins)
+    p = PluginRegistry.from_names(DEV.plugins)
     assert p.names() == ["log", "test"]
 
 
+DEV_BUILDERS = ("static", "payload", "rangeScan")
+DEV_PLUGINS = ("log", "test")
+
+
+@pytest.mark.parametrize("prof", [BLOCK, BUNDLE], ids=["block", "bundle"])
+def test_production_profiles_register_no_dev_stub(prof):
+    # The dev stubs are not production code: `test` sleeps as long as a client asks.
+    builders = BuilderRegistry.from_names(prof.builders)
+    plugins = PluginRegistry.from_names(prof.plugins)
+    assert [n for n in DEV_BUILDERS if n in builders] == []
+    assert [n for n in DEV_PLUGINS if n in plugins] == []
+
+
+def test_dev_profile_is_block_plus_the_dev_stubs_with_streaming_on():
+    assert DEV.deployment == "block"
+    assert DEV.worker_registry_prefix == BLOCK.worker_registry_prefix
+    assert DEV.builders == BLOCK.builders + DEV_BUILDERS
+    assert DEV.plugins == BLOCK.plugins + DEV_PLUGINS
+    assert get_profile("dev") is DEV
+    # rangeScan stands in for a streaming scan, so in dev it streams by default.
+    assert load_config(DEV, env={}).stream_build.enabled is True
+    assert load_config(DEV, env={"STREAM_BUILD_ENABLED": "0"}).stream_build.enabled is False
+
+
 def test_get_profile_unknown():
-    with pytest.raises(ProfileError, match="unknown profile 'edge' \\(known: block, bundle\\)"):
+    with pytest.raises(ProfileError, match="unknown profile 'edge' \\(known: block, bundle, dev\\)"):
         get_profile("edge")
 
 

@@ -1,8 +1,11 @@
 """core.Config / AdmissionConfig: defaults, validation messages, JSON mapping."""
+import dataclasses
+
 import pytest
 
-from blockx.core.config import (ADMISSION_JSON_KEYS, JSON_KEYS, AdmissionConfig, Config,
-                                ConfigError)
+from blockx.core.config import (ADMISSION_JSON_KEYS, ADMISSION_RULES, CONFIG_RULES, JSON_KEYS, AdmissionConfig,
+                                Config, ConfigError)
+from blockx.core.dispatcher_config import DISPATCHER_RULES, DispatcherConfig
 from blockx.core.worker import WorkerCore
 
 
@@ -36,17 +39,18 @@ def test_snapshot_retention_zero_means_max_timeout_plus_ten_seconds():
     ({"default_ttl_ms": 0}, "defaultTTLMs (default_ttl_ms) must be > 0, got 0"),
     ({"task_deadline_ms": 0}, "taskDeadlineMs (task_deadline_ms) must be > 0, got 0"),
     ({"task_deadline_ms": 28_800_001},
-     "taskDeadlineMs 28800001 exceeds maxTaskTimeoutMs 28800000; raise maxTaskTimeoutMs or lower taskDeadlineMs"),
+     "taskDeadlineMs (task_deadline_ms) (28800001) must not exceed maxTaskTimeoutMs (max_task_timeout_ms) (28800000)"),
     ({"result_retention_ms": -1}, "resultRetentionMs (result_retention_ms) must be >= 0, got -1"),
     ({"watch_disconnect_grace_ms": -1}, "watchDisconnectGraceMs (watch_disconnect_grace_ms) must be >= 0, got -1"),
-    ({"default_max_attempts": 0}, "defaultMaxAttempts (default_max_attempts) must be > 0, got 0"),
+    ({"default_max_attempts": 0}, "defaultMaxAttempts (default_max_attempts) must be >= 1, got 0 (1 means no retry)"),
     ({"default_base_backoff_ms": -10}, "defaultBaseBackoffMs (default_base_backoff_ms) must be >= 0, got -10"),
     ({"default_retry_jitter_percent": 6},
      "defaultRetryJitterPercent (default_retry_jitter_percent) must be between 0 and 5, got 6"),
     ({"default_retry_jitter_percent": -1},
      "defaultRetryJitterPercent (default_retry_jitter_percent) must be between 0 and 5, got -1"),
     ({"function_snapshot_retention_ms": 1000},
-     "functionSnapshotRetentionMs 1000 is below maxTaskTimeoutMs 28800000"),
+     "functionSnapshotRetentionMs (function_snapshot_retention_ms) (1000) must be 0 (= maxTaskTimeoutMs + 10s) "
+     "or >= maxTaskTimeoutMs (max_task_timeout_ms) (28800000)"),
     ({"function_snapshot_retention_ms": -1},
      "functionSnapshotRetentionMs (function_snapshot_retention_ms) must be >= 0, got -1"),
     ({"task_slots": 2.5}, "taskSlots (task_slots) must be an integer, got 2.5"),
@@ -98,3 +102,12 @@ def test_json_round_trip_and_unknown_keys():
 def test_worker_core_refuses_an_invalid_config():
     with pytest.raises(ConfigError, match="taskSlots"):
         WorkerCore(Config(task_slots=0))
+
+
+@pytest.mark.parametrize("rules,cls", [(CONFIG_RULES, Config), (ADMISSION_RULES, AdmissionConfig),
+                                       (DISPATCHER_RULES, DispatcherConfig)])
+def test_every_setting_has_exactly_one_rule(rules, cls):
+    # check() skips a rule whose field an object lacks (the app hands a section the
+    # table of the core config it feeds), so a misspelt field would go unchecked.
+    names = [r.field for r in rules]
+    assert sorted(names) == sorted(f.name for f in dataclasses.fields(cls))

@@ -1,6 +1,9 @@
 """ReadyQueue contract, run against the compiled module and its twin, plus a
 model-based parity check (random op sequences on both agree with a list)."""
 
+import gc
+import weakref
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -158,9 +161,6 @@ def test_remove_last_item_and_from_empty(Q):
 
 
 def test_items_released(Q):
-    import gc
-    import weakref
-
     class Item:
         pass
 
@@ -177,9 +177,6 @@ def test_items_released(Q):
 
 def test_cycle_through_queue_is_collected(Q):
     # A call context pointing back at the task that owns the queue must not leak.
-    import gc
-    import weakref
-
     class Task:
         pass
 

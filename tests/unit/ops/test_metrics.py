@@ -80,7 +80,7 @@ def test_plain_int_bumps_are_exported():
     m.uds_bytes_out += 2000
     m.executors_healthy = 8
     m.outbox_depth = 17
-    m.set_slots(free=40, allocated=3, running=7)
+    m.slots_fn = lambda: {"free": 40, "allocated": 3, "running": 7}
     m.set_etcd_state("retrying")
     s = samples(m)
     assert s[("blockx_calls_dispatched_total", ())] == 7

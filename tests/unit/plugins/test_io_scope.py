@@ -8,6 +8,15 @@ from blockx.plugins.io import (DevStubBackend, IOBackend, IOBackendError, IOScop
                                TaskIOScope, UnknownIOBackend)
 
 
+async def until(cond, what: str, timeout: float = 2.0) -> None:
+    """Wait for `cond()` to hold, bounded (the tests below wait for states, never for time)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.001)
+
+
 class CountingBackend:
     """Records each request; `gate` (when set) holds requests until released."""
 
@@ -106,7 +115,7 @@ async def test_concurrent_identical_requests_join_the_first():
     be.gate = asyncio.Event()
     scope = TaskIOScope("t", {"counting": be})
     waiters = [asyncio.ensure_future(scope.handle("counting", b'{"x":1}')) for _ in range(5)]
-    await asyncio.sleep(0.01)
+    await until(lambda: scope.requests == 5 and be.active == 1, "five waits, one at the backend")
     assert len(be.calls) == 1
     be.gate.set()
     results = await asyncio.gather(*waiters)
@@ -146,8 +155,9 @@ async def test_backend_admission_is_shared_across_tasks():
     scopes = [factory.new_task_scope(f"t{i}") for i in range(3)]
     pending = [asyncio.ensure_future(s.handle("counting", b'{"i":%d}' % i)) for i, s in enumerate(scopes)]
     pending.append(asyncio.ensure_future(scopes[0].handle("counting", b'{"other":1}')))
-    await asyncio.sleep(0.02)
-    assert be.active == 2  # two admitted, two queued on the semaphore
+    await until(lambda: sum(s.backend_requests for s in scopes) == 4 and be.active == 2,
+                "four backend requests, two admitted")
+    assert len(be.calls) == 2  # two admitted, two queued on the semaphore
     be.gate.set()
     await asyncio.gather(*pending)
     assert be.max_active == 2 and len(be.calls) == 4
@@ -198,7 +208,7 @@ async def test_close_cancels_pending_requests_and_refuses_new_ones():
     be.gate = asyncio.Event()
     scope = TaskIOScope("t", {"counting": be})
     pending = asyncio.ensure_future(scope.handle("counting", b"{}"))
-    await asyncio.sleep(0.01)
+    await until(lambda: be.active == 1, "the request at the backend")
     scope.close()
     with pytest.raises(IOScopeClosed, match="cancelled because the task finished"):
         await pending
@@ -214,9 +224,9 @@ async def test_a_cancelled_waiter_does_not_cancel_the_shared_request():
     scope = TaskIOScope("t", {"counting": be})
     first = asyncio.ensure_future(scope.handle("counting", b"{}"))
     second = asyncio.ensure_future(scope.handle("counting", b"{}"))
-    await asyncio.sleep(0.01)
+    await until(lambda: scope.requests == 2 and be.active == 1, "both waits, one at the backend")
     first.cancel()
-    await asyncio.sleep(0)
+    await until(first.done, "the first waiter to be cancelled")
     be.gate.set()
     assert await second == (b'{"n":1}', None)
     assert first.cancelled()

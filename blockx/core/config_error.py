@@ -1,7 +1,9 @@
-"""ConfigError: every configuration problem found, reported at once.
+"""ConfigError: the one error type for configuration problems, reported at once.
 
-Loading, validation and the socket-directory check all raise it with the full
-list, so a bad deployment is fixed in one round instead of one error per restart."""
+It lives in the core so the cores' own config checks can raise it without
+importing the app; the app's loader, validation and profile checks raise the same
+type. Every raiser collects the full list first, so a bad deployment is fixed in
+one round instead of one error per restart."""
 
 from __future__ import annotations
 
@@ -13,6 +15,11 @@ class ConfigError(ValueError):
         self.problems = [problems] if isinstance(problems, str) else list(problems)
         self.header = header
         super().__init__(self.render())
+
+    @property
+    def violations(self) -> list[str]:
+        """`problems` under the name the core's callers use for it."""
+        return self.problems
 
     def render(self) -> str:
         if len(self.problems) == 1:
