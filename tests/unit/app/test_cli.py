@@ -346,3 +346,10 @@ def test_serve_hands_the_loaded_config_to_run_serve(monkeypatch, capsys):
     code, _, _ = run(capsys, "serve", "--profile", "block")
     assert code == 0
     assert seen["profile"].deployment == "block" and seen["cfg"].executor_count == 2
+
+
+def test_serve_accepts_every_profile_by_name(monkeypatch, capsys):
+    monkeypatch.delenv("WORKER_CONFIG", raising=False)
+    code, out, err = run(capsys, "serve", "--profile", "dev", "--print-config")
+    assert code == 0, err
+    assert json.loads(out)["streamBuild"]["enabled"] is True
