@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from blockx.cli_client import (cmd_result, cmd_slot, cmd_submit, cmd_watch, decode_json_bytes, response_to_json,
                                result_to_json, state_name)
 from blockx.cli_exit import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, CLIError
+from blockx.app.profile import PROFILES
 from blockx.cli_task import POLICIES, parse_call, task_from_args, task_from_json
 
 __all__ = [
@@ -46,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run a Worker", description=(
         "Run a Worker. Configuration: defaults -> profile -> WORKER_CONFIG JSON file "
         "(or --config) -> environment variables."))
-    s.add_argument("--profile", choices=("block", "bundle"), default=os.environ.get("BLOCKX_PROFILE", "block"),
-                   help="deployment profile (default: $BLOCKX_PROFILE or block)")
+    s.add_argument("--profile", choices=tuple(PROFILES), default=os.environ.get("BLOCKX_PROFILE", "block"),
+                   help="deployment profile: block, bundle, or dev (block plus the dev stubs) "
+                        "(default: $BLOCKX_PROFILE or block)")
     s.add_argument("--config", metavar="FILE", default=None,
                    help="JSON configuration file (takes the place of $WORKER_CONFIG)")
     s.add_argument("--print-config", action="store_true",
