@@ -26,12 +26,9 @@ from blockx.cli_task import task_from_args
 
 
 def state_name(value: int) -> str:
-    from blockx.worker.v1 import worker_pb2 as pb
+    from blockx.client.outcome import state_name as name
 
-    try:
-        return pb.TaskState.Name(value).removeprefix("TASK_STATE_")
-    except ValueError:
-        return str(value)
+    return name(value)
 
 
 def decode_json_bytes(raw: bytes) -> Any:

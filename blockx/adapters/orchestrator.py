@@ -2,10 +2,20 @@
 
 Everything runs on one event loop, so WorkerCore needs no lock: gRPC handlers
 call it synchronously, phase runners call it between awaits, and the tick calls
-it every 500 ms. DispatcherCore is only touched by the dispatch actor
-(orchestrator_dispatch). The orchestrator keeps no copy of slot, phase or call
-truth; `_runtimes` holds only what the adapter alone can hold (pinned code view,
-IO scope, the runner task) for tasks between activation and terminal.
+it every 500 ms. DispatcherCore is only touched by the dispatch actor. The
+Orchestrator composes the parts that own their state:
+
+- ``DispatchActor`` (dispatch_actor.py): the event queue, command execution,
+  retry timers and background sends: the only code that mutates DispatcherCore;
+- ``ExecutorEvents`` (executor_events.py): the executor adapter's handler,
+  frames into dispatcher events, and the waits (function code, IO, subcalls);
+- ``TaskPhases`` (task_phases.py): activation and Builder -> Calls -> Plugin;
+- ``SubscriptionManager`` (subscriptions.py): WatchTasks / session fan-out;
+
+and itself owns ``_runtimes`` (the adapter-only record of each task between
+activation and terminal: pinned code view, IO scope, runner; the parts read it),
+the core's timers, and the task terminal path. It keeps no copy of slot, phase
+or call truth.
 
 Clocks: WorkerCore runs on wall-clock ms (its timestamps are shown to clients in
 TaskStatistic and heartbeats); DispatcherCore and the executor adapter run on
@@ -18,16 +28,15 @@ import logging
 import time
 from typing import Any, Callable
 
-import orjson
-
 from blockx._fast import load
-from blockx.adapters.orchestrator_dispatch import DispatchActor
-from blockx.adapters.orchestrator_phases import PhaseRunner
+from blockx.adapters.dispatch_actor import DispatchActor
+from blockx.adapters.executor_events import ExecutorEvents
 from blockx.adapters.subscriptions import SubscriptionManager
+from blockx.adapters.task_phases import TaskPhases
 from blockx.adapters.task_runtime import TaskRuntime
 from blockx.app.logs import log_event
 from blockx.core.dispatcher_types import ExecutorSnapshot
-from blockx.core.types import ConvergeTask, PrepareTaskActivation, SubmitTaskRequest, TaskSnapshot, TaskState
+from blockx.core.types import ConvergeTask, PrepareTaskActivation, SubmitTaskRequest, TaskSnapshot
 
 log = logging.getLogger("blockx.orchestrator")
 _canonical = load("cachekey").canonical_args_json
@@ -41,7 +50,7 @@ def mono_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-class Orchestrator(PhaseRunner, DispatchActor):
+class Orchestrator:
     def __init__(self, *, core, disp, adapter, fcode, builders: dict, plugins: dict, io_factory,
                  admission, stream_cfg, metrics, pool=None, shadow=None, stall_timeout_ms: int = 10_000,
                  phase_io_timeout_ms: int = 10_000, on_ready: Callable[[], Any] | None = None,
@@ -51,15 +60,9 @@ class Orchestrator(PhaseRunner, DispatchActor):
         self.adapter = adapter
         self.pool = pool
         self.fcode = fcode
-        self.builders = builders
-        self.plugins = plugins
-        self.io_factory = io_factory
-        self.admission = admission
-        self.stream_cfg = stream_cfg
         self.metrics = metrics
         self.shadow = shadow
         self.stall_timeout_ms = stall_timeout_ms
-        self.phase_io_timeout_ms = phase_io_timeout_ms
         self._on_ready = on_ready
         self._wall = wall
         self._mono = mono
@@ -68,8 +71,17 @@ class Orchestrator(PhaseRunner, DispatchActor):
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._drained: asyncio.Event = asyncio.Event()
         self.subscriptions = SubscriptionManager(self._watch_first_attach, self._watch_last_detach)
-        self._init_actor()
-        adapter.handler = self
+        self.actor = DispatchActor(disp=disp, adapter=adapter, metrics=metrics, runtimes=self._runtimes,
+                                   mono=mono, on_calls_converged=self._on_calls_converged)
+        self.phases = TaskPhases(
+            core=core, disp=disp, actor=self.actor, runtimes=self._runtimes, fcode=fcode, builders=builders,
+            plugins=plugins, io_factory=io_factory, admission=admission, stream_cfg=stream_cfg, metrics=metrics,
+            phase_io_timeout_ms=phase_io_timeout_ms, wall=wall, on_converge=self._on_task_terminal)
+        self.executor_events = ExecutorEvents(
+            actor=self.actor, runtimes=self._runtimes, canonical_args=_canonical,
+            on_attached=self._on_executor_attached, snapshots=self._core_snapshots)
+        self.post = self.actor.post
+        adapter.handler = self.executor_events
         metrics.slots_fn = self.slot_counts
 
     # ---- RPC entry points (synchronous, on the loop) ------------------------------
@@ -114,7 +126,7 @@ class Orchestrator(PhaseRunner, DispatchActor):
     def _start_task(self, cmd: PrepareTaskActivation) -> None:
         rt = TaskRuntime(cmd.task_id, cmd.instance_id, cmd.deadline_ms)
         self._runtimes[cmd.task_id] = rt
-        self._loop.call_soon(self._drive_task, rt, cmd)
+        self._loop.call_soon(self.phases.drive, rt, cmd)
         self._arm_deadline_timer()
 
     def _on_task_terminal(self, cmd: ConvergeTask) -> None:
@@ -130,7 +142,7 @@ class Orchestrator(PhaseRunner, DispatchActor):
             if rt.calls_done is not None and not rt.calls_done.done():
                 rt.calls_done.cancel()
             if rt.gate is not None and rt.runner is None:
-                self._leave_calls(rt)            # an inline Calls phase ends with its task
+                self.phases.leave_calls(rt)      # an inline Calls phase ends with its task
             rt.on_calls_done = None
             runner = rt.runner
             if runner is not None and not runner.done() and runner is not asyncio.current_task():
@@ -215,6 +227,13 @@ class Orchestrator(PhaseRunner, DispatchActor):
         self.metrics.executors_healthy = healthy
         self.post(lambda n: self.disp.handle_executor_snapshot_updated(snaps, n))
 
+    def _on_calls_converged(self, cmd) -> None:
+        self.phases.calls_converged(cmd)
+
+    def _on_executor_attached(self, executor_id: str) -> None:
+        self._sync_snapshots()
+        self._on_first_healthy_executor()
+
     def _on_first_healthy_executor(self) -> None:
         if not self.core.ready and self.adapter.healthy_count() > 0:
             self.core.set_ready(True)
@@ -270,18 +289,10 @@ class Orchestrator(PhaseRunner, DispatchActor):
         for rt in list(self._runtimes.values()):
             if rt.runner is not None:
                 rt.runner.cancel()
-        for t in list(self._bg):
-            t.cancel()
-        for h in list(self._retry_timers):
-            h.cancel()
-        self._retry_timers.clear()
+        self.actor.close()
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()
         self.subscriptions.close_all()
-
-    @staticmethod
-    def _canonical_args(args) -> bytes:
-        return _canonical(args)
 
 
 def _close_quietly(scope) -> None:

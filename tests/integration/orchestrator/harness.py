@@ -443,7 +443,7 @@ async def build(tmp_path, *, env: dict[str, str] | None = None,
         admission=Admission.from_config(cfg.admission_config()), stream_cfg=cfg.stream_build,
         metrics=Metrics(process_metrics=False), stall_timeout_ms=dcfg.effective_stall_timeout_ms,
         phase_io_timeout_ms=cfg.phase_io_timeout_ms, wall=clock.wall, mono=clock.mono)
-    assert fake.handler is orch
+    assert fake.handler is orch.executor_events
     for eid in executors:
         fake.attach(eid, capacity)
     return Harness(orch, fake, clock, cfg, str(fdir), functions)

@@ -174,7 +174,7 @@ async def test_the_dispatcher_is_only_touched_on_the_actor(make_harness):
         orig = getattr(disp, name)
 
         def wrapped(*a, __orig=orig, __name=name, **kw):
-            if not h.orch._actor_running:
+            if not h.orch.actor.running:
                 outside.append(__name)
             return __orig(*a, **kw)
 

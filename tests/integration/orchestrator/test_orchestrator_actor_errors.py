@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from blockx.adapters import orchestrator_dispatch
+from blockx.adapters import dispatch_actor
 from blockx.adapters.executor.errors import BindError, ExecutorGone
 from blockx.core.dispatcher_commands import UnbindCall
 
@@ -59,11 +59,11 @@ async def test_an_epilogue_that_never_quiesces_is_cut_off_with_an_error(make_har
             h.orch.post(lambda n: [])
     finally:
         del disp.epilogue
-    assert len(rounds) == orchestrator_dispatch.EPILOGUE_MAX_ROUNDS
+    assert len(rounds) == dispatch_actor.EPILOGUE_MAX_ROUNDS
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1
     assert "epilogue" in errors[0].getMessage()
-    assert str(orchestrator_dispatch.EPILOGUE_MAX_ROUNDS) in errors[0].getMessage()
+    assert str(dispatch_actor.EPILOGUE_MAX_ROUNDS) in errors[0].getMessage()
     # The actor is still alive.
     h.submit("t", [("add", [1, 1])])
     await h.executed(1)

@@ -1,4 +1,4 @@
-"""The dispatch actor: the only code that mutates DispatcherCore.
+"""DispatchActor: the only code that mutates DispatcherCore.
 
 Invariants (the Python form of the spec's I1-I5):
 - DispatcherCore is touched only inside `_run_actor`, on the event loop. Every
@@ -14,13 +14,17 @@ Invariants (the Python form of the spec's I1-I5):
   its own asyncio task and reports back through `post`.
 - Frames of one `data_received` chunk are handled as one batch with one epilogue
   (DESIGN.md §8: every microsecond per call in the Worker counts).
+
+The actor owns its queue, its background sends and its retry timers. It reads
+the task runtimes (streaming credits, producers) through the mapping the
+Orchestrator owns, and hands a converged Calls phase to ``on_calls_converged``.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections import deque
-from typing import Any, Callable
+from typing import Callable, Mapping
 
 import orjson
 
@@ -43,7 +47,7 @@ _Fragment = orjson.Fragment
 _dumps = orjson.dumps
 
 
-def _dumps_kept(value) -> bytes:
+def dumps_kept(value) -> bytes:
     """orjson.dumps for bytes that outlive the event (call outputs, IO cache keys).
 
     orjson writes into a ~4 KiB malloc'd buffer and shrinks it in place; glibc
@@ -56,18 +60,17 @@ def _dumps_kept(value) -> bytes:
 
 
 class DispatchActor:
-    """Mixin of Orchestrator: the actor loop, command execution and the
-    ExecutorAdapter handler callbacks."""
-
-    # set by Orchestrator.__init__
-    disp: Any
-    adapter: Any
-    metrics: Any
-    _mono: Callable[[], int]
-
-    def _init_actor(self) -> None:
+    def __init__(self, *, disp, adapter, metrics, runtimes: Mapping, mono: Callable[[], int],
+                 on_calls_converged: Callable[[ConvergeTaskCalls], None]) -> None:
+        self.disp = disp
+        self.adapter = adapter
+        self.metrics = metrics
+        self._runtimes = runtimes                 # the Orchestrator's; read here, never changed
+        self._mono = mono
+        self._on_calls_converged = on_calls_converged
+        self._loop = asyncio.get_running_loop()
         self._queue: deque = deque()
-        self._actor_running = False
+        self.running = False
         self._bg: set[asyncio.Task] = set()
         self._retry_timers: set[asyncio.TimerHandle] = set()
 
@@ -75,11 +78,11 @@ class DispatchActor:
 
     def post(self, fn: Callable[[int], list | None]) -> None:
         self._queue.append(fn)
-        if not self._actor_running:
-            self._run_actor()
+        if not self.running:
+            self._run()
 
-    def _run_actor(self) -> None:
-        self._actor_running = True
+    def _run(self) -> None:
+        self.running = True
         q = self._queue
         disp = self.disp
         try:
@@ -107,7 +110,7 @@ class DispatchActor:
                 except Exception:  # noqa: BLE001 - the actor must outlive one bad command
                     log.exception("dispatch epilogue failed")
         finally:
-            self._actor_running = False
+            self.running = False
 
     def _exec(self, cmds: list, now: int) -> None:
         disp = self.disp
@@ -178,13 +181,13 @@ class DispatchActor:
                     log.exception("marking %s draining on %s failed; CancelCall not sent",
                                   cmd.call_id, cmd.executor_id)
                     continue
-                self._spawn(self._send_cancel(cmd))
+                self.spawn(self._send_cancel(cmd))
             elif t is ArmCallRetry:
                 if cmd.is_retry:            # a failed bind's re-arm consumed no attempt
                     metrics.calls_retried += 1
                 self._arm_retry(max(0, cmd.fire_at_ms - now) / 1000.0, cmd.call_id)
             elif t is SubcallDone:
-                self._spawn(self._send_subcall_resume(cmd))
+                self.spawn(self._send_subcall_resume(cmd))
             elif t is CompleteCallFromCache:
                 metrics.call_cache_hits += 1
             elif t is BatchSettled:
@@ -208,11 +211,20 @@ class DispatchActor:
         handle = self._loop.call_later(delay_s, fire)
         timers.add(handle)
 
-    def _spawn(self, coro) -> asyncio.Task:
+    def spawn(self, coro) -> asyncio.Task:
+        """Run ``coro`` beside the actor (a send that awaits); cancelled by close()."""
         t = self._loop.create_task(coro)
         self._bg.add(t)
         t.add_done_callback(self._bg.discard)
         return t
+
+    def close(self) -> None:
+        """Cancel the background sends and the retry timers (shutdown)."""
+        for t in list(self._bg):
+            t.cancel()
+        for h in list(self._retry_timers):
+            h.cancel()
+        self._retry_timers.clear()
 
     # ---- off-actor sends -------------------------------------------------------
 
@@ -233,10 +245,10 @@ class DispatchActor:
                        "error": {"errorKind": cmd.error_kind, "errorMessage": cmd.error_message,
                                  "retryable": cmd.retryable, "childErrorKind": cmd.child_error_kind},
                        "budgetUsedMs": cmd.budget_used_ms}
-        await self._resume(cmd.parent_executor_id, cmd.parent_call_id, cmd.request_id,
+        await self.resume(cmd.parent_executor_id, cmd.parent_call_id, cmd.request_id,
                            cmd.parent_attempt_seq, payload, None)
 
-    async def _resume(self, executor_id: str, call_id: str, request_id: str, attempt_seq: int,
+    async def resume(self, executor_id: str, call_id: str, request_id: str, attempt_seq: int,
                       payload: dict, sidecar: bytes | None) -> None:
         """Send a ResumeCall; once flushed, feed handle_call_resumed, else synthesize
         a retryable RESUME_SEND_FAILED failure of the waiting attempt."""
@@ -255,151 +267,3 @@ class DispatchActor:
             self.post(failed)
             return
         self.post(lambda n: self.disp.handle_call_resumed(call_id, n))
-
-    # ---- ExecutorAdapter handler ----------------------------------------------
-
-    def on_executor_attached(self, executor_id: str) -> None:
-        self._sync_snapshots()
-        self._on_first_healthy_executor()
-
-    def on_executor_lost(self, executor_id: str, reason: str) -> None:
-        log.warning("executor %s lost: %s", executor_id, reason)
-        snaps = self._core_snapshots()
-        self.post(lambda n: self._apply_executor_lost(executor_id, snaps, n))
-
-    def _apply_executor_lost(self, executor_id: str, snaps: list, now: int) -> list:
-        # Its in-flight attempts end here, not with a frame: count them as failed so
-        # that dispatched == completed + failed holds in the metrics.
-        lost = len(self.disp.executor_calls(executor_id))
-        if lost:
-            self.metrics.call_failed(m.EXECUTOR_LOST, lost)
-        return ((self.disp.handle_executor_snapshot_updated(snaps, now) or [])
-                + (self.disp.handle_executor_lost(executor_id, now) or []))
-
-    def on_executor_frames(self, executor_id: str, frames: list) -> None:
-        self.post(lambda now: self._apply_frames(executor_id, frames, now))
-
-    def _apply_frames(self, executor_id: str, frames: list, now: int) -> list | None:
-        disp = self.disp
-        metrics = self.metrics
-        out: list = []
-        for env, sidecar in frames:
-            mt = env.get("messageType")
-            p = env.get("payload")
-            if not isinstance(p, dict):
-                log.warning("executor %s sent %s without a payload object", executor_id, mt)
-                continue
-            call_id = env.get("callId", "")
-            try:
-                # Counted only when the core accepted the frame (its answer is
-                # non-empty): a duplicated or stale frame changes nothing.
-                if mt == "CallCompleted":
-                    cmds = disp.handle_call_completed(call_id, p["attemptSeq"], _dumps_kept(p.get("output")),
-                                                      p.get("budgetUsedMs", 0), now)
-                    if cmds:
-                        metrics.calls_completed += 1
-                elif mt == "CallFailed":
-                    kind = p.get("errorKind", "")
-                    cmds = disp.handle_call_failed(call_id, p["attemptSeq"], kind, bool(p.get("retryable")),
-                                                   p.get("errorMessage", ""), now, p.get("budgetUsedMs", 0))
-                    if cmds:
-                        metrics.call_failed(kind)
-                elif mt == "CallWaiting":
-                    cmds = self._on_call_waiting(executor_id, call_id, env.get("requestId", ""), p,
-                                                 sidecar, now)
-                else:
-                    log.warning("executor %s sent unexpected %r", executor_id, mt)
-                    continue
-            except (KeyError, TypeError, ValueError) as exc:
-                log.warning("executor %s sent a malformed %s for %s: %s", executor_id, mt, call_id, exc)
-                continue
-            if cmds:
-                out.extend(cmds)
-        return out
-
-    def _on_call_waiting(self, executor_id: str, call_id: str, request_id: str, p: dict,
-                         sidecar: bytes | None, now: int) -> list | None:
-        kind = p["waitKind"]
-        attempt = p.get("attemptSeq", 0)
-        if kind == m.WAIT_FUNCTION_CODE:
-            # Does not change dispatcher state (spec): answer straight from the code view.
-            self._spawn(self._serve_function_code(executor_id, call_id, request_id, p))
-            return None
-        rt = self._runtimes.get(p.get("taskId", ""))
-        if kind == m.WAIT_IO:
-            cmds = self.disp.handle_call_waiting(call_id, attempt, now)
-            if rt is None or rt.io_scope is None:
-                self._spawn(self._resume(executor_id, call_id, request_id, attempt, {
-                    "resumeKind": m.WAIT_IO, "error": {
-                        "errorKind": m.IO_ERROR, "retryable": False,
-                        "errorMessage": f"task {p.get('taskId')!r} has no open IO scope (it ended)"}}, None))
-            else:
-                self._spawn(self._serve_io(rt, executor_id, call_id, request_id, attempt, p, sidecar))
-            return cmds
-        if kind == m.WAIT_SUBCALL:
-            return self._on_subcall_request(rt, executor_id, call_id, request_id, attempt, p, now)
-        raise ValueError(f"unknown waitKind {kind!r}")
-
-    def _on_subcall_request(self, rt, executor_id, call_id, request_id, attempt, p, now):
-        disp = self.disp
-        cmds = disp.handle_call_waiting(call_id, attempt, now) or []
-        function_id = p["functionId"]
-        error = None
-        if rt is None or rt.view is None:
-            error = (m.SUBCALL_FAILED, f"task {p.get('taskId')!r} is not running", False)
-        else:
-            try:
-                digest, _entry = rt.view.resolve(function_id)
-            except Exception as exc:  # FunctionNotFound
-                error = (m.FUNCTION_NOT_FOUND, str(exc), False)
-        if error is None:
-            args_json = self._canonical_args(p.get("args", []))
-            child, more = disp.add_subcall(call_id, executor_id, request_id, function_id, digest, args_json,
-                                           int(p.get("grantedBudgetMs", 0)), now)
-            if isinstance(child, str):
-                return cmds + more
-            if child.stale:
-                return cmds        # from an attempt that is no longer current: nobody waits for it
-            error = (child.error_kind, child.message, child.retryable)
-        kind, message, retryable = error
-        self._spawn(self._resume(executor_id, call_id, request_id, attempt, {
-            "resumeKind": m.WAIT_SUBCALL,
-            "error": {"errorKind": kind, "errorMessage": message, "retryable": retryable},
-            "budgetUsedMs": 0}, None))
-        return cmds
-
-    async def _serve_function_code(self, executor_id, call_id, request_id, p) -> None:
-        """Only code of the asking task's pinned epoch is served to its calls."""
-        digest = p.get("functionCodeDigest", "")
-        rt = self._runtimes.get(p.get("taskId", ""))
-        try:
-            if rt is None or rt.view is None:
-                raise LookupError(f"task {p.get('taskId')!r} is not running")
-            source = rt.view.source_for(digest)
-            payload = {"resumeKind": m.WAIT_FUNCTION_CODE,
-                       "result": {"source": source, "functionCodeDigest": digest}, "budgetUsedMs": 0}
-        except Exception as exc:  # noqa: BLE001 - unknown digest: the executor fails the call
-            payload = {"resumeKind": m.WAIT_FUNCTION_CODE, "error": {
-                "errorKind": m.FUNCTION_NOT_FOUND, "retryable": False,
-                "errorMessage": f"no source for function {p.get('functionId')!r} digest {digest}: {exc}"},
-                "budgetUsedMs": 0}
-        try:
-            await self.adapter.send_resume_call(executor_id, call_id, request_id, payload, None)
-        except Exception as exc:  # noqa: BLE001 - the executor went away; its calls fail as lost
-            log.debug("function code resume to %s failed: %s", executor_id, exc)
-
-    async def _serve_io(self, rt, executor_id, call_id, request_id, attempt, p, sidecar) -> None:
-        try:
-            request_json = _dumps_kept(p.get("request"))  # the task's IO cache keeps it
-            result_json, body = await rt.io_scope.handle(p.get("backend", ""), request_json, sidecar)
-            payload = {"resumeKind": m.WAIT_IO, "result": _Fragment(result_json), "budgetUsedMs": 0}
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any IO failure goes back to the call
-            to_err = getattr(exc, "to_resume_error", None)
-            error = to_err() if to_err else {"errorKind": m.IO_ERROR, "retryable": False,
-                                             "errorMessage": f"{type(exc).__name__}: {exc}"}
-            payload = {"resumeKind": m.WAIT_IO, "error": error, "budgetUsedMs": 0}
-            body = None
-        await self._resume(executor_id, call_id, request_id, attempt, payload, body)
-

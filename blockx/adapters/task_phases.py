@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 from blockx.core import failure_codes as fc
 from blockx.core.dispatcher_commands import ConvergeTaskCalls
@@ -25,8 +25,8 @@ from blockx.plugins.writer_api import PluginContext
 log = logging.getLogger("blockx.phases")
 
 
-class PhaseRunner:
-    """Mixin of Orchestrator: the per-task phases.
+class TaskPhases:
+    """The per-task phases.
 
     The driver runs a task's phases inline while none of them has to wait: a
     synchronous builder whose gate has room, a Calls phase (started inline, its
@@ -34,7 +34,26 @@ class PhaseRunner:
     phase that must wait (a full gate, a plugin to await) hands the rest to one
     asyncio Task (``_run_phases``), which awaits each phase as before."""
 
-    def _drive_task(self, rt, cmd) -> None:
+    def __init__(self, *, core, disp, actor, runtimes, fcode, builders, plugins, io_factory, admission,
+                 stream_cfg, metrics, phase_io_timeout_ms: int, wall: Callable[[], int],
+                 on_converge: Callable[[ConvergeTask], None]) -> None:
+        self.core = core
+        self.disp = disp
+        self.actor = actor
+        self._runtimes = runtimes                 # the Orchestrator's; read here, never changed
+        self.fcode = fcode
+        self.builders = builders
+        self.plugins = plugins
+        self.io_factory = io_factory
+        self.admission = admission
+        self.stream_cfg = stream_cfg
+        self.metrics = metrics
+        self.phase_io_timeout_ms = phase_io_timeout_ms
+        self._wall = wall
+        self._on_converge = on_converge
+        self._loop = asyncio.get_running_loop()
+
+    def drive(self, rt, cmd) -> None:
         """Activation (pin the code epoch, open the IO scope), then the phases."""
         core = self.core
         tid = rt.task_id
@@ -81,7 +100,7 @@ class PhaseRunner:
                     failed = self._start_calls(rt, nxt)
                     if failed is None:
                         return                       # _calls_done_inline continues
-                    self._leave_calls(rt)
+                    self.leave_calls(rt)
                     outcome = failed
                     phase = TaskPhase.CALLS
                 elif t is StartWriterPhase and nxt.result_handler is None:
@@ -101,12 +120,13 @@ class PhaseRunner:
         """The dispatch actor's ConvergeTaskCalls for a Calls phase started inline.
         The task moves on in a callback after the actor's batch (as a resumed Task
         would), so the actor's batch and its epilogue stay the actor's alone."""
-        self._leave_calls(rt)
+        self.leave_calls(rt)
         outcome = _calls_outcome(conv)
         self._loop.call_soon(self._advance, rt, lambda: self._apply_core(self.core.handle_task_phase_finished(
             rt.task_id, TaskPhase.CALLS, outcome, self._wall())))
 
-    def _leave_calls(self, rt) -> None:
+    def leave_calls(self, rt) -> None:
+        """The running Calls phase of ``rt`` ends: its gate is released."""
         if rt.gate is not None:
             rt.gate.release()
             rt.gate = None
@@ -159,7 +179,7 @@ class PhaseRunner:
         nxt = None
         for cmd in res.commands:
             if type(cmd) is ConvergeTask:
-                self._on_task_terminal(cmd)
+                self._on_converge(cmd)
             else:
                 nxt = cmd
         return nxt
@@ -212,10 +232,10 @@ class PhaseRunner:
         rp = cmd.call_retry_policy
         retry = (rp.max_attempts, rp.base_backoff_ms, rp.jitter_percent)
         if cmd.streaming:
-            self.post(lambda n: self.disp.commit_call_stream(
+            self.actor.post(lambda n: self.disp.commit_call_stream(
                 rt.task_id, cmd.call_failure_policy, retry, cmd.instance_id, n))
             rt.credits = asyncio.Semaphore(self.stream_cfg.max_outstanding_batches)
-            rt.producer = self._spawn(self._produce(rt))
+            rt.producer = self.actor.spawn(self._produce(rt))
             return None
         try:
             calls = self._resolve(rt, cmd.calls or [])
@@ -223,7 +243,7 @@ class PhaseRunner:
             return PhaseOutcome.failure(fc.CALL_FAILED, str(exc))
         prepared = self.disp.prepare_call_phase(rt.task_id, calls, cmd.call_failure_policy, retry,
                                                 cmd.instance_id)
-        self.post(lambda n: self.disp.commit_call_phase(prepared, n))
+        self.actor.post(lambda n: self.disp.commit_call_phase(prepared, n))
         return None
 
     async def _calls_phase(self, rt, cmd: StartCallPhase) -> PhaseOutcome:
@@ -238,10 +258,11 @@ class PhaseRunner:
             conv = await done
         finally:
             if rt.gate is not None:
-                self._leave_calls(rt)
+                self.leave_calls(rt)
         return _calls_outcome(conv)
 
-    def _on_calls_converged(self, cmd) -> None:
+    def calls_converged(self, cmd) -> None:
+        """The dispatch actor's ConvergeTaskCalls: the task's Calls phase is over."""
         rt = self._runtimes.get(cmd.task_id)
         if rt is not None and rt.on_calls_done is not None:
             rt.on_calls_done(rt, cmd)
@@ -272,10 +293,10 @@ class PhaseRunner:
                         self._fail_calls(rt, fc.CALL_FAILED, str(exc))
                         return
                     prepared = self.disp.prepare_call_batch(tid, idx, calls)
-                    self.post(lambda n, p=prepared: self.disp.commit_call_batch(p, n))
+                    self.actor.post(lambda n, p=prepared: self.disp.commit_call_batch(p, n))
                     idx += 1
                     await asyncio.sleep(0)   # let executors' frames in between batches
-            self.post(lambda n: self.disp.production_done(tid, n))
+            self.actor.post(lambda n: self.disp.production_done(tid, n))
         except asyncio.CancelledError:
             pass
         except Exception as exc:  # noqa: BLE001 - the stream raised mid-way

@@ -1,0 +1,181 @@
+"""ExecutorEvents: what the executors say, turned into dispatcher events.
+
+It is the ExecutorAdapter's handler. Frames of one chunk become one event on
+the dispatch actor (one epilogue); a call's waits are served here: function
+code from the asking task's pinned epoch only, IO through the task's IO scope,
+subcalls through the dispatcher. Anything that awaits runs beside the actor
+(``actor.spawn``) and reports back through ``actor.post``. Attach and loss of an
+executor go to the Orchestrator (snapshot sync, readiness).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable, Mapping
+
+import orjson
+
+from blockx.adapters.dispatch_actor import DispatchActor, dumps_kept
+from blockx.protocol import messages as m
+
+log = logging.getLogger("blockx.dispatch")
+_Fragment = orjson.Fragment
+
+
+class ExecutorEvents:
+    def __init__(self, *, actor: DispatchActor, runtimes: Mapping, canonical_args: Callable[[object], bytes],
+                 on_attached: Callable[[str], None], snapshots: Callable[[], list]) -> None:
+        self.actor = actor
+        self.disp = actor.disp
+        self.adapter = actor.adapter
+        self.metrics = actor.metrics
+        self._runtimes = runtimes                 # the Orchestrator's; read here, never changed
+        self._canonical_args = canonical_args
+        self._on_attached = on_attached
+        self._snapshots = snapshots
+
+    # ---- ExecutorAdapter handler ----------------------------------------------
+
+    def on_executor_attached(self, executor_id: str) -> None:
+        self._on_attached(executor_id)
+
+    def on_executor_lost(self, executor_id: str, reason: str) -> None:
+        log.warning("executor %s lost: %s", executor_id, reason)
+        snaps = self._snapshots()
+        self.actor.post(lambda n: self._apply_executor_lost(executor_id, snaps, n))
+
+    def _apply_executor_lost(self, executor_id: str, snaps: list, now: int) -> list:
+        # Its in-flight attempts end here, not with a frame: count them as failed so
+        # that dispatched == completed + failed holds in the metrics.
+        lost = len(self.disp.executor_calls(executor_id))
+        if lost:
+            self.metrics.call_failed(m.EXECUTOR_LOST, lost)
+        return ((self.disp.handle_executor_snapshot_updated(snaps, now) or [])
+                + (self.disp.handle_executor_lost(executor_id, now) or []))
+
+    def on_executor_frames(self, executor_id: str, frames: list) -> None:
+        self.actor.post(lambda now: self._apply_frames(executor_id, frames, now))
+
+    def _apply_frames(self, executor_id: str, frames: list, now: int) -> list | None:
+        disp = self.disp
+        metrics = self.metrics
+        out: list = []
+        for env, sidecar in frames:
+            mt = env.get("messageType")
+            p = env.get("payload")
+            if not isinstance(p, dict):
+                log.warning("executor %s sent %s without a payload object", executor_id, mt)
+                continue
+            call_id = env.get("callId", "")
+            try:
+                # Counted only when the core accepted the frame (its answer is
+                # non-empty): a duplicated or stale frame changes nothing.
+                if mt == "CallCompleted":
+                    cmds = disp.handle_call_completed(call_id, p["attemptSeq"], dumps_kept(p.get("output")),
+                                                      p.get("budgetUsedMs", 0), now)
+                    if cmds:
+                        metrics.calls_completed += 1
+                elif mt == "CallFailed":
+                    kind = p.get("errorKind", "")
+                    cmds = disp.handle_call_failed(call_id, p["attemptSeq"], kind, bool(p.get("retryable")),
+                                                   p.get("errorMessage", ""), now, p.get("budgetUsedMs", 0))
+                    if cmds:
+                        metrics.call_failed(kind)
+                elif mt == "CallWaiting":
+                    cmds = self._on_call_waiting(executor_id, call_id, env.get("requestId", ""), p,
+                                                 sidecar, now)
+                else:
+                    log.warning("executor %s sent unexpected %r", executor_id, mt)
+                    continue
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("executor %s sent a malformed %s for %s: %s", executor_id, mt, call_id, exc)
+                continue
+            if cmds:
+                out.extend(cmds)
+        return out
+
+    def _on_call_waiting(self, executor_id: str, call_id: str, request_id: str, p: dict,
+                         sidecar: bytes | None, now: int) -> list | None:
+        kind = p["waitKind"]
+        attempt = p.get("attemptSeq", 0)
+        if kind == m.WAIT_FUNCTION_CODE:
+            # Does not change dispatcher state (spec): answer straight from the code view.
+            self.actor.spawn(self._serve_function_code(executor_id, call_id, request_id, p))
+            return None
+        rt = self._runtimes.get(p.get("taskId", ""))
+        if kind == m.WAIT_IO:
+            cmds = self.disp.handle_call_waiting(call_id, attempt, now)
+            if rt is None or rt.io_scope is None:
+                self.actor.spawn(self.actor.resume(executor_id, call_id, request_id, attempt, {
+                    "resumeKind": m.WAIT_IO, "error": {
+                        "errorKind": m.IO_ERROR, "retryable": False,
+                        "errorMessage": f"task {p.get('taskId')!r} has no open IO scope (it ended)"}}, None))
+            else:
+                self.actor.spawn(self._serve_io(rt, executor_id, call_id, request_id, attempt, p, sidecar))
+            return cmds
+        if kind == m.WAIT_SUBCALL:
+            return self._on_subcall_request(rt, executor_id, call_id, request_id, attempt, p, now)
+        raise ValueError(f"unknown waitKind {kind!r}")
+
+    def _on_subcall_request(self, rt, executor_id, call_id, request_id, attempt, p, now):
+        disp = self.disp
+        cmds = disp.handle_call_waiting(call_id, attempt, now) or []
+        function_id = p["functionId"]
+        error = None
+        if rt is None or rt.view is None:
+            error = (m.SUBCALL_FAILED, f"task {p.get('taskId')!r} is not running", False)
+        else:
+            try:
+                digest, _entry = rt.view.resolve(function_id)
+            except Exception as exc:  # FunctionNotFound
+                error = (m.FUNCTION_NOT_FOUND, str(exc), False)
+        if error is None:
+            args_json = self._canonical_args(p.get("args", []))
+            child, more = disp.add_subcall(call_id, executor_id, request_id, function_id, digest, args_json,
+                                           int(p.get("grantedBudgetMs", 0)), now)
+            if isinstance(child, str):
+                return cmds + more
+            if child.stale:
+                return cmds        # from an attempt that is no longer current: nobody waits for it
+            error = (child.error_kind, child.message, child.retryable)
+        kind, message, retryable = error
+        self.actor.spawn(self.actor.resume(executor_id, call_id, request_id, attempt, {
+            "resumeKind": m.WAIT_SUBCALL,
+            "error": {"errorKind": kind, "errorMessage": message, "retryable": retryable},
+            "budgetUsedMs": 0}, None))
+        return cmds
+
+    async def _serve_function_code(self, executor_id, call_id, request_id, p) -> None:
+        """Only code of the asking task's pinned epoch is served to its calls."""
+        digest = p.get("functionCodeDigest", "")
+        rt = self._runtimes.get(p.get("taskId", ""))
+        try:
+            if rt is None or rt.view is None:
+                raise LookupError(f"task {p.get('taskId')!r} is not running")
+            source = rt.view.source_for(digest)
+            payload = {"resumeKind": m.WAIT_FUNCTION_CODE,
+                       "result": {"source": source, "functionCodeDigest": digest}, "budgetUsedMs": 0}
+        except Exception as exc:  # noqa: BLE001 - unknown digest: the executor fails the call
+            payload = {"resumeKind": m.WAIT_FUNCTION_CODE, "error": {
+                "errorKind": m.FUNCTION_NOT_FOUND, "retryable": False,
+                "errorMessage": f"no source for function {p.get('functionId')!r} digest {digest}: {exc}"},
+                "budgetUsedMs": 0}
+        try:
+            await self.adapter.send_resume_call(executor_id, call_id, request_id, payload, None)
+        except Exception as exc:  # noqa: BLE001 - the executor went away; its calls fail as lost
+            log.debug("function code resume to %s failed: %s", executor_id, exc)
+
+    async def _serve_io(self, rt, executor_id, call_id, request_id, attempt, p, sidecar) -> None:
+        try:
+            request_json = dumps_kept(p.get("request"))  # the task's IO cache keeps it
+            result_json, body = await rt.io_scope.handle(p.get("backend", ""), request_json, sidecar)
+            payload = {"resumeKind": m.WAIT_IO, "result": _Fragment(result_json), "budgetUsedMs": 0}
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any IO failure goes back to the call
+            to_err = getattr(exc, "to_resume_error", None)
+            error = to_err() if to_err else {"errorKind": m.IO_ERROR, "retryable": False,
+                                             "errorMessage": f"{type(exc).__name__}: {exc}"}
+            payload = {"resumeKind": m.WAIT_IO, "error": error, "budgetUsedMs": 0}
+            body = None
+        await self.actor.resume(executor_id, call_id, request_id, attempt, payload, body)
