@@ -213,7 +213,8 @@ class WorkerCore:
         if entry is not None and (entry.ctx is not None or entry.result is not None):
             return SubmitTaskResult(_snapshot(entry), [], False)
         cfg = self.config
-        r = resolve_submit(req, cfg)
+        (function_call, result_handler, timeout_ms, policy, retry,
+         instance_id) = resolve_submit(req, cfg)
         if req.slot_id:
             self._slots.parse(req.slot_id)      # InvalidArgument for a foreign slot id
         if self._draining:
@@ -227,11 +228,10 @@ class WorkerCore:
             entry = self._reserve(task_id, cfg.default_ttl_ms, now, entry)
         assert entry is not None
         slot_id = entry.slot_id
-        ctx = TaskContext(task_id, slot_id, entry.slot_index, now + r.timeout_ms, now,
-                          r.function_call, r.result_handler, r.call_failure_policy,
-                          r.call_retry_policy, r.instance_id, adapter_task_ctx)
+        ctx = TaskContext(task_id, slot_id, entry.slot_index, now + timeout_ms, now, function_call,
+                          result_handler, policy, retry, instance_id, adapter_task_ctx)
         self._timers.arm_deadline(ctx, tasks.admit(entry, ctx))
-        cmd = PrepareTaskActivation(task_id, slot_id, r.function_call, r.instance_id,
+        cmd = PrepareTaskActivation(task_id, slot_id, function_call, instance_id,
                                     ctx.deadline_ms, adapter_task_ctx)
         return SubmitTaskResult(TaskSnapshot(task_id, slot_id, _RUNNING), [cmd])
 

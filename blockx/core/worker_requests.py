@@ -42,20 +42,10 @@ def resolve_ttl(ttl_ms: int, cfg: Config) -> int:
     return ttl_ms or cfg.default_ttl_ms
 
 
-class ResolvedSubmit:
-    """The request's fields with defaults applied; built only for valid requests."""
-    __slots__ = ("function_call", "result_handler", "timeout_ms", "call_failure_policy",
-                 "call_retry_policy", "instance_id")
-
-    def __init__(self, function_call: FunctionCall, result_handler: ResultHandler | None,
-                 timeout_ms: int, call_failure_policy: str, call_retry_policy: CallRetryPolicy,
-                 instance_id: str) -> None:
-        self.function_call = function_call
-        self.result_handler = result_handler
-        self.timeout_ms = timeout_ms
-        self.call_failure_policy = call_failure_policy
-        self.call_retry_policy = call_retry_policy
-        self.instance_id = instance_id
+# What a valid SubmitTask asks for, defaults applied: (function_call, result_handler,
+# timeout_ms, call_failure_policy, call_retry_policy, instance_id). A tuple, not an
+# object: it is unpacked at once on the submit path, where a Python __init__ costs.
+ResolvedSubmit = tuple[FunctionCall, ResultHandler | None, int, str, CallRetryPolicy, str]
 
 
 def resolve_submit(req: SubmitTaskRequest, cfg: Config) -> ResolvedSubmit:
@@ -107,7 +97,7 @@ def resolve_submit(req: SubmitTaskRequest, cfg: Config) -> ResolvedSubmit:
                                 rp.base_backoff_ms or cfg.default_base_backoff_ms,
                                 rp.jitter_percent or cfg.default_retry_jitter_percent)
 
-    return ResolvedSubmit(fc, rh, t or cfg.task_deadline_ms, policy, retry, req.instance_id)
+    return fc, rh, t or cfg.task_deadline_ms, policy, retry, req.instance_id
 
 
 def check_reserved_slot(task_id: str, slot_id: str, entry: TaskIndexEntry | None) -> None:
