@@ -100,12 +100,12 @@ Status: ``set_ready``/``ready``, ``set_draining``/``draining``,
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from . import failure_codes as fc
 from .config import Config
 from .errors import InvalidArgumentError, NoSlotError, NotFoundError, UnavailableError
-from .types import (ActivationResult, Command, ConvergeTask, GetTaskResultOutput,
+from .types import (ActivationResult, Command, ConvergeTask, CoreResult, GetTaskResultOutput,
                     LeaseExpiredResult, PhaseOutcome, PhaseTransitionResult,
                     PrepareTaskActivation, RequestTaskSlotResult, SlotEntry, SlotState,
                     StartBuilderPhase, StartCallPhase, StartWriterPhase, SubmitTaskRequest,
@@ -126,6 +126,7 @@ _SUCCEEDED = TaskState.SUCCEEDED
 _FAILED = TaskState.FAILED
 _FINISHABLE = (_BUILDER, _CALLS, _PLUGIN)
 _SLOT_ALLOCATED = SlotState.ALLOCATED
+R = TypeVar("R", bound=CoreResult)
 
 
 class WorkerCore:
@@ -259,7 +260,7 @@ class WorkerCore:
         slots = self._slots
         due = self._timers.first_due(ctx, now)
         if due is not None:
-            return ActivationResult(*self._converge_due(ctx, due, now))
+            return self._converge_due(ActivationResult, ctx, due, now)
         slots.activate(slots.slots[ctx.slot_index])
         ctx.task_code_epoch = task_code_epoch
         ctx.phase = _BUILDER
@@ -276,9 +277,9 @@ class WorkerCore:
             return ActivationResult(self._maybe_snapshot(task_id), [], False)
         due = self._timers.first_due(ctx, now)
         if due is not None:
-            return ActivationResult(*self._converge_due(ctx, due, now))
-        return ActivationResult(*self._converge(ctx, _FAILED, failure_code or fc.ACTIVATION_FAILED,
-                                                message, retryable, now))
+            return self._converge_due(ActivationResult, ctx, due, now)
+        return self._converge(ActivationResult, ctx, _FAILED, failure_code or fc.ACTIVATION_FAILED,
+                              message, retryable, now)
 
     def handle_task_phase_finished(self, task_id: str, phase: TaskPhase, outcome: PhaseOutcome,
                                    now: int) -> PhaseTransitionResult:
@@ -291,16 +292,16 @@ class WorkerCore:
             return PhaseTransitionResult(self._maybe_snapshot(task_id), [], False)
         due = self._timers.first_due(ctx, now)
         if due is not None:
-            return PhaseTransitionResult(*self._converge_due(ctx, due, now))
+            return self._converge_due(PhaseTransitionResult, ctx, due, now)
         elapsed = now - ctx.phase_started_at_ms
         cmd: Command
         if phase is _BUILDER:
             ctx.builder_ms = elapsed
             ctx.builder_outcome = outcome
             if not outcome.ok:
-                return PhaseTransitionResult(*self._converge(
-                    ctx, _FAILED, outcome.failure_code or fc.BUILDER_FAILED,
-                    outcome.failure_message, outcome.retryable, now, True))
+                return self._converge(PhaseTransitionResult, ctx, _FAILED,
+                                      outcome.failure_code or fc.BUILDER_FAILED,
+                                      outcome.failure_message, outcome.retryable, now, True)
             ctx.phase = _CALLS
             ctx.phase_started_at_ms = now
             streaming = bool(outcome.streaming)
@@ -312,9 +313,9 @@ class WorkerCore:
             ctx.calls_ms = elapsed
             ctx.calls_outcome = outcome
             if not outcome.ok:
-                return PhaseTransitionResult(*self._converge(
-                    ctx, _FAILED, outcome.failure_code or fc.CALL_FAILED,
-                    outcome.failure_message, outcome.retryable, now, True))
+                return self._converge(PhaseTransitionResult, ctx, _FAILED,
+                                      outcome.failure_code or fc.CALL_FAILED,
+                                      outcome.failure_message, outcome.retryable, now, True)
             ctx.phase = _PLUGIN
             ctx.phase_started_at_ms = now
             cmd = StartWriterPhase(task_id, ctx.slot_id, outcome.outputs, ctx.result_handler,
@@ -323,10 +324,10 @@ class WorkerCore:
             ctx.plugin_ms = elapsed
             ctx.plugin_outcome = outcome
             if outcome.ok:
-                return PhaseTransitionResult(*self._converge(ctx, _SUCCEEDED, "", "", False, now, True))
-            return PhaseTransitionResult(*self._converge(
-                ctx, _FAILED, outcome.failure_code or fc.PLUGIN_FAILED,
-                outcome.failure_message, outcome.retryable, now, True))
+                return self._converge(PhaseTransitionResult, ctx, _SUCCEEDED, "", "", False, now, True)
+            return self._converge(PhaseTransitionResult, ctx, _FAILED,
+                                  outcome.failure_code or fc.PLUGIN_FAILED,
+                                  outcome.failure_message, outcome.retryable, now, True)
         return PhaseTransitionResult(TaskSnapshot(task_id, ctx.slot_id, _RUNNING), [cmd])
 
     # ---- timer events -------------------------------------------------------------
@@ -345,7 +346,7 @@ class WorkerCore:
         if due is None:
             return PhaseTransitionResult(self._maybe_snapshot(task_id), [], False)
         assert ctx is not None
-        return PhaseTransitionResult(*self._converge_due(ctx, due, now))
+        return self._converge_due(PhaseTransitionResult, ctx, due, now)
 
     def handle_slot_lease_expired(self, slot_id: str, now: int) -> LeaseExpiredResult:
         """Reclaim an ALLOCATED slot whose lease is due. A bare reservation becomes a
@@ -364,7 +365,7 @@ class WorkerCore:
             return LeaseExpiredResult(None, [], True)
         due = self._timers.first_due(ctx, now)
         assert due is not None
-        return LeaseExpiredResult(*self._converge_due(ctx, due, now))
+        return self._converge_due(LeaseExpiredResult, ctx, due, now)
 
     def handle_watch_attached(self, task_id: str, now: int) -> bool:
         """First WatchTasks stream for the task attached (one call per attached stream).
@@ -445,23 +446,22 @@ class WorkerCore:
         self._tasks.tombstone(entry, slot.lease_expires_at_ms, now)
         self._slots.release(slot)
 
-    def _converge_due(self, ctx: TaskContext, due: DueFailure,
-                      now: int) -> tuple[TaskSnapshot, list[Command]]:
-        return self._converge(ctx, _FAILED, due[1], due[2], due[3], now)
+    def _converge_due(self, answer: type[R], ctx: TaskContext, due: DueFailure, now: int) -> R:
+        return self._converge(answer, ctx, _FAILED, due[1], due[2], due[3], now)
 
-    def _converge(self, ctx: TaskContext, state: TaskState, code: str, message: str,
-                  retryable: bool, now: int,
-                  phase_done: bool = False) -> tuple[TaskSnapshot, list[Command]]:
+    def _converge(self, answer: type[R], ctx: TaskContext, state: TaskState, code: str,
+                  message: str, retryable: bool, now: int, phase_done: bool = False) -> R:
         """Make the task terminal, free its slot, retain its result: the single exit of
-        a submitted task. Returns the terminal snapshot and the ConvergeTask command."""
+        a submitted task. Returns ``answer`` (the handler's result type) holding the
+        terminal snapshot and the ConvergeTask command."""
         phase = ctx.phase
         result = terminal_result(ctx, state, code, message, retryable, now, phase_done)
         slots = self._slots
         slots.release(slots.slots[ctx.slot_index])
         self._tasks.retire(ctx, result, now)
         task_id, slot_id = ctx.task_id, ctx.slot_id
-        return (TaskSnapshot(task_id, slot_id, state, result),
-                [ConvergeTask(task_id, slot_id, state, result, phase, ctx.adapter_task_ctx)])
+        return answer(TaskSnapshot(task_id, slot_id, state, result),
+                      [ConvergeTask(task_id, slot_id, state, result, phase, ctx.adapter_task_ctx)])
 
     def _maybe_snapshot(self, task_id: str) -> TaskSnapshot | None:
         entry = self._tasks.entry(task_id)
