@@ -10,11 +10,22 @@ of slot or phase truth. The core is single-threaded: call it from one event
 loop only, and never from inside the execution of its own commands (queue such
 events and apply them after the batch).
 
-State: ``SlotTable`` (capacity truth), ``_index`` (task id -> TaskIndexEntry:
-a reservation, a submitted task, a retained terminal result, or a tombstone of
-an expired reservation) and ``_tasks`` (task id -> TaskContext of submitted,
-non-terminal tasks). All three change together inside one method: there is no
-torn state.
+Parts (each owns its state; WorkerCore composes them and owns only the
+``ready`` / ``draining`` flags):
+
+- ``worker_slots.SlotTable``: the slots, capacity counters and slot leases.
+- ``worker_tasks.TaskTable``: the task index (reservations, submitted tasks,
+  retained results, tombstones), the contexts of active tasks, the retention
+  FIFO and the Watch stream counts.
+- ``worker_timers.TaskTimers``: task deadlines and Watch grace timers, and the
+  rule that picks a task's earliest due timer.
+- ``worker_requests``: request validation and defaults (no state);
+  ``worker_results``: the terminal result of a converging task (no state).
+
+Every handler changes slot table and task table inside the same call, through
+four transitions: reserve (slot ALLOCATED + new entry), tombstone (lease lost
+before SubmitTask: slot FREE), admit (SubmitTask: context + deadline) and
+converge (terminal result, slot FREE, retention armed). There is no torn state.
 
 Lifecycle of a task::
 
@@ -84,21 +95,27 @@ Timers: ``expired_slots(now)``, ``timed_out_tasks(now)``, ``watch_disconnected_t
   ``tick(now)`` runs all four scans and their handlers and returns the commands.
 Status: ``set_ready``/``ready``, ``set_draining``/``draining``,
   ``active_task_count()``, ``free_capacity()``, ``derive_heartbeat(now)``,
-  ``get_task_context(task_id)``.
+  ``get_task_context(task_id)``, ``get_index_entry(task_id)``, ``slots``.
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from . import failure_codes as fc
-from .errors import InvalidArgumentError, UnavailableError, NotFoundError
-from .types import (ActivationResult, Command, GetTaskResultOutput, PhaseOutcome,
-                    PhaseTransitionResult, PrepareTaskActivation, RequestTaskSlotResult,
+from .config import Config
+from .errors import InvalidArgumentError, NoSlotError, NotFoundError, UnavailableError
+from .types import (ActivationResult, Command, ConvergeTask, CoreResult, GetTaskResultOutput,
+                    LeaseExpiredResult, PhaseOutcome, PhaseTransitionResult,
+                    PrepareTaskActivation, RequestTaskSlotResult, SlotEntry, SlotState,
                     StartBuilderPhase, StartCallPhase, StartWriterPhase, SubmitTaskRequest,
-                    SubmitTaskResult, TaskContext, TaskPhase, TaskSnapshot, TaskState)
-from .worker_requests import require_task_id, resolve_submit, resolve_ttl
-from .worker_scans import WorkerTimers
-from .worker_state import _snapshot, _terminal_snapshot
+                    SubmitTaskResult, TaskContext, TaskIndexEntry, TaskPhase, TaskSnapshot,
+                    TaskState)
+from .worker_requests import check_reserved_slot, require_task_id, resolve_submit, resolve_ttl
+from .worker_results import terminal_result
+from .worker_slots import SlotTable
+from .worker_tasks import TaskTable
+from .worker_timers import DueFailure, TaskTimers
 
 _PREPARING = TaskPhase.PREPARING
 _BUILDER = TaskPhase.BUILDER
@@ -108,23 +125,75 @@ _RUNNING = TaskState.RUNNING
 _SUCCEEDED = TaskState.SUCCEEDED
 _FAILED = TaskState.FAILED
 _FINISHABLE = (_BUILDER, _CALLS, _PLUGIN)
+_SLOT_ALLOCATED = SlotState.ALLOCATED
+R = TypeVar("R", bound=CoreResult)
 
 
-class WorkerCore(WorkerTimers):
-    """The Worker's Sans-IO decision engine (see the module docstring).
+class WorkerCore:
+    """The Worker's Sans-IO decision engine (see the module docstring)."""
 
-    Code layout: RPCs and phase events here; timer events and scans in
-    ``worker_scans.WorkerTimers``; state and shared transitions in
-    ``worker_state.WorkerState``; slot table in ``worker_slots``."""
+    __slots__ = ("config", "_slots", "_tasks", "_timers", "_ready", "_draining")
 
-    __slots__ = ()
+    def __init__(self, config: Config | None = None) -> None:
+        # A private copy: the slot table is sized once, so later edits to the caller's
+        # Config must not change the core's view of it.
+        self.config = cfg = replace(config if config is not None else Config()).validate()
+        self._slots = SlotTable(cfg.task_slots)
+        self._tasks = TaskTable(cfg.result_retention_ms)
+        self._timers = TaskTimers(cfg.watch_disconnect_grace_ms, self._slots)
+        self._ready = False
+        self._draining = False
+
+    # ---- status ---------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    def set_ready(self, ready: bool) -> None:
+        """Reported in the heartbeat only; tasks are accepted either way."""
+        self._ready = bool(ready)
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def set_draining(self, draining: bool) -> None:
+        """While draining, new RequestTaskSlot and not-yet-accepted SubmitTask calls
+        raise Unavailable; known task ids still get their snapshot."""
+        self._draining = bool(draining)
+
+    def active_task_count(self) -> int:
+        """Submitted, non-terminal tasks (pending activation or running)."""
+        return len(self._tasks.active)
+
+    def free_capacity(self) -> int:
+        return self._slots.free_capacity
+
+    @property
+    def slots(self) -> list[SlotEntry]:
+        """The slot table (read only)."""
+        return self._slots.slots
+
+    def get_task_context(self, task_id: str) -> TaskContext | None:
+        """The context of a submitted, non-terminal task (read only), else None."""
+        return self._tasks.context(task_id)
+
+    def get_index_entry(self, task_id: str) -> TaskIndexEntry | None:
+        return self._tasks.entry(task_id)
+
+    def derive_heartbeat(self, now: int) -> dict[str, Any]:
+        s = self._slots
+        return {"taskSlots": s.size, "reservedSlots": s.allocated, "runningTasks": s.running,
+                "freeSlots": s.free_capacity, "draining": self._draining, "ready": self._ready,
+                "atMs": now}
 
     # ---- RPCs -------------------------------------------------------------------
 
     def handle_request_task_slot(self, task_id: str, ttl_ms: int, now: int) -> RequestTaskSlotResult:
         require_task_id(task_id)
         ttl = resolve_ttl(ttl_ms, self.config)
-        entry = self._index.get(task_id)
+        entry = self._tasks.entry(task_id)
         if entry is not None:
             if entry.ctx is None and entry.slot_index >= 0:
                 self._expire_reservation_if_due(entry, now)
@@ -140,11 +209,13 @@ class WorkerCore(WorkerTimers):
                            now: int) -> SubmitTaskResult:
         task_id = req.task_id
         require_task_id(task_id)
-        entry = self._index.get(task_id)
+        tasks = self._tasks
+        entry = tasks.entry(task_id)
         if entry is not None and (entry.ctx is not None or entry.result is not None):
             return SubmitTaskResult(_snapshot(entry), [], False)
         cfg = self.config
-        r = resolve_submit(req, cfg)
+        (function_call, result_handler, timeout_ms, policy, retry,
+         instance_id) = resolve_submit(req, cfg)
         if req.slot_id:
             self._slots.parse(req.slot_id)      # InvalidArgument / InvalidSlot for an id that is no slot here
         if self._draining:
@@ -153,28 +224,21 @@ class WorkerCore(WorkerTimers):
         if entry is not None and entry.slot_index >= 0:
             self._expire_reservation_if_due(entry, now)
         if req.slot_id:
-            self._check_reserved_slot(task_id, req.slot_id, entry)
+            check_reserved_slot(task_id, req.slot_id, entry)
         elif entry is None or entry.slot_index < 0:
             entry = self._reserve(task_id, cfg.default_ttl_ms, now, entry)
         assert entry is not None
-        slot = self._slots.slots[entry.slot_index]
-
-        ctx = TaskContext(task_id, slot.slot_id, slot.index, now + r.timeout_ms, now,
-                          r.function_call, r.result_handler, r.call_failure_policy,
-                          r.call_retry_policy, r.instance_id, adapter_task_ctx)
-        ctx.watch_attached = entry.watch_attached
-        ctx.watch_ever_attached = entry.watch_ever_attached
-        entry.ctx = ctx
-        entry.state = _RUNNING
-        self._tasks[task_id] = ctx
-        self._deadlines.push(ctx.deadline_ms, ctx, None, len(self._tasks))
-        cmd = PrepareTaskActivation(task_id, slot.slot_id, r.function_call, r.instance_id,
+        slot_id = entry.slot_id
+        ctx = TaskContext(task_id, slot_id, entry.slot_index, now + timeout_ms, now, function_call,
+                          result_handler, policy, retry, instance_id, adapter_task_ctx)
+        self._timers.arm_deadline(ctx, tasks.admit(entry, ctx))
+        cmd = PrepareTaskActivation(task_id, slot_id, function_call, instance_id,
                                     ctx.deadline_ms, adapter_task_ctx)
-        return SubmitTaskResult(TaskSnapshot(task_id, slot.slot_id, _RUNNING), [cmd])
+        return SubmitTaskResult(TaskSnapshot(task_id, slot_id, _RUNNING), [cmd])
 
     def handle_get_task_result(self, task_id: str) -> GetTaskResultOutput:
         require_task_id(task_id)
-        entry = self._index.get(task_id)
+        entry = self._tasks.entry(task_id)
         if entry is None:
             raise NotFoundError(
                 f"task {task_id!r} is not known to this worker: it was never submitted here, or "
@@ -190,13 +254,14 @@ class WorkerCore(WorkerTimers):
 
     def handle_task_activation_prepared(self, task_id: str, slot_id: str, task_code_epoch: Any,
                                         now: int) -> ActivationResult:
-        ctx = self._tasks.get(task_id)
+        ctx = self._tasks.context(task_id)
         if ctx is None or ctx.phase is not _PREPARING or ctx.slot_id != slot_id:
             return ActivationResult(self._maybe_snapshot(task_id), [], False)
-        due = self._due_failure(ctx, now)
+        slots = self._slots
+        due = self._timers.first_due(ctx, now)
         if due is not None:
-            return ActivationResult(*self._converge_due(ctx, due, now))
-        self._slots.activate(self._slots.slots[ctx.slot_index])
+            return self._converge_due(ActivationResult, ctx, due, now)
+        slots.activate(slots.slots[ctx.slot_index])
         ctx.task_code_epoch = task_code_epoch
         ctx.phase = _BUILDER
         ctx.phase_started_at_ms = now
@@ -207,15 +272,14 @@ class WorkerCore(WorkerTimers):
     def handle_task_activation_failed(self, task_id: str, failure_code: str, message: str,
                                       now: int, retryable: bool = False) -> ActivationResult:
         """``failure_code``: ACTIVATION_FAILED or IO_SCOPE_FAILED ("" means ACTIVATION_FAILED)."""
-        ctx = self._tasks.get(task_id)
+        ctx = self._tasks.context(task_id)
         if ctx is None or ctx.phase is not _PREPARING:
             return ActivationResult(self._maybe_snapshot(task_id), [], False)
-        due = self._due_failure(ctx, now)
+        due = self._timers.first_due(ctx, now)
         if due is not None:
-            return ActivationResult(*self._converge_due(ctx, due, now))
-        cmd = self._converge(ctx, _FAILED, failure_code or fc.ACTIVATION_FAILED, message,
-                             retryable, now)
-        return ActivationResult(_terminal_snapshot(cmd), [cmd])
+            return self._converge_due(ActivationResult, ctx, due, now)
+        return self._converge(ActivationResult, ctx, _FAILED, failure_code or fc.ACTIVATION_FAILED,
+                              message, retryable, now)
 
     def handle_task_phase_finished(self, task_id: str, phase: TaskPhase, outcome: PhaseOutcome,
                                    now: int) -> PhaseTransitionResult:
@@ -223,21 +287,21 @@ class WorkerCore(WorkerTimers):
             raise InvalidArgumentError(
                 f"phase {phase!r} cannot finish: report BUILDER, CALLS or PLUGIN (activation goes "
                 "through handle_task_activation_prepared / handle_task_activation_failed)")
-        ctx = self._tasks.get(task_id)
+        ctx = self._tasks.context(task_id)
         if ctx is None or ctx.phase is not phase:
             return PhaseTransitionResult(self._maybe_snapshot(task_id), [], False)
-        due = self._due_failure(ctx, now)
+        due = self._timers.first_due(ctx, now)
         if due is not None:
-            return PhaseTransitionResult(*self._converge_due(ctx, due, now))
+            return self._converge_due(PhaseTransitionResult, ctx, due, now)
         elapsed = now - ctx.phase_started_at_ms
         cmd: Command
         if phase is _BUILDER:
             ctx.builder_ms = elapsed
             ctx.builder_outcome = outcome
             if not outcome.ok:
-                cmd = self._converge(ctx, _FAILED, outcome.failure_code or fc.BUILDER_FAILED,
-                                     outcome.failure_message, outcome.retryable, now, True)
-                return PhaseTransitionResult(_terminal_snapshot(cmd), [cmd])
+                return self._converge(PhaseTransitionResult, ctx, _FAILED,
+                                      outcome.failure_code or fc.BUILDER_FAILED,
+                                      outcome.failure_message, outcome.retryable, now, True)
             ctx.phase = _CALLS
             ctx.phase_started_at_ms = now
             streaming = bool(outcome.streaming)
@@ -249,9 +313,9 @@ class WorkerCore(WorkerTimers):
             ctx.calls_ms = elapsed
             ctx.calls_outcome = outcome
             if not outcome.ok:
-                cmd = self._converge(ctx, _FAILED, outcome.failure_code or fc.CALL_FAILED,
-                                     outcome.failure_message, outcome.retryable, now, True)
-                return PhaseTransitionResult(_terminal_snapshot(cmd), [cmd])
+                return self._converge(PhaseTransitionResult, ctx, _FAILED,
+                                      outcome.failure_code or fc.CALL_FAILED,
+                                      outcome.failure_message, outcome.retryable, now, True)
             ctx.phase = _PLUGIN
             ctx.phase_started_at_ms = now
             cmd = StartWriterPhase(task_id, ctx.slot_id, outcome.outputs, ctx.result_handler,
@@ -260,12 +324,154 @@ class WorkerCore(WorkerTimers):
             ctx.plugin_ms = elapsed
             ctx.plugin_outcome = outcome
             if outcome.ok:
-                cmd = self._converge(ctx, _SUCCEEDED, "", "", False, now, True)
-            else:
-                cmd = self._converge(ctx, _FAILED, outcome.failure_code or fc.PLUGIN_FAILED,
-                                     outcome.failure_message, outcome.retryable, now, True)
-            return PhaseTransitionResult(_terminal_snapshot(cmd), [cmd])
+                return self._converge(PhaseTransitionResult, ctx, _SUCCEEDED, "", "", False, now, True)
+            return self._converge(PhaseTransitionResult, ctx, _FAILED,
+                                  outcome.failure_code or fc.PLUGIN_FAILED,
+                                  outcome.failure_message, outcome.retryable, now, True)
         return PhaseTransitionResult(TaskSnapshot(task_id, ctx.slot_id, _RUNNING), [cmd])
+
+    # ---- timer events -------------------------------------------------------------
+
+    def handle_task_timed_out(self, task_id: str, now: int) -> PhaseTransitionResult:
+        """Converge the task if its deadline (or an earlier timer of it) is due."""
+        return self._handle_timer_event(task_id, now)
+
+    def handle_watch_disconnected(self, task_id: str, now: int) -> PhaseTransitionResult:
+        """Converge the task if its Watch grace (or an earlier timer of it) is due."""
+        return self._handle_timer_event(task_id, now)
+
+    def _handle_timer_event(self, task_id: str, now: int) -> PhaseTransitionResult:
+        ctx = self._tasks.context(task_id)
+        due = self._timers.first_due(ctx, now) if ctx is not None else None
+        if due is None:
+            return PhaseTransitionResult(self._maybe_snapshot(task_id), [], False)
+        assert ctx is not None
+        return self._converge_due(PhaseTransitionResult, ctx, due, now)
+
+    def handle_slot_lease_expired(self, slot_id: str, now: int) -> LeaseExpiredResult:
+        """Reclaim an ALLOCATED slot whose lease is due. A bare reservation becomes a
+        tombstone (snapshot None); a submitted, not yet activated task converges
+        FAILED/SLOT_LOST. A slot that is FREE, RUNNING, re-allocated or not yet due
+        is left alone (applied=False)."""
+        slot = self._slots.parse(slot_id)
+        if slot.state is not _SLOT_ALLOCATED or now < slot.lease_expires_at_ms:
+            return LeaseExpiredResult(None, [], False)
+        assert slot.task_id is not None
+        entry = self._tasks.entry(slot.task_id)
+        assert entry is not None
+        ctx = entry.ctx
+        if ctx is None:
+            self._tombstone(entry, slot, now)
+            return LeaseExpiredResult(None, [], True)
+        due = self._timers.first_due(ctx, now)
+        assert due is not None
+        return self._converge_due(LeaseExpiredResult, ctx, due, now)
+
+    def handle_watch_attached(self, task_id: str, now: int) -> bool:
+        """First WatchTasks stream for the task attached (one call per attached stream).
+        Cancels a running Watch grace. False for an unknown or terminal task."""
+        return self._tasks.attach_watch(task_id)
+
+    def handle_watch_detached(self, task_id: str, now: int) -> bool:
+        """A stream watching the task went away. When the last one leaves a submitted
+        task and watchDisconnectGraceMs > 0, the grace timer starts. False for an
+        unknown or terminal task or an unbalanced detach."""
+        tasks = self._tasks
+        if not tasks.detach_watch(task_id):
+            return False
+        ctx = tasks.context(task_id)
+        if ctx is not None and ctx.watch_attached == 0:
+            self._timers.start_watch_grace(ctx, now, len(tasks.active))
+        return True
+
+    # ---- timer scans -----------------------------------------------------------------
+
+    def expired_slots(self, now: int) -> list[str]:
+        """Slot ids whose lease is due; feed each to handle_slot_lease_expired."""
+        return self._slots.expired(now)
+
+    def timed_out_tasks(self, now: int) -> list[str]:
+        """Task ids whose deadline is due; feed each to handle_task_timed_out."""
+        return self._timers.timed_out(now)
+
+    def watch_disconnected_tasks(self, now: int) -> list[str]:
+        """Task ids whose Watch grace ran out; feed each to handle_watch_disconnected."""
+        return self._timers.watch_expired(now)
+
+    def purge_expired_results(self, now: int) -> list[str]:
+        """Forget terminal results (and expired-reservation tombstones) whose retention
+        ended; returns their task ids. O(number purged)."""
+        return self._tasks.purge(now)
+
+    def next_deadline(self) -> int | None:
+        """Earliest instant at which a scan (or purge) would return something; None if
+        no timer is armed. May be <= now when something is due but not yet handled."""
+        best = self._slots.earliest_lease()
+        for t in (self._timers.earliest(), self._tasks.next_purge()):
+            if t is not None and (best is None or t < best):
+                best = t
+        return best
+
+    def tick(self, now: int) -> list[Command]:
+        """Run every scan and feed it to its handler: lease expiry, task deadlines, Watch
+        grace, then result purge. Returns the commands to execute (ConvergeTask)."""
+        out: list[Command] = []
+        for slot_id in self.expired_slots(now):
+            out.extend(self.handle_slot_lease_expired(slot_id, now).commands)
+        for task_id in self.timed_out_tasks(now):
+            out.extend(self.handle_task_timed_out(task_id, now).commands)
+        for task_id in self.watch_disconnected_tasks(now):
+            out.extend(self.handle_watch_disconnected(task_id, now).commands)
+        self.purge_expired_results(now)
+        return out
+
+    # ---- transitions shared by the handlers ------------------------------------------
+
+    def _reserve(self, task_id: str, ttl_ms: int, now: int,
+                 previous: TaskIndexEntry | None) -> TaskIndexEntry:
+        slots = self._slots
+        if slots.free_capacity <= 0:
+            raise NoSlotError(
+                f"no free task slot: all {slots.size} slots are reserved ({slots.allocated}) or "
+                f"running ({slots.running}); retry later or on another worker")
+        return self._tasks.reserve(task_id, slots.allocate(task_id, now + ttl_ms), previous)
+
+    def _expire_reservation_if_due(self, entry: TaskIndexEntry, now: int) -> None:
+        """Apply a due lease of a bare reservation now instead of waiting for the tick."""
+        slot = self._slots.slots[entry.slot_index]
+        if now >= slot.lease_expires_at_ms:
+            self._tombstone(entry, slot, now)
+
+    def _tombstone(self, entry: TaskIndexEntry, slot: SlotEntry, now: int) -> None:
+        self._tasks.tombstone(entry, slot.lease_expires_at_ms, now)
+        self._slots.release(slot)
+
+    def _converge_due(self, answer: type[R], ctx: TaskContext, due: DueFailure, now: int) -> R:
+        return self._converge(answer, ctx, _FAILED, due[1], due[2], due[3], now)
+
+    def _converge(self, answer: type[R], ctx: TaskContext, state: TaskState, code: str,
+                  message: str, retryable: bool, now: int, phase_done: bool = False) -> R:
+        """Make the task terminal, free its slot, retain its result: the single exit of
+        a submitted task. Returns ``answer`` (the handler's result type) holding the
+        terminal snapshot and the ConvergeTask command."""
+        phase = ctx.phase
+        result = terminal_result(ctx, state, code, message, retryable, now, phase_done)
+        slots = self._slots
+        slots.release(slots.slots[ctx.slot_index])
+        self._tasks.retire(ctx, result, now)
+        task_id, slot_id = ctx.task_id, ctx.slot_id
+        return answer(TaskSnapshot(task_id, slot_id, state, result),
+                      [ConvergeTask(task_id, slot_id, state, result, phase, ctx.adapter_task_ctx)])
+
+    def _maybe_snapshot(self, task_id: str) -> TaskSnapshot | None:
+        entry = self._tasks.entry(task_id)
+        if entry is None or entry.lease_lost_at_ms >= 0:
+            return None
+        return _snapshot(entry)
+
+
+def _snapshot(entry: TaskIndexEntry) -> TaskSnapshot:
+    return TaskSnapshot(entry.task_id, entry.slot_id, entry.state, entry.result)
 
 
 __all__ = ["WorkerCore"]

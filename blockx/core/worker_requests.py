@@ -1,8 +1,10 @@
 """Validation of RequestTaskSlot / SubmitTask input, and resolution of defaults.
 
-Rules: every check raises InvalidArgumentError with the field as the client
-wrote it (proto names), the bad value and the accepted range. Nothing here
-touches WorkerCore state, so a rejected request leaves the core unchanged.
+Rules: every check of a field raises InvalidArgumentError with the field as the
+client wrote it (proto names), the bad value and the accepted range; the check
+of a named slot against the task's reservation raises InvalidSlot or
+SlotUncertain. Nothing here changes WorkerCore state, so a rejected request
+leaves the core unchanged.
 A value of 0 means "use the Config default" wherever proto3 cannot tell unset
 from zero (task_timeout_ms, call_retry_policy fields, ttl_ms).
 """
@@ -11,8 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from .config import Config
-from .errors import InvalidArgumentError
-from .types import CONTINUE, FAST_FAIL, CallRetryPolicy, FunctionCall, ResultHandler, SubmitTaskRequest
+from .errors import InvalidArgumentError, InvalidSlotError, SlotUncertainError
+from .types import (CONTINUE, FAST_FAIL, CallRetryPolicy, FunctionCall, ResultHandler,
+                    SubmitTaskRequest, TaskIndexEntry)
 
 # Accepted spellings of CallFailurePolicy: our names, the proto enum names and numbers.
 _POLICIES: dict[Any, str] = {
@@ -39,20 +42,10 @@ def resolve_ttl(ttl_ms: int, cfg: Config) -> int:
     return ttl_ms or cfg.default_ttl_ms
 
 
-class ResolvedSubmit:
-    """The request's fields with defaults applied; built only for valid requests."""
-    __slots__ = ("function_call", "result_handler", "timeout_ms", "call_failure_policy",
-                 "call_retry_policy", "instance_id")
-
-    def __init__(self, function_call: FunctionCall, result_handler: ResultHandler | None,
-                 timeout_ms: int, call_failure_policy: str, call_retry_policy: CallRetryPolicy,
-                 instance_id: str) -> None:
-        self.function_call = function_call
-        self.result_handler = result_handler
-        self.timeout_ms = timeout_ms
-        self.call_failure_policy = call_failure_policy
-        self.call_retry_policy = call_retry_policy
-        self.instance_id = instance_id
+# What a valid SubmitTask asks for, defaults applied: (function_call, result_handler,
+# timeout_ms, call_failure_policy, call_retry_policy, instance_id). A tuple, not an
+# object: it is unpacked at once on the submit path, where a Python __init__ costs.
+ResolvedSubmit = tuple[FunctionCall, ResultHandler | None, int, str, CallRetryPolicy, str]
 
 
 def resolve_submit(req: SubmitTaskRequest, cfg: Config) -> ResolvedSubmit:
@@ -104,4 +97,25 @@ def resolve_submit(req: SubmitTaskRequest, cfg: Config) -> ResolvedSubmit:
                                 rp.base_backoff_ms or cfg.default_base_backoff_ms,
                                 rp.jitter_percent or cfg.default_retry_jitter_percent)
 
-    return ResolvedSubmit(fc, rh, t or cfg.task_deadline_ms, policy, retry, req.instance_id)
+    return fc, rh, t or cfg.task_deadline_ms, policy, retry, req.instance_id
+
+
+def check_reserved_slot(task_id: str, slot_id: str, entry: TaskIndexEntry | None) -> None:
+    """SubmitTask named ``slot_id``: it must be the live reservation of this task."""
+    if entry is None:
+        raise InvalidSlotError(
+            f"{slot_id} is not reserved for task {task_id!r}; call RequestTaskSlot first, "
+            "or submit without slot_id to reserve a slot inline")
+    if entry.lease_lost_at_ms >= 0:
+        if entry.slot_id == slot_id:
+            raise SlotUncertainError(
+                f"the reservation of {slot_id} for task {task_id!r} expired at "
+                f"{entry.lease_lost_at_ms} ms and the slot was reclaimed; request a new slot "
+                "(RequestTaskSlot) and submit again, within its TTL")
+        raise InvalidSlotError(
+            f"{slot_id} is not reserved for task {task_id!r} (its reservation of "
+            f"{entry.slot_id} expired at {entry.lease_lost_at_ms} ms); request a new slot")
+    if entry.slot_id != slot_id:
+        raise InvalidSlotError(
+            f"{slot_id} is not reserved for task {task_id!r}, which holds {entry.slot_id}; "
+            f"submit with slot_id {entry.slot_id!r}")

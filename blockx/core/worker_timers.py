@@ -1,4 +1,5 @@
-"""Deadline bookkeeping for WorkerCore's timer scans.
+"""WorkerCore's timers: the lazily invalidated ``TimerHeap``, and ``TaskTimers``,
+the deadline and Watch-grace timers of submitted tasks.
 
 Theory: every timer the core cares about (slot lease, task deadline, Watch
 grace) is an instant that can later become irrelevant (task finished, slot
@@ -13,11 +14,26 @@ amortised O(log n) per push even at thousands of tasks per second with
 ``due(now)`` does not consume anything: the scans are queries, the ``handle_*``
 methods are the mutations. A due entry keeps being reported until its handler
 made it stale, so a lost tick can never lose a timer.
+
+Rules of ``TaskTimers``: a task's timers are judged by the timeline, never by
+the order events arrive: ``first_due`` names the earliest due timer of one task
+(TIMED_OUT wins ties, then SLOT_LOST, then WATCH_DISCONNECTED), and every task
+event applies it before anything else. The heaps hold the TaskContext itself;
+a converged task (phase TERMINAL) or a cancelled grace (its
+``watch_disconnect_deadline_ms`` cleared, or a newer ``watch_seq``) is stale.
+Slot leases belong to the slot table (they are invalidated by slot generation),
+retained results to the task table (their FIFO is checked against the index).
 """
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+from . import failure_codes as fc
+from .types import TaskContext, TaskPhase
+
+if TYPE_CHECKING:       # worker_slots builds its lease timers on TimerHeap
+    from .worker_slots import SlotTable
 
 # live(at_ms, item, token) -> bool
 Live = Callable[[int, Any, Any], bool]
@@ -87,3 +103,77 @@ class TimerHeap:
 
 def _order(e: tuple[int, int, Any, Any]) -> tuple[int, int]:
     return (e[0], e[1])
+
+
+_PREPARING = TaskPhase.PREPARING
+_TERMINAL = TaskPhase.TERMINAL
+
+# (instant, failure code, message, retryable) of the earliest due timer of a task
+DueFailure = tuple[int, str, str, bool]
+
+
+def _deadline_live(at_ms: int, ctx: TaskContext, token: Any) -> bool:
+    return ctx.phase is not _TERMINAL
+
+
+def _watch_live(at_ms: int, ctx: TaskContext, seq: Any) -> bool:
+    return (ctx.phase is not _TERMINAL and ctx.watch_seq == seq
+            and ctx.watch_disconnect_deadline_ms is not None)
+
+
+class TaskTimers:
+    __slots__ = ("grace_ms", "_slots", "_deadlines", "_watch_grace", "_watch_seq")
+
+    def __init__(self, watch_disconnect_grace_ms: int, slots: SlotTable) -> None:
+        self.grace_ms = watch_disconnect_grace_ms
+        self._slots = slots             # read only: the lease of a PREPARING task's slot
+        self._deadlines = TimerHeap(_deadline_live)
+        self._watch_grace = TimerHeap(_watch_live)
+        self._watch_seq = 0
+
+    def arm_deadline(self, ctx: TaskContext, live_bound: int) -> None:
+        """``live_bound``: how many tasks are active (bounds the live timers)."""
+        self._deadlines.push(ctx.deadline_ms, ctx, None, live_bound)
+
+    def start_watch_grace(self, ctx: TaskContext, now: int, live_bound: int) -> None:
+        """The last Watch stream of the task left: it fails unless one attaches within
+        the grace. No grace configured means watching is optional."""
+        grace = self.grace_ms
+        if grace > 0:
+            self._watch_seq = seq = self._watch_seq + 1
+            ctx.watch_seq = seq
+            ctx.watch_disconnect_deadline_ms = now + grace
+            self._watch_grace.push(now + grace, ctx, seq, live_bound)
+
+    def timed_out(self, now: int) -> list[str]:
+        return [ctx.task_id for ctx in self._deadlines.due(now)]
+
+    def watch_expired(self, now: int) -> list[str]:
+        return [ctx.task_id for ctx in self._watch_grace.due(now)]
+
+    def earliest(self) -> int | None:
+        a = self._deadlines.earliest()
+        b = self._watch_grace.earliest()
+        return b if a is None or (b is not None and b < a) else a
+
+    def first_due(self, ctx: TaskContext, now: int) -> DueFailure | None:
+        """The earliest due timer of the task. Its slot's lease counts only while the
+        task is PREPARING (activation makes the lease irrelevant)."""
+        best: DueFailure | None = None
+        d = ctx.deadline_ms
+        if now >= d:
+            best = (d, fc.TIMED_OUT,
+                    f"task exceeded its timeout of {d - ctx.accepted_at_ms} ms (accepted at "
+                    f"{ctx.accepted_at_ms} ms, deadline {d} ms) during phase {ctx.phase.name}", True)
+        if ctx.phase is _PREPARING:
+            lease = self._slots.slots[ctx.slot_index].lease_expires_at_ms
+            if now >= lease and (best is None or lease < best[0]):
+                best = (lease, fc.SLOT_LOST,
+                        f"the lease of {ctx.slot_id} expired at {lease} ms before the task was "
+                        "activated (activation took longer than the slot TTL)", False)
+        w = ctx.watch_disconnect_deadline_ms
+        if w is not None and now >= w and (best is None or w < best[0]):
+            best = (w, fc.WATCH_DISCONNECTED,
+                    "every WatchTasks stream of the task disconnected and none reattached within "
+                    f"watchDisconnectGraceMs ({self.grace_ms} ms)", False)
+        return best

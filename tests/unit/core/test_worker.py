@@ -72,7 +72,7 @@ def test_negative_ttl_and_empty_task_id_are_invalid_argument():
     raises(errors.INVALID_ARGUMENT, w.handle_request_task_slot, "", 0, 0, match="task_id is required")
     raises(errors.INVALID_ARGUMENT, w.handle_submit_task, req(""), None, 0, match="task_id is required")
     raises(errors.INVALID_ARGUMENT, w.handle_get_task_result, "")
-    assert w.free_capacity() == 50 and w._index == {}
+    assert w.free_capacity() == 50 and w._tasks._index == {}
 
 
 def test_request_task_slot_is_idempotent_and_does_not_extend_the_lease():
@@ -94,7 +94,7 @@ def test_no_slot_when_every_slot_is_reserved_or_running():
                match="all 2 slots are reserved (1) or running (1)")
     assert e.grpc_status_name == "RESOURCE_EXHAUSTED"
     raises(errors.NO_SLOT, w.handle_submit_task, req("c"), None, 2)
-    assert "c" not in w._index
+    assert "c" not in w._tasks._index
     # a known task still gets its snapshot when the worker is full
     assert reserve(w, "a", 3).snapshot.slot_id == "slot-0"
 
@@ -392,7 +392,7 @@ def test_results_are_retained_then_purged_in_finish_order():
     assert w.handle_get_task_result("c").snapshot.state is TaskState.SUCCEEDED
     assert w.next_deadline() == 1020
     assert w.purge_expired_results(5000) == ["c"]
-    assert w.next_deadline() is None and w._index == {}
+    assert w.next_deadline() is None and w._tasks._index == {}
 
 
 def test_zero_retention_purges_at_the_finish_instant():
@@ -457,7 +457,7 @@ def test_timer_heaps_stay_bounded_under_churn():
         submit(w, t, i)
         complete(w, t, i)
         w.purge_expired_results(i)
-    assert len(w._deadlines) <= 2 * w.active_task_count() + 65
+    assert len(w._timers._deadlines) <= 2 * w.active_task_count() + 65
     assert len(w._slots._leases) <= 2 * 4 + 65
     assert w.next_deadline() is None
 

@@ -74,7 +74,7 @@ class WorkerMachine(RuleBasedStateMachine):
             self.model[t] = NEXT_PHASE[type(cmd)]
 
     def target(self, i):
-        active = sorted(self.w._tasks)
+        active = sorted(self.w._tasks.active)
         if active and i < 7:
             return active[i % len(active)]
         return TASK_IDS[i % len(TASK_IDS)]
@@ -206,7 +206,7 @@ class WorkerMachine(RuleBasedStateMachine):
             assert all(s.state is SlotState.FREE for s in self.w.slots)
             assert self.w.free_capacity() == 3
             return
-        for task in list(self.w._tasks):
+        for task in list(self.w._tasks.active):
             for _ in range(4):
                 ctx = self.w.get_task_context(task)
                 if ctx is None:
@@ -226,7 +226,7 @@ class WorkerMachine(RuleBasedStateMachine):
         check_invariants(self.w)
         assert self.w.free_capacity() >= 0
         active = {t for t, p in self.model.items() if p is not TaskPhase.TERMINAL}
-        assert active == set(self.w._tasks)
+        assert active == set(self.w._tasks.active)
         for t in active:
             assert self.w.get_task_context(t).phase is self.model[t]
         assert self.accepted - self.converged == len(active)

@@ -53,8 +53,8 @@ def run_to(w: WorkerCore, task_id: str, phase: TaskPhase, now: int) -> None:
 
 def check_invariants(w: WorkerCore) -> None:
     slots = w._slots
-    index = w._index
-    tasks = w._tasks
+    index = w._tasks._index
+    tasks = w._tasks.active
     allocated = running = 0
     free = set()
     for s in slots.slots:
