@@ -302,8 +302,10 @@ class WorkerClient:
                 await call.write(pb.SessionRequestBatch(requests=reqs))
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the stream broke; the reader reports why
-            self._break(_broken_by(exc, self.addr))
+        except Exception:  # noqa: BLE001 - the stream ended under the write
+            # The reader sees the same end with the Worker's status (say,
+            # RESOURCE_EXHAUSTED and why), which is what the callers should get.
+            return
 
     async def _read_loop(self) -> None:
         call = self._call
