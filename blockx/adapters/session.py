@@ -72,10 +72,6 @@ class Session:
         self._end: SessionEnd | None = None
 
     @property
-    def watching(self) -> int:
-        return len(self._last)
-
-    @property
     def end(self) -> SessionEnd | None:
         """Why the Worker ends this session, once it does."""
         return self._end
@@ -133,8 +129,8 @@ class Session:
         if not ids:
             raise InvalidArgumentError("watch.task_ids is empty: name at least one task to watch")
         if len(ids) > MAX_WATCH_TASK_IDS:
-            raise InvalidArgumentError(f"{len(ids)} task_ids exceed the limit of {MAX_WATCH_TASK_IDS} per watch request; "
-                           "send several watch requests")
+            raise InvalidArgumentError(f"{len(ids)} task_ids exceed the limit of {MAX_WATCH_TASK_IDS} "
+                                       "per watch request; send several watch requests")
         get = self._orch.get_task_result
         snaps = [get(tid) for tid in ids]         # NotFound for any id: nothing is watched
         encode = self._encoder
