@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from blockx.client import Cluster, NoSlot, WorkerClient
+from blockx.client import Cluster, NoSlot, NotFound, WorkerClient
 from tests.support.etcd import EtcdServer
 from tests.support.fleet import start_workers, until, wait_registered
 from tests.support.worker import WorkerProcess
@@ -143,3 +143,62 @@ async def test_etcd_outage_keeps_known_workers_and_sees_new_ones(etcd, fleet, fu
             assert addr(w2) in {o.worker for o in outs}
         finally:
             w2.stop()
+
+
+async def test_retryable_failures_are_resubmitted_only_when_asked(etcd, fleet):
+    a, b = fleet(2)
+    async with Cluster(etcd.endpoint, max_resubmits=1) as cluster:
+        await until(lambda: len(cluster.workers) == 2, 10, "two workers in the view")
+        plain = await cluster.submit(calls=[("sleep_ms", [2000])], timeout_ms=200)
+        assert plain.state == "FAILED" and plain.retryable and plain.attempts == 1, plain
+        again = await cluster.submit(calls=[("sleep_ms", [2000])], timeout_ms=200, resubmit_retryable=True)
+        assert again.state == "FAILED" and again.failure_code == plain.failure_code
+        assert again.attempts == 2 and cluster.resubmits == 1
+        assert cluster.placed == {addr(a): 1, addr(b): 2} or cluster.placed == {addr(a): 2, addr(b): 1}
+
+
+async def test_a_hung_worker_that_leaves_the_registry_has_its_tasks_resubmitted(etcd, fleet):
+    """SIGSTOP: the session stays open but nothing answers; once its key is gone the
+    cluster probes it, gives up after probe_timeout_s and runs the task elsewhere."""
+    import aetcd
+    a, b = fleet(2)
+    async with Cluster(etcd.endpoint, probe_timeout_s=0.5) as cluster:
+        await until(lambda: len(cluster.workers) == 2, 10, "two workers in the view")
+        first = asyncio.ensure_future(cluster.submit(calls=[("sleep_ms", [1500])], task_id="hung-1"))
+        await until(lambda: cluster.placement.inflight, 5, "the task in flight")
+        victim = next(iter(cluster.placement.inflight))
+        other = addr(b) if victim == addr(a) else addr(a)
+        hung = a if victim == addr(a) else b
+        hung.signal(signal.SIGSTOP)
+        try:
+            c = aetcd.Client(*etcd.host_port, timeout=2)
+            try:
+                await c.delete(("/blockx/workers/" + victim).encode())
+            finally:
+                await c.close()
+            t0 = time.monotonic()
+            out = await asyncio.wait_for(first, 15)
+            assert out.ok and out.worker == other and out.attempts == 2, out
+            assert time.monotonic() - t0 < 5
+        finally:
+            hung.signal(signal.SIGCONT)
+
+
+async def test_one_live_copy_per_task_id_watch_and_result(etcd, fleet):
+    fleet(2)
+    async with Cluster(etcd.endpoint) as cluster:
+        await until(lambda: len(cluster.workers) == 2, 10, "two workers in the view")
+        same = [cluster.submit(calls=[("sleep_ms", [300])], task_id="dup-1") for _ in range(3)]
+        watched = []
+
+        async def watch():
+            await until(lambda: "dup-1" in cluster._tasks and cluster._tasks["dup-1"].worker, 5, "placement")
+            async for upd in cluster.watch(["dup-1"]):
+                watched.append(upd)
+        outs, _ = await asyncio.gather(asyncio.gather(*same), watch())
+        assert sum(cluster.placed.values()) == 1, "a second submit of an id in flight places no copy"
+        assert all(o is outs[0] for o in outs) and outs[0].outputs == [300]
+        assert watched[-1].is_terminal and watched[-1].outcome.outputs == [300]
+        assert (await cluster.result("dup-1")).outputs == [300]
+        with pytest.raises(NotFound):
+            await cluster.result("never-submitted")
