@@ -189,6 +189,8 @@ class WorkerClient:
             upd = await waiter.future
         finally:
             self._unlisten(tid, waiter)
+            if waiter.future.done() and not waiter.future.cancelled():
+                waiter.future.exception()       # failed with the session: the reply's error is raised
         return TaskOutcome.from_pb(tid, upd.state, upd.result, self.addr, upd)
 
     async def map(self, function_id: str, args_iterable: Iterable, *, concurrency: int = 64,
