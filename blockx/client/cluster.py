@@ -57,12 +57,18 @@ class _Task:
         self.worker = ""
         self.attempts = 0
         self.outcome: asyncio.Future = loop.create_future()
-        self.moved = asyncio.Event()
+        self.moved: asyncio.Event | None = None     # made when a watch follows this task
+
+    def watch_moves(self) -> asyncio.Event:
+        if self.moved is None:
+            self.moved = asyncio.Event()
+        return self.moved
 
     def place(self, addr: str) -> None:
         self.worker = addr
-        self.moved.set()
-        self.moved = asyncio.Event()
+        if self.moved is not None:
+            self.moved.set()
+            self.moved = None
 
 
 class Cluster:
@@ -261,7 +267,7 @@ class Cluster:
                 self._on_placement(addr, t.task_id)
             rec.place(addr)
             try:
-                outcome = await client.submit(task=t, wait=wait)
+                outcome = await client.submit_built(t, wait=wait)
             except NoSlot as exc:
                 self.refusals += 1
                 refused.add(addr)
@@ -384,7 +390,7 @@ class Cluster:
         try:
             while True:
                 rec = self._tasks.get(tid)
-                moved = rec.moved if rec is not None else None
+                moved = rec.watch_moves() if rec is not None else None
                 addr = await self._locate(tid)
                 try:
                     async for upd in (await self._session(addr)).watch([tid]):

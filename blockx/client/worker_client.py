@@ -174,6 +174,11 @@ class WorkerClient:
         """Submit a task (a callList of ``(function_id, args)`` pairs, or a full ``pb.Task``).
         With ``wait`` return its terminal outcome; otherwise the state SubmitTask returned."""
         t = build_task(calls=calls, task=task, task_id=task_id, timeout_ms=timeout_ms)
+        return await self.submit_built(t, wait=wait, slot_id=slot_id)
+
+    async def submit_built(self, t: pb.Task, *, wait: bool = True, slot_id: str = "") -> TaskOutcome:
+        """``submit`` of a pb.Task that already has its task id, sent as it is (not
+        copied): what a Cluster uses after building the task once."""
         tid = t.task_id
         req = pb.SessionRequest(submit=pb.SubmitTaskRequest(task=t, slot_id=slot_id), follow=wait)
         if not wait:
