@@ -24,10 +24,18 @@ def worker_env(etcd, extra: dict | None = None) -> dict:
 
 def start_workers(etcd, n: int, functions_dir, extra: dict | None = None, executors: int = 1) -> list[WorkerProcess]:
     ws = [WorkerProcess(worker_env(etcd, extra), functions_dir=functions_dir, executors=executors) for _ in range(n)]
-    with ThreadPoolExecutor(n) as pool:
-        list(pool.map(lambda w: w.start(), ws))
-    for w in ws:
-        wait_registered(etcd, f"127.0.0.1:{w.port}")
+    try:
+        with ThreadPoolExecutor(n) as pool:
+            list(pool.map(lambda w: w.start(), ws))
+        for w in ws:
+            wait_registered(etcd, f"127.0.0.1:{w.port}")
+    except BaseException:
+        for w in ws:          # leave no worker behind when the fleet does not come up
+            try:
+                w.stop()
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+        raise
     return ws
 
 
