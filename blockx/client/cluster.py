@@ -47,6 +47,9 @@ from blockx.client.worker_client import WorkerClient
 from blockx.worker.v1 import worker_pb2 as pb
 
 log = logging.getLogger("blockx.client.cluster")
+# Where finished tasks ran, for watch / result by id afterwards (older ids are
+# looked up by asking every worker).
+WHERE_REMEMBERED = 100_000
 
 
 class _Task:
@@ -163,7 +166,11 @@ class Cluster:
         finally:
             del self._tasks[tid]
             if rec.worker:
-                self._where[tid] = rec.worker
+                where = self._where
+                where.pop(tid, None)
+                where[tid] = rec.worker
+                if len(where) > WHERE_REMEMBERED:
+                    del where[next(iter(where))]        # the oldest: a long-lived client stays bounded
 
     async def map(self, function_id: str, args_iterable: Iterable, *, concurrency: int = 64,
                   timeout_ms: int = 0) -> AsyncIterator[TaskOutcome]:
@@ -261,6 +268,9 @@ class Cluster:
             except Unavailable as exc:
                 last_err = exc
                 continue                         # marked down by _session
+            now_info = self.view.workers.get(addr)
+            if now_info is None or not now_info.placeable:
+                continue                         # it left (or began draining) while the session opened
             self.placement.started(addr)
             self.placed[addr] = self.placed.get(addr, 0) + 1
             if self._on_placement is not None:
