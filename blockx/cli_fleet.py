@@ -101,7 +101,7 @@ async def _kv(endpoints: str, fn, timeout: float):
 
 
 async def read_prefix(endpoints: str, prefix: str, timeout: float = 5.0):
-    """(revision, [(key, value), ...]) of every key under ``prefix``."""
+    """(revision, [(key, value, mod_revision), ...]) of every key under ``prefix``."""
     from aetcd import rpc
 
     from blockx.adapters.etcd_watch import prefix_range_end
@@ -109,7 +109,7 @@ async def read_prefix(endpoints: str, prefix: str, timeout: float = 5.0):
     async def go(kv, t):
         r = await kv.Range(rpc.RangeRequest(key=prefix.encode(), range_end=prefix_range_end(prefix.encode())),
                            timeout=t)
-        return r.header.revision, [(x.key.decode(errors="replace"), x.value) for x in r.kvs]
+        return r.header.revision, [(x.key.decode(errors="replace"), x.value, x.mod_revision) for x in r.kvs]
     return await _kv(endpoints, go, timeout)
 
 
@@ -138,7 +138,7 @@ def cmd_workers(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     from blockx.client.registry import WorkerInfo
 
     _rev, kvs = asyncio.run(read_prefix(ns.etcd, ns.prefix, ns.timeout))
-    infos = [WorkerInfo.parse(k[len(ns.prefix):], v, 0, 0.0) for k, v in kvs]
+    infos = [WorkerInfo.parse(k[len(ns.prefix):], v, r, 0.0) for k, v, r in kvs]
     if ns.json:
         out.write(json.dumps({i.addr: i.heartbeat for i in infos}, indent=2, sort_keys=True) + "\n")
     else:
@@ -233,8 +233,8 @@ def cmd_functions_push(ns: argparse.Namespace, out: TextIO | None = None) -> int
 def cmd_functions_list(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     revision, kvs = asyncio.run(read_prefix(ns.etcd, ns.prefix, ns.timeout))
-    rows = [{"functionId": k[len(ns.prefix):], "digest": hashlib.sha256(v).hexdigest(), "bytes": len(v)}
-            for k, v in kvs]
+    rows = [{"functionId": k[len(ns.prefix):], "digest": hashlib.sha256(v).hexdigest(), "bytes": len(v),
+             "modRevision": r} for k, v, r in kvs]
     if ns.json:
         out.write(json.dumps({"revision": revision, "functions": rows}, indent=2) + "\n")
         return EXIT_OK
