@@ -158,3 +158,30 @@ def test_commands_without_etcd_fail_clearly(capsys, tmp_path):
     assert code == 1 and "error: etcd " + dead in err
     code, out, err = run_cli(["functions", "push", str(tmp_path / "nope"), "--etcd", dead], capsys)
     assert code == 1 and "is not a directory" in err
+
+
+def test_function_code_survives_an_etcd_outage_and_follows_pushes_after_it(tmp_path, capsys):
+    with EtcdServer() as etcd:
+        code, _, err = run_cli(["functions", "push", str(code_dir(tmp_path, 1)), "--etcd", etcd.endpoint], capsys)
+        assert code == 0, err
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        w, = start_workers(etcd, 1, empty, {"FUNCTIONS_SOURCE": "etcd"})
+        try:
+            etcd.stop()
+            w.submit_calls("out-1", [("ver", [])])
+            assert outputs(w.wait_terminal("out-1")) == [1], "the last code stays while etcd is down"
+            etcd.start()
+            code, _, err = run_cli(["functions", "push", str(code_dir(tmp_path, 2)), "--etcd", etcd.endpoint],
+                                   capsys)
+            assert code == 0, err
+            deadline = time.monotonic() + 10
+            got = None
+            while got != [2] and time.monotonic() < deadline:   # the watch reconnects with a backoff
+                tid = f"after-{time.monotonic()}"
+                w.submit_calls(tid, [("ver", [])])
+                got = outputs(w.wait_terminal(tid))
+                time.sleep(0.1)
+            assert got == [2], "after etcd returns the worker follows pushes again"
+        finally:
+            w.stop()
