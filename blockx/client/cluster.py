@@ -146,8 +146,13 @@ class Cluster:
         tid = t.task_id
         loop = asyncio.get_running_loop()
         rec = self._tasks.get(tid)
-        if rec is not None:
-            return await asyncio.shield(rec.outcome)     # one live copy, one outcome
+        if rec is not None:                              # one live copy, one outcome
+            out = await asyncio.shield(rec.outcome)
+            if wait and not out.is_terminal:             # the first submit did not wait: follow it
+                async for upd in self.watch([tid]):
+                    if upd.outcome is not None:
+                        return upd.outcome
+            return out
         rec = self._tasks[tid] = _Task(loop)
         retry_failed = self.resubmit_retryable if resubmit_retryable is None else resubmit_retryable
         try:
@@ -242,35 +247,43 @@ class Cluster:
         failed_on: set[str] = set()       # ran it and failed it retryably: never again
         delay = 0.002
         last_err: Exception | None = None
+        # An id this client already placed (e.g. submitted with wait=False) goes back to
+        # the worker that has it, which answers idempotently: never a second copy.
+        known = self._where.get(t.task_id)
         while True:
             if self._closed:
                 raise Unavailable("the cluster client is closed")
-            now = loop.time()
-            info = self.placement.choose(self.view.workers.values(), now, refused | failed_on)
-            if info is None:
-                if now >= deadline:
-                    raise last_err or Unavailable(
-                        f"no ready worker under {self.prefix!r} in etcd within {self.wait_for_worker_s:g} s "
-                        f"({len(self.view.workers)} registered, etcd {'up' if self.view.connected else 'down'})")
-                if refused:
-                    refused.clear()              # all refused: let slots free up, then try them all again
-                    await asyncio.sleep(min(delay, max(0.0, deadline - now)))
-                    delay = min(delay * 2, 0.05)
-                else:
-                    try:                         # nobody placeable: wait for the registry to change
-                        await asyncio.wait_for(self.view.changed.wait(), min(0.25, max(0.001, deadline - now)))
-                    except asyncio.TimeoutError:
-                        pass
-                continue
-            addr = info.addr
+            if known is not None:
+                addr, known = known, None
+            else:
+                now = loop.time()
+                info = self.placement.choose(self.view.workers.values(), now, refused | failed_on)
+                if info is None:
+                    if now >= deadline:
+                        raise last_err or Unavailable(
+                            f"no ready worker under {self.prefix!r} in etcd within {self.wait_for_worker_s:g} s "
+                            f"({len(self.view.workers)} registered, etcd {'up' if self.view.connected else 'down'})")
+                    if refused:
+                        refused.clear()          # all refused: let slots free up, then try them all again
+                        await asyncio.sleep(min(delay, max(0.0, deadline - now)))
+                        delay = min(delay * 2, 0.05)
+                    else:
+                        try:                     # nobody placeable: wait for the registry to change
+                            await asyncio.wait_for(self.view.changed.wait(),
+                                                   min(0.25, max(0.001, deadline - now)))
+                        except asyncio.TimeoutError:
+                            pass
+                    continue
+                addr = info.addr
             try:
                 client = await self._session(addr)
             except Unavailable as exc:
                 last_err = exc
                 continue                         # marked down by _session
-            now_info = self.view.workers.get(addr)
-            if now_info is None or not now_info.placeable:
-                continue                         # it left (or began draining) while the session opened
+            if addr != self._where.get(t.task_id):
+                now_info = self.view.workers.get(addr)
+                if now_info is None or not now_info.placeable:
+                    continue                     # it left (or began draining) while the session opened
             self.placement.started(addr)
             self.placed[addr] = self.placed.get(addr, 0) + 1
             if self._on_placement is not None:
@@ -296,7 +309,7 @@ class Cluster:
             except Unavailable as exc:           # a draining worker refused it: it never ran there
                 self.refusals += 1
                 refused.add(addr)
-                self.placement.mark_down(addr, info.revision, loop.time())
+                self._mark_down(addr)
                 last_err = exc
                 continue
             finally:
@@ -307,6 +320,7 @@ class Cluster:
                 rec.attempts += 1
                 self.resubmits += 1
                 failed_on.add(addr)
+                self._where.pop(t.task_id, None)   # the rerun goes elsewhere, not back to its result
                 last_err = None
                 continue
             return outcome

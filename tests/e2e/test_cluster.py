@@ -202,3 +202,18 @@ async def test_one_live_copy_per_task_id_watch_and_result(etcd, fleet):
         assert (await cluster.result("dup-1")).outputs == [300]
         with pytest.raises(NotFound):
             await cluster.result("never-submitted")
+
+
+async def test_an_id_submitted_without_waiting_goes_back_to_its_worker(etcd, fleet):
+    fleet(3)
+    async with Cluster(etcd.endpoint) as cluster:
+        await until(lambda: len(cluster.workers) == 3, 10, "three workers in the view")
+        first = await cluster.submit(calls=[("sleep_ms", [300])], task_id="nw-1", wait=False)
+        assert first.state in ("ALLOCATED", "RUNNING")
+        # Waiting submits of the same id (one while it runs, one after) land on the same
+        # worker and get its one result: no second copy anywhere.
+        again = await cluster.submit(calls=[("sleep_ms", [300])], task_id="nw-1")
+        later = await cluster.submit(calls=[("add", [1, 1])], task_id="nw-1")
+        assert again.worker == later.worker == first.worker
+        assert again.outputs == later.outputs == [300]
+        assert set(cluster.placed) == {first.worker}
