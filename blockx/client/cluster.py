@@ -25,7 +25,9 @@ Theory of operation.
   Retryable task failures (TIMED_OUT, SLOT_LOST, ...) are resubmitted only with
   ``resubmit_retryable=True``, and never to the worker that failed them.
 - Each task id gets one outcome: a second submit of an id this client already
-  has in flight waits for the first one's outcome instead of placing a copy.
+  has in flight waits for the first one's outcome instead of placing a copy, and
+  an id it placed before (say with ``wait=False``) goes back to the worker that
+  has it, which answers idempotently.
   ``TaskOutcome.worker`` says where it ran, ``attempts`` how many runs it took.
 - etcd down: the view keeps the last known workers (logged once); sessions to
   them keep working; when etcd returns the prefix is read again.
