@@ -1,4 +1,5 @@
-"""`blockx`: run a Worker (`blockx serve`) or talk to one (submit, watch, result, slot).
+"""`blockx`: run a Worker (`blockx serve`) or talk to one (submit, watch, result, slot),
+or to the fleet registered in etcd (workers, functions push|list, submit --etcd: blockx.cli_fleet).
 
 This module holds the argument parser, `main` (the console entry point) and
 `serve`. Building a task from flags lives in blockx.cli_task, the client commands
@@ -81,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--instance-id", default=None, help="fairness key")
     sm.add_argument("--task-json", default=None, metavar="FILE|-", help="the task as JSON (- for stdin)")
     sm.add_argument("--slot", default=None, metavar="SLOT_ID", help="slot id from a prior `blockx slot`")
+    sm.add_argument("--etcd", nargs="?", default=None, const=os.environ.get("BLOCKX_ETCD") or "127.0.0.1:2379",
+                    metavar="ENDPOINTS", help="place the task on a worker registered in etcd (blockx.client.Cluster) "
+                    "instead of --addr; ENDPOINTS defaults to $BLOCKX_ETCD or 127.0.0.1:2379")
+    sm.add_argument("--etcd-prefix", default="/blockx/workers/", metavar="PREFIX",
+                    help="worker registry prefix with --etcd (default: %(default)s)")
     mode = sm.add_mutually_exclusive_group()
     mode.add_argument("--watch", action="store_true", help="print every TaskUpdate until terminal")
     mode.add_argument("--no-wait", action="store_true", help="print the SubmitTask response and exit")
@@ -98,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("task_id", metavar="TASK_ID")
     sl.add_argument("--ttl-ms", type=int, default=0, help="reservation TTL (0: the worker's default)")
     sl.set_defaults(func=cmd_slot)
+
+    from blockx.cli_fleet import add_parsers as add_fleet_parsers
+    add_fleet_parsers(sub, client)
     return p
 
 

@@ -141,6 +141,12 @@ def _submit(ns: argparse.Namespace, client, out: TextIO) -> int:
 
 
 def cmd_submit(ns: argparse.Namespace, out: TextIO | None = None) -> int:
+    if getattr(ns, "etcd", None):
+        from blockx.cli_fleet import cmd_submit_cluster
+
+        if ns.slot:
+            raise CLIError("--slot names a slot on one worker; it cannot be used with --etcd")
+        return cmd_submit_cluster(ns, task_from_args(ns), out or sys.stdout, _dump)
     return _submit(ns, out)
 
 

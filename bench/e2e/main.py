@@ -4,7 +4,10 @@ Starts `python -m blockx serve` (real executors over the Unix socket, etcd off,
 everything on 127.0.0.1) and measures through its own grpc.aio client on uvloop:
 (a) calls/s of one big callList task, (b) tasks/s of many one-call tasks,
 (c) sequential submit -> terminal latency, (d) subcall and IO round trips/s,
-(e) worker RSS idle and with many calls queued (on a separate fresh worker).
+(e) worker RSS idle and with many calls queued (on a separate fresh worker),
+(f) the fleet: tasks/s through blockx.client.Cluster over three workers in a
+real etcd beside one WorkerClient, and the failover time of a SIGKILL under 200
+in-flight tasks (bench/e2e/fleet.py).
 Prints ONE JSON object with every figure and the sizes used. The figures are
 for comparing builds on one machine: these machines are shared and noisy."""
 from __future__ import annotations
@@ -24,15 +27,15 @@ from bench.e2e.client import Client
 from bench.e2e.harness import BenchWorker, WorkerError
 from bench.e2e.profiling import format_table, top_entries
 
-ALL = ("a", "b", "c", "d", "e")
+ALL = ("a", "b", "c", "d", "e", "f")
 
 SIZES = {
     "default": {"a": [10_000, 100_000], "b_tasks": 5_000, "b_inflight": 64, "c_tasks": 1_000,
                 "d_parents": 100, "d_subcalls": 100, "d_io_parents": 100, "d_io": 100,
-                "e_calls": 100_000},
+                "e_calls": 100_000, "f_tasks": 5_000, "f_task_ms": 500},
     "quick": {"a": [2_000, 10_000], "b_tasks": 500, "b_inflight": 64, "c_tasks": 200,
               "d_parents": 20, "d_subcalls": 20, "d_io_parents": 20, "d_io": 20,
-              "e_calls": 10_000},
+              "e_calls": 10_000, "f_tasks": 1_000, "f_task_ms": 500},
 }
 
 
@@ -42,7 +45,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--executors", type=int, default=2, help="EXECUTOR_COUNT of the measured worker (default 2)")
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run in well under a minute")
     p.add_argument("--only", default=",".join(ALL),
-                   help="comma-separated scenarios to run, of a,b,c,d,e (default: all)")
+                   help="comma-separated scenarios to run, of a,b,c,d,e,f (default: all)")
+    p.add_argument("--fleet-executors", type=int, default=1, help="EXECUTOR_COUNT of each (f) worker (default 1)")
     p.add_argument("--rss-executors", type=int, default=1, help="EXECUTOR_COUNT of the (e) worker (default 1)")
     p.add_argument("--b-max-outstanding", type=int, default=192,
                    help="(b): tasks submitted and not yet terminal, below TASK_SLOTS=256 (default 192)")
@@ -199,6 +203,9 @@ async def run(ns) -> dict:
         await run_main_worker(ns, sizes, report)
     if "e" in ns.only:
         await run_rss_worker(ns, sizes, report)
+    if "f" in ns.only:
+        from bench.e2e.fleet import run_fleet
+        await run_fleet(ns, sizes, report)
     report["elapsed_s"] = round(time.perf_counter() - t0, 2)
     return report
 

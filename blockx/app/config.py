@@ -171,6 +171,9 @@ class WorkerFullConfig:
     function_snapshot_retention_ms: int = _f(_WORKER["function_snapshot_retention_ms"],
                                              env="FUNCTION_SNAPSHOT_RETENTION_MS", doc="0 = maxTaskTimeoutMs + 10s")
     functions_dir: str = _f(default_factory=default_functions_dir, env="FUNCTIONS_DIR")
+    functions_source: str = _f("dir", env="FUNCTIONS_SOURCE",
+                               doc='"dir" (functionsDir) or "etcd" (keys under functionsEtcdPrefix)')
+    functions_etcd_prefix: str = _f("/blockx/functions/", env="FUNCTIONS_ETCD_PREFIX")
     socket_path: str = _f(default_factory=default_socket_path, env="EXECUTOR_SOCKET_PATH")
     metrics_listen: str = _f("127.0.0.1:9464", env="METRICS_LISTEN", doc="empty disables")
     shadow_submit_target_addr: str = _f("", env="SHADOW_SUBMIT_TARGET_ADDR")

@@ -126,6 +126,8 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     elif not os.path.isdir(cfg.functions_dir):
         out.append(f"{name('functionsDir')} {cfg.functions_dir!r} is not a directory")
 
+    out.extend(_function_source_violations(cfg, name))
+
     if not cfg.socket_path:
         out.append(f"{name('socketPath')} must not be empty")
     elif len(os.fsencode(os.path.abspath(cfg.socket_path))) > UDS_PATH_MAX:
@@ -149,6 +151,23 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     if cfg.log_level.strip().upper() not in LOG_LEVELS:
         out.append(f"{name('logLevel')} must be one of debug, info, warning, error, critical "
                    f"(got {cfg.log_level!r})")
+    return out
+
+
+FUNCTION_SOURCES = ("dir", "etcd")
+
+
+def _function_source_violations(cfg: WorkerFullConfig, name) -> list[str]:
+    out: list[str] = []
+    if cfg.functions_source not in FUNCTION_SOURCES:
+        out.append(f"{name('functionsSource')} must be one of {', '.join(FUNCTION_SOURCES)} "
+                   f"(got {cfg.functions_source!r})")
+    elif cfg.functions_source == "etcd" and not cfg.etcd_enabled:
+        out.append(f"{name('functionsSource')} is etcd but {name('etcdEndpoints')} is \"none\": "
+                   "function code needs an etcd to read from")
+    p = cfg.functions_etcd_prefix
+    if not (p.startswith("/") and p.endswith("/") and len(p) > 1):
+        out.append(f"{name('functionsEtcdPrefix')} must start and end with '/' (got {p!r})")
     return out
 
 

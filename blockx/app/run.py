@@ -37,6 +37,7 @@ from blockx.core.dispatcher import DispatcherCore
 from blockx.core.worker import WorkerCore
 from blockx.plugins.builders import BuilderRegistry
 from blockx.plugins.function_code import FunctionCodeDirectory
+from blockx.plugins.function_code_etcd import FunctionCodeEtcd
 from blockx.plugins.io.scope import IOScopeFactory
 from blockx.plugins.writers import PluginRegistry
 
@@ -104,6 +105,19 @@ class Worker:
             except Exception:  # noqa: BLE001 - the tick must keep running
                 log.exception("tick failed")
 
+    async def _function_code(self, cfg):
+        """The Function Code View of FUNCTIONS_SOURCE: the directory, or etcd (read once
+        here, waiting a few seconds for etcd, then followed by a watch)."""
+        if cfg.functions_source != "etcd":
+            return FunctionCodeDirectory(cfg.functions_dir, cfg.effective_function_snapshot_retention_ms(),
+                                         now_ms=wall_ms())
+        fcode = FunctionCodeEtcd(cfg.etcd_endpoints, cfg.functions_etcd_prefix,
+                                 cfg.effective_function_snapshot_retention_ms(), now_ms=wall_ms())
+        loaded = await fcode.start()
+        log_event(log, "function_code_etcd", prefix=cfg.functions_etcd_prefix, loaded=loaded,
+                  epoch=fcode.current_epoch(wall_ms()))
+        return fcode
+
     async def run(self) -> int:
         cfg, profile = self.cfg, self.profile
         loop = asyncio.get_running_loop()
@@ -114,8 +128,7 @@ class Worker:
         dcfg = cfg.dispatcher_config()
         core = WorkerCore(cfg.core_config())
         disp = DispatcherCore(dcfg, random.random)
-        fcode = FunctionCodeDirectory(cfg.functions_dir, cfg.effective_function_snapshot_retention_ms(),
-                                      now_ms=wall_ms())
+        fcode = await self._function_code(cfg)
         io_factory = IOScopeFactory.from_config(cfg)
         self.adapter = ExecutorAdapter(cfg.socket_path,
                                        heartbeat_timeout_ms=cfg.effective_executor_heartbeat_timeout_ms(),
@@ -183,6 +196,8 @@ class Worker:
                   seconds=round(time.monotonic() - t0, 3))
         # ---- phase 2: force ----
         await self.publisher.stop()
+        if isinstance(fcode, FunctionCodeEtcd):
+            await fcode.stop()
         ticker.cancel()
         await self.pool.stop()
         await self.adapter.close()

@@ -8,20 +8,27 @@
         for outcome in client.map("add1", range(10)):
             print(outcome.outputs)
 
+    async with Cluster("127.0.0.1:2379") as cluster:   # every worker registered in etcd
+        outcome = await cluster.submit(calls=[("add", [1, 2])])
+        print(outcome.worker, outcome.attempts)
+
 Everything goes over one TaskSession stream per worker. Refusals raise typed
 exceptions (NoSlot, Unavailable, InvalidArgument, InvalidSlot, NotFound,
 SlotUncertain) with the Worker's message; a broken session raises SessionBroken.
 """
+from blockx.client.cluster import Cluster
 from blockx.client.errors import (
     BlockxError, InvalidArgument, InvalidSlot, NoSlot, NotFound, SessionBroken, SlotUncertain, Unavailable,
 )
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate
+from blockx.client.registry import RegistryView, WorkerInfo
 from blockx.client.sync import SyncWorkerClient, connect
 from blockx.client.tasks import build_task, call_list_payload
 from blockx.client.worker_client import WorkerClient
 
 __all__ = [
-    "BlockxError", "InvalidArgument", "InvalidSlot", "NoSlot", "NotFound", "SessionBroken", "SlotLease",
-    "SlotUncertain", "SyncWorkerClient", "TaskOutcome", "TaskUpdate", "Unavailable", "WorkerClient",
+    "BlockxError", "Cluster", "InvalidArgument", "InvalidSlot", "NoSlot", "NotFound", "SessionBroken", "SlotLease",
+    "RegistryView", "SlotUncertain", "SyncWorkerClient", "TaskOutcome", "TaskUpdate", "Unavailable", "WorkerClient",
+    "WorkerInfo",
     "build_task", "call_list_payload", "connect",
 ]

@@ -92,9 +92,13 @@ class WorkerClient:
     """``async with WorkerClient("127.0.0.1:8081") as c: outcome = await c.submit(calls=[("add", [1, 2])])``"""
 
     def __init__(self, addr: str, *, connect_timeout_s: float = 10.0,
-                 channel_options: Iterable[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS) -> None:
+                 channel_options: Iterable[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS,
+                 fail_fast: bool = False) -> None:
         self.addr = addr
         self._connect_timeout_s = connect_timeout_s
+        # fail_fast: a refused connection raises Unavailable at once instead of
+        # retrying until connect_timeout_s (a Cluster has other workers to try).
+        self._fail_fast = fail_fast
         self._channel_options = list(channel_options)
         self._channel: grpc.aio.Channel | None = None
         self._call = None
@@ -119,13 +123,27 @@ class WorkerClient:
         """Open the channel and the session; Unavailable if the worker cannot be reached."""
         self._channel = grpc.aio.insecure_channel(self.addr, options=self._channel_options)
         try:
-            await asyncio.wait_for(self._channel.channel_ready(), self._connect_timeout_s)
+            await asyncio.wait_for(self._channel_ready(), self._connect_timeout_s)
         except asyncio.TimeoutError:
             await self._channel.close()
             raise Unavailable(f"cannot reach a worker at {self.addr} within {self._connect_timeout_s:g} s") from None
+        except Unavailable:
+            await self._channel.close()
+            raise
         self._call = pb_grpc.WorkerServiceStub(self._channel).TaskSession()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._read_loop()), loop.create_task(self._write_loop())]
+
+    async def _channel_ready(self) -> None:
+        if not self._fail_fast:
+            await self._channel.channel_ready()
+            return
+        state = self._channel.get_state(try_to_connect=True)
+        while state != grpc.ChannelConnectivity.READY:
+            if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+                raise Unavailable(f"cannot connect to a worker at {self.addr} (connection failed)")
+            await self._channel.wait_for_state_change(state)
+            state = self._channel.get_state(try_to_connect=True)
 
     async def close(self) -> None:
         """End the session (tasks keep running on the Worker) and the channel."""
@@ -156,6 +174,11 @@ class WorkerClient:
         """Submit a task (a callList of ``(function_id, args)`` pairs, or a full ``pb.Task``).
         With ``wait`` return its terminal outcome; otherwise the state SubmitTask returned."""
         t = build_task(calls=calls, task=task, task_id=task_id, timeout_ms=timeout_ms)
+        return await self.submit_built(t, wait=wait, slot_id=slot_id)
+
+    async def submit_built(self, t: pb.Task, *, wait: bool = True, slot_id: str = "") -> TaskOutcome:
+        """``submit`` of a pb.Task that already has its task id, sent as it is (not
+        copied): what a Cluster uses after building the task once."""
         tid = t.task_id
         req = pb.SessionRequest(submit=pb.SubmitTaskRequest(task=t, slot_id=slot_id), follow=wait)
         if not wait:
@@ -171,6 +194,8 @@ class WorkerClient:
             upd = await waiter.future
         finally:
             self._unlisten(tid, waiter)
+            if waiter.future.done() and not waiter.future.cancelled():
+                waiter.future.exception()       # failed with the session: the reply's error is raised
         return TaskOutcome.from_pb(tid, upd.state, upd.result, self.addr, upd)
 
     async def map(self, function_id: str, args_iterable: Iterable, *, concurrency: int = 64,

@@ -1,0 +1,290 @@
+"""The fleet commands: `blockx workers`, `blockx functions push|list`, `blockx submit --etcd`.
+
+`blockx workers` reads the registry prefix and prints one row per registered
+Worker (address, ready, draining, free / total slots, healthy / total executors,
+heartbeat age); `--watch` keeps the table on screen, redrawn in place on every
+registry change (an etcd watch, not a polling loop) and once a second for the
+ages; `--json` prints the heartbeats as JSON instead.
+
+`blockx functions push DIR` uploads every `<id>.py` of DIR to
+`/blockx/functions/<id>` in ONE etcd transaction (all or nothing) and prints the
+new revision, which is the code epoch the Workers move to. Everything is checked
+before anything is written: a file that is not UTF-8, a name that is not a valid
+function id, a value (or the whole transaction) over etcd's request size limit
+(1.5 MiB unless --max-request-bytes says otherwise) are refused with the reason.
+Files starting with "_" or "." are skipped, as the directory source does.
+`blockx functions list` prints each function's id, sha256 digest and size.
+
+`--etcd` takes comma-separated endpoints (host:port); its default is $BLOCKX_ETCD,
+else 127.0.0.1:2379. Exit codes as the other client commands (blockx.cli_exit)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from blockx.cli_exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, CLIError
+
+DEFAULT_ETCD = "127.0.0.1:2379"
+DEFAULT_WORKERS_PREFIX = "/blockx/workers/"
+DEFAULT_FUNCTIONS_PREFIX = "/blockx/functions/"
+# etcd's default --max-request-bytes; a transaction is one request.
+ETCD_MAX_REQUEST_BYTES = 1572864
+# Room for the request's own framing (keys, op headers) beside the values.
+_TXN_OVERHEAD_PER_OP = 64
+
+
+def default_etcd() -> str:
+    return os.environ.get("BLOCKX_ETCD") or DEFAULT_ETCD
+
+
+def add_parsers(sub, client_parent: argparse.ArgumentParser) -> None:
+    """The `workers` and `functions` subcommands (called by blockx.cli.build_parser)."""
+    etcd = argparse.ArgumentParser(add_help=False)
+    etcd.add_argument("--etcd", default=default_etcd(), metavar="ENDPOINTS",
+                      help=f"etcd endpoints, comma-separated (default: $BLOCKX_ETCD or {DEFAULT_ETCD})")
+    etcd.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="etcd request deadline")
+
+    w = sub.add_parser("workers", parents=[etcd], help="list the workers registered in etcd")
+    w.add_argument("--prefix", default=DEFAULT_WORKERS_PREFIX, help="registry prefix (default: %(default)s)")
+    w.add_argument("--watch", action="store_true", help="keep the table on screen, refreshed in place")
+    w.add_argument("--json", action="store_true", help="print the heartbeats as JSON")
+    w.set_defaults(func=cmd_workers)
+
+    f = sub.add_parser("functions", help="function code in etcd (FUNCTIONS_SOURCE=etcd)")
+    fsub = f.add_subparsers(dest="functions_command", metavar="SUBCOMMAND")
+    fsub.required = True
+    push = fsub.add_parser("push", parents=[etcd], help="upload every <id>.py of DIR in one transaction")
+    push.add_argument("directory", metavar="DIR")
+    push.add_argument("--prefix", default=DEFAULT_FUNCTIONS_PREFIX, help="(default: %(default)s)")
+    push.add_argument("--max-request-bytes", type=int, default=ETCD_MAX_REQUEST_BYTES,
+                      help="etcd's request size limit (default: %(default)s, etcd's own default)")
+    push.set_defaults(func=cmd_functions_push)
+    ls = fsub.add_parser("list", parents=[etcd], help="function ids, digests and sizes")
+    ls.add_argument("--prefix", default=DEFAULT_FUNCTIONS_PREFIX, help="(default: %(default)s)")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.set_defaults(func=cmd_functions_list)
+
+
+# --- etcd plumbing ---------------------------------------------------------------------
+
+
+async def _kv(endpoints: str, fn, timeout: float):
+    """Run ``fn(kv_stub)`` against the first endpoint that answers."""
+    import grpc
+    from aetcd import rpc
+
+    from blockx.adapters.etcd_publisher import parse_endpoints
+    from blockx.adapters.etcd_watch import etcd_target
+
+    try:
+        eps = parse_endpoints(endpoints)
+    except ValueError as exc:
+        raise CLIError(f"--etcd: {exc}") from None
+    if not eps:
+        raise CLIError("--etcd: no endpoints given")
+    last = None
+    for ep in eps:
+        async with grpc.aio.insecure_channel(etcd_target(ep)) as ch:
+            try:
+                return await fn(rpc.KVStub(ch), timeout)
+            except grpc.aio.AioRpcError as exc:
+                last = exc
+    raise CLIError(f"etcd {endpoints}: {last.code().name}: {last.details()}")
+
+
+async def read_prefix(endpoints: str, prefix: str, timeout: float = 5.0):
+    """(revision, [(key, value, mod_revision), ...]) of every key under ``prefix``."""
+    from aetcd import rpc
+
+    from blockx.adapters.etcd_watch import prefix_range_end
+
+    async def go(kv, t):
+        r = await kv.Range(rpc.RangeRequest(key=prefix.encode(), range_end=prefix_range_end(prefix.encode())),
+                           timeout=t)
+        return r.header.revision, [(x.key.decode(errors="replace"), x.value, x.mod_revision) for x in r.kvs]
+    return await _kv(endpoints, go, timeout)
+
+
+# --- blockx workers ----------------------------------------------------------------------
+
+
+def workers_table(workers, now_ms: int | None = None) -> str:
+    """The table `blockx workers` prints, from WorkerInfo objects."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    rows = [("ADDRESS", "READY", "DRAINING", "SLOTS FREE/TOTAL", "EXECUTORS OK/TOTAL", "HEARTBEAT AGE")]
+    for w in sorted(workers, key=lambda w: w.addr):
+        age = w.heartbeat_age_ms(now_ms)
+        rows.append((w.addr, "yes" if w.ready else "no", "yes" if w.draining else "no",
+                     f"{w.free_slots}/{w.task_slots}", f"{w.executors_healthy}/{w.executors_total}",
+                     "?" if age < 0 else f"{age / 1000:.1f}s"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+    lines.append(f"{len(rows) - 1} worker(s)")
+    return "\n".join(lines)
+
+
+def cmd_workers(ns: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    if ns.watch:
+        return asyncio.run(_watch_workers(ns, out))
+    from blockx.client.registry import WorkerInfo
+
+    _rev, kvs = asyncio.run(read_prefix(ns.etcd, ns.prefix, ns.timeout))
+    infos = [WorkerInfo.parse(k[len(ns.prefix):], v, r, 0.0) for k, v, r in kvs]
+    if ns.json:
+        out.write(json.dumps({i.addr: i.heartbeat for i in infos}, indent=2, sort_keys=True) + "\n")
+    else:
+        out.write(workers_table(infos) + "\n")
+    return EXIT_OK
+
+
+async def _watch_workers(ns: argparse.Namespace, out: TextIO) -> int:
+    from blockx.client.registry import RegistryView
+
+    view = RegistryView(ns.etcd, ns.prefix)
+    if not await view.start(ns.timeout):
+        raise CLIError(f"etcd {ns.etcd} did not answer within {ns.timeout:g} s")
+    try:
+        while True:
+            changed = view.changed
+            status = "" if view.connected else "  (etcd unreachable: last known view)"
+            out.write("\x1b[H\x1b[J" + workers_table(view.workers.values()) + status + "\n")
+            out.flush()
+            try:
+                await asyncio.wait_for(changed.wait(), 1.0)
+            except asyncio.TimeoutError:
+                pass
+    finally:
+        await view.stop()
+
+
+# --- blockx functions --------------------------------------------------------------------
+
+
+def collect_functions(directory: str, prefix: str, max_request_bytes: int) -> list[tuple[str, bytes]]:
+    """[(key, source bytes), ...] for every <id>.py of ``directory``; CLIError (nothing
+    written) naming every problem if any file cannot be pushed."""
+    from blockx.plugins.function_code_etcd import valid_function_id
+
+    d = Path(directory)
+    if not d.is_dir():
+        raise CLIError(f"{directory!r} is not a directory")
+    problems: list[str] = []
+    out: list[tuple[str, bytes]] = []
+    for path in sorted(d.iterdir()):
+        name = path.name
+        if not name.endswith(".py") or name[0] in "._" or not path.is_file():
+            continue
+        fid = name[:-3]
+        if not valid_function_id(fid):
+            problems.append(f"{name}: {fid!r} is not a valid function id "
+                            "(letters, digits, '_', '-', '.'; starting with a letter or digit; at most 128)")
+            continue
+        raw = path.read_bytes()
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.append(f"{name}: not UTF-8 ({exc.reason} at byte {exc.start})")
+            continue
+        key = prefix + fid
+        if len(raw) + len(key) + _TXN_OVERHEAD_PER_OP > max_request_bytes:
+            problems.append(f"{name}: {len(raw)} bytes, over etcd's request size limit ({max_request_bytes})")
+            continue
+        out.append((key, raw))
+    if not problems:
+        total = sum(len(k) + len(v) + _TXN_OVERHEAD_PER_OP for k, v in out)
+        if total > max_request_bytes:
+            problems.append(f"the directory is {total} bytes in one transaction, over etcd's request size "
+                            f"limit ({max_request_bytes}); split it or raise etcd's --max-request-bytes")
+    if problems:
+        raise CLIError("nothing pushed:\n  " + "\n  ".join(problems))
+    if not out:
+        raise CLIError(f"nothing pushed: no <functionId>.py files in {directory!r}")
+    return out
+
+
+async def push_functions(endpoints: str, items: list[tuple[str, bytes]], timeout: float = 5.0) -> int:
+    """Write every (key, value) in one transaction; the transaction's revision."""
+    from aetcd import rpc
+
+    async def go(kv, t):
+        ops = [rpc.RequestOp(request_put=rpc.PutRequest(key=k.encode(), value=v)) for k, v in items]
+        r = await kv.Txn(rpc.TxnRequest(success=ops), timeout=t)
+        return r.header.revision
+    return await _kv(endpoints, go, timeout)
+
+
+def cmd_functions_push(ns: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    items = collect_functions(ns.directory, ns.prefix, ns.max_request_bytes)
+    revision = asyncio.run(push_functions(ns.etcd, items, ns.timeout))
+    out.write(f"pushed {len(items)} function(s) to {ns.prefix} at revision {revision}\n")
+    return EXIT_OK
+
+
+def cmd_functions_list(ns: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    revision, kvs = asyncio.run(read_prefix(ns.etcd, ns.prefix, ns.timeout))
+    rows = [{"functionId": k[len(ns.prefix):], "digest": hashlib.sha256(v).hexdigest(), "bytes": len(v),
+             "modRevision": r} for k, v, r in kvs]
+    if ns.json:
+        out.write(json.dumps({"revision": revision, "functions": rows}, indent=2) + "\n")
+        return EXIT_OK
+    width = max([len("FUNCTION")] + [len(r["functionId"]) for r in rows])
+    out.write(f"{'FUNCTION'.ljust(width)}  {'SHA256':64}  BYTES\n")
+    for r in rows:
+        out.write(f"{r['functionId'].ljust(width)}  {r['digest']}  {r['bytes']}\n")
+    out.write(f"{len(rows)} function(s) at revision {revision}\n")
+    return EXIT_OK
+
+
+# --- blockx submit --etcd -----------------------------------------------------------------
+
+
+def cmd_submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> int:
+    """`blockx submit --etcd ...`: place the task through blockx.client.Cluster."""
+    return asyncio.run(_submit_cluster(ns, task, out, dump))
+
+
+async def _submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> int:
+    from blockx.cli_client import response_to_json
+    from blockx.client import BlockxError, Cluster
+
+    def exit_for(state: str) -> int:
+        return EXIT_TASK_FAILED if state == "FAILED" else EXIT_OK
+
+    def shown(outcome) -> dict[str, Any]:
+        obj = response_to_json(outcome.raw)
+        obj["worker"] = outcome.worker
+        obj["attempts"] = outcome.attempts
+        return obj
+
+    try:
+        async with Cluster(ns.etcd, ns.etcd_prefix, wait_for_worker_s=ns.rpc_timeout) as cluster:
+            if ns.no_wait or ns.watch:
+                first = await cluster.submit(task=task, wait=False)
+                if ns.no_wait or first.is_terminal:
+                    dump(shown(first), ns.compact, out)
+                    return exit_for(first.state)
+                dump(shown(first), True, out)
+                last = first.state
+                async for upd in cluster.watch([task.task_id]):
+                    obj = response_to_json(upd.raw)
+                    obj["worker"] = first.worker
+                    dump(obj, True, out)
+                    last = upd.state
+                return exit_for(last)
+            outcome = await cluster.submit(task=task)
+            dump(shown(outcome), ns.compact, out)
+            return exit_for(outcome.state)
+    except BlockxError as exc:
+        print(f"error: {exc.code.name}: {exc.message}", file=sys.stderr)
+        return EXIT_ERROR
