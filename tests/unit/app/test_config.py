@@ -137,7 +137,8 @@ def test_derived_values():
     assert cfg.effective_scheduler_stall_timeout_ms() == 20_000
     cfg.dispatcher.call_deadline_ms = 0
     cfg.dispatcher.scheduler_stall_timeout_ms = 0
-    assert cfg.effective_scheduler_stall_timeout_ms() == 0
+    # An unlimited budget still arms the backstop: the spec derives 0 + 5000 ms.
+    assert cfg.effective_scheduler_stall_timeout_ms() == 5_000
     assert cfg.effective_executor_heartbeat_timeout_ms() == 10_000
     assert cfg.log_level_number() == 20
     cfg.log_level = "warn"
