@@ -226,7 +226,7 @@ class Orchestrator(PhaseRunner, DispatchActor):
         run for longer than SchedulerStallTimeoutMs while it reports a running call
         is hard-killed so the pool manager can replace it."""
         killed = []
-        if self.stall_timeout_ms <= 0:      # 0: the backstop is disabled (unlimited call budget)
+        if self.stall_timeout_ms <= 0:      # only an Orchestrator built without one (the config always derives one)
             return killed
         now = self._mono()
         for s in self.adapter.snapshots():

@@ -133,6 +133,7 @@ class DispatcherSection:
 class IOBackendSection:
     enabled: bool = _f(True)
     concurrency: int = _f(64, doc="requests served at once across all tasks")
+    timeout_ms: int = _f(0, doc="timeout of one backend request; 0 = phaseIoTimeoutMs")
 
 
 @dataclass
@@ -194,13 +195,12 @@ class WorkerFullConfig:
         return self.function_snapshot_retention_ms
 
     def effective_scheduler_stall_timeout_ms(self) -> int:
-        """The wedge backstop threshold (0 = disabled).
+        """The wedge backstop threshold.
 
         Derived as callDeadlineMs + 5 s; an explicit value at or below
         callDeadlineMs + 1 s is raised to the derived one, so a call that is merely
-        using its whole budget is never mistaken for a wedged executor. With an
-        unlimited budget (callDeadlineMs = 0) nothing is derived: a long CPU-bound
-        call is legitimate there, so only an explicit threshold arms the backstop."""
+        using its whole budget is never mistaken for a wedged executor. An
+        unlimited budget (callDeadlineMs = 0) derives 5 s, as the spec says."""
         d = self.dispatcher
         return derive_stall_timeout_ms(d.call_deadline_ms, d.scheduler_stall_timeout_ms)
 

@@ -53,7 +53,7 @@ APP_RULES = (
     Rule("executor_heartbeat_timeout_ms", 1),
     Rule("shadow_submit_sample_rate", 0, 1, kind=float),
 )
-IO_BACKEND_RULES = (Rule("concurrency", 1),)
+IO_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 0, note="0 = phaseIoTimeoutMs"))
 
 
 def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:

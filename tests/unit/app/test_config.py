@@ -103,7 +103,7 @@ def test_defaults_match_the_spec_tables():
     assert os.path.isfile(os.path.join(d["functionsDir"], "add.py"))
     assert d["metricsListen"] == "127.0.0.1:9464"
     assert (d["shadowSubmitTargetAddr"], d["shadowSubmitSampleRate"]) == ("", 0.0)
-    assert d["ioBackends"] == {"devstub": {"enabled": True, "concurrency": 64}}
+    assert d["ioBackends"] == {"devstub": {"enabled": True, "concurrency": 64, "timeoutMs": 0}}
     assert d["logLevel"] == "INFO"
     assert cfg.violations() == []
 
