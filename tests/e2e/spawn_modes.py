@@ -1,0 +1,2 @@
+"""The executor spawn modes an e2e suite runs in (issue 14: both)."""
+SPAWN_MODES = ("process",)
