@@ -169,6 +169,9 @@ class WorkerFullConfig:
     executor_restart_window_ms: int = _f(60_000)
     executor_backoff_ms: int = _f(30_000)
     executor_heartbeat_timeout_ms: int = _f(10_000)
+    executor_budget_preempt_ms: int = _f(50, env="EXECUTOR_BUDGET_PREEMPT_MS",
+                                         doc="executors interrupt a call that computes past its budget "
+                                             "without yielding, checking every N ms; 0 = only the wedge backstop")
     function_snapshot_retention_ms: int = _f(_WORKER["function_snapshot_retention_ms"],
                                              env="FUNCTION_SNAPSHOT_RETENTION_MS", doc="0 = maxTaskTimeoutMs + 10s")
     functions_dir: str = _f(default_factory=default_functions_dir, env="FUNCTIONS_DIR")

@@ -51,6 +51,7 @@ APP_RULES = (
     Rule("executor_restart_window_ms", 1),
     Rule("executor_backoff_ms", 0),
     Rule("executor_heartbeat_timeout_ms", 1),
+    Rule("executor_budget_preempt_ms", 0, note="0 disables budget preemption"),
     Rule("shadow_submit_sample_rate", 0, 1, kind=float),
 )
 IO_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 0, note="0 = phaseIoTimeoutMs"))

@@ -46,6 +46,13 @@ GRPC_STOP_GRACE_S = 5.0
 GC_GEN0_THRESHOLD = 20_000
 
 
+def executor_args(cfg) -> list[str]:
+    """Executor flags the config sets: budget preemption is on unless set to 0."""
+    if cfg.executor_budget_preempt_ms > 0:
+        return ["--budget-preempt-ms", str(cfg.executor_budget_preempt_ms)]
+    return []
+
+
 def serve(cfg, profile) -> int:
     """Run a Worker until SIGTERM / SIGINT; returns the process exit code."""
     # Executors are started with vfork/posix_spawn (no atfork handlers), but keep
@@ -125,7 +132,7 @@ class Worker:
             max_runnable=dcfg.executor_max_runnable, restart_enabled=cfg.executor_restart_enabled,
             restart_delay_ms=cfg.executor_restart_delay_ms, max_restarts=cfg.executor_max_restarts,
             restart_window_ms=cfg.executor_restart_window_ms, backoff_ms=cfg.executor_backoff_ms,
-            metrics=metrics)
+            extra_args=executor_args(cfg), metrics=metrics)
         shadow = None
         if cfg.shadow_submit_target_addr and cfg.shadow_submit_sample_rate > 0:
             shadow = ShadowForwarder(cfg.shadow_submit_target_addr, cfg.shadow_submit_sample_rate)

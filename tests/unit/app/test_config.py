@@ -52,6 +52,8 @@ SPEC_ENV_VARS = {
     "LOG_LEVEL": "logLevel",
     "SESSION_MAX_PENDING_EVENTS": "sessionMaxPendingEvents",
     "SESSION_MAX_PENDING_BYTES": "sessionMaxPendingBytes",
+    # isolation and trust (issue 14)
+    "EXECUTOR_BUDGET_PREEMPT_MS": "executorBudgetPreemptMs",
 }
 
 
