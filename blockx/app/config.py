@@ -180,6 +180,16 @@ class WorkerFullConfig:
     shadow_submit_target_addr: str = _f("", env="SHADOW_SUBMIT_TARGET_ADDR")
     shadow_submit_sample_rate: float = _f(0.0, env="SHADOW_SUBMIT_SAMPLE_RATE")
     io_backends: IOBackendsSection = _f(default_factory=IOBackendsSection)
+    # Isolation and trust (issue 14): TLS files are PEM paths; empty = off.
+    tls_cert: str = _f("", env="WORKER_TLS_CERT", doc="gRPC port certificate; set with tlsKey: TLS on")
+    tls_key: str = _f("", env="WORKER_TLS_KEY")
+    tls_client_ca: str = _f("", env="WORKER_TLS_CLIENT_CA", doc="set: mutual TLS, clients need a cert it signed")
+    etcd_ca_cert: str = _f("", env="ETCD_CA_CERT", doc="set: TLS towards etcd")
+    etcd_cert: str = _f("", env="ETCD_CERT", doc="client certificate towards etcd")
+    etcd_key: str = _f("", env="ETCD_KEY")
+    shadow_tls_ca: str = _f("", env="SHADOW_TLS_CA", doc="set: TLS towards the shadow target")
+    shadow_tls_cert: str = _f("", env="SHADOW_TLS_CERT")
+    shadow_tls_key: str = _f("", env="SHADOW_TLS_KEY")
     log_level: str = _f("INFO", env="LOG_LEVEL")
 
     # The deployment of the profile this config was loaded for (not a JSON key):

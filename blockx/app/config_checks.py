@@ -89,6 +89,9 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     for ep in cfg.etcd_endpoints:
         if ep.lower() == "none":
             out.append(f"{name('etcdEndpoints')}: \"none\" must be the only entry to disable registration")
+        elif ep.startswith("https://"):
+            out.append(f"{name('etcdEndpoints')}: {ep!r}: write host:port; TLS towards etcd is turned on "
+                       f"by {name('etcdCaCert')}")
         elif any(c.isspace() for c in ep) or ":" not in ep.removeprefix("http://").removeprefix("https://"):
             out.append(f"{name('etcdEndpoints')}: {ep!r} is not host:port (or http[s]://host:port)")
 
@@ -147,10 +150,32 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     dev = cfg.io_backends.devstub
     check(dev, IO_BACKEND_RULES, section((dev, "ioBackends.devstub.")), out)
 
+    tls_problems(cfg, name, out)
+
     if cfg.log_level.strip().upper() not in LOG_LEVELS:
         out.append(f"{name('logLevel')} must be one of debug, info, warning, error, critical "
                    f"(got {cfg.log_level!r})")
     return out
+
+
+def tls_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:
+    """TLS files: a certificate goes with its key, a CA for client certificates
+    needs the port's own certificate, and every named file must exist."""
+    pairs = (("tlsCert", cfg.tls_cert, "tlsKey", cfg.tls_key),
+             ("etcdCert", cfg.etcd_cert, "etcdKey", cfg.etcd_key),
+             ("shadowTlsCert", cfg.shadow_tls_cert, "shadowTlsKey", cfg.shadow_tls_key))
+    for cert_path, cert, key_path, key in pairs:
+        if bool(cert) != bool(key):
+            out.append(f"{name(cert_path)} and {name(key_path)} must be set together")
+    if cfg.tls_client_ca and not cfg.tls_cert:
+        out.append(f"{name('tlsClientCa')} needs {name('tlsCert')} and {name('tlsKey')}: "
+                   "mutual TLS is TLS first")
+    for path, value in (("tlsCert", cfg.tls_cert), ("tlsKey", cfg.tls_key), ("tlsClientCa", cfg.tls_client_ca),
+                        ("etcdCaCert", cfg.etcd_ca_cert), ("etcdCert", cfg.etcd_cert), ("etcdKey", cfg.etcd_key),
+                        ("shadowTlsCa", cfg.shadow_tls_ca), ("shadowTlsCert", cfg.shadow_tls_cert),
+                        ("shadowTlsKey", cfg.shadow_tls_key)):
+        if value and not os.path.isfile(value):
+            out.append(f"{name(path)} {value!r} is not a readable file")
 
 
 def expected_registry_segment(deployment: str) -> str | None:

@@ -32,7 +32,9 @@ from blockx.adapters.grpc_server import build_server, set_health
 from blockx.adapters.metrics import Metrics
 from blockx.adapters.orchestrator import Orchestrator, wall_ms
 from blockx.adapters.shadow import ShadowForwarder
+from blockx.adapters.tls import ServerTLS, ServerTLSFiles
 from blockx.app.logs import log_event, setup_logging
+from blockx.client.tls import ClientTLS
 from blockx.core.dispatcher import DispatcherCore
 from blockx.core.worker import WorkerCore
 from blockx.plugins.builders import BuilderRegistry
@@ -44,6 +46,18 @@ log = logging.getLogger("blockx.worker")
 TICK_S = 0.5
 GRPC_STOP_GRACE_S = 5.0
 GC_GEN0_THRESHOLD = 20_000
+
+
+def server_tls(cfg) -> ServerTLS | None:
+    """The gRPC port's TLS (WORKER_TLS_CERT / _KEY / _CLIENT_CA), None when off."""
+    if not cfg.tls_cert:
+        return None
+    return ServerTLS(ServerTLSFiles(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca))
+
+
+def client_tls(ca: str, cert: str, key: str) -> ClientTLS | None:
+    """TLS towards a peer (etcd, the shadow target): on when any file is set."""
+    return ClientTLS(ca, cert, key) if (ca or cert or key) else None
 
 
 def executor_args(cfg) -> list[str]:
@@ -135,7 +149,8 @@ class Worker:
             extra_args=executor_args(cfg), metrics=metrics)
         shadow = None
         if cfg.shadow_submit_target_addr and cfg.shadow_submit_sample_rate > 0:
-            shadow = ShadowForwarder(cfg.shadow_submit_target_addr, cfg.shadow_submit_sample_rate)
+            shadow = ShadowForwarder(cfg.shadow_submit_target_addr, cfg.shadow_submit_sample_rate,
+                                     tls=client_tls(cfg.shadow_tls_ca, cfg.shadow_tls_cert, cfg.shadow_tls_key))
         self.orch = Orchestrator(
             core=core, disp=disp, adapter=self.adapter, pool=self.pool, fcode=fcode,
             builders=BuilderRegistry.from_names(profile.builders),
@@ -145,16 +160,18 @@ class Worker:
             phase_io_timeout_ms=cfg.phase_io_timeout_ms, on_ready=self._on_ready)
         metrics.executors_healthy_fn = self.adapter.healthy_count   # live at scrape time
         metrics.outbox_depth_fn = self.adapter.max_outbox_backlog
+        self.tls = server_tls(cfg)
         server, self.health, port = build_server(
             self.orch, listen_addr=cfg.grpc_listen_addr(), keepalive_time_ms=cfg.grpc_keepalive_time_ms,
             keepalive_timeout_ms=cfg.grpc_keepalive_timeout_ms, metrics=metrics,
             session_max_pending_events=cfg.session_max_pending_events,
-            session_max_pending_bytes=cfg.session_max_pending_bytes)
+            session_max_pending_bytes=cfg.session_max_pending_bytes, tls=self.tls)
         await set_health(self.health, False)
         self.worker_addr = cfg.resolved_worker_addr(port)
         self.publisher = EtcdPublisher(
             cfg.etcd_endpoints if cfg.etcd_enabled else None, cfg.worker_registry_prefix, self.worker_addr, self._heartbeat,
-            interval_ms=cfg.heartbeat_interval_ms, metrics=metrics)
+            interval_ms=cfg.heartbeat_interval_ms, metrics=metrics,
+            tls=client_tls(cfg.etcd_ca_cert, cfg.etcd_cert, cfg.etcd_key))
 
         await self.adapter.start()
         await self.pool.start()
@@ -162,9 +179,12 @@ class Worker:
         await server.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
+        if self.tls is not None:
+            loop.add_signal_handler(signal.SIGHUP, self.tls.reload)
         log_event(log, "worker_serving", listen=cfg.listen_addr, port=port, worker_addr=self.worker_addr,
                   executors=cfg.executor_count, task_slots=cfg.worker.task_slots, pid=os.getpid(),
-                  socket=cfg.socket_path, etcd=cfg.etcd_endpoints if cfg.etcd_enabled else "disabled")
+                  socket=cfg.socket_path, etcd=cfg.etcd_endpoints if cfg.etcd_enabled else "disabled",
+                  tls="off" if self.tls is None else ("mutual" if self.tls.mutual else "on"))
 
         # Everything built so far lives until exit: keep it out of every future
         # collection, and collect the young generation less often. A queued call

@@ -18,10 +18,11 @@ from blockx.client.errors import (
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate
 from blockx.client.sync import SyncWorkerClient, connect
 from blockx.client.tasks import build_task, call_list_payload
+from blockx.client.tls import ClientTLS
 from blockx.client.worker_client import WorkerClient
 
 __all__ = [
-    "BlockxError", "InvalidArgument", "InvalidSlot", "NoSlot", "NotFound", "SessionBroken", "SlotLease",
+    "BlockxError", "ClientTLS", "InvalidArgument", "InvalidSlot", "NoSlot", "NotFound", "SessionBroken", "SlotLease",
     "SlotUncertain", "SyncWorkerClient", "TaskOutcome", "TaskUpdate", "Unavailable", "WorkerClient",
     "build_task", "call_list_payload", "connect",
 ]
