@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 UDS_PATH_MAX = 107
 # The etcd lease the Worker keeps alive with its heartbeats (spec: TTL 10 s).
 ETCD_LEASE_TTL_MS = 10_000
-SPAWN_MODES_SUPPORTED = ("process",)
+SPAWN_MODES_SUPPORTED = ("process", "sandbox")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
 BLOCK_REGISTRY_SEGMENT = "workers"
 BUNDLE_REGISTRY_SEGMENT = "bundle-workers"
@@ -52,6 +52,9 @@ APP_RULES = (
     Rule("executor_backoff_ms", 0),
     Rule("executor_heartbeat_timeout_ms", 1),
     Rule("executor_budget_preempt_ms", 0, note="0 disables budget preemption"),
+    Rule("executor_memory_limit_mb", 0, note="0 = no limit"),
+    Rule("executor_max_processes", 0, note="0 = no limit"),
+    Rule("executor_max_open_files", 0, note="0 = no limit"),
     Rule("shadow_submit_sample_rate", 0, 1, kind=float),
 )
 IO_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 0, note="0 = phaseIoTimeoutMs"))
@@ -97,11 +100,15 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
 
     check_registry_prefix(cfg.worker_registry_prefix, deployment, name("workerRegistryPrefix"), out)
 
-    if cfg.executor_spawn_mode == "sandbox":
-        out.append(f"{name('executorSpawnMode')} \"sandbox\" is not supported in this build; "
-                   "use \"process\"")
-    elif cfg.executor_spawn_mode not in SPAWN_MODES_SUPPORTED:
-        out.append(f"{name('executorSpawnMode')} must be \"process\" (got {cfg.executor_spawn_mode!r})")
+    if cfg.executor_spawn_mode not in SPAWN_MODES_SUPPORTED:
+        out.append(f"{name('executorSpawnMode')} must be \"process\" or \"sandbox\" "
+                   f"(got {cfg.executor_spawn_mode!r})")
+    elif cfg.executor_spawn_mode == "sandbox":
+        # Never a silent fallback to "process": no bwrap, or no namespaces, stops the Worker.
+        from blockx.adapters.executor.sandbox import sandbox_problem
+        problem = sandbox_problem()
+        if problem:
+            out.append(problem)
 
     # The settings the cores carry, by the cores' rules.
     top = section((cfg, ""))

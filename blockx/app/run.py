@@ -28,6 +28,7 @@ from blockx.adapters.admission import Admission
 from blockx.adapters.etcd_publisher import EtcdPublisher
 from blockx.adapters.executor.adapter import ExecutorAdapter
 from blockx.adapters.executor.pool import PoolManager
+from blockx.adapters.executor.sandbox import Sandbox, SandboxLimits
 from blockx.adapters.grpc_server import build_server, set_health
 from blockx.adapters.metrics import Metrics
 from blockx.adapters.orchestrator import Orchestrator, wall_ms
@@ -58,6 +59,17 @@ def server_tls(cfg) -> ServerTLS | None:
 def client_tls(ca: str, cert: str, key: str) -> ClientTLS | None:
     """TLS towards a peer (etcd, the shadow target): on when any file is set."""
     return ClientTLS(ca, cert, key) if (ca or cert or key) else None
+
+
+def executor_sandbox(cfg) -> Sandbox | None:
+    """EXECUTOR_SPAWN_MODE=sandbox: bubblewrap around every executor (config
+    validation already refused a machine where it cannot run)."""
+    if cfg.executor_spawn_mode != "sandbox":
+        return None
+    sandbox = Sandbox(cfg.socket_path, SandboxLimits(cfg.executor_memory_limit_mb, cfg.executor_max_processes,
+                                                     cfg.executor_max_open_files), functions_dir=cfg.functions_dir)
+    log_event(log, "executor_sandbox", mode="sandbox", sandbox=sandbox.describe())
+    return sandbox
 
 
 def executor_args(cfg) -> list[str]:
@@ -146,7 +158,7 @@ class Worker:
             max_runnable=dcfg.executor_max_runnable, restart_enabled=cfg.executor_restart_enabled,
             restart_delay_ms=cfg.executor_restart_delay_ms, max_restarts=cfg.executor_max_restarts,
             restart_window_ms=cfg.executor_restart_window_ms, backoff_ms=cfg.executor_backoff_ms,
-            extra_args=executor_args(cfg), metrics=metrics)
+            extra_args=executor_args(cfg), metrics=metrics, sandbox=executor_sandbox(cfg))
         shadow = None
         if cfg.shadow_submit_target_addr and cfg.shadow_submit_sample_rate > 0:
             shadow = ShadowForwarder(cfg.shadow_submit_target_addr, cfg.shadow_submit_sample_rate,
@@ -182,7 +194,8 @@ class Worker:
         if self.tls is not None:
             loop.add_signal_handler(signal.SIGHUP, self.tls.reload)
         log_event(log, "worker_serving", listen=cfg.listen_addr, port=port, worker_addr=self.worker_addr,
-                  executors=cfg.executor_count, task_slots=cfg.worker.task_slots, pid=os.getpid(),
+                  executors=cfg.executor_count, spawn_mode=cfg.executor_spawn_mode,
+                  task_slots=cfg.worker.task_slots, pid=os.getpid(),
                   socket=cfg.socket_path, etcd=cfg.etcd_endpoints if cfg.etcd_enabled else "disabled",
                   tls="off" if self.tls is None else ("mutual" if self.tls.mutual else "on"))
 

@@ -57,6 +57,8 @@ SPEC_ENV_VARS = {
     "WORKER_TLS_CERT": "tlsCert", "WORKER_TLS_KEY": "tlsKey", "WORKER_TLS_CLIENT_CA": "tlsClientCa",
     "ETCD_CA_CERT": "etcdCaCert", "ETCD_CERT": "etcdCert", "ETCD_KEY": "etcdKey",
     "SHADOW_TLS_CA": "shadowTlsCa", "SHADOW_TLS_CERT": "shadowTlsCert", "SHADOW_TLS_KEY": "shadowTlsKey",
+    "EXECUTOR_MEMORY_LIMIT_MB": "executorMemoryLimitMb", "EXECUTOR_MAX_PROCESSES": "executorMaxProcesses",
+    "EXECUTOR_MAX_OPEN_FILES": "executorMaxOpenFiles",
 }
 
 
@@ -412,8 +414,6 @@ VIOLATIONS = [
     (dict(worker_registry_prefix="/blockx/bundle-workers/"),
      "'/blockx/bundle-workers/' does not match deployment 'block': its last segment must be 'workers'"),
     (dict(executor_count=0), "executorCount (EXECUTOR_COUNT) must be > 0 (got 0)"),
-    (dict(executor_spawn_mode="sandbox"),
-     'executorSpawnMode (EXECUTOR_SPAWN_MODE) "sandbox" is not supported in this build; use "process"'),
     (dict(executor_spawn_mode="thread"), "executorSpawnMode (EXECUTOR_SPAWN_MODE) must be \"process\""),
     (dict(worker__task_slots=0), "worker.taskSlots (TASK_SLOTS) must be > 0 (got 0)"),
     (dict(worker__default_ttl_ms=0), "worker.defaultTTLMs must be > 0"),

@@ -32,3 +32,20 @@ def test_budget_preemption_is_on_by_default_and_can_be_turned_off():
     assert executor_args(load({})) == ["--budget-preempt-ms", "50"]
     assert executor_args(load({"EXECUTOR_BUDGET_PREEMPT_MS": "0"})) == []
     assert any("executorBudgetPreemptMs" in p for p in load({"EXECUTOR_BUDGET_PREEMPT_MS": "-1"}).violations())
+
+
+def test_sandbox_mode_without_bwrap_stops_the_worker_at_start(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    problems = load({"EXECUTOR_SPAWN_MODE": "sandbox"}).violations()
+    assert any('"sandbox" needs bubblewrap, and `bwrap` is not installed' in p for p in problems), problems
+
+
+def test_sandbox_mode_where_namespaces_are_refused_stops_the_worker_at_start(monkeypatch, tmp_path):
+    # A bwrap that fails the way it does when user namespaces are refused.
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    problems = load({"EXECUTOR_SPAWN_MODE": "sandbox"}).violations()
+    assert any("bubblewrap cannot create the executor's namespaces here (bwrap: No permissions to create "
+               "new namespace); user namespaces are probably refused" in p for p in problems), problems
