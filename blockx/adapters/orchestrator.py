@@ -45,8 +45,9 @@ class Orchestrator(PhaseRunner, DispatchActor):
     def __init__(self, *, core, disp, adapter, fcode, builders: dict, plugins: dict, io_factory,
                  admission, stream_cfg, metrics, pool=None, shadow=None, stall_timeout_ms: int = 10_000,
                  phase_io_timeout_ms: int = 10_000, on_ready: Callable[[], Any] | None = None,
-                 wall: Callable[[], int] = wall_ms, mono: Callable[[], int] = mono_ms) -> None:
+                 wall: Callable[[], int] = wall_ms, mono: Callable[[], int] = mono_ms, audit=None) -> None:
         self.core = core
+        self.audit = audit if audit is not None and audit.active else None   # blockx.adapters.audit.AuditGate
         self.disp = disp
         self.adapter = adapter
         self.pool = pool

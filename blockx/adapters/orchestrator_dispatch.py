@@ -29,6 +29,7 @@ from blockx.core.dispatcher_commands import (
     DispatchCallCmd, StopCallProduction, SubcallDone, UnbindCall,
 )
 from blockx._fast.errors import FrameTooLarge, OutboxClosed, OutboxFull
+from blockx.adapters.audit import AUDIT_REJECTED
 from blockx.adapters.executor.errors import BindError, CallNotBound, ExecutorGone
 from blockx.protocol import messages as m
 
@@ -63,6 +64,7 @@ class DispatchActor:
     disp: Any
     adapter: Any
     metrics: Any
+    audit: Any          # AuditGate, None when AUDIT_MODE=off
     _mono: Callable[[], int]
 
     def _init_actor(self) -> None:
@@ -139,6 +141,16 @@ class DispatchActor:
                     "args": _Fragment(cmd.args_json), "parentCallId": cmd.parent_call_id,
                     "callBudgetMs": cmd.budget_ms, "attemptSeq": cmd.attempt_seq,
                 }
+                if self.audit is not None:
+                    approval, refused = self.audit.check(cmd.function_id, cmd.digest)
+                    if refused:     # never sent: the code is not approved (AUDIT_MODE=enforce)
+                        more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, AUDIT_REJECTED, False,
+                                                       refused, now)
+                        if more:
+                            self._exec(more, now)
+                        continue
+                    if approval:
+                        payload["audit"] = approval
                 try:
                     adapter.send_execute_call(cmd.executor_id, cmd.call_id, payload)
                 except OutboxFull as exc:

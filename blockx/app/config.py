@@ -193,6 +193,9 @@ class WorkerFullConfig:
     shadow_tls_ca: str = _f("", env="SHADOW_TLS_CA", doc="set: TLS towards the shadow target")
     shadow_tls_cert: str = _f("", env="SHADOW_TLS_CERT")
     shadow_tls_key: str = _f("", env="SHADOW_TLS_KEY")
+    audit_mode: str = _f("off", env="AUDIT_MODE", doc="off, warn or enforce (refuse unapproved code digests)")
+    audit_allowlist_file: str = _f("", env="AUDIT_ALLOWLIST_FILE",
+                                   doc="approved digests, '<sha256> [approval id]' a line; re-read when it changes")
     log_level: str = _f("INFO", env="LOG_LEVEL")
 
     # The deployment of the profile this config was loaded for (not a JSON key):

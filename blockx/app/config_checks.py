@@ -158,11 +158,27 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     check(dev, IO_BACKEND_RULES, section((dev, "ioBackends.devstub.")), out)
 
     tls_problems(cfg, name, out)
+    audit_problems(cfg, name, out)
 
     if cfg.log_level.strip().upper() not in LOG_LEVELS:
         out.append(f"{name('logLevel')} must be one of debug, info, warning, error, critical "
                    f"(got {cfg.log_level!r})")
     return out
+
+
+def audit_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:
+    from blockx.adapters.audit import AUDIT_MODES, AuditAllowlist, AuditAllowlistError
+
+    if cfg.audit_mode not in AUDIT_MODES:
+        out.append(f"{name('auditMode')} must be one of off, warn, enforce (got {cfg.audit_mode!r})")
+    elif cfg.audit_mode != "off" and not cfg.audit_allowlist_file:
+        out.append(f"{name('auditMode')} is {cfg.audit_mode!r} but {name('auditAllowlistFile')} is empty: "
+                   "name the file of approved code digests")
+    if cfg.audit_allowlist_file:
+        try:
+            AuditAllowlist(cfg.audit_allowlist_file)
+        except AuditAllowlistError as exc:
+            out.append(f"{name('auditAllowlistFile')}: {exc}")
 
 
 def tls_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:

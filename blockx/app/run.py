@@ -25,6 +25,7 @@ import uvloop
 
 from blockx import __version__
 from blockx.adapters.admission import Admission
+from blockx.adapters.audit import AuditAllowlist, AuditGate
 from blockx.adapters.etcd_publisher import EtcdPublisher
 from blockx.adapters.executor.adapter import ExecutorAdapter
 from blockx.adapters.executor.pool import PoolManager
@@ -129,10 +130,19 @@ class Worker:
         await set_health(self.health, True)
         await self.publisher.start()
 
+    def _audit_gate(self, metrics) -> AuditGate | None:
+        cfg = self.cfg
+        if cfg.audit_mode == "off":
+            return None
+        allowlist = AuditAllowlist(cfg.audit_allowlist_file) if cfg.audit_allowlist_file else None
+        return AuditGate(cfg.audit_mode, allowlist, metrics)
+
     async def _ticker(self) -> None:
         while True:
             await asyncio.sleep(TICK_S)
             try:
+                if self.orch.audit is not None:
+                    self.orch.audit.refresh()   # approvals added at run time
                 self.orch.tick()
             except Exception:  # noqa: BLE001 - the tick must keep running
                 log.exception("tick failed")
@@ -169,7 +179,8 @@ class Worker:
             plugins=PluginRegistry.from_names(profile.plugins), io_factory=io_factory,
             admission=Admission.from_config(cfg.admission_config()), stream_cfg=cfg.stream_build,
             metrics=metrics, shadow=shadow, stall_timeout_ms=dcfg.effective_stall_timeout_ms,
-            phase_io_timeout_ms=cfg.phase_io_timeout_ms, on_ready=self._on_ready)
+            phase_io_timeout_ms=cfg.phase_io_timeout_ms, on_ready=self._on_ready,
+            audit=self._audit_gate(metrics))
         metrics.executors_healthy_fn = self.adapter.healthy_count   # live at scrape time
         metrics.outbox_depth_fn = self.adapter.max_outbox_backlog
         self.tls = server_tls(cfg)
