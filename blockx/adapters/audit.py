@@ -15,6 +15,11 @@ size changed, so an approval added at run time holds for the next dispatch (a
 task already refused stays refused). A file that cannot be read on refresh keeps
 the previous list (logged); at start it is a configuration error.
 
+Or (also) from etcd, where function code comes from etcd: the keys under
+AUDIT_ALLOWLIST_ETCD_PREFIX (e.g. `/blockx/audit/`), `<prefix><digest>` = approval
+id, fetched at start and again by every tick (EtcdAuditAllowlist). A failed fetch
+keeps the previous list: enforce fails closed while etcd is out of reach at start.
+
 An approved call's ExecuteCall carries the approval id in its optional `audit`
 field, so the executor can log what it ran. The check is one dict lookup per
 dispatch, and nothing at all in `off`."""
@@ -78,14 +83,59 @@ class AuditAllowlist:
         return True
 
 
-class AuditGate:
-    __slots__ = ("mode", "allowlist", "metrics", "_warned")
+class EtcdAuditAllowlist:
+    """Approved digest -> approval id, from the keys under an etcd prefix."""
 
-    def __init__(self, mode: str, allowlist: AuditAllowlist | None, metrics=None) -> None:
+    def __init__(self, client, prefix: str) -> None:
+        self.client = client            # an aetcd.Client (blockx.adapters.etcd_tls.etcd_client)
+        self.prefix = prefix.encode()
+        self.approved: dict[str, str] = {}
+        self._task = None
+        self._failing = False
+
+    async def fetch(self) -> bool:
+        """One read of the prefix; True when it succeeded."""
+        try:
+            got = await self.client.get_prefix(self.prefix)
+        except Exception as exc:  # noqa: BLE001 - etcd away: keep what we have
+            if not self._failing:
+                log.error("audit_allowlist_unreadable", extra={"event": "audit_allowlist_unreadable", "fields": {
+                    "prefix": self.prefix.decode(), "error": f"{type(exc).__name__}: {exc}",
+                    "kept": len(self.approved)}})
+            self._failing = True
+            return False
+        approved = {}
+        for kv in got:
+            digest = kv.key[len(self.prefix):].decode(errors="replace").lower().removeprefix("sha256:")
+            approved[digest] = kv.value.decode(errors="replace").strip() or digest[:12]
+        if approved != self.approved or self._failing:
+            log.info("audit_allowlist_loaded", extra={"event": "audit_allowlist_loaded", "fields": {
+                "prefix": self.prefix.decode(), "approved": len(approved)}})
+        self.approved, self._failing = approved, False
+        return True
+
+    def refresh(self) -> None:
+        import asyncio
+
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self.fetch())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        await self.client.close()
+
+
+class AuditGate:
+    __slots__ = ("mode", "allowlist", "etcd", "metrics", "_warned")
+
+    def __init__(self, mode: str, allowlist: AuditAllowlist | None, metrics=None,
+                 etcd: EtcdAuditAllowlist | None = None) -> None:
         if mode not in AUDIT_MODES:
             raise ValueError(f"audit mode must be one of {', '.join(AUDIT_MODES)}, got {mode!r}")
         self.mode = mode
         self.allowlist = allowlist
+        self.etcd = etcd
         self.metrics = metrics
         self._warned: set[str] = set()
 
@@ -96,12 +146,16 @@ class AuditGate:
     def refresh(self) -> None:
         if self.allowlist is not None:
             self.allowlist.refresh()
+        if self.etcd is not None:
+            self.etcd.refresh()
 
     def check(self, function_id: str, digest: str) -> tuple[str | None, str]:
         """(approval id or None, rejection message or ""): a non-empty message means
         the call must not be dispatched."""
-        approved = self.allowlist.approved if self.allowlist is not None else {}
-        approval = approved.get(digest.lower().removeprefix("sha256:"))
+        key = digest.lower().removeprefix("sha256:")
+        approval = self.allowlist.approved.get(key) if self.allowlist is not None else None
+        if approval is None and self.etcd is not None:
+            approval = self.etcd.approved.get(key)
         if approval is not None:
             return approval, ""
         if self.mode == "enforce":

@@ -196,6 +196,8 @@ class WorkerFullConfig:
     audit_mode: str = _f("off", env="AUDIT_MODE", doc="off, warn or enforce (refuse unapproved code digests)")
     audit_allowlist_file: str = _f("", env="AUDIT_ALLOWLIST_FILE",
                                    doc="approved digests, '<sha256> [approval id]' a line; re-read when it changes")
+    audit_allowlist_etcd_prefix: str = _f("", env="AUDIT_ALLOWLIST_ETCD_PREFIX",
+                                          doc="e.g. /blockx/audit/: approvals as <prefix><digest> = approval id")
     log_level: str = _f("INFO", env="LOG_LEVEL")
 
     # The deployment of the profile this config was loaded for (not a JSON key):

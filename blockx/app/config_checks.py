@@ -171,9 +171,15 @@ def audit_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:
 
     if cfg.audit_mode not in AUDIT_MODES:
         out.append(f"{name('auditMode')} must be one of off, warn, enforce (got {cfg.audit_mode!r})")
-    elif cfg.audit_mode != "off" and not cfg.audit_allowlist_file:
+    elif cfg.audit_mode != "off" and not (cfg.audit_allowlist_file or cfg.audit_allowlist_etcd_prefix):
         out.append(f"{name('auditMode')} is {cfg.audit_mode!r} but {name('auditAllowlistFile')} is empty: "
-                   "name the file of approved code digests")
+                   f"name the file of approved code digests (or set {name('auditAllowlistEtcdPrefix')})")
+    prefix = cfg.audit_allowlist_etcd_prefix
+    if prefix and (not prefix.startswith("/") or not prefix.endswith("/")):
+        out.append(f"{name('auditAllowlistEtcdPrefix')} {prefix!r} must start and end with '/' "
+                   "(e.g. \"/blockx/audit/\")")
+    elif prefix and not cfg.etcd_enabled:
+        out.append(f"{name('auditAllowlistEtcdPrefix')} needs etcd: {name('etcdEndpoints')} is \"none\"")
     if cfg.audit_allowlist_file:
         try:
             AuditAllowlist(cfg.audit_allowlist_file)

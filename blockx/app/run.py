@@ -25,7 +25,7 @@ import uvloop
 
 from blockx import __version__
 from blockx.adapters.admission import Admission
-from blockx.adapters.audit import AuditAllowlist, AuditGate
+from blockx.adapters.audit import AuditAllowlist, AuditGate, EtcdAuditAllowlist
 from blockx.adapters.etcd_publisher import EtcdPublisher
 from blockx.adapters.executor.adapter import ExecutorAdapter
 from blockx.adapters.executor.pool import PoolManager
@@ -135,7 +135,15 @@ class Worker:
         if cfg.audit_mode == "off":
             return None
         allowlist = AuditAllowlist(cfg.audit_allowlist_file) if cfg.audit_allowlist_file else None
-        return AuditGate(cfg.audit_mode, allowlist, metrics)
+        etcd = None
+        if cfg.audit_allowlist_etcd_prefix:
+            from blockx.adapters.etcd_publisher import parse_endpoints
+            from blockx.adapters.etcd_tls import etcd_client
+            host, port = parse_endpoints(cfg.etcd_endpoints)[0]
+            etcd = EtcdAuditAllowlist(etcd_client(host, port, timeout=5,
+                                                  tls=client_tls(cfg.etcd_ca_cert, cfg.etcd_cert, cfg.etcd_key)),
+                                      cfg.audit_allowlist_etcd_prefix)
+        return AuditGate(cfg.audit_mode, allowlist, metrics, etcd=etcd)
 
     async def _ticker(self) -> None:
         while True:
@@ -196,6 +204,8 @@ class Worker:
             interval_ms=cfg.heartbeat_interval_ms, metrics=metrics,
             tls=client_tls(cfg.etcd_ca_cert, cfg.etcd_cert, cfg.etcd_key))
 
+        if self.orch.audit is not None and self.orch.audit.etcd is not None:
+            await self.orch.audit.etcd.fetch()          # approvals in place before the first dispatch
         await self.adapter.start()
         await self.pool.start()
         ticker = loop.create_task(self._ticker())
@@ -239,6 +249,8 @@ class Worker:
         await self.adapter.close()
         await self.orch.close()
         await io_factory.aclose()
+        if self.orch.audit is not None and self.orch.audit.etcd is not None:
+            await self.orch.audit.etcd.close()
         if shadow is not None:
             await shadow.close()
         await server.stop(GRPC_STOP_GRACE_S)

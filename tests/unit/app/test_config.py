@@ -60,6 +60,7 @@ SPEC_ENV_VARS = {
     "EXECUTOR_MEMORY_LIMIT_MB": "executorMemoryLimitMb", "EXECUTOR_MAX_PROCESSES": "executorMaxProcesses",
     "EXECUTOR_MAX_OPEN_FILES": "executorMaxOpenFiles",
     "AUDIT_MODE": "auditMode", "AUDIT_ALLOWLIST_FILE": "auditAllowlistFile",
+    "AUDIT_ALLOWLIST_ETCD_PREFIX": "auditAllowlistEtcdPrefix",
 }
 
 
