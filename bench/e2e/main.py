@@ -36,7 +36,7 @@ SIZES = {
                 "e_calls": 100_000, "s_calls": 10_000, "s_tasks": 500},
     "quick": {"a": [2_000, 10_000], "b_tasks": 500, "b_inflight": 64, "c_tasks": 200,
               "d_parents": 20, "d_subcalls": 20, "d_io_parents": 20, "d_io": 20,
-              "e_calls": 10_000},
+              "e_calls": 10_000, "s_calls": 2_000, "s_tasks": 100},
 }
 
 
