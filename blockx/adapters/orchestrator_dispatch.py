@@ -275,18 +275,23 @@ class DispatchActor:
         self._on_first_healthy_executor()
 
     def on_executor_lost(self, executor_id: str, reason: str) -> None:
-        log.warning("executor %s lost: %s", executor_id, reason)
+        # A sandbox limit that killed it (read from its cgroup, which knows before
+        # the exit is reaped) goes into the failed calls' message.
+        why = getattr(getattr(self, "pool", None), "limit_kill_reason", None)
+        detail = why(executor_id) if why is not None else None
+        detail = f"killed by its {detail}" if detail else ""
+        log.warning("executor %s lost: %s%s", executor_id, reason, f" ({detail})" if detail else "")
         snaps = self._core_snapshots()
-        self.post(lambda n: self._apply_executor_lost(executor_id, snaps, n))
+        self.post(lambda n: self._apply_executor_lost(executor_id, snaps, n, detail))
 
-    def _apply_executor_lost(self, executor_id: str, snaps: list, now: int) -> list:
+    def _apply_executor_lost(self, executor_id: str, snaps: list, now: int, detail: str = "") -> list:
         # Its in-flight attempts end here, not with a frame: count them as failed so
         # that dispatched == completed + failed holds in the metrics.
         lost = len(self.disp.executor_calls(executor_id))
         if lost:
             self.metrics.call_failed(m.EXECUTOR_LOST, lost)
         return ((self.disp.handle_executor_snapshot_updated(snaps, now) or [])
-                + (self.disp.handle_executor_lost(executor_id, now) or []))
+                + (self.disp.handle_executor_lost(executor_id, now, detail) or []))
 
     def on_executor_frames(self, executor_id: str, frames: list) -> None:
         self.post(lambda now: self._apply_frames(executor_id, frames, now))

@@ -151,3 +151,17 @@ def test_the_worker_cannot_be_signalled(sandboxed):
     failed_with(run(sandboxed, "attack_signal", sandboxed.proc.pid), "ProcessLookupError")
     assert sandboxed.proc.poll() is None
     still_serving(sandboxed)
+
+
+def test_filling_the_memory_backed_tmp_is_stopped_by_the_memory_limit(sandboxed):
+    res = run(sandboxed, "attack_tmpfs", 1024)
+    if "rlimits only" in sandboxed.find_event("executor_sandbox")["sandbox"]:
+        # No cgroup here: the tmpfs size (the memory limit) is what stops it.
+        failed_with(res, "No space left on device")
+    else:
+        # The cgroup's OOM killer kills the executor; the call says why, and so do
+        # the log and the metrics. The pool starts a new executor.
+        failed_with(res, "EXECUTOR_LOST", "killed by its memory limit")
+        assert any("by its memory limit" in line for line in sandboxed.lines)
+        assert 'blockx_executor_limit_kills_total{limit="memory"} 1.0' in sandboxed.metrics_text()
+    still_serving(sandboxed)

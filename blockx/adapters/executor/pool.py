@@ -252,8 +252,9 @@ class PoolManager:
         reason = self.sandbox.exit_reason(slot.executor_id) if self.sandbox is not None else None
         if reason:
             how += f" by its {reason}"
-            self.limit_kills[reason] = self.limit_kills.get(reason, 0) + 1
-            self.counters.executor_limit_kills[reason] = self.counters.executor_limit_kills.get(reason, 0) + 1
+            label = reason.removesuffix(" limit")        # "memory"
+            self.limit_kills[label] = self.limit_kills.get(label, 0) + 1
+            self.counters.executor_limit_kills[label] = self.counters.executor_limit_kills.get(label, 0) + 1
         level = logging.INFO if self._stopping else logging.WARNING
         self.log.log(level, "executor %s (pid %d) %s", slot.executor_id, child.pid, how,
                      extra={"fields": {"executor_id": slot.executor_id, "pid": child.pid,
@@ -291,6 +292,13 @@ class PoolManager:
         slot.restarts += 1
         self.counters.executor_restarts += 1
         self._spawn(slot)
+
+    def limit_kill_reason(self, executor_id: str) -> str | None:
+        """"memory limit" when the executor's sandbox cgroup OOM-killed it (known as
+        soon as its connection drops, before its exit is reaped), else None."""
+        if self.sandbox is None:
+            return None
+        return self.sandbox.limit_kill_reason(executor_id)
 
     # ---- operations and views ----
     def kill_executor(self, executor_id: str) -> bool:

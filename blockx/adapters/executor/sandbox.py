@@ -147,6 +147,13 @@ class Sandbox:
             argv = self.cgroups.enter(executor_id, argv)
         return argv
 
+    def limit_kill_reason(self, executor_id: str) -> str | None:
+        """"memory limit" when the cgroup's OOM killer has killed in the executor's
+        current cgroup; None otherwise. Does not clean up."""
+        if self.cgroups is None:
+            return None
+        return "memory limit" if self.cgroups.new_oom_kills(executor_id) else None
+
     def exit_reason(self, executor_id: str) -> str | None:
         """After an executor exited: "memory limit" when its cgroup's OOM killer
         killed it; None otherwise. Removes its cgroup."""
@@ -173,6 +180,7 @@ class CgroupLimits:
         self.kind = kind                # "cgroup v2" / "cgroup v1"
         self.parents = parents          # controller -> this Worker's group ("" for v2)
         self.limits = limits
+        self._oom_base: dict[str, int] = {}   # oom_kill count when the executor's process entered
 
     @classmethod
     def create(cls, limits: SandboxLimits, root: Path = Path("/sys/fs/cgroup")) -> CgroupLimits | None:
@@ -226,6 +234,7 @@ class CgroupLimits:
         except OSError as exc:
             log.warning("cannot set up the cgroup of %s (%s); it runs with rlimits only", executor_id, exc)
             return argv
+        self._oom_base[executor_id] = self.oom_kills(executor_id)
         script = " && ".join(f"echo $$ > {shlex.quote(p)}" for p in procs) + ' && exec "$@"'
         return ["/bin/sh", "-c", script, "blockx-sandbox", *argv]
 
@@ -242,8 +251,11 @@ class CgroupLimits:
                 return int(value)
         return 0
 
+    def new_oom_kills(self, executor_id: str) -> int:
+        return self.oom_kills(executor_id) - self._oom_base.get(executor_id, 0)
+
     def finish(self, executor_id: str) -> str | None:
-        reason = "memory limit" if self.oom_kills(executor_id) else None
+        reason = "memory limit" if self.new_oom_kills(executor_id) else None
         for ctl in self.parents:
             try:
                 self._leaf(ctl, executor_id).rmdir()
