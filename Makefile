@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(VPY) -m pytest
 ARGS    ?=
 
-.PHONY: build serve test test-compiled test-twins etcd bench bench-micro bench-micro-ci clean
+.PHONY: build serve test test-compiled test-twins etcd bubblewrap bench bench-micro bench-micro-ci clean
 
 build: $(STAMP)
 	$(VPY) setup.py -q build_ext --inplace
@@ -28,7 +28,12 @@ etcd:
 	@command -v etcd >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null)
 	@command -v etcd >/dev/null 2>&1 || { echo "etcd is missing and could not be installed" >&2; exit 1; }
 
-test: build etcd test-compiled test-twins bench-micro-ci
+# bubblewrap (bwrap) runs executors in EXECUTOR_SPAWN_MODE=sandbox; the sandbox suites need it.
+bubblewrap:
+	@command -v bwrap >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null)
+	@command -v bwrap >/dev/null 2>&1 || { echo "bubblewrap (bwrap) is missing and could not be installed" >&2; exit 1; }
+
+test: build etcd bubblewrap test-compiled test-twins bench-micro-ci
 
 test-compiled:
 	$(PYTEST) -q -p no:cacheprovider tests $(ARGS)

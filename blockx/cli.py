@@ -20,7 +20,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from blockx.cli_client import (cmd_result, cmd_slot, cmd_submit, cmd_watch, decode_json_bytes, response_to_json,
+from blockx.cli_client import (add_tls_arguments, cmd_result, cmd_slot, cmd_submit, cmd_watch, decode_json_bytes, response_to_json,
                                result_to_json, state_name)
 from blockx.cli_exit import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, CLIError
 from blockx.app.profile import PROFILES
@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     client.add_argument("--rpc-timeout", type=float, default=DEFAULT_RPC_TIMEOUT_S, metavar="SECONDS",
                         help="deadline of each unary RPC (default: %(default)s)")
     client.add_argument("--compact", action="store_true", help="print single-line JSON")
+    add_tls_arguments(client)
 
     sm = sub.add_parser("submit", parents=[client], help="submit a task", description=(
         "Submit a task and wait for its result. Build it from flags (--calls / --payload) "

@@ -92,19 +92,47 @@ def _is_terminal(state: int) -> bool:
     return state in (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED)
 
 
+def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    """--tls-ca / --tls-cert / --tls-key, defaulting to $BLOCKX_TLS_CA / _CERT / _KEY."""
+    import os
+
+    for flag, env, what in (("--tls-ca", "BLOCKX_TLS_CA", "CA certificate (PEM) that signed the worker's "
+                                                          "certificate; turns TLS on"),
+                            ("--tls-cert", "BLOCKX_TLS_CERT", "client certificate (PEM) for mutual TLS"),
+                            ("--tls-key", "BLOCKX_TLS_KEY", "key (PEM) of --tls-cert")):
+        parser.add_argument(flag, default=os.environ.get(env, ""), metavar="FILE",
+                            help=f"{what} (default: ${env})")
+
+
+def tls_from_args(ns: argparse.Namespace):
+    """A ClientTLS when any --tls-* option (or its env var) is set, else None (plaintext)."""
+    from blockx.client import ClientTLS
+
+    ca, cert, key = getattr(ns, "tls_ca", ""), getattr(ns, "tls_cert", ""), getattr(ns, "tls_key", "")
+    if not (ca or cert or key):
+        return None
+    try:
+        return ClientTLS(ca, cert, key)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+
+
 def _client_command(fn):
     """Run a client command body over one session (blockx.client); a refusal or a
     broken session becomes `error: CODE: message`, exit 1."""
     def wrapper(ns: argparse.Namespace, out: TextIO | None = None) -> int:
         from blockx.client import BlockxError, connect
+        from blockx.client.tls import TLSFileError
 
         out = out or sys.stdout
         try:
-            with connect(ns.addr, connect_timeout_s=ns.rpc_timeout) as client:
+            with connect(ns.addr, connect_timeout_s=ns.rpc_timeout, tls=tls_from_args(ns)) as client:
                 return fn(ns, client, out)
         except BlockxError as exc:
             print(f"error: {exc.code.name}: {exc.message}", file=sys.stderr)
             return EXIT_ERROR
+        except TLSFileError as exc:
+            raise CLIError(str(exc)) from None
 
     wrapper.__name__ = fn.__name__
     return wrapper

@@ -8,6 +8,9 @@ everything on 127.0.0.1) and measures through its own grpc.aio client on uvloop:
 (f) the fleet: tasks/s through blockx.client.Cluster over three workers in a
 real etcd beside one WorkerClient, and the failover time of a SIGKILL under 200
 in-flight tasks (bench/e2e/fleet.py).
+(s) (a) and (c) side by side in both executor spawn modes, process and sandbox
+(bubblewrap), each on a fresh worker, with the time to a ready worker: the
+sandbox should cost start-up time, not per-call time.
 Prints ONE JSON object with every figure and the sizes used. The figures are
 for comparing builds on one machine: these machines are shared and noisy."""
 from __future__ import annotations
@@ -27,15 +30,16 @@ from bench.e2e.client import Client
 from bench.e2e.harness import BenchWorker, WorkerError
 from bench.e2e.profiling import format_table, top_entries
 
-ALL = ("a", "b", "c", "d", "e", "f")
+ALL = ("a", "b", "c", "d", "e", "f", "s")
+SPAWN_MODES = ("process", "sandbox")
 
 SIZES = {
     "default": {"a": [10_000, 100_000], "b_tasks": 5_000, "b_inflight": 64, "c_tasks": 1_000,
                 "d_parents": 100, "d_subcalls": 100, "d_io_parents": 100, "d_io": 100,
-                "e_calls": 100_000, "f_tasks": 5_000, "f_task_ms": 500},
+                "e_calls": 100_000, "f_tasks": 5_000, "f_task_ms": 500, "s_calls": 10_000, "s_tasks": 500},
     "quick": {"a": [2_000, 10_000], "b_tasks": 500, "b_inflight": 64, "c_tasks": 200,
               "d_parents": 20, "d_subcalls": 20, "d_io_parents": 20, "d_io": 20,
-              "e_calls": 10_000, "f_tasks": 1_000, "f_task_ms": 500},
+              "e_calls": 10_000, "f_tasks": 1_000, "f_task_ms": 500, "s_calls": 2_000, "s_tasks": 100},
 }
 
 
@@ -45,7 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--executors", type=int, default=2, help="EXECUTOR_COUNT of the measured worker (default 2)")
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run in well under a minute")
     p.add_argument("--only", default=",".join(ALL),
-                   help="comma-separated scenarios to run, of a,b,c,d,e,f (default: all)")
+                   help="comma-separated scenarios to run, of a,b,c,d,e,f,s (default: all)")
     p.add_argument("--fleet-executors", type=int, default=1, help="EXECUTOR_COUNT of each (f) worker (default 1)")
     p.add_argument("--rss-executors", type=int, default=1, help="EXECUTOR_COUNT of the (e) worker (default 1)")
     p.add_argument("--b-max-outstanding", type=int, default=192,
@@ -174,6 +178,28 @@ async def run_rss_worker(ns, sizes: dict, report: dict) -> None:
         w.cleanup()
 
 
+async def run_spawn_modes(ns, sizes: dict, report: dict) -> None:
+    """(s): one fresh worker per spawn mode, (a) and (c) on each, side by side."""
+    out = report["results"]["s_spawn_modes"] = {}
+    for mode in SPAWN_MODES:
+        w = BenchWorker(executors=ns.executors, env={"EXECUTOR_SPAWN_MODE": mode})
+        t0 = time.perf_counter()
+        await _start(w)
+        row = out[mode] = {"ready_s": round(time.perf_counter() - t0, 3)}
+        client = Client(w.addr)
+        try:
+            await sc.warm_up(client, ["add1", "add"])
+            row["a_call_throughput"] = await _with_cpu(w, sc.call_throughput(client, sizes["s_calls"], timeout=300))
+            row["c_latency"] = await _with_cpu(w, sc.latency(client, sizes["s_tasks"], timeout=300))
+        except Exception as exc:
+            exc.add_note(f"{mode} worker log tail:\n" + w.tail(20))
+            raise
+        finally:
+            await client.close()
+            await asyncio.to_thread(w.stop)
+            w.cleanup()
+
+
 def _add_profile(ns, report: dict, label: str, path: str) -> None:
     if not os.path.exists(path):
         report.setdefault("profiles", {})[label] = {"file": path, "error": "not written"}
@@ -206,6 +232,8 @@ async def run(ns) -> dict:
     if "f" in ns.only:
         from bench.e2e.fleet import run_fleet
         await run_fleet(ns, sizes, report)
+    if "s" in ns.only:
+        await run_spawn_modes(ns, sizes, report)
     report["elapsed_s"] = round(time.perf_counter() - t0, 2)
     return report
 

@@ -33,6 +33,7 @@ from blockx.core.dispatcher_commands import (
     DispatchCallCmd, StopCallProduction, SubcallDone, UnbindCall,
 )
 from blockx._fast.errors import FrameTooLarge, OutboxClosed, OutboxFull
+from blockx.adapters.audit import AUDIT_REJECTED
 from blockx.adapters.executor.errors import BindError, CallNotBound, ExecutorGone
 from blockx.protocol import messages as m
 
@@ -61,10 +62,11 @@ def dumps_kept(value) -> bytes:
 
 class DispatchActor:
     def __init__(self, *, disp, adapter, metrics, runtimes: Mapping, mono: Callable[[], int],
-                 on_calls_converged: Callable[[ConvergeTaskCalls], None]) -> None:
+                 on_calls_converged: Callable[[ConvergeTaskCalls], None], audit=None) -> None:
         self.disp = disp
         self.adapter = adapter
         self.metrics = metrics
+        self.audit = audit if audit is not None and audit.active else None   # AuditGate; None when off
         self._runtimes = runtimes                 # the Orchestrator's; read here, never changed
         self._mono = mono
         self._on_calls_converged = on_calls_converged
@@ -142,6 +144,16 @@ class DispatchActor:
                     "args": _Fragment(cmd.args_json), "parentCallId": cmd.parent_call_id,
                     "callBudgetMs": cmd.budget_ms, "attemptSeq": cmd.attempt_seq,
                 }
+                if self.audit is not None:
+                    approval, refused = self.audit.check(cmd.function_id, cmd.digest)
+                    if refused:     # never sent: the code is not approved (AUDIT_MODE=enforce)
+                        more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, AUDIT_REJECTED, False,
+                                                       refused, now)
+                        if more:
+                            self._exec(more, now)
+                        continue
+                    if approval:
+                        payload["audit"] = approval
                 try:
                     adapter.send_execute_call(cmd.executor_id, cmd.call_id, payload)
                 except OutboxFull as exc:

@@ -93,7 +93,8 @@ def parse_endpoints(value: str | Iterable[str] | None) -> list[tuple[str, int]]:
                 raise ValueError(f"ETCD_ENDPOINTS {value!r}: 'none' cannot be combined with endpoints")
             return []
         if item.startswith("https://"):
-            raise ValueError(f"etcd endpoint {item!r}: TLS is not supported; use http:// or host:port")
+            raise ValueError(f"etcd endpoint {item!r}: write host:port; TLS towards etcd is turned on "
+                             "by ETCD_CA_CERT (and ETCD_CERT / ETCD_KEY for a client certificate)")
         if item.startswith("http://"):
             item = item[len("http://"):]
         item = item.rstrip("/")
@@ -138,8 +139,10 @@ class EtcdPublisher:
         deregister_timeout_ms: int = 2000,
         error_log_interval_s: float = 5.0,
         rand: Callable[[], float] = random.random,
+        tls: Any = None,
     ) -> None:
         self._endpoints = parse_endpoints(endpoints)
+        self._tls = tls      # blockx.client.tls.ClientTLS: TLS towards etcd
         if interval_ms <= 0:
             raise ValueError(f"heartbeat interval must be > 0 ms, got {interval_ms}")
         if lease_ttl_s < 1:
@@ -359,10 +362,11 @@ class EtcdPublisher:
 
     def _ensure_client(self) -> Any:
         if self._client is None:
-            import aetcd  # imported lazily: a disabled publisher never loads the gRPC stubs
+            # imported lazily: a disabled publisher never loads the gRPC stubs
+            from blockx.adapters.etcd_tls import etcd_client
             host, port = self._endpoints[self._endpoint_idx]
-            self._client = aetcd.Client(
-                host, port, timeout=self._call_timeout_s,
+            self._client = etcd_client(
+                host, port, tls=self._tls, timeout=self._call_timeout_s,
                 options={
                     "grpc.initial_reconnect_backoff_ms": int(self._backoff_initial_s * 1000),
                     "grpc.min_reconnect_backoff_ms": int(self._backoff_initial_s * 1000),

@@ -24,7 +24,8 @@ _Fragment = orjson.Fragment
 
 class ExecutorEvents:
     def __init__(self, *, actor: DispatchActor, runtimes: Mapping, canonical_args: Callable[[object], bytes],
-                 on_attached: Callable[[str], None], snapshots: Callable[[], list]) -> None:
+                 on_attached: Callable[[str], None], snapshots: Callable[[], list],
+                 limit_kill_reason: Callable[[str], str | None] = lambda executor_id: None) -> None:
         self.actor = actor
         self.disp = actor.disp
         self.adapter = actor.adapter
@@ -33,6 +34,7 @@ class ExecutorEvents:
         self._canonical_args = canonical_args
         self._on_attached = on_attached
         self._snapshots = snapshots
+        self._limit_kill_reason = limit_kill_reason     # the pool's word on a sandbox limit kill
 
     # ---- ExecutorAdapter handler ----------------------------------------------
 
@@ -40,18 +42,22 @@ class ExecutorEvents:
         self._on_attached(executor_id)
 
     def on_executor_lost(self, executor_id: str, reason: str) -> None:
-        log.warning("executor %s lost: %s", executor_id, reason)
+        # A sandbox limit that killed it (read from its cgroup, which knows before
+        # the exit is reaped) goes into the failed calls' message.
+        detail = self._limit_kill_reason(executor_id)
+        detail = f"killed by its {detail}" if detail else ""
+        log.warning("executor %s lost: %s%s", executor_id, reason, f" ({detail})" if detail else "")
         snaps = self._snapshots()
-        self.actor.post(lambda n: self._apply_executor_lost(executor_id, snaps, n))
+        self.actor.post(lambda n: self._apply_executor_lost(executor_id, snaps, n, detail))
 
-    def _apply_executor_lost(self, executor_id: str, snaps: list, now: int) -> list:
+    def _apply_executor_lost(self, executor_id: str, snaps: list, now: int, detail: str = "") -> list:
         # Its in-flight attempts end here, not with a frame: count them as failed so
         # that dispatched == completed + failed holds in the metrics.
         lost = len(self.disp.executor_calls(executor_id))
         if lost:
             self.metrics.call_failed(m.EXECUTOR_LOST, lost)
         return ((self.disp.handle_executor_snapshot_updated(snaps, now) or [])
-                + (self.disp.handle_executor_lost(executor_id, now) or []))
+                + (self.disp.handle_executor_lost(executor_id, now, detail) or []))
 
     def on_executor_frames(self, executor_id: str, frames: list) -> None:
         self.actor.post(lambda now: self._apply_frames(executor_id, frames, now))

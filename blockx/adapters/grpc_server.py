@@ -206,9 +206,11 @@ async def _read_session(session: Session, request_iterator) -> None:
 
 def build_server(orch, *, listen_addr: str, keepalive_time_ms: int, keepalive_timeout_ms: int,
                  metrics=None, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
-                 session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+                 session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+                 tls=None) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """A server with WorkerService, grpc.health.v1 (starts NOT_SERVING) and
-    reflection. Returns (server, health servicer, bound port)."""
+    reflection. Returns (server, health servicer, bound port). With `tls`
+    (blockx.adapters.tls.ServerTLS) the port speaks TLS only."""
     server = grpc.aio.server(options=[
         ("grpc.keepalive_time_ms", keepalive_time_ms),
         ("grpc.keepalive_timeout_ms", keepalive_timeout_ms),
@@ -227,7 +229,7 @@ def build_server(orch, *, listen_addr: str, keepalive_time_ms: int, keepalive_ti
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
         server)
     addr = listen_addr if not listen_addr.startswith(":") else "0.0.0.0" + listen_addr
-    port = server.add_insecure_port(addr)
+    port = server.add_insecure_port(addr) if tls is None else server.add_secure_port(addr, tls.credentials())
     if port == 0:
         raise OSError(f"cannot listen on {listen_addr!r}: the address is in use or invalid")
     return server, health_servicer, port

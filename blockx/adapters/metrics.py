@@ -88,6 +88,8 @@ class Metrics:
         self.singleflight_waiters = 0
         self.executor_restarts = 0
         self.executor_wedge_kills = 0
+        self.executor_limit_kills: dict[str, int] = {}   # sandbox limit ("memory limit") -> kills
+        self.audit_rejections = 0
         self.executor_heartbeat_timeouts = 0
         self.uds_frames_in = 0
         self.uds_frames_out = 0
@@ -240,6 +242,15 @@ class _WorkerCollector(Collector):
         yield failed
         yield terminal
         yield grpc_req
+
+        limits = CounterMetricFamily("blockx_executor_limit_kills",
+                                     "Sandboxed executors killed by a resource limit, by limit.", labels=["limit"])
+        if not describe_only:
+            for limit, n in sorted(_snapshot(m.executor_limit_kills).items()):
+                limits.add_metric([str(limit)], n)
+        yield limits
+        yield counter("blockx_audit_rejections", "Calls refused by the audit gate (AUDIT_MODE=enforce).",
+                      0 if describe_only else m.audit_rejections)
 
         slots = GaugeMetricFamily("blockx_slots", "Task slots by state.", labels=["state"])
         if not describe_only:

@@ -54,7 +54,7 @@ class Orchestrator:
     def __init__(self, *, core, disp, adapter, fcode, builders: dict, plugins: dict, io_factory,
                  admission, stream_cfg, metrics, pool=None, shadow=None, stall_timeout_ms: int = 10_000,
                  phase_io_timeout_ms: int = 10_000, on_ready: Callable[[], Any] | None = None,
-                 wall: Callable[[], int] = wall_ms, mono: Callable[[], int] = mono_ms) -> None:
+                 wall: Callable[[], int] = wall_ms, mono: Callable[[], int] = mono_ms, audit=None) -> None:
         self.core = core
         self.disp = disp
         self.adapter = adapter
@@ -72,14 +72,15 @@ class Orchestrator:
         self._drained: asyncio.Event = asyncio.Event()
         self.subscriptions = SubscriptionManager(self._watch_first_attach, self._watch_last_detach)
         self.actor = DispatchActor(disp=disp, adapter=adapter, metrics=metrics, runtimes=self._runtimes,
-                                   mono=mono, on_calls_converged=self._on_calls_converged)
+                                   mono=mono, on_calls_converged=self._on_calls_converged, audit=audit)
         self.phases = TaskPhases(
             core=core, disp=disp, actor=self.actor, runtimes=self._runtimes, fcode=fcode, builders=builders,
             plugins=plugins, io_factory=io_factory, admission=admission, stream_cfg=stream_cfg, metrics=metrics,
             phase_io_timeout_ms=phase_io_timeout_ms, wall=wall, on_converge=self._on_task_terminal)
         self.executor_events = ExecutorEvents(
             actor=self.actor, runtimes=self._runtimes, canonical_args=_canonical,
-            on_attached=self._on_executor_attached, snapshots=self._core_snapshots)
+            on_attached=self._on_executor_attached, snapshots=self._core_snapshots,
+            limit_kill_reason=getattr(pool, "limit_kill_reason", lambda executor_id: None))
         self.post = self.actor.post
         adapter.handler = self.executor_events
         metrics.slots_fn = self.slot_counts
@@ -245,7 +246,7 @@ class Orchestrator:
         run for longer than SchedulerStallTimeoutMs while it reports a running call
         is hard-killed so the pool manager can replace it."""
         killed = []
-        if self.stall_timeout_ms <= 0:      # 0: the backstop is disabled (unlimited call budget)
+        if self.stall_timeout_ms <= 0:      # only an Orchestrator built without one (the config always derives one)
             return killed
         now = self._mono()
         for s in self.adapter.snapshots():

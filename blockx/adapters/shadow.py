@@ -14,6 +14,7 @@ from typing import Callable
 
 import grpc
 
+from blockx.client.tls import ClientTLS, aio_channel
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 
@@ -22,8 +23,10 @@ log = logging.getLogger("blockx.shadow")
 
 class ShadowForwarder:
     def __init__(self, target_addr: str, sample_rate: float, *, timeout_s: float = 5.0,
-                 max_inflight: int = 64, rand: Callable[[], float] = random.random) -> None:
+                 max_inflight: int = 64, rand: Callable[[], float] = random.random,
+                 tls: ClientTLS | None = None) -> None:
         self._target = target_addr
+        self._tls = tls
         self._rate = sample_rate
         self._timeout = timeout_s
         self._max_inflight = max_inflight
@@ -45,7 +48,7 @@ class ShadowForwarder:
             self.dropped += 1
             return
         if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(self._target)
+            self._channel = aio_channel(self._target, self._tls)
             self._stub = pb_grpc.WorkerServiceStub(self._channel)
         copy = pb.SubmitTaskRequest()
         copy.CopyFrom(request)

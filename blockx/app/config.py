@@ -133,6 +133,7 @@ class DispatcherSection:
 class IOBackendSection:
     enabled: bool = _f(True)
     concurrency: int = _f(64, doc="requests served at once across all tasks")
+    timeout_ms: int = _f(0, doc="timeout of one backend request; 0 = phaseIoTimeoutMs")
 
 
 @dataclass
@@ -148,7 +149,10 @@ class WorkerFullConfig:
                                    doc='"none" or empty skips registration')
     worker_registry_prefix: str = _f("", env="WORKER_REGISTRY_PREFIX", doc="from the profile")
     executor_count: int = _f(8, env="EXECUTOR_COUNT")
-    executor_spawn_mode: str = _f("process", env="EXECUTOR_SPAWN_MODE")
+    executor_spawn_mode: str = _f("process", env="EXECUTOR_SPAWN_MODE", doc="process or sandbox (bubblewrap)")
+    executor_memory_limit_mb: int = _f(1024, env="EXECUTOR_MEMORY_LIMIT_MB", doc="sandbox: per executor; 0 = none")
+    executor_max_processes: int = _f(64, env="EXECUTOR_MAX_PROCESSES", doc="sandbox: per executor; 0 = none")
+    executor_max_open_files: int = _f(1024, env="EXECUTOR_MAX_OPEN_FILES", doc="sandbox: per executor; 0 = none")
     worker: WorkerSection = _f(default_factory=WorkerSection)
     admission: AdmissionSection = _f(default_factory=AdmissionSection)
     stream_build: StreamBuildSection = _f(default_factory=StreamBuildSection)
@@ -168,6 +172,9 @@ class WorkerFullConfig:
     executor_restart_window_ms: int = _f(60_000)
     executor_backoff_ms: int = _f(30_000)
     executor_heartbeat_timeout_ms: int = _f(10_000)
+    executor_budget_preempt_ms: int = _f(50, env="EXECUTOR_BUDGET_PREEMPT_MS",
+                                         doc="executors interrupt a call that computes past its budget "
+                                             "without yielding, checking every N ms; 0 = only the wedge backstop")
     function_snapshot_retention_ms: int = _f(_WORKER["function_snapshot_retention_ms"],
                                              env="FUNCTION_SNAPSHOT_RETENTION_MS", doc="0 = maxTaskTimeoutMs + 10s")
     functions_dir: str = _f(default_factory=default_functions_dir, env="FUNCTIONS_DIR")
@@ -179,6 +186,21 @@ class WorkerFullConfig:
     shadow_submit_target_addr: str = _f("", env="SHADOW_SUBMIT_TARGET_ADDR")
     shadow_submit_sample_rate: float = _f(0.0, env="SHADOW_SUBMIT_SAMPLE_RATE")
     io_backends: IOBackendsSection = _f(default_factory=IOBackendsSection)
+    # Isolation and trust (issue 14): TLS files are PEM paths; empty = off.
+    tls_cert: str = _f("", env="WORKER_TLS_CERT", doc="gRPC port certificate; set with tlsKey: TLS on")
+    tls_key: str = _f("", env="WORKER_TLS_KEY")
+    tls_client_ca: str = _f("", env="WORKER_TLS_CLIENT_CA", doc="set: mutual TLS, clients need a cert it signed")
+    etcd_ca_cert: str = _f("", env="ETCD_CA_CERT", doc="set: TLS towards etcd")
+    etcd_cert: str = _f("", env="ETCD_CERT", doc="client certificate towards etcd")
+    etcd_key: str = _f("", env="ETCD_KEY")
+    shadow_tls_ca: str = _f("", env="SHADOW_TLS_CA", doc="set: TLS towards the shadow target")
+    shadow_tls_cert: str = _f("", env="SHADOW_TLS_CERT")
+    shadow_tls_key: str = _f("", env="SHADOW_TLS_KEY")
+    audit_mode: str = _f("off", env="AUDIT_MODE", doc="off, warn or enforce (refuse unapproved code digests)")
+    audit_allowlist_file: str = _f("", env="AUDIT_ALLOWLIST_FILE",
+                                   doc="approved digests, '<sha256> [approval id]' a line; re-read when it changes")
+    audit_allowlist_etcd_prefix: str = _f("", env="AUDIT_ALLOWLIST_ETCD_PREFIX",
+                                          doc="e.g. /blockx/audit/: approvals as <prefix><digest> = approval id")
     log_level: str = _f("INFO", env="LOG_LEVEL")
 
     # The deployment of the profile this config was loaded for (not a JSON key):
@@ -197,13 +219,12 @@ class WorkerFullConfig:
         return self.function_snapshot_retention_ms
 
     def effective_scheduler_stall_timeout_ms(self) -> int:
-        """The wedge backstop threshold (0 = disabled).
+        """The wedge backstop threshold.
 
         Derived as callDeadlineMs + 5 s; an explicit value at or below
         callDeadlineMs + 1 s is raised to the derived one, so a call that is merely
-        using its whole budget is never mistaken for a wedged executor. With an
-        unlimited budget (callDeadlineMs = 0) nothing is derived: a long CPU-bound
-        call is legitimate there, so only an explicit threshold arms the backstop."""
+        using its whole budget is never mistaken for a wedged executor. An
+        unlimited budget (callDeadlineMs = 0) derives 5 s, as the spec says."""
         d = self.dispatcher
         return derive_stall_timeout_ms(d.call_deadline_ms, d.scheduler_stall_timeout_ms)
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 UDS_PATH_MAX = 107
 # The etcd lease the Worker keeps alive with its heartbeats (spec: TTL 10 s).
 ETCD_LEASE_TTL_MS = 10_000
-SPAWN_MODES_SUPPORTED = ("process",)
+SPAWN_MODES_SUPPORTED = ("process", "sandbox")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
 BLOCK_REGISTRY_SEGMENT = "workers"
 BUNDLE_REGISTRY_SEGMENT = "bundle-workers"
@@ -51,9 +51,13 @@ APP_RULES = (
     Rule("executor_restart_window_ms", 1),
     Rule("executor_backoff_ms", 0),
     Rule("executor_heartbeat_timeout_ms", 1),
+    Rule("executor_budget_preempt_ms", 0, note="0 disables budget preemption"),
+    Rule("executor_memory_limit_mb", 0, note="0 = no limit"),
+    Rule("executor_max_processes", 0, note="0 = no limit"),
+    Rule("executor_max_open_files", 0, note="0 = no limit"),
     Rule("shadow_submit_sample_rate", 0, 1, kind=float),
 )
-IO_BACKEND_RULES = (Rule("concurrency", 1),)
+IO_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 0, note="0 = phaseIoTimeoutMs"))
 
 
 def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
@@ -88,16 +92,23 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     for ep in cfg.etcd_endpoints:
         if ep.lower() == "none":
             out.append(f"{name('etcdEndpoints')}: \"none\" must be the only entry to disable registration")
+        elif ep.startswith("https://"):
+            out.append(f"{name('etcdEndpoints')}: {ep!r}: write host:port; TLS towards etcd is turned on "
+                       f"by {name('etcdCaCert')}")
         elif any(c.isspace() for c in ep) or ":" not in ep.removeprefix("http://").removeprefix("https://"):
             out.append(f"{name('etcdEndpoints')}: {ep!r} is not host:port (or http[s]://host:port)")
 
     check_registry_prefix(cfg.worker_registry_prefix, deployment, name("workerRegistryPrefix"), out)
 
-    if cfg.executor_spawn_mode == "sandbox":
-        out.append(f"{name('executorSpawnMode')} \"sandbox\" is not supported in this build; "
-                   "use \"process\"")
-    elif cfg.executor_spawn_mode not in SPAWN_MODES_SUPPORTED:
-        out.append(f"{name('executorSpawnMode')} must be \"process\" (got {cfg.executor_spawn_mode!r})")
+    if cfg.executor_spawn_mode not in SPAWN_MODES_SUPPORTED:
+        out.append(f"{name('executorSpawnMode')} must be \"process\" or \"sandbox\" "
+                   f"(got {cfg.executor_spawn_mode!r})")
+    elif cfg.executor_spawn_mode == "sandbox":
+        # Never a silent fallback to "process": no bwrap, or no namespaces, stops the Worker.
+        from blockx.adapters.executor.sandbox import sandbox_problem
+        problem = sandbox_problem()
+        if problem:
+            out.append(problem)
 
     # The settings the cores carry, by the cores' rules.
     top = section((cfg, ""))
@@ -148,6 +159,9 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     dev = cfg.io_backends.devstub
     check(dev, IO_BACKEND_RULES, section((dev, "ioBackends.devstub.")), out)
 
+    tls_problems(cfg, name, out)
+    audit_problems(cfg, name, out)
+
     if cfg.log_level.strip().upper() not in LOG_LEVELS:
         out.append(f"{name('logLevel')} must be one of debug, info, warning, error, critical "
                    f"(got {cfg.log_level!r})")
@@ -169,6 +183,47 @@ def _function_source_violations(cfg: WorkerFullConfig, name) -> list[str]:
     if not (p.startswith("/") and p.endswith("/") and len(p) > 1):
         out.append(f"{name('functionsEtcdPrefix')} must start and end with '/' (got {p!r})")
     return out
+
+
+def audit_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:
+    from blockx.adapters.audit import AUDIT_MODES, AuditAllowlist, AuditAllowlistError
+
+    if cfg.audit_mode not in AUDIT_MODES:
+        out.append(f"{name('auditMode')} must be one of off, warn, enforce (got {cfg.audit_mode!r})")
+    elif cfg.audit_mode != "off" and not (cfg.audit_allowlist_file or cfg.audit_allowlist_etcd_prefix):
+        out.append(f"{name('auditMode')} is {cfg.audit_mode!r} but {name('auditAllowlistFile')} is empty: "
+                   f"name the file of approved code digests (or set {name('auditAllowlistEtcdPrefix')})")
+    prefix = cfg.audit_allowlist_etcd_prefix
+    if prefix and (not prefix.startswith("/") or not prefix.endswith("/")):
+        out.append(f"{name('auditAllowlistEtcdPrefix')} {prefix!r} must start and end with '/' "
+                   "(e.g. \"/blockx/audit/\")")
+    elif prefix and not cfg.etcd_enabled:
+        out.append(f"{name('auditAllowlistEtcdPrefix')} needs etcd: {name('etcdEndpoints')} is \"none\"")
+    if cfg.audit_allowlist_file:
+        try:
+            AuditAllowlist(cfg.audit_allowlist_file)
+        except AuditAllowlistError as exc:
+            out.append(f"{name('auditAllowlistFile')}: {exc}")
+
+
+def tls_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:
+    """TLS files: a certificate goes with its key, a CA for client certificates
+    needs the port's own certificate, and every named file must exist."""
+    pairs = (("tlsCert", cfg.tls_cert, "tlsKey", cfg.tls_key),
+             ("etcdCert", cfg.etcd_cert, "etcdKey", cfg.etcd_key),
+             ("shadowTlsCert", cfg.shadow_tls_cert, "shadowTlsKey", cfg.shadow_tls_key))
+    for cert_path, cert, key_path, key in pairs:
+        if bool(cert) != bool(key):
+            out.append(f"{name(cert_path)} and {name(key_path)} must be set together")
+    if cfg.tls_client_ca and not cfg.tls_cert:
+        out.append(f"{name('tlsClientCa')} needs {name('tlsCert')} and {name('tlsKey')}: "
+                   "mutual TLS is TLS first")
+    for path, value in (("tlsCert", cfg.tls_cert), ("tlsKey", cfg.tls_key), ("tlsClientCa", cfg.tls_client_ca),
+                        ("etcdCaCert", cfg.etcd_ca_cert), ("etcdCert", cfg.etcd_cert), ("etcdKey", cfg.etcd_key),
+                        ("shadowTlsCa", cfg.shadow_tls_ca), ("shadowTlsCert", cfg.shadow_tls_cert),
+                        ("shadowTlsKey", cfg.shadow_tls_key)):
+        if value and not os.path.isfile(value):
+            out.append(f"{name(path)} {value!r} is not a readable file")
 
 
 def expected_registry_segment(deployment: str) -> str | None:

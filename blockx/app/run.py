@@ -25,14 +25,18 @@ import uvloop
 
 from blockx import __version__
 from blockx.adapters.admission import Admission
+from blockx.adapters.audit import AuditAllowlist, AuditGate, EtcdAuditAllowlist
 from blockx.adapters.etcd_publisher import EtcdPublisher
 from blockx.adapters.executor.adapter import ExecutorAdapter
 from blockx.adapters.executor.pool import PoolManager
+from blockx.adapters.executor.sandbox import Sandbox, SandboxLimits
 from blockx.adapters.grpc_server import build_server, set_health
 from blockx.adapters.metrics import Metrics
 from blockx.adapters.orchestrator import Orchestrator, wall_ms
 from blockx.adapters.shadow import ShadowForwarder
+from blockx.adapters.tls import ServerTLS, ServerTLSFiles
 from blockx.app.logs import log_event, setup_logging
+from blockx.client.tls import ClientTLS
 from blockx.core.dispatcher import DispatcherCore
 from blockx.core.worker import WorkerCore
 from blockx.plugins.builders import BuilderRegistry
@@ -45,6 +49,36 @@ log = logging.getLogger("blockx.worker")
 TICK_S = 0.5
 GRPC_STOP_GRACE_S = 5.0
 GC_GEN0_THRESHOLD = 20_000
+
+
+def server_tls(cfg) -> ServerTLS | None:
+    """The gRPC port's TLS (WORKER_TLS_CERT / _KEY / _CLIENT_CA), None when off."""
+    if not cfg.tls_cert:
+        return None
+    return ServerTLS(ServerTLSFiles(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca))
+
+
+def client_tls(ca: str, cert: str, key: str) -> ClientTLS | None:
+    """TLS towards a peer (etcd, the shadow target): on when any file is set."""
+    return ClientTLS(ca, cert, key) if (ca or cert or key) else None
+
+
+def executor_sandbox(cfg) -> Sandbox | None:
+    """EXECUTOR_SPAWN_MODE=sandbox: bubblewrap around every executor (config
+    validation already refused a machine where it cannot run)."""
+    if cfg.executor_spawn_mode != "sandbox":
+        return None
+    sandbox = Sandbox(cfg.socket_path, SandboxLimits(cfg.executor_memory_limit_mb, cfg.executor_max_processes,
+                                                     cfg.executor_max_open_files), functions_dir=cfg.functions_dir)
+    log_event(log, "executor_sandbox", mode="sandbox", sandbox=sandbox.describe())
+    return sandbox
+
+
+def executor_args(cfg) -> list[str]:
+    """Executor flags the config sets: budget preemption is on unless set to 0."""
+    if cfg.executor_budget_preempt_ms > 0:
+        return ["--budget-preempt-ms", str(cfg.executor_budget_preempt_ms)]
+    return []
 
 
 def serve(cfg, profile) -> int:
@@ -97,10 +131,27 @@ class Worker:
         await set_health(self.health, True)
         await self.publisher.start()
 
+    def _audit_gate(self, metrics) -> AuditGate | None:
+        cfg = self.cfg
+        if cfg.audit_mode == "off":
+            return None
+        allowlist = AuditAllowlist(cfg.audit_allowlist_file) if cfg.audit_allowlist_file else None
+        etcd = None
+        if cfg.audit_allowlist_etcd_prefix:
+            from blockx.adapters.etcd_publisher import parse_endpoints
+            from blockx.adapters.etcd_tls import etcd_client
+            host, port = parse_endpoints(cfg.etcd_endpoints)[0]
+            etcd = EtcdAuditAllowlist(etcd_client(host, port, timeout=5,
+                                                  tls=client_tls(cfg.etcd_ca_cert, cfg.etcd_cert, cfg.etcd_key)),
+                                      cfg.audit_allowlist_etcd_prefix)
+        return AuditGate(cfg.audit_mode, allowlist, metrics, etcd=etcd)
+
     async def _ticker(self) -> None:
         while True:
             await asyncio.sleep(TICK_S)
             try:
+                if self.orch.audit is not None:
+                    self.orch.audit.refresh()   # approvals added at run time
                 self.orch.tick()
             except Exception:  # noqa: BLE001 - the tick must keep running
                 log.exception("tick failed")
@@ -138,39 +189,49 @@ class Worker:
             max_runnable=dcfg.executor_max_runnable, restart_enabled=cfg.executor_restart_enabled,
             restart_delay_ms=cfg.executor_restart_delay_ms, max_restarts=cfg.executor_max_restarts,
             restart_window_ms=cfg.executor_restart_window_ms, backoff_ms=cfg.executor_backoff_ms,
-            metrics=metrics)
+            extra_args=executor_args(cfg), metrics=metrics, sandbox=executor_sandbox(cfg))
         shadow = None
         if cfg.shadow_submit_target_addr and cfg.shadow_submit_sample_rate > 0:
-            shadow = ShadowForwarder(cfg.shadow_submit_target_addr, cfg.shadow_submit_sample_rate)
+            shadow = ShadowForwarder(cfg.shadow_submit_target_addr, cfg.shadow_submit_sample_rate,
+                                     tls=client_tls(cfg.shadow_tls_ca, cfg.shadow_tls_cert, cfg.shadow_tls_key))
         self.orch = Orchestrator(
             core=core, disp=disp, adapter=self.adapter, pool=self.pool, fcode=fcode,
             builders=BuilderRegistry.from_names(profile.builders),
             plugins=PluginRegistry.from_names(profile.plugins), io_factory=io_factory,
             admission=Admission.from_config(cfg.admission_config()), stream_cfg=cfg.stream_build,
             metrics=metrics, shadow=shadow, stall_timeout_ms=dcfg.effective_stall_timeout_ms,
-            phase_io_timeout_ms=cfg.phase_io_timeout_ms, on_ready=self._on_ready)
+            phase_io_timeout_ms=cfg.phase_io_timeout_ms, on_ready=self._on_ready,
+            audit=self._audit_gate(metrics))
         metrics.executors_healthy_fn = self.adapter.healthy_count   # live at scrape time
         metrics.outbox_depth_fn = self.adapter.max_outbox_backlog
+        self.tls = server_tls(cfg)
         server, self.health, port = build_server(
             self.orch, listen_addr=cfg.grpc_listen_addr(), keepalive_time_ms=cfg.grpc_keepalive_time_ms,
             keepalive_timeout_ms=cfg.grpc_keepalive_timeout_ms, metrics=metrics,
             session_max_pending_events=cfg.session_max_pending_events,
-            session_max_pending_bytes=cfg.session_max_pending_bytes)
+            session_max_pending_bytes=cfg.session_max_pending_bytes, tls=self.tls)
         await set_health(self.health, False)
         self.worker_addr = cfg.resolved_worker_addr(port)
         self.publisher = EtcdPublisher(
             cfg.etcd_endpoints if cfg.etcd_enabled else None, cfg.worker_registry_prefix, self.worker_addr, self._heartbeat,
-            interval_ms=cfg.heartbeat_interval_ms, metrics=metrics)
+            interval_ms=cfg.heartbeat_interval_ms, metrics=metrics,
+            tls=client_tls(cfg.etcd_ca_cert, cfg.etcd_cert, cfg.etcd_key))
 
+        if self.orch.audit is not None and self.orch.audit.etcd is not None:
+            await self.orch.audit.etcd.fetch()          # approvals in place before the first dispatch
         await self.adapter.start()
         await self.pool.start()
         ticker = loop.create_task(self._ticker())
         await server.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
+        if self.tls is not None:
+            loop.add_signal_handler(signal.SIGHUP, self.tls.reload)
         log_event(log, "worker_serving", listen=cfg.listen_addr, port=port, worker_addr=self.worker_addr,
-                  executors=cfg.executor_count, task_slots=cfg.worker.task_slots, pid=os.getpid(),
-                  socket=cfg.socket_path, etcd=cfg.etcd_endpoints if cfg.etcd_enabled else "disabled")
+                  executors=cfg.executor_count, spawn_mode=cfg.executor_spawn_mode,
+                  task_slots=cfg.worker.task_slots, pid=os.getpid(),
+                  socket=cfg.socket_path, etcd=cfg.etcd_endpoints if cfg.etcd_enabled else "disabled",
+                  tls="off" if self.tls is None else ("mutual" if self.tls.mutual else "on"))
 
         # Everything built so far lives until exit: keep it out of every future
         # collection, and collect the young generation less often. A queued call
@@ -203,6 +264,8 @@ class Worker:
         await self.adapter.close()
         await self.orch.close()
         await io_factory.aclose()
+        if self.orch.audit is not None and self.orch.audit.etcd is not None:
+            await self.orch.audit.etcd.close()
         if shadow is not None:
             await shadow.close()
         await server.stop(GRPC_STOP_GRACE_S)

@@ -24,11 +24,12 @@ from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate
 from blockx.client.registry import RegistryView, WorkerInfo
 from blockx.client.sync import SyncWorkerClient, connect
 from blockx.client.tasks import build_task, call_list_payload
+from blockx.client.tls import ClientTLS
 from blockx.client.worker_client import WorkerClient
 
 __all__ = [
-    "BlockxError", "Cluster", "InvalidArgument", "InvalidSlot", "NoSlot", "NotFound", "SessionBroken", "SlotLease",
-    "RegistryView", "SlotUncertain", "SyncWorkerClient", "TaskOutcome", "TaskUpdate", "Unavailable", "WorkerClient",
-    "WorkerInfo",
+    "BlockxError", "ClientTLS", "Cluster", "InvalidArgument", "InvalidSlot", "NoSlot", "NotFound", "SessionBroken",
+    "SlotLease", "RegistryView", "SlotUncertain", "SyncWorkerClient", "TaskOutcome", "TaskUpdate", "Unavailable",
+    "WorkerClient", "WorkerInfo",
     "build_task", "call_list_payload", "connect",
 ]

@@ -20,6 +20,7 @@ import grpc
 from blockx.client.errors import NoSlot, SessionBroken, Unavailable, error_for
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate, state_name
 from blockx.client.tasks import build_task
+from blockx.client.tls import TLS_FROM_ENV, ClientTLS, aio_channel
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 
@@ -93,8 +94,10 @@ class WorkerClient:
 
     def __init__(self, addr: str, *, connect_timeout_s: float = 10.0,
                  channel_options: Iterable[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS,
-                 fail_fast: bool = False) -> None:
+                 fail_fast: bool = False, tls: ClientTLS | None | object = TLS_FROM_ENV) -> None:
         self.addr = addr
+        # TLS_FROM_ENV: BLOCKX_TLS_CA / _CERT / _KEY when set, else plaintext (blockx.client.tls).
+        self.tls = ClientTLS.from_env() if tls is TLS_FROM_ENV else tls
         self._connect_timeout_s = connect_timeout_s
         # fail_fast: a refused connection raises Unavailable at once instead of
         # retrying until connect_timeout_s (a Cluster has other workers to try).
@@ -121,7 +124,7 @@ class WorkerClient:
 
     async def connect(self) -> None:
         """Open the channel and the session; Unavailable if the worker cannot be reached."""
-        self._channel = grpc.aio.insecure_channel(self.addr, options=self._channel_options)
+        self._channel = aio_channel(self.addr, self.tls, self._channel_options)
         try:
             await asyncio.wait_for(self._channel_ready(), self._connect_timeout_s)
         except asyncio.TimeoutError:

@@ -372,16 +372,17 @@ class DispatcherCore:
         self._subcalls.retry_parked(out)
         return out
 
-    def handle_executor_lost(self, executor_id: str, now: int) -> list:
+    def handle_executor_lost(self, executor_id: str, now: int, detail: str = "") -> list:
         """Transport lost: every call bound there fails retryably (EXECUTOR_LOST);
         an unconfirmed bind is rolled back instead. Parents go first so their
-        subtrees are cancelled rather than failed one by one."""
+        subtrees are cancelled rather than failed one by one. `detail` (e.g. the
+        sandbox limit that killed it) is appended to the calls' message."""
         rec = self._exec.records.get(executor_id)
         if rec is None:
             return []
         rec.view.healthy = False
         out: list = []
-        message = f"executor {executor_id} lost"
+        message = f"executor {executor_id} lost" + (f": {detail}" if detail else "")
         for ctx in sorted(rec.calls.values(), key=_by_depth):
             if ctx.exec is not rec:
                 continue  # released by an ancestor's subtree cancellation

@@ -12,10 +12,11 @@ loader builds this object (``WorkerFullConfig.dispatcher_config()``).
 The wedge threshold ``scheduler_stall_timeout_ms`` is derived from the call
 budget: a call that merely uses its whole budget must never look like a wedged
 executor, so an explicit value at or below ``call_deadline_ms + 1000`` is raised
-to ``call_deadline_ms + 5000``. With an unlimited budget (``call_deadline_ms = 0``)
-a long CPU-bound call is legitimate, so only an explicit threshold applies there
-(0 disables the stall filter and the backstop). Deriving twice is idempotent, so
-the app may pass an already-derived value.
+to ``call_deadline_ms + 5000``. The same formula holds for an unlimited budget
+(``call_deadline_ms = 0``): the spec derives 5,000 ms there, so a call that never
+yields to its executor's scheduler is still stopped by the backstop (a call with
+no budget must yield now and then, e.g. through the SDK, to run longer). Deriving
+twice is idempotent, so the app may pass an already-derived value.
 """
 from __future__ import annotations
 
@@ -54,9 +55,8 @@ DISPATCHER_RULES: Final = (
 
 
 def derive_stall_timeout_ms(call_deadline_ms: int, explicit_ms: int) -> int:
-    """The effective SchedulerStallTimeoutMs (0 = disabled); see the module doc."""
-    if call_deadline_ms <= 0:
-        return max(explicit_ms, 0)
+    """The effective SchedulerStallTimeoutMs; see the module doc."""
+    call_deadline_ms = max(call_deadline_ms, 0)
     derived = call_deadline_ms + STALL_DERIVED_MARGIN_MS
     if explicit_ms <= call_deadline_ms + STALL_MIN_MARGIN_MS:
         return derived

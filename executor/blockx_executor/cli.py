@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "checking every MS ms (e.g. 50). Default 0: as in the spec, the "
                         "budget is checked when a call waits or finishes, and a call that "
                         "never yields is left to the Worker's wedge backstop")
+    p.add_argument("--limit-memory-mb", type=_positive(0), default=0, metavar="MB",
+                   help="address-space limit of this process (RLIMIT_AS); 0 = none")
+    p.add_argument("--limit-processes", type=_positive(0), default=0, metavar="N",
+                   help="process limit (RLIMIT_NPROC); 0 = none")
+    p.add_argument("--limit-open-files", type=_positive(0), default=0, metavar="N",
+                   help="open file limit (RLIMIT_NOFILE); 0 = none")
     p.add_argument("--code-cache-size", type=_positive(1), default=256, metavar="N",
                    help="function code versions (digests) kept compiled (default 256)")
     p.add_argument("--log-level", default="info",
@@ -71,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_level, static_fields={"service": "blockx-executor",
                                                  "executor_id": args.executor_id})
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if args.limit_memory_mb or args.limit_processes or args.limit_open_files:
+        from .limits import apply
+        apply(args.limit_memory_mb, args.limit_processes, args.limit_open_files)
     try:
         sys.stdout.reconfigure(line_buffering=True)  # user prints reach the log promptly
     except (AttributeError, ValueError):

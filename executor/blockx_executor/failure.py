@@ -66,6 +66,10 @@ def message_of(exc: BaseException) -> str:
     except Exception as inner:
         text = f"<str() failed: {type(inner).__name__}>"
     name = type(exc).__name__
+    if isinstance(exc, MemoryError):
+        from . import limits
+        if limits.memory_limit_mb:
+            text = f"{text + ': ' if text else ''}the executor's memory limit ({limits.memory_limit_mb} MB) was reached"
     return clip(f"{name}: {text}" if text else name, MAX_MESSAGE)
 
 

@@ -1,4 +1,5 @@
-"""Budget preemption (opt-in, --budget-preempt-ms): stop a call that overruns
+"""Budget preemption (--budget-preempt-ms; the Worker passes 50 ms unless
+EXECUTOR_BUDGET_PREEMPT_MS=0): stop a call that overruns
 its budget without yielding.
 
 Greenlets are cooperative, so a call that spins in Python code never returns

@@ -84,6 +84,7 @@ class Scheduler:
     def __init__(self, conn: Connection, codec, *, max_inflight: int, max_runnable: int,
                  code_cache_size: int = 256, idle_poll_ms: int = 200):
         self.conn = conn
+        self.audited: set[str] = set()   # digests whose audit approval was logged
         self.encode_frame = codec.encode_frame
         self.decoder = codec.FrameDecoder()
         self.max_frame_bytes = codec.MAX_FRAME_BYTES
@@ -195,6 +196,10 @@ class Scheduler:
         parent_id = p["parentCallId"]
         parent = self.calls.get(parent_id) if parent_id else None
         call = Call(self, call_id, p, normalize_digest(p["functionCodeDigest"]), parent)
+        audit = p.get("audit")
+        if audit and call.digest not in self.audited:     # the Worker's audit gate approved this code
+            self.audited.add(call.digest)
+            log.info("running %s digest %s under audit approval %s", call.function_id, call.digest, audit)
         self.calls[call_id] = call
         if parent is not None:
             self.inflight += 1

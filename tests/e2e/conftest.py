@@ -42,8 +42,8 @@ def start_worker(functions_dir):
     """Factory for a dedicated worker with its own environment."""
     started = []
 
-    def _start(env=None, *, ready=True, executors=2, profile="block"):
-        w = WorkerProcess(env, functions_dir=functions_dir, executors=executors, profile=profile)
+    def _start(env=None, *, ready=True, executors=2, profile="block", tls=None):
+        w = WorkerProcess(env, functions_dir=functions_dir, executors=executors, profile=profile, tls=tls)
         started.append(w)
         return w.start(ready=ready)
 

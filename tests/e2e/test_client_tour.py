@@ -7,6 +7,10 @@ import sys
 
 import pytest
 
+from tests.e2e.conftest import make_functions_dir
+from tests.e2e.spawn_modes import SPAWN_MODES
+from tests.support.worker import WorkerProcess
+
 pytestmark = pytest.mark.e2e
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -18,7 +22,23 @@ def test_the_readme_example_is_the_shipped_file():
     assert block.group(1) == (ROOT / "examples" / "client_tour.py").read_text()
 
 
-def test_the_client_tour_runs(worker):
+@pytest.fixture(scope="module", params=SPAWN_MODES)
+def tour_worker(request, tmp_path_factory):
+    """The tour gives the same outputs in both spawn modes (issue 14)."""
+    if request.param == "process":
+        yield request.getfixturevalue("worker")
+        return
+    w = WorkerProcess({"TASK_SLOTS": "32", "RESULT_RETENTION_MS": "60000", "EXECUTOR_SPAWN_MODE": request.param},
+                      functions_dir=make_functions_dir(tmp_path_factory.mktemp("fn-tour")))
+    w.start()
+    try:
+        yield w
+    finally:
+        w.stop()
+
+
+def test_the_client_tour_runs(tour_worker):
+    worker = tour_worker
     env = {**os.environ, "BLOCKX_ADDR": f"127.0.0.1:{worker.port}",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "client_tour.py")], env=env,

@@ -25,6 +25,12 @@ def _sum(samples, prefix):
 
 def test_counters_move_by_the_right_amounts(start_worker):
     w = start_worker()
+    # Ready means one healthy executor; the second may attach a moment later (a
+    # race that failed this test about one run in five on a loaded machine).
+    deadline = time.monotonic() + 15
+    while _samples(w.metrics_text()).get("blockx_executors_healthy") != 2:
+        assert time.monotonic() < deadline, "the second executor never attached"
+        time.sleep(0.02)
     before = _samples(w.metrics_text())
     n = 12
     ids = [f"m-{i}" for i in range(n)]

@@ -73,8 +73,12 @@ class EtcdServer:
     """One single-member etcd cluster on 127.0.0.1."""
 
     def __init__(self, *, name: str = "t", data_dir: str | os.PathLike | None = None,
-                 binary: str | None = None, client_port: int | None = None) -> None:
+                 binary: str | None = None, client_port: int | None = None,
+                 tls: tuple[str, str, str] | None = None) -> None:
         self.name = name
+        # (server cert, server key, client CA): clients speak TLS and must present
+        # a certificate signed by the CA (etcd --client-cert-auth).
+        self.tls = tls
         self.binary = binary or etcd_binary()
         self._own_dir = data_dir is None
         self._base = Path(tempfile.mkdtemp(prefix="blockx-etcd-")) if data_dir is None else Path(data_dir)
@@ -101,7 +105,7 @@ class EtcdServer:
 
     @property
     def client_url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_port}"
 
     @property
     def pid(self) -> int | None:
@@ -183,6 +187,9 @@ class EtcdServer:
             "--listen-metrics-urls", f"http://127.0.0.1:{self.metrics_port}",
             "--logger=zap",
         ]
+        if self.tls:
+            cert, key, ca = self.tls
+            args += ["--cert-file", cert, "--key-file", key, "--trusted-ca-file", ca, "--client-cert-auth"]
         self._base.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             log.write(f"\n==== start {time.strftime('%H:%M:%S')} ports {self.client_port}/{self.peer_port}/{self.metrics_port}\n".encode())
@@ -194,7 +201,7 @@ class EtcdServer:
 
     def _wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        url = f"{self.client_url}/health"
+        url = f"http://127.0.0.1:{self.metrics_port}/health"   # plain HTTP even when clients use TLS
         while True:
             assert self._proc is not None
             if self._proc.poll() is not None:

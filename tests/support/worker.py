@@ -30,8 +30,10 @@ EXAMPLES = ROOT / "blockx" / "examples" / "functions"
 
 class WorkerProcess:
     def __init__(self, env: dict[str, str] | None = None, *, profile: str = "block",
-                 executors: int = 2, functions_dir: str | os.PathLike | None = None) -> None:
+                 executors: int = 2, functions_dir: str | os.PathLike | None = None,
+                 tls=None) -> None:
         self.tmp = tempfile.mkdtemp(prefix="blockx-e2e-")
+        self.tls = tls      # blockx.client.ClientTLS for the harness's own channel (a TLS port)
         self.env = {
             **{k: v for k, v in os.environ.items() if k not in ("WORKER_CONFIG",)},
             "WORKER_LISTEN": "127.0.0.1:0",
@@ -67,7 +69,8 @@ class WorkerProcess:
         self.port = ev["port"]
         m = self.find_event("metrics_listening")
         self.metrics_port = m["port"] if m else 0
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
+        self.channel = (grpc.insecure_channel(f"127.0.0.1:{self.port}") if self.tls is None
+                        else grpc.secure_channel(f"127.0.0.1:{self.port}", self.tls.credentials()))
         self.stub = pb_grpc.WorkerServiceStub(self.channel)
         if ready:
             self.wait_serving(timeout)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 class LocalCounters:
     __slots__ = ("uds_frames_in", "uds_frames_out", "uds_bytes_in", "uds_bytes_out",
-                 "executor_restarts")
+                 "executor_restarts", "executor_limit_kills")
 
     def __init__(self) -> None:
         for name in self.__slots__:
             setattr(self, name, 0)
+        self.executor_limit_kills: dict[str, int] = {}
 
 
 def counters_for(metrics):

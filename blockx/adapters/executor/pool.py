@@ -137,6 +137,7 @@ class PoolManager:
         clock_ms: Callable[[], int] = monotonic_ms,
         logger: logging.Logger | None = None,
         metrics=None,
+        sandbox=None,
     ) -> None:
         for name, value in (("executor_count", executor_count), ("max_inflight", max_inflight),
                             ("max_runnable", max_runnable), ("restart_delay_ms", restart_delay_ms),
@@ -163,6 +164,10 @@ class PoolManager:
         self.clock_ms = clock_ms
         self.log = logger or logging.getLogger("blockx.executor.pool")
         self.counters = counters_for(metrics)
+        # sandbox.Sandbox (EXECUTOR_SPAWN_MODE=sandbox): wraps each executor's argv
+        # in bwrap, and names the limit that killed one.
+        self.sandbox = sandbox
+        self.limit_kills: dict[str, int] = {}
         self._slots = {f"exec-{i}": _Slot(f"exec-{i}") for i in range(executor_count)}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
@@ -197,6 +202,7 @@ class PoolManager:
                 slot.child.terminate()
             slot.state = SlotState.STOPPED
         if not children:
+            self._close_sandbox()
             return
         await asyncio.gather(*(c.wait(grace_s) for c in children))
         stubborn = [c for c in children if c.alive]
@@ -209,10 +215,17 @@ class PoolManager:
             if child.alive:
                 self.log.error("executor pid %d did not exit after SIGKILL", child.pid)
                 child.detach()
+        self._close_sandbox()
+
+    def _close_sandbox(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
 
     # ---- slot machinery ----
     def _spawn(self, slot: _Slot) -> None:
         argv = self.argv_for(slot.executor_id)
+        if self.sandbox is not None:
+            argv = self.sandbox.argv(slot.executor_id, argv)
         try:
             child = ChildProcess(argv, self.env, loop=self._loop, on_exit=self._on_exit,
                                  stdout=self._stdout, stderr=self._stderr)
@@ -236,10 +249,16 @@ class PoolManager:
         slot.child = None
         slot.last_exit_code = rc
         how = f"killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
+        reason = self.sandbox.exit_reason(slot.executor_id) if self.sandbox is not None else None
+        if reason:
+            how += f" by its {reason}"
+            label = reason.removesuffix(" limit")        # "memory"
+            self.limit_kills[label] = self.limit_kills.get(label, 0) + 1
+            self.counters.executor_limit_kills[label] = self.counters.executor_limit_kills.get(label, 0) + 1
         level = logging.INFO if self._stopping else logging.WARNING
         self.log.log(level, "executor %s (pid %d) %s", slot.executor_id, child.pid, how,
                      extra={"fields": {"executor_id": slot.executor_id, "pid": child.pid,
-                                       "returncode": rc}})
+                                       "returncode": rc, **({"limit": reason} if reason else {})}})
         self._after_exit(slot)
 
     def _after_exit(self, slot: _Slot) -> None:
@@ -273,6 +292,13 @@ class PoolManager:
         slot.restarts += 1
         self.counters.executor_restarts += 1
         self._spawn(slot)
+
+    def limit_kill_reason(self, executor_id: str) -> str | None:
+        """"memory limit" when the executor's sandbox cgroup OOM-killed it (known as
+        soon as its connection drops, before its exit is reaped), else None."""
+        if self.sandbox is None:
+            return None
+        return self.sandbox.limit_kill_reason(executor_id)
 
     # ---- operations and views ----
     def kill_executor(self, executor_id: str) -> bool:

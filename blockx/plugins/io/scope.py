@@ -39,7 +39,8 @@ class TaskIOScope:
 
     def __init__(self, task_id: str, backends: Mapping[str, IOBackend],
                  admission: Mapping[str, asyncio.Semaphore] | None = None, *,
-                 max_cache_bytes: int = DEFAULT_MAX_CACHE_BYTES, request_timeout_ms: int = 0):
+                 max_cache_bytes: int = DEFAULT_MAX_CACHE_BYTES,
+                 request_timeout_ms: int | Mapping[str, int] = 0):
         self.task_id = task_id
         self._backends = backends
         self._admission = admission or {}
@@ -47,7 +48,8 @@ class TaskIOScope:
         self._closed = False
         self._max_cache_bytes = max_cache_bytes
         self._cache_bytes = 0
-        self._timeout_s = request_timeout_ms / 1000 if request_timeout_ms > 0 else None
+        # One timeout for every backend, or one per backend name (ioBackends.<name>.timeoutMs).
+        self._timeout_s = _timeouts_s(request_timeout_ms, backends)
         self.requests = 0
         self.hits = 0
         self.backend_requests = 0
@@ -115,16 +117,17 @@ class TaskIOScope:
 
     async def _fetch(self, be: IOBackend, backend: str, request_json: bytes, body: bytes | None) -> _Result:
         sem = self._admission.get(backend)
+        timeout_s = self._timeout_s.get(backend)
         try:
             if sem is None:
-                out = await self._call(be, request_json, body)
+                out = await self._call(be, request_json, body, timeout_s)
             else:
                 async with sem:
-                    out = await self._call(be, request_json, body)
+                    out = await self._call(be, request_json, body, timeout_s)
         except TaskIOError:
             raise
         except asyncio.TimeoutError:
-            raise IOBackendError(f"{backend}: request timed out after {int(self._timeout_s * 1000)} ms",
+            raise IOBackendError(f"{backend}: request timed out after {round(timeout_s * 1000)} ms",
                                  retryable=True) from None
         except asyncio.CancelledError:
             raise
@@ -137,10 +140,11 @@ class TaskIOScope:
         result, rbody = out
         return (bytes(result), None if rbody is None else bytes(rbody))
 
-    async def _call(self, be: IOBackend, request_json: bytes, body: bytes | None):
-        if self._timeout_s is None:
+    @staticmethod
+    async def _call(be: IOBackend, request_json: bytes, body: bytes | None, timeout_s: float | None):
+        if timeout_s is None:
             return await be.request(request_json, body)
-        return await asyncio.wait_for(be.request(request_json, body), self._timeout_s)
+        return await asyncio.wait_for(be.request(request_json, body), timeout_s)
 
     def _settled(self, key, key_bytes: int, fut: asyncio.Future) -> None:
         if self._cache.get(key) is not fut:
@@ -156,11 +160,19 @@ class TaskIOScope:
         self._cache_bytes += size
 
 
+def _timeouts_s(timeout_ms: int | Mapping[str, int], backends: Mapping[str, IOBackend]) -> dict[str, float]:
+    """Backend name -> request timeout in seconds; a backend without one (0) is absent."""
+    if isinstance(timeout_ms, Mapping):
+        return {name: ms / 1000 for name, ms in timeout_ms.items() if ms > 0}
+    return {name: timeout_ms / 1000 for name in backends} if timeout_ms > 0 else {}
+
+
 class IOScopeFactory:
     """Owns the backends and their shared admission; makes one scope per task."""
 
     def __init__(self, backends: Mapping[str, IOBackend], concurrency: Mapping[str, int] | None = None, *,
-                 max_cache_bytes: int = DEFAULT_MAX_CACHE_BYTES, request_timeout_ms: int = 0):
+                 max_cache_bytes: int = DEFAULT_MAX_CACHE_BYTES,
+                 request_timeout_ms: int | Mapping[str, int] = 0):
         self.backends = dict(backends)
         self._concurrency = dict(concurrency or {})
         for name, n in self._concurrency.items():
@@ -173,16 +185,19 @@ class IOScopeFactory:
 
     @classmethod
     def from_config(cls, cfg) -> IOScopeFactory:
-        """The backends a WorkerFullConfig enables (today: devstub)."""
+        """The backends a WorkerFullConfig enables (today: devstub). Every backend
+        request has a timeout: ioBackends.<name>.timeoutMs, 0 = phaseIoTimeoutMs."""
         from blockx.plugins.io.devstub import DevStubBackend
 
         backends: dict[str, IOBackend] = {}
         concurrency: dict[str, int] = {}
+        timeouts: dict[str, int] = {}
         dev = cfg.io_backends.devstub
         if dev.enabled:
             backends["devstub"] = DevStubBackend()
             concurrency["devstub"] = dev.concurrency
-        return cls(backends, concurrency)
+            timeouts["devstub"] = dev.timeout_ms or cfg.phase_io_timeout_ms
+        return cls(backends, concurrency, request_timeout_ms=timeouts)
 
     @property
     def admission(self) -> dict[str, asyncio.Semaphore]:

@@ -60,15 +60,20 @@ async def test_wedge_check_uses_the_pool_and_counts_only_real_kills(make_harness
     assert h.metrics.executor_wedge_kills == 1
 
 
-async def test_wedge_backstop_is_off_when_the_stall_timeout_is_zero(make_harness):
+async def test_wedge_backstop_stays_on_with_an_unlimited_budget(make_harness):
+    # callDeadlineMs=0 (unlimited budget) derives the spec's 5,000 ms stall timeout
+    # rather than switching the backstop off (issue 14).
     h = await make_harness(env={"CALL_DEADLINE_MS": "0"})
-    assert h.orch.stall_timeout_ms == 0
+    assert h.orch.stall_timeout_ms == 5000
     ex = h.fake.executors["exec-1"]
-    ex.running_call_id = "t/0"                   # a long CPU-bound call, legitimately
-    ex.last_scheduler_active_at_ms = h.clock.mono() - 60_000
+    ex.running_call_id = "t/0"
+    ex.last_scheduler_active_at_ms = h.clock.mono() - 4_000
     h.orch.tick()
-    assert h.fake.killed == []
-    assert h.metrics.executor_wedge_kills == 0
+    assert h.fake.killed == []                   # not yet past 5 s
+    ex.last_scheduler_active_at_ms = h.clock.mono() - 5_001
+    h.orch.tick()
+    assert h.fake.killed == ["exec-1"]
+    assert h.metrics.executor_wedge_kills == 1
 
 
 async def test_stalled_executor_is_not_selected_for_new_calls(make_harness):

@@ -329,8 +329,9 @@ def test_serve_reports_bad_configuration(monkeypatch, capsys, tmp_path):
     monkeypatch.delenv("TASK_SLOTS")
     cfg_file = tmp_path / "w.json"
     cfg_file.write_text('{"executorSpawnMode": "sandbox"}')
+    monkeypatch.setenv("PATH", str(tmp_path))          # no bwrap: refused at start, never a fallback
     code, _, err = run(capsys, "serve", "--config", str(cfg_file))
-    assert code == 2 and '"sandbox" is not supported in this build' in err
+    assert code == 2 and '"sandbox" needs bubblewrap, and `bwrap` is not installed' in err
 
 
 def test_serve_hands_the_loaded_config_to_run_serve(monkeypatch, capsys):

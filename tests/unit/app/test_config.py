@@ -54,6 +54,15 @@ SPEC_ENV_VARS = {
     "LOG_LEVEL": "logLevel",
     "SESSION_MAX_PENDING_EVENTS": "sessionMaxPendingEvents",
     "SESSION_MAX_PENDING_BYTES": "sessionMaxPendingBytes",
+    # isolation and trust (issue 14)
+    "EXECUTOR_BUDGET_PREEMPT_MS": "executorBudgetPreemptMs",
+    "WORKER_TLS_CERT": "tlsCert", "WORKER_TLS_KEY": "tlsKey", "WORKER_TLS_CLIENT_CA": "tlsClientCa",
+    "ETCD_CA_CERT": "etcdCaCert", "ETCD_CERT": "etcdCert", "ETCD_KEY": "etcdKey",
+    "SHADOW_TLS_CA": "shadowTlsCa", "SHADOW_TLS_CERT": "shadowTlsCert", "SHADOW_TLS_KEY": "shadowTlsKey",
+    "EXECUTOR_MEMORY_LIMIT_MB": "executorMemoryLimitMb", "EXECUTOR_MAX_PROCESSES": "executorMaxProcesses",
+    "EXECUTOR_MAX_OPEN_FILES": "executorMaxOpenFiles",
+    "AUDIT_MODE": "auditMode", "AUDIT_ALLOWLIST_FILE": "auditAllowlistFile",
+    "AUDIT_ALLOWLIST_ETCD_PREFIX": "auditAllowlistEtcdPrefix",
 }
 
 
@@ -105,7 +114,7 @@ def test_defaults_match_the_spec_tables():
     assert os.path.isfile(os.path.join(d["functionsDir"], "add.py"))
     assert d["metricsListen"] == "127.0.0.1:9464"
     assert (d["shadowSubmitTargetAddr"], d["shadowSubmitSampleRate"]) == ("", 0.0)
-    assert d["ioBackends"] == {"devstub": {"enabled": True, "concurrency": 64}}
+    assert d["ioBackends"] == {"devstub": {"enabled": True, "concurrency": 64, "timeoutMs": 0}}
     assert d["logLevel"] == "INFO"
     assert cfg.violations() == []
 
@@ -139,7 +148,8 @@ def test_derived_values():
     assert cfg.effective_scheduler_stall_timeout_ms() == 20_000
     cfg.dispatcher.call_deadline_ms = 0
     cfg.dispatcher.scheduler_stall_timeout_ms = 0
-    assert cfg.effective_scheduler_stall_timeout_ms() == 0
+    # An unlimited budget still arms the backstop: the spec derives 0 + 5000 ms.
+    assert cfg.effective_scheduler_stall_timeout_ms() == 5_000
     assert cfg.effective_executor_heartbeat_timeout_ms() == 10_000
     assert cfg.log_level_number() == 20
     cfg.log_level = "warn"
@@ -410,8 +420,6 @@ VIOLATIONS = [
     (dict(worker_registry_prefix="/blockx/bundle-workers/"),
      "'/blockx/bundle-workers/' does not match deployment 'block': its last segment must be 'workers'"),
     (dict(executor_count=0), "executorCount (EXECUTOR_COUNT) must be > 0 (got 0)"),
-    (dict(executor_spawn_mode="sandbox"),
-     'executorSpawnMode (EXECUTOR_SPAWN_MODE) "sandbox" is not supported in this build; use "process"'),
     (dict(executor_spawn_mode="thread"), "executorSpawnMode (EXECUTOR_SPAWN_MODE) must be \"process\""),
     (dict(worker__task_slots=0), "worker.taskSlots (TASK_SLOTS) must be > 0 (got 0)"),
     (dict(worker__default_ttl_ms=0), "worker.defaultTTLMs must be > 0"),

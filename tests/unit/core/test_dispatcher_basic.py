@@ -32,7 +32,9 @@ def test_config_defaults_match_the_spec():
     (5000, 6000, 10_000),   # at deadline + 1000: raised
     (5000, 6001, 6001),     # above: kept
     (5000, 20_000, 20_000),
-    (0, 0, 0),              # unlimited budget: nothing derived, stall filter off
+    (0, 0, 5000),           # unlimited budget: the spec still derives 0 + 5000 (issue 14)
+    (0, 1000, 5000),        # at deadline + 1000: raised
+    (0, 1001, 1001),
     (0, 7000, 7000),
 ])
 def test_stall_timeout_derivation(deadline, explicit, expected):

@@ -93,3 +93,13 @@ def test_lost_executor_is_not_selected_until_a_snapshot_restores_it():
     assert h.live == {}
     h.set_executor("a", usable_contexts=8, heartbeat_seq=1)
     assert list(h.live) == ["t/0"]
+
+
+def test_a_loss_detail_reaches_the_failure_message():
+    # The sandbox names the limit that killed an executor (issue 14).
+    h = Harness(DispatcherConfig(default_retry_jitter_percent=0), executors=("a",))
+    h.submit("t", [spec("f", 1)], retry=(1, 0, 0))
+    h.core.handle_executor_lost("a", h.now, "killed by its memory limit")
+    h.advance(0)
+    c = h.converged["t"]
+    assert "EXECUTOR_LOST: executor a lost: killed by its memory limit" in c.failure_message, c.failure_message

@@ -203,6 +203,21 @@ async def test_request_timeout_is_retryable():
     assert ei.value.retryable is True
 
 
+async def test_every_backend_request_has_a_timeout_from_the_config():
+    # ioBackends.<name>.timeoutMs, and phaseIoTimeoutMs when it is 0 (issue 14).
+    cfg = WorkerFullConfig()
+    cfg.phase_io_timeout_ms = 30
+    scope = IOScopeFactory.from_config(cfg).new_task_scope("t")
+    with pytest.raises(IOBackendError, match="devstub: request timed out after 30 ms") as ei:
+        await scope.handle("devstub", b'{"op":"sleep","ms":2000}')
+    assert ei.value.retryable is True
+    cfg.io_backends.devstub.timeout_ms = 20
+    scope = IOScopeFactory.from_config(cfg).new_task_scope("t")
+    with pytest.raises(IOBackendError, match="devstub: request timed out after 20 ms"):
+        await scope.handle("devstub", b'{"op":"sleep","ms":2000}')
+    assert await scope.handle("devstub", b'{"op":"sleep","ms":1}') == (b'{"slept":1}', None)
+
+
 async def test_close_cancels_pending_requests_and_refuses_new_ones():
     be = CountingBackend()
     be.gate = asyncio.Event()

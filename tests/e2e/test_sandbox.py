@@ -1,0 +1,167 @@
+"""EXECUTOR_SPAWN_MODE=sandbox with a real bubblewrap (issue 14): user functions
+try to break out; each attempt is refused or contained, the call fails with a
+clear message, and the Worker keeps serving. The same attacks in process mode
+show what the sandbox takes away (they succeed there)."""
+import os
+import pathlib
+import signal
+import socket
+import threading
+
+import pytest
+
+from blockx.worker.v1 import worker_pb2 as pb
+from tests.e2e.conftest import make_functions_dir
+from tests.support.worker import WorkerProcess, outputs
+
+LIMITS = {"EXECUTOR_MEMORY_LIMIT_MB": "256", "EXECUTOR_MAX_PROCESSES": "32", "EXECUTOR_MAX_OPEN_FILES": "256"}
+
+
+def _worker(tmp_path_factory, mode):
+    fdir = make_functions_dir(tmp_path_factory.mktemp(f"fn-{mode}"))
+    w = WorkerProcess({"EXECUTOR_SPAWN_MODE": mode, "RESULT_RETENTION_MS": "60000", **LIMITS},
+                      functions_dir=fdir, executors=1)
+    return w.start()
+
+
+@pytest.fixture(scope="module")
+def sandboxed(tmp_path_factory):
+    w = _worker(tmp_path_factory, "sandbox")
+    yield w
+    w.stop()
+
+
+@pytest.fixture(scope="module")
+def unsandboxed(tmp_path_factory):
+    w = _worker(tmp_path_factory, "process")
+    yield w
+    w.stop()
+
+
+_ids = iter(range(1_000_000))
+
+
+def run(w, fn, *args):
+    task_id = f"t-{fn}-{next(_ids)}"
+    w.submit_calls(task_id, [(fn, list(args))], retry=(1, 5, 0))
+    return w.wait_terminal(task_id, timeout=30)
+
+
+def failed_with(res, *fragments):
+    assert res.state == pb.TASK_STATE_FAILED and res.failure_code == "CALL_FAILED", res
+    for f in fragments:
+        assert f in res.failure_message, res.failure_message
+    return res.failure_message
+
+
+def still_serving(w):
+    res = run(w, "add", 20, 22)
+    assert res.state == pb.TASK_STATE_SUCCEEDED and outputs(res) == [42], res
+
+
+class Listener:
+    """A loopback TCP port of the host that records every connection."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            conn.close()
+
+    def close(self):
+        self.sock.close()
+
+
+def test_the_sandbox_is_what_the_worker_reports(sandboxed):
+    ev = sandboxed.find_event("executor_sandbox")
+    assert ev is not None and "no network" in ev["sandbox"], ev
+    assert sandboxed.find_event("worker_serving")["spawn_mode"] == "sandbox"
+    seen = outputs(run(sandboxed, "whereami"))[0]
+    assert seen["uid"] == 65534 and seen["hostname"] == "blockx-executor"
+    assert seen["cwd"] == "/tmp" and seen["home"] == "/tmp"
+    assert seen["pid"] < 10, "the executor must run in a PID namespace of its own"
+    assert "WORKER_LISTEN" not in seen["env"] and "EXECUTOR_SPAWN_MODE" not in seen["env"]
+
+
+def test_no_tcp_connection_to_the_host(sandboxed, unsandboxed):
+    listener = Listener()
+    try:
+        assert outputs(run(unsandboxed, "attack_tcp", listener.port)) == ["connected"]
+        assert listener.accepted == 1
+        failed_with(run(sandboxed, "attack_tcp", listener.port), "USER_ERROR", "ConnectionRefusedError")
+        assert listener.accepted == 1, "a sandboxed executor reached the host's loopback"
+    finally:
+        listener.close()
+    still_serving(sandboxed)
+
+
+def test_no_name_resolution(sandboxed):
+    msg = failed_with(run(sandboxed, "attack_dns", "example.com"), "USER_ERROR", "gaierror")
+    assert "Temporary failure in name resolution" in msg or "Name or service not known" in msg, msg
+    failed_with(run(sandboxed, "attack_dns", "localhost"), "gaierror")
+
+
+def test_no_secret_file_beside_the_worker(sandboxed, unsandboxed):
+    for w in (sandboxed, unsandboxed):
+        pathlib.Path(w.tmp, "secret.txt").write_text("s3cret")
+    assert outputs(run(unsandboxed, "attack_read", os.path.join(unsandboxed.tmp, "secret.txt"))) == ["s3cret"]
+    failed_with(run(sandboxed, "attack_read", os.path.join(sandboxed.tmp, "secret.txt")), "FileNotFoundError")
+    failed_with(run(sandboxed, "attack_read", "/etc/passwd"), "FileNotFoundError")
+    failed_with(run(sandboxed, "attack_read", os.path.expanduser("~/.bashrc")), "FileNotFoundError")
+    still_serving(sandboxed)
+
+
+def test_no_write_outside_tmp(sandboxed):
+    failed_with(run(sandboxed, "attack_write", "/usr/pwned"), "OSError", "Read-only file system")
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    failed_with(run(sandboxed, "attack_write", str(repo / "pwned")), "OSError")
+    assert not (repo / "pwned").exists()
+    failed_with(run(sandboxed, "attack_write", str(repo / "blockx" / "pwned.py")), "Read-only file system")
+    # Paths under /tmp land in its private /tmp, never in the host's.
+    target = os.path.join(sandboxed.tmp, "pwned")
+    assert outputs(run(sandboxed, "attack_write", target)) == [target]
+    assert not os.path.exists(target)
+
+
+def test_a_fork_bomb_is_contained(sandboxed):
+    msg = failed_with(run(sandboxed, "attack_fork", 1000), "RuntimeError: fork refused after",
+                      "Resource temporarily unavailable")
+    forked = int(msg.split("fork refused after ")[1].split()[0])
+    assert forked < 32, msg                        # EXECUTOR_MAX_PROCESSES=32, threads included
+    still_serving(sandboxed)
+
+
+def test_memory_past_the_limit_is_refused(sandboxed):
+    failed_with(run(sandboxed, "attack_memory", 1024), "USER_ERROR", "MemoryError",
+                "the executor's memory limit (256 MB) was reached")
+    assert outputs(run(sandboxed, "attack_memory", 32)) == [32]                    # within the limit
+    still_serving(sandboxed)
+
+
+def test_the_worker_cannot_be_signalled(sandboxed):
+    failed_with(run(sandboxed, "attack_signal", sandboxed.proc.pid), "ProcessLookupError")
+    assert sandboxed.proc.poll() is None
+    still_serving(sandboxed)
+
+
+def test_filling_the_memory_backed_tmp_is_stopped_by_the_memory_limit(sandboxed):
+    res = run(sandboxed, "attack_tmpfs", 1024)
+    if "rlimits only" in sandboxed.find_event("executor_sandbox")["sandbox"]:
+        # No cgroup here: the tmpfs size (the memory limit) is what stops it.
+        failed_with(res, "No space left on device")
+    else:
+        # The cgroup's OOM killer kills the executor; the call says why, and so do
+        # the log and the metrics. The pool starts a new executor.
+        failed_with(res, "EXECUTOR_LOST", "killed by its memory limit")
+        assert any("by its memory limit" in line for line in sandboxed.lines)
+        assert 'blockx_executor_limit_kills_total{limit="memory"} 1.0' in sandboxed.metrics_text()
+    still_serving(sandboxed)

@@ -1,0 +1,51 @@
+"""Config rules of the isolation and trust settings (issue 14)."""
+from blockx.app.config import load_config
+from blockx.app.profile import BLOCK
+
+
+def load(env):
+    return load_config(BLOCK, env={"ETCD_ENDPOINTS": "none", **env})
+
+
+def test_tls_files_go_in_pairs_and_must_exist(tmp_path):
+    pem = tmp_path / "x.pem"
+    pem.write_text("-----BEGIN CERTIFICATE-----\n")
+    problems = load({"WORKER_TLS_CERT": str(pem), "ETCD_KEY": str(pem),
+                     "SHADOW_TLS_CERT": str(tmp_path / "missing.pem"), "SHADOW_TLS_KEY": str(pem)}).violations()
+    assert "tlsCert (WORKER_TLS_CERT) and tlsKey (WORKER_TLS_KEY) must be set together" in problems
+    assert "etcdCert (ETCD_CERT) and etcdKey (ETCD_KEY) must be set together" in problems
+    assert any(p.startswith("shadowTlsCert (SHADOW_TLS_CERT)") and "is not a readable file" in p for p in problems)
+    problems = load({"WORKER_TLS_CLIENT_CA": str(pem)}).violations()
+    assert any("tlsClientCa (WORKER_TLS_CLIENT_CA) needs tlsCert" in p for p in problems), problems
+    assert load({"WORKER_TLS_CERT": str(pem), "WORKER_TLS_KEY": str(pem),
+                 "WORKER_TLS_CLIENT_CA": str(pem)}).violations() == []
+
+
+def test_an_https_etcd_endpoint_points_at_the_tls_settings():
+    problems = load({"ETCD_ENDPOINTS": "https://etcd:2379"}).violations()
+    assert any("TLS towards etcd is turned on by etcdCaCert (ETCD_CA_CERT)" in p for p in problems), problems
+
+
+def test_budget_preemption_is_on_by_default_and_can_be_turned_off():
+    from blockx.app.run import executor_args
+
+    assert executor_args(load({})) == ["--budget-preempt-ms", "50"]
+    assert executor_args(load({"EXECUTOR_BUDGET_PREEMPT_MS": "0"})) == []
+    assert any("executorBudgetPreemptMs" in p for p in load({"EXECUTOR_BUDGET_PREEMPT_MS": "-1"}).violations())
+
+
+def test_sandbox_mode_without_bwrap_stops_the_worker_at_start(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    problems = load({"EXECUTOR_SPAWN_MODE": "sandbox"}).violations()
+    assert any('"sandbox" needs bubblewrap, and `bwrap` is not installed' in p for p in problems), problems
+
+
+def test_sandbox_mode_where_namespaces_are_refused_stops_the_worker_at_start(monkeypatch, tmp_path):
+    # A bwrap that fails the way it does when user namespaces are refused.
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    problems = load({"EXECUTOR_SPAWN_MODE": "sandbox"}).violations()
+    assert any("bubblewrap cannot create the executor's namespaces here (bwrap: No permissions to create "
+               "new namespace); user namespaces are probably refused" in p for p in problems), problems
