@@ -5,10 +5,12 @@ from __future__ import annotations
 from blockx.plugins.registry import NamedRegistry
 from blockx.plugins.writers.devtest import TestPlugin
 from blockx.plugins.writers.log import LogPlugin
+from blockx.plugins.writers.table_upserts import TableUpsertsPlugin
 
 _FACTORIES = {
     "log": LogPlugin,
     "test": TestPlugin,
+    "tableUpserts": TableUpsertsPlugin,
 }
 KNOWN_PLUGINS = frozenset(_FACTORIES)
 
