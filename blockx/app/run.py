@@ -36,6 +36,7 @@ from blockx.app.logs import log_event, setup_logging
 from blockx.core.dispatcher import DispatcherCore
 from blockx.core.worker import WorkerCore
 from blockx.plugins.builders import BuilderRegistry
+from blockx.plugins.data.plane import DataPlane
 from blockx.plugins.function_code import FunctionCodeDirectory
 from blockx.plugins.io.scope import IOScopeFactory
 from blockx.plugins.writers import PluginRegistry
@@ -116,7 +117,8 @@ class Worker:
         disp = DispatcherCore(dcfg, random.random)
         fcode = FunctionCodeDirectory(cfg.functions_dir, cfg.effective_function_snapshot_retention_ms(),
                                       now_ms=wall_ms())
-        io_factory = IOScopeFactory.from_config(cfg)
+        data = DataPlane.from_config(cfg)
+        io_factory = IOScopeFactory.from_config(cfg, data)
         self.adapter = ExecutorAdapter(cfg.socket_path,
                                        heartbeat_timeout_ms=cfg.effective_executor_heartbeat_timeout_ms(),
                                        executor_contexts=dcfg.executor_max_inflight, metrics=metrics)
@@ -131,8 +133,8 @@ class Worker:
             shadow = ShadowForwarder(cfg.shadow_submit_target_addr, cfg.shadow_submit_sample_rate)
         self.orch = Orchestrator(
             core=core, disp=disp, adapter=self.adapter, pool=self.pool, fcode=fcode,
-            builders=BuilderRegistry.from_names(profile.builders),
-            plugins=PluginRegistry.from_names(profile.plugins), io_factory=io_factory,
+            builders=BuilderRegistry.from_names(profile.builders, data=data),
+            plugins=PluginRegistry.from_names(profile.plugins, data=data), io_factory=io_factory,
             admission=Admission.from_config(cfg.admission_config()), stream_cfg=cfg.stream_build,
             metrics=metrics, shadow=shadow, stall_timeout_ms=dcfg.effective_stall_timeout_ms,
             phase_io_timeout_ms=cfg.phase_io_timeout_ms, on_ready=self._on_ready)
@@ -188,6 +190,7 @@ class Worker:
         await self.adapter.close()
         await self.orch.close()
         await io_factory.aclose()
+        await data.aclose()
         if shadow is not None:
             await shadow.close()
         await server.stop(GRPC_STOP_GRACE_S)

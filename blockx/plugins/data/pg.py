@@ -21,6 +21,7 @@ from blockx.plugins.data.values import BOOLEAN, INTEGER, NUMBER, TEXT, family
 POOL_MIN = 0
 POOL_MAX = 10
 CONNECT_TIMEOUT_S = 10.0
+PRIME_ROWS = 100
 
 
 def _pg_error(exc: BaseException) -> DataSourceError:
@@ -40,16 +41,20 @@ def check_query(query: object) -> str:
 class PgScan:
     """A server-side cursor inside a read-only transaction on a pooled connection."""
 
-    __slots__ = ("columns", "_pool", "_conn", "_tr", "_cur", "_closed")
+    __slots__ = ("columns", "_pool", "_conn", "_tr", "_cur", "_closed", "_buf")
 
-    def __init__(self, pool, conn, tr, cur, columns: tuple[str, ...]):
+    def __init__(self, pool, conn, tr, cur, columns: tuple[str, ...], first: list[tuple]):
         self._pool, self._conn, self._tr, self._cur = pool, conn, tr, cur
         self.columns = columns
         self._closed = False
+        self._buf = first
 
     async def fetch(self, n: int) -> list[tuple]:
         if self._closed:
             return []
+        if self._buf:
+            out, self._buf = self._buf[:n], self._buf[n:]
+            return out
         try:
             return [tuple(r) for r in await self._cur.fetch(n)]
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
@@ -115,6 +120,9 @@ class PgSource:
             await tr.start()
             stmt = await conn.prepare(query)
             cur = await stmt.cursor(*params)
+            # The first rows now: an error the statement only raises when it runs
+            # (a write in the read-only transaction, a division by zero) fails here.
+            first = [tuple(r) for r in await cur.fetch(PRIME_ROWS)]
         except BaseException as exc:
             try:
                 if not conn.is_closed():
@@ -125,7 +133,7 @@ class PgSource:
             if isinstance(exc, Exception):
                 raise _pg_error(exc) from None
             raise
-        return PgScan(pool, conn, tr, cur, tuple(a.name for a in stmt.get_attributes()))
+        return PgScan(pool, conn, tr, cur, tuple(a.name for a in stmt.get_attributes()), first)
 
     async def fetch_rows(self, query: str, params: Sequence[Any], max_rows: int) -> tuple[tuple[str, ...], list]:
         scan = await self.open_scan(query, params)

@@ -27,7 +27,7 @@ def default_sources(state_dir: str) -> dict[str, str]:
 
 class DataPlane:
     def __init__(self, sources: Mapping[str, str], *, bundle_root: str = "", statement_timeout_ms: int = 10_000,
-                 sql_max_rows: int = 10_000, scan_fetch_rows: int = 1_000):
+                 scan_fetch_rows: int = 1_000):
         self._sources: dict[str, Any] = {}
         for name, url in sources.items():
             u = parse_source_url(name, url)
@@ -36,7 +36,6 @@ class DataPlane:
             else:
                 self._sources[name] = PgSource(name, u.target, statement_timeout_ms=statement_timeout_ms)
         self.bundle_root = os.path.realpath(bundle_root) if bundle_root else ""
-        self.sql_max_rows = sql_max_rows
         self.scan_fetch_rows = scan_fetch_rows
         # Bundles are files: read and written by a private in-memory DuckDB that
         # may touch the filesystem (the named sources may not).
@@ -47,8 +46,7 @@ class DataPlane:
         dp = cfg.data_plane
         sources = dict(cfg.data_sources) or default_sources(dp.state_dir)
         return cls(sources, bundle_root=dp.bundle_root or os.path.join(dp.state_dir, "bundles"),
-                   statement_timeout_ms=cfg.phase_io_timeout_ms, sql_max_rows=dp.sql_max_rows,
-                   scan_fetch_rows=dp.scan_fetch_rows)
+                   statement_timeout_ms=cfg.phase_io_timeout_ms, scan_fetch_rows=dp.scan_fetch_rows)
 
     def names(self) -> list[str]:
         return sorted(self._sources)

@@ -172,8 +172,10 @@ class IOScopeFactory:
         self._scopes: weakref.WeakSet[TaskIOScope] = weakref.WeakSet()
 
     @classmethod
-    def from_config(cls, cfg) -> IOScopeFactory:
-        """The backends a WorkerFullConfig enables (today: devstub)."""
+    def from_config(cls, cfg, data=None) -> IOScopeFactory:
+        """The backends a WorkerFullConfig enables: devstub, and sql when the
+        Worker has a data plane (admission per source lives in the sql backend,
+        and so does its per-request timeout: the scope's applies to every backend)."""
         from blockx.plugins.io.devstub import DevStubBackend
 
         backends: dict[str, IOBackend] = {}
@@ -182,6 +184,12 @@ class IOScopeFactory:
         if dev.enabled:
             backends["devstub"] = DevStubBackend()
             concurrency["devstub"] = dev.concurrency
+        sql = cfg.io_backends.sql
+        if sql.enabled and data is not None:
+            from blockx.plugins.io.sql import SqlBackend
+
+            backends["sql"] = SqlBackend(data, concurrency=sql.concurrency, max_rows=sql.max_rows,
+                                         timeout_ms=sql.timeout_ms)
         return cls(backends, concurrency)
 
     @property

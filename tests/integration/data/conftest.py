@@ -10,9 +10,6 @@ import asyncpg
 import pytest
 
 from blockx.plugins.data.plane import DataPlane
-from tests.support.postgres import postgres_fixture
-
-postgres_server = postgres_fixture(scope="session")
 
 
 class Db:
