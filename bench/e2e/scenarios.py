@@ -375,14 +375,26 @@ async def _peak_rss_while(worker, coro, interval: float = 0.1) -> tuple[object, 
 
 async def bundle_pipeline(client: Client, worker, bundle: str, rows: int, targets: list[str],
                           timeout: float) -> dict:
-    """(f) `rows` Parquet rows -> bundleScan -> row_v -> tableUpserts, once per
-    target source: rows/s submit -> terminal (scan, calls and the one-transaction
-    upsert) and the worker's peak RSS, which includes the collected outputs the
-    writer receives. Then the scan alone: dbscan of `rows` rows and rangeScan of
-    as many calls (add1, same output sizes): the same peak says the scan holds no
-    per-row state beyond what any streamed task collects."""
+    """(f) First the scan alone, on a fresh worker: rangeScan of `rows` calls,
+    then dbscan of as many rows (add1, same output sizes): the same peak says the
+    scan holds no per-row state beyond the outputs any task collects. Then
+    `rows` Parquet rows -> bundleScan -> row_v -> tableUpserts, once per target
+    source: rows/s submit -> terminal (scan, calls and the one-transaction upsert)
+    and the worker's peak RSS, which includes the collected outputs the writer
+    receives and its column buffers."""
     out: dict = {"rows": rows}
     payload = {"files": bundle, "functionId": "row_v"}
+    for builder, body in (("rangeScan", {"functionId": "add1", "start": 0, "stop": rows}),
+                          ("dbscan", {"source": "local", "functionId": "add1", "args": "columns",
+                                      "query": f"SELECT i FROM range({rows}) t(i)"})):
+        tid = new_id(f"f-{builder}")
+        req = task_request(tid, json.dumps(body).encode(), timeout_ms=int(timeout * 1000))
+        req.task.function_call.type = builder
+        rss0 = worker.rss_bytes()
+        (res, secs), peak = await _peak_rss_while(worker, client.run_task_req(req, tid, timeout))
+        expect_ok(tid, res, rows)
+        out[f"scan_{builder}"] = {"seconds": round(secs, 3), "calls_per_s": _rate(rows, secs),
+                                  "rss_before_bytes": rss0, "rss_peak_bytes": peak}
     for target in targets:
         tid = new_id(f"f-{target}")
         req = task_request(tid, json.dumps(payload).encode(), timeout_ms=int(timeout * 1000))
@@ -398,15 +410,4 @@ async def bundle_pipeline(client: Client, worker, bundle: str, rows: int, target
             raise BenchFailure(f"task {tid}: {written} rows written, expected {rows}")
         out[target] = {"seconds": round(secs, 3), "rows_per_s": _rate(rows, secs),
                        "rss_before_bytes": rss0, "rss_peak_bytes": peak}
-    for builder, body in (("rangeScan", {"functionId": "add1", "start": 0, "stop": rows}),
-                          ("dbscan", {"source": "local", "functionId": "add1", "args": "columns",
-                                      "query": f"SELECT i FROM range({rows}) t(i)"})):
-        tid = new_id(f"f-{builder}")
-        req = task_request(tid, json.dumps(body).encode(), timeout_ms=int(timeout * 1000))
-        req.task.function_call.type = builder
-        rss0 = worker.rss_bytes()
-        (res, secs), peak = await _peak_rss_while(worker, client.run_task_req(req, tid, timeout))
-        expect_ok(tid, res, rows)
-        out[f"scan_{builder}"] = {"seconds": round(secs, 3), "calls_per_s": _rate(rows, secs),
-                                  "rss_before_bytes": rss0, "rss_peak_bytes": peak}
     return out

@@ -20,7 +20,7 @@ import orjson
 from blockx.plugins.data.errors import DataSourceError
 from blockx.plugins.data.idents import check_ident, split_table
 from blockx.plugins.writer_api import PluginResult, parse_config
-from blockx.plugins.writers.table_rows import BadRows, create_columns, parse_rows, prepare
+from blockx.plugins.writers.table_rows import BadRows, create_columns, first_rows, iter_rows, prepare
 
 NAME = "tableUpserts"
 _KEYS = ("target", "table", "key", "createTable")
@@ -64,9 +64,8 @@ class TableUpsertsPlugin:
             return PluginResult(NAME, False, f"{NAME}: {exc}")
         tname = f"{schema}.{table}" if schema else table
         try:
-            # Parsing and checking a million rows is CPU work: off the event loop.
-            rows = await asyncio.to_thread(parse_rows, outputs)
-            if not rows:
+            sample = first_rows(outputs)
+            if not sample:
                 return PluginResult(NAME, True, "0 rows written", _details(0, target, tname))
             columns = await source.table_columns(schema, table)
             made = None
@@ -74,12 +73,15 @@ class TableUpsertsPlugin:
                 if not create:
                     return PluginResult(NAME, False, f"{NAME}: table {tname!r} does not exist in source "
                                                      f"{target!r} (set createTable to create it)")
-                made = create_columns(rows, key, source.kind == "postgresql")
+                made = create_columns(sample, key, source.kind == "postgresql")
                 columns = dict(made)
             missing = [k for k in key if k not in columns]
             if missing:
                 return PluginResult(NAME, False, f"{NAME}: key column {missing[0]!r} is not a column of {tname}")
-            groups = await asyncio.to_thread(prepare, rows, columns, key, tname)
+            # Decoding and checking a million rows is CPU work: off the event loop.
+            groups = await asyncio.to_thread(prepare, iter_rows(outputs), columns, key, tname)
+            if not groups:
+                return PluginResult(NAME, True, "0 rows written", _details(0, target, tname))
             written = await source.upsert(schema, table, key, groups, create=made, types=columns)
         except BadRows as exc:
             return PluginResult(NAME, False, f"{NAME}: nothing written: {exc}")

@@ -10,7 +10,13 @@ def test_outputs_to_rows_and_groups():
     assert [i for i, _ in rows] == [0, 1, 1]
     groups = prepare(rows, COLS, ["id"], "t")
     # id 1 merged in order (a from the first row, b from the third), id 2 alone
-    assert groups == [(("id", "a", "b"), [[1], ["x"], [2.5]]), (("id", "b"), [[2], [1.0]])]
+    assert dict(groups) == {("id", "a", "b"): [[1], ["x"], [2.5]], ("id", "b"): [[2], [1.0]]}
+
+
+def test_many_rows_merge_with_tombstones_in_order():
+    outs = [b'{"id": %d, "a": "v%d"}' % (i % 10, i) for i in range(100)]
+    groups = prepare(parse_rows(outs), COLS, ["id"], "t")
+    assert groups == [(("id", "a"), [list(range(10)), [f"v{90 + i}" for i in range(10)]])]
 
 
 @pytest.mark.parametrize("outs,needle", [
