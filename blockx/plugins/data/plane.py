@@ -8,7 +8,6 @@ open on first use and close with the Worker."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Mapping
 from typing import Any
