@@ -119,3 +119,16 @@ def test_a_killed_executor_mid_task_leaves_the_table_consistent(bundle_worker, t
     res = w.wait_terminal("crash")
     assert res.state == 3, res.failure_message
     assert sql(w, "after", "main", "SELECT count(*) AS n, count(DISTINCT id) AS k FROM crashed") == [{"n": 20, "k": 20}]
+
+
+def test_bundle_scan_to_bundle_write(bundle_worker, tmp_path):
+    w = bundle_worker
+    w.submit("bw", "bundleScan", {"files": "data/*.parquet", "functionId": "row_out"},
+             result_handler=("bundleWrite", {"dir": "out/day"}))
+    res = w.wait_terminal("bw")
+    assert res.state == 3, res.failure_message
+    assert json.loads(res.plugin_results[0].details) == {"rows": 100, "path": "out/day/bw.parquet"}
+    rows = duckdb.connect().execute(
+        f"SELECT count(*), sum(v) FROM read_parquet('{tmp_path}/bundles/out/day/bw.parquet')").fetchall()
+    assert rows == [(100, sum((i + 100) * 2 for i in range(100)))]
+    assert os.listdir(tmp_path / "bundles" / "out" / "day") == ["bw.parquet"]     # no temporary left
