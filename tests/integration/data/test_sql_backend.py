@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import orjson
 import pytest
@@ -66,3 +67,21 @@ async def test_timeout_and_per_source_admission(db):
     t0 = loop.time()
     await asyncio.gather(*(be.request(req(query="SELECT pg_sleep(0.2)", params=[]), None) for _ in range(2)))
     assert loop.time() - t0 >= 0.38
+
+
+async def test_a_long_duckdb_query_times_out_and_is_interrupted(db):
+    if db.kind != "duckdb":
+        pytest.skip("the PostgreSQL timeout is covered above with pg_sleep")
+    be = SqlBackend(db.plane, timeout_ms=200)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    with pytest.raises(IOBackendError, match="longer than 200 ms"):
+        await be.request(req(query="SELECT count(*) FROM range(100000000000) a(i)"), None)
+    out, _ = await be.request(req(query="SELECT 1 AS one"), None)
+    assert orjson.loads(out)["rows"] == [{"one": 1}]
+    assert loop.time() - t0 < 5
+    # interrupted, not left running in its thread: the process stops burning CPU
+    await asyncio.sleep(0.3)
+    cpu0 = time.process_time()
+    await asyncio.sleep(1.0)
+    assert time.process_time() - cpu0 < 0.4
