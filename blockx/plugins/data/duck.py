@@ -119,20 +119,22 @@ class DuckSource:
 
     async def open_scan(self, query: str, params: Sequence[Any]) -> DuckScan:
         check_select(query)
-
-        def run() -> duckdb.DuckDBPyConnection:
-            cur = self.cursor()
-            try:
-                cur.execute(query, list(params))
-            except BaseException:
-                cur.close()
-                raise
-            return cur
-
+        cur = await asyncio.to_thread(self.cursor)
+        fut = asyncio.ensure_future(asyncio.to_thread(cur.execute, query, list(params)))
         try:
-            cur = await asyncio.to_thread(run)
+            await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # A timeout or the task's end: stop the query rather than let its
+            # thread run on; the cursor goes once the thread has returned.
+            cur.interrupt()
+            fut.add_done_callback(lambda f: (f.cancelled() or f.exception(), cur.close()))
+            raise
         except duckdb.Error as exc:
+            cur.close()
             raise _db_error(exc) from None
+        except BaseException:
+            cur.close()
+            raise
         return DuckScan(cur)
 
     async def fetch_rows(self, query: str, params: Sequence[Any], max_rows: int) -> tuple[tuple[str, ...], list]:

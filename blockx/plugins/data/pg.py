@@ -124,11 +124,14 @@ class PgSource:
             # (a write in the read-only transaction, a division by zero) fails here.
             first = [tuple(r) for r in await cur.fetch(PRIME_ROWS)]
         except BaseException as exc:
-            try:
-                if not conn.is_closed():
-                    await conn.execute("ROLLBACK")
-            except Exception:  # noqa: BLE001
-                conn.terminate()
+            if isinstance(exc, asyncio.CancelledError):
+                conn.terminate()          # a query may still run: do not wait for it
+            else:
+                try:
+                    if not conn.is_closed():
+                        await conn.execute("ROLLBACK")
+                except Exception:  # noqa: BLE001
+                    conn.terminate()
             await pool.release(conn)
             if isinstance(exc, Exception):
                 raise _pg_error(exc) from None
