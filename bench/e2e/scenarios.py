@@ -374,7 +374,7 @@ async def _peak_rss_while(worker, coro, interval: float = 0.1) -> tuple[object, 
 
 
 async def bundle_pipeline(client: Client, worker, bundle: str, rows: int, targets: list[str],
-                          timeout: float) -> dict:
+                          timeout: float, scans: bool = True) -> dict:
     """(f) First the scan alone, on a fresh worker: rangeScan of `rows` calls,
     then dbscan of as many rows (add1, same output sizes): the same peak says the
     scan holds no per-row state beyond the outputs any task collects. Then
@@ -386,7 +386,7 @@ async def bundle_pipeline(client: Client, worker, bundle: str, rows: int, target
     payload = {"files": bundle, "functionId": "row_v"}
     for builder, body in (("rangeScan", {"functionId": "add1", "start": 0, "stop": rows}),
                           ("dbscan", {"source": "local", "functionId": "add1", "args": "columns",
-                                      "query": f"SELECT i FROM range({rows}) t(i)"})):
+                                      "query": f"SELECT i FROM range({rows}) t(i)"})) if scans else ():
         tid = new_id(f"f-{builder}")
         req = task_request(tid, json.dumps(body).encode(), timeout_ms=int(timeout * 1000))
         req.task.function_call.type = builder
