@@ -46,9 +46,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--only", default=",".join(ALL),
                    help="comma-separated scenarios to run, of a,b,c,d,e,f (default: all)")
     p.add_argument("--f-rows", type=int, default=0, help="(f): Parquet rows (default: 1,000,000; quick 50,000)")
-    p.add_argument("--f-parts", default="scans,local,main",
-                   help="(f): what to run on the one worker, of scans,local,main (default: all; one part "
-                        "alone gives a peak RSS from a fresh worker)")
+    p.add_argument("--f-parts", default="rangeScan,dbscan,local,main",
+                   help="(f): what to run on the one worker, in order, of rangeScan,dbscan,dbscan_pg,local,main "
+                        "(default: rangeScan,dbscan,local,main; one part alone gives a peak RSS from a "
+                        "fresh worker)")
     p.add_argument("--rss-executors", type=int, default=1, help="EXECUTOR_COUNT of the (e) worker (default 1)")
     p.add_argument("--b-max-outstanding", type=int, default=192,
                    help="(b): tasks submitted and not yet terminal, below TASK_SLOTS=256 (default 192)")
@@ -211,7 +212,7 @@ async def run_bundle_worker(ns, sizes: dict, report: dict) -> None:
         parts = [p.strip() for p in ns.f_parts.split(",")]
         targets = [t for t in ("local", "main") if t in parts and (t == "local" or pg is not None)]
         res = await _with_cpu(w, sc.bundle_pipeline(client, w, "data/*.parquet", rows, targets, timeout=1200,
-                                                    scans="scans" in parts))
+                                                    scans=tuple(p for p in parts if "scan" in p.lower())))
         res["targets"] = {"local": "duckdb", "main": "postgresql" if pg is not None else "not installed"}
         report["results"]["f_bundle_pipeline"] = res
     except Exception as exc:

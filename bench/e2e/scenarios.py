@@ -374,26 +374,33 @@ async def _peak_rss_while(worker, coro, interval: float = 0.1) -> tuple[object, 
 
 
 async def bundle_pipeline(client: Client, worker, bundle: str, rows: int, targets: list[str],
-                          timeout: float, scans: bool = True) -> dict:
-    """(f) First the scan alone, on a fresh worker: rangeScan of `rows` calls,
-    then dbscan of as many rows (add1, same output sizes): the same peak says the
-    scan holds no per-row state beyond the outputs any task collects. Then
+                          timeout: float, scans: tuple[str, ...] = ("rangeScan", "dbscan")) -> dict:
+    """(f) First the scans alone (`scans`, in order): rangeScan of `rows` calls,
+    dbscan of as many rows from DuckDB (dbscan) or PostgreSQL (dbscan_pg), each
+    calling add1 (same output sizes): the same peak says the scan holds no
+    per-row state beyond the outputs any task collects. Then
     `rows` Parquet rows -> bundleScan -> row_v -> tableUpserts, once per target
     source: rows/s submit -> terminal (scan, calls and the one-transaction upsert)
     and the worker's peak RSS, which includes the collected outputs the writer
     receives and its column buffers."""
     out: dict = {"rows": rows}
     payload = {"files": bundle, "functionId": "row_v"}
-    for builder, body in (("rangeScan", {"functionId": "add1", "start": 0, "stop": rows}),
-                          ("dbscan", {"source": "local", "functionId": "add1", "args": "columns",
-                                      "query": f"SELECT i FROM range({rows}) t(i)"})) if scans else ():
-        tid = new_id(f"f-{builder}")
+    all_scans = {
+        "rangeScan": ("rangeScan", {"functionId": "add1", "start": 0, "stop": rows}),
+        "dbscan": ("dbscan", {"source": "local", "functionId": "add1", "args": "columns",
+                              "query": f"SELECT i FROM range({rows}) t(i)"}),
+        "dbscan_pg": ("dbscan", {"source": "main", "functionId": "add1", "args": "columns",
+                                 "query": "SELECT i FROM generate_series(0, $1) AS g(i)", "params": [rows - 1]}),
+    }
+    for label in scans:
+        builder, body = all_scans[label]
+        tid = new_id(f"f-{label}")
         req = task_request(tid, json.dumps(body).encode(), timeout_ms=int(timeout * 1000))
         req.task.function_call.type = builder
         rss0 = worker.rss_bytes()
         (res, secs), peak = await _peak_rss_while(worker, client.run_task_req(req, tid, timeout))
         expect_ok(tid, res, rows)
-        out[f"scan_{builder}"] = {"seconds": round(secs, 3), "calls_per_s": _rate(rows, secs),
+        out[f"scan_{label}"] = {"seconds": round(secs, 3), "calls_per_s": _rate(rows, secs),
                                   "rss_before_bytes": rss0, "rss_peak_bytes": peak}
     for target in targets:
         tid = new_id(f"f-{target}")
