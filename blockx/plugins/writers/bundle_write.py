@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote as url_quote
 
@@ -24,7 +25,7 @@ import orjson
 from blockx.plugins.data.errors import DataSourceError
 from blockx.plugins.data.idents import quote
 from blockx.plugins.writer_api import PluginResult, parse_config
-from blockx.plugins.writers.table_rows import BadRows, parse_rows
+from blockx.plugins.writers.table_rows import BadRows, iter_rows
 
 NAME = "bundleWrite"
 _KEYS = ("dir",)
@@ -35,18 +36,22 @@ def file_name(task_id: str) -> str:
     return safe + ".parquet"
 
 
-def columns_of(rows: list[tuple[int, dict]]) -> tuple[list[str], list[list[Any]]]:
-    """Column names in first-seen order and their column-major values."""
-    names: dict[str, int] = {}
+def columns_of(rows: Iterable[tuple[int, dict]]) -> tuple[list[str], list[list[Any]], int]:
+    """Column names in first-seen order, their column-major values (null where a
+    row lacks the field) and the row count, decoded one row at a time."""
+    cols: dict[str, list[Any]] = {}
+    n = 0
     for _i, row in rows:
-        for k in row:
-            if k not in names:
-                names[k] = len(names)
-    values: list[list[Any]] = [[None] * len(rows) for _ in names]
-    for n, (_i, row) in enumerate(rows):
         for k, v in row.items():
-            values[names[k]][n] = v
-    return list(names), values
+            col = cols.get(k)
+            if col is None:
+                col = cols[k] = [None] * n
+            col.append(v)
+        n += 1
+        for col in cols.values():
+            if len(col) < n:
+                col.append(None)
+    return list(cols), list(cols.values()), n
 
 
 def _fsync_dir(path: str) -> None:
@@ -77,18 +82,17 @@ class BundleWritePlugin:
         final = os.path.join(directory, file_name(task_id))
         rel = os.path.relpath(final, self.data.bundle_root)
         try:
-            rows = await asyncio.to_thread(parse_rows, outputs)
+            names, values, n = await asyncio.to_thread(columns_of, iter_rows(outputs))
         except BadRows as exc:
             return PluginResult(NAME, False, f"{NAME}: nothing written: {exc}")
         try:
-            if not rows:
+            if not n:
                 await asyncio.to_thread(self._remove, final)
                 return PluginResult(NAME, True, "no rows; no file", orjson.dumps({"rows": 0, "path": None}))
-            await asyncio.to_thread(self._write, directory, final, rows)
+            await asyncio.to_thread(self._write, directory, final, names, values)
         except (duckdb.Error, OSError) as exc:
             return PluginResult(NAME, False, f"{NAME}: nothing written: {' '.join(str(exc).split())}")
-        return PluginResult(NAME, True, f"{len(rows)} rows written to {rel}",
-                            orjson.dumps({"rows": len(rows), "path": rel}))
+        return PluginResult(NAME, True, f"{n} rows written to {rel}", orjson.dumps({"rows": n, "path": rel}))
 
     @staticmethod
     def _remove(final: str) -> None:
@@ -97,8 +101,7 @@ class BundleWritePlugin:
         except FileNotFoundError:
             pass
 
-    def _write(self, directory: str, final: str, rows: list[tuple[int, dict]]) -> None:
-        names, values = columns_of(rows)
+    def _write(self, directory: str, final: str, names: list[str], values: list[list[Any]]) -> None:
         os.makedirs(directory, exist_ok=True)
         tmp = os.path.join(directory, f".{os.path.basename(final)}.{secrets.token_hex(6)}.tmp")
         table = quote("__blockx_bundle_" + secrets.token_hex(6))
