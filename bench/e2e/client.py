@@ -65,6 +65,15 @@ class Client:
         return res, time.perf_counter() - t0
 
 
+    async def run_task_req(self, req: pb.SubmitTaskRequest, task_id: str,
+                           timeout: float) -> tuple[pb.TaskResult, float]:
+        """run_task for a prepared request (another builder, a result handler)."""
+        t0 = time.perf_counter()
+        await self.submit(req, timeout)
+        res = (await self.watch([task_id], timeout))[task_id]
+        return res, time.perf_counter() - t0
+
+
 def expect_ok(task_id: str, res: pb.TaskResult, calls: int | None = None) -> None:
     if res.state != TERMINAL_OK:
         raise BenchFailure(f"task {task_id} ended {pb.TaskState.Name(res.state)}: "

@@ -31,7 +31,7 @@ class WorkerError(RuntimeError):
 
 class BenchWorker:
     def __init__(self, *, executors: int, env: dict[str, str] | None = None,
-                 cprofile_out: str | None = None) -> None:
+                 cprofile_out: str | None = None, profile: str = "block") -> None:
         self.tmp = tempfile.mkdtemp(prefix="blockx-bench-")
         fdir = os.path.join(self.tmp, "functions")
         os.makedirs(fdir)
@@ -53,6 +53,7 @@ class BenchWorker:
             **(env or {}),
         }
         self.cprofile_out = cprofile_out
+        self.profile = profile
         self.log_path = os.path.join(self.tmp, "worker.log")
         self.proc: subprocess.Popen | None = None
         self.port = 0
@@ -62,7 +63,7 @@ class BenchWorker:
         cmd = [sys.executable]
         if self.cprofile_out:
             cmd += ["-m", "cProfile", "-o", self.cprofile_out]
-        cmd += ["-m", "blockx", "serve", "--profile", "block"]
+        cmd += ["-m", "blockx", "serve", "--profile", self.profile]
         env = dict(self.env)
         # `python -m cProfile -m blockx` does not put the cwd on sys.path the way
         # `python -m blockx` does: make the checkout importable either way.

@@ -11,6 +11,8 @@ in-flight tasks (bench/e2e/fleet.py).
 (s) (a) and (c) side by side in both executor spawn modes, process and sandbox
 (bubblewrap), each on a fresh worker, with the time to a ready worker: the
 sandbox should cost start-up time, not per-call time.
+(g) the bundle pipeline into DuckDB and PostgreSQL (a fresh worker and a
+throwaway PostgreSQL cluster).
 Prints ONE JSON object with every figure and the sizes used. The figures are
 for comparing builds on one machine: these machines are shared and noisy."""
 from __future__ import annotations
@@ -30,16 +32,18 @@ from bench.e2e.client import Client
 from bench.e2e.harness import BenchWorker, WorkerError
 from bench.e2e.profiling import format_table, top_entries
 
-ALL = ("a", "b", "c", "d", "e", "f", "s")
+ALL = ("a", "b", "c", "d", "e", "f", "g", "s")
 SPAWN_MODES = ("process", "sandbox")
 
 SIZES = {
     "default": {"a": [10_000, 100_000], "b_tasks": 5_000, "b_inflight": 64, "c_tasks": 1_000,
                 "d_parents": 100, "d_subcalls": 100, "d_io_parents": 100, "d_io": 100,
-                "e_calls": 100_000, "f_tasks": 5_000, "f_task_ms": 500, "s_calls": 10_000, "s_tasks": 500},
+                "e_calls": 100_000, "f_tasks": 5_000, "f_task_ms": 500, "s_calls": 10_000, "s_tasks": 500,
+                "g_rows": 1_000_000},
     "quick": {"a": [2_000, 10_000], "b_tasks": 500, "b_inflight": 64, "c_tasks": 200,
               "d_parents": 20, "d_subcalls": 20, "d_io_parents": 20, "d_io": 20,
-              "e_calls": 10_000, "f_tasks": 1_000, "f_task_ms": 500, "s_calls": 2_000, "s_tasks": 100},
+              "e_calls": 10_000, "f_tasks": 1_000, "f_task_ms": 500, "s_calls": 2_000, "s_tasks": 100,
+              "g_rows": 50_000},
 }
 
 
@@ -49,8 +53,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--executors", type=int, default=2, help="EXECUTOR_COUNT of the measured worker (default 2)")
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run in well under a minute")
     p.add_argument("--only", default=",".join(ALL),
-                   help="comma-separated scenarios to run, of a,b,c,d,e,f,s (default: all)")
+                   help="comma-separated scenarios to run, of a,b,c,d,e,f,g,s (default: all)")
     p.add_argument("--fleet-executors", type=int, default=1, help="EXECUTOR_COUNT of each (f) worker (default 1)")
+    p.add_argument("--g-rows", type=int, default=0, help="(g): Parquet rows (default: 1,000,000; quick 50,000)")
+    p.add_argument("--g-parts", default="rangeScan,dbscan,local,main",
+                   help="(g): what to run on the one worker, in order, of rangeScan,dbscan,dbscan_pg,local,main "
+                        "(default: rangeScan,dbscan,local,main; one part alone gives a peak RSS from a "
+                        "fresh worker)")
     p.add_argument("--rss-executors", type=int, default=1, help="EXECUTOR_COUNT of the (e) worker (default 1)")
     p.add_argument("--b-max-outstanding", type=int, default=192,
                    help="(b): tasks submitted and not yet terminal, below TASK_SLOTS=256 (default 192)")
@@ -200,6 +209,58 @@ async def run_spawn_modes(ns, sizes: dict, report: dict) -> None:
             w.cleanup()
 
 
+async def run_bundle_worker(ns, sizes: dict, report: dict) -> None:
+    """(g) on a fresh worker whose sources are a local DuckDB file and a throwaway
+    PostgreSQL cluster (skipped, and said so, where PostgreSQL is not installed)."""
+    import tempfile
+
+    import duckdb
+
+    from tests.support.postgres import PostgresServer, pg_bin_dir
+
+    rows = ns.g_rows or sizes["g_rows"]
+    base = tempfile.mkdtemp(prefix="blockx-bench-bundle-")
+    (root := os.path.join(base, "bundles", "data")) and os.makedirs(root)
+    con = duckdb.connect()
+    half = rows // 2
+    for n, (lo, hi) in enumerate(((0, half), (half, rows))):
+        con.execute(f"COPY (SELECT i AS id, i % 1000 AS x FROM range({lo}, {hi}) t(i)) "
+                    f"TO '{root}/part-{n}.parquet' (FORMAT PARQUET)")
+    con.close()
+    pg = PostgresServer().start() if pg_bin_dir() else None
+    sources = {"local": f"duckdb://{base}/state/local.duckdb"}
+    if pg is not None:
+        sources["main"] = pg.dsn
+    # dev = block + the dev stubs: rangeScan is the scan-memory reference.
+    w = BenchWorker(executors=ns.executors, profile="dev", env={
+        "STREAM_BUILD_ENABLED": "true", "BUNDLE_ROOT": os.path.join(base, "bundles"),
+        "STATE_DIR": os.path.join(base, "state"), "BLOCKX_DATA_SOURCES": json.dumps(sources),
+        "PHASE_IO_TIMEOUT_MS": "600000"})
+    client = None
+    try:
+        await _start(w)
+        client = Client(w.addr)
+        await sc.warm_up(client, ["add1"])
+        parts = [p.strip() for p in ns.g_parts.split(",")]
+        targets = [t for t in ("local", "main") if t in parts and (t == "local" or pg is not None)]
+        res = await _with_cpu(w, sc.bundle_pipeline(client, w, "data/*.parquet", rows, targets, timeout=1200,
+                                                    scans=tuple(p for p in parts if "scan" in p.lower())))
+        res["targets"] = {"local": "duckdb", "main": "postgresql" if pg is not None else "not installed"}
+        report["results"]["g_bundle_pipeline"] = res
+    except Exception as exc:
+        exc.add_note("worker log tail:\n" + w.tail(20))
+        raise
+    finally:
+        if client is not None:
+            await client.close()
+        await asyncio.to_thread(w.stop)
+        w.cleanup()
+        if pg is not None:
+            await asyncio.to_thread(pg.close)
+        import shutil
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def _add_profile(ns, report: dict, label: str, path: str) -> None:
     if not os.path.exists(path):
         report.setdefault("profiles", {})[label] = {"file": path, "error": "not written"}
@@ -234,6 +295,8 @@ async def run(ns) -> dict:
         await run_fleet(ns, sizes, report)
     if "s" in ns.only:
         await run_spawn_modes(ns, sizes, report)
+    if "g" in ns.only:
+        await run_bundle_worker(ns, sizes, report)
     report["elapsed_s"] = round(time.perf_counter() - t0, 2)
     return report
 

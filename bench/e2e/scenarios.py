@@ -12,6 +12,9 @@
 (d) subcall and IO round trips: parents that each make K sequential subcalls or
     K sequential devstub IO requests (distinct args and requests: the task's call
     and IO caches never answer).
+(g) the bundle pipeline: N Parquet rows -> bundleScan -> trivial function ->
+    tableUpserts into DuckDB and into PostgreSQL (a throwaway cluster), rows/s and
+    the worker's peak RSS; then dbscan against rangeScan for the scan's own memory.
 (e) worker RSS idle and with N calls queued in the dispatcher: a fresh worker
     with few executors gets one N-call task of long sleeps; the executors hold
     their in-flight cap and the rest of the calls wait in the ready queue. The
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import statistics
 import time
 
@@ -354,3 +358,63 @@ async def _settled_rss(worker, samples: int = 5) -> int:
         values.append(worker.rss_bytes())
         await asyncio.sleep(0.1)
     return int(statistics.median(values))
+
+
+# ---- (g) ---------------------------------------------------------------------------
+
+
+async def _peak_rss_while(worker, coro, interval: float = 0.1) -> tuple[object, int]:
+    """Run `coro`, sampling the worker's RSS meanwhile: (its result, peak bytes)."""
+    peak = worker.rss_bytes()
+    task = asyncio.ensure_future(coro)
+    while not task.done():
+        peak = max(peak, worker.rss_bytes())
+        await asyncio.wait({task}, timeout=interval)
+    return task.result(), peak
+
+
+async def bundle_pipeline(client: Client, worker, bundle: str, rows: int, targets: list[str],
+                          timeout: float, scans: tuple[str, ...] = ("rangeScan", "dbscan")) -> dict:
+    """(g) First the scans alone (`scans`, in order): rangeScan of `rows` calls,
+    dbscan of as many rows from DuckDB (dbscan) or PostgreSQL (dbscan_pg), each
+    calling add1 (same output sizes): the same peak says the scan holds no
+    per-row state beyond the outputs any task collects. Then
+    `rows` Parquet rows -> bundleScan -> row_v -> tableUpserts, once per target
+    source: rows/s submit -> terminal (scan, calls and the one-transaction upsert)
+    and the worker's peak RSS, which includes the collected outputs the writer
+    receives and its column buffers."""
+    out: dict = {"rows": rows}
+    payload = {"files": bundle, "functionId": "row_v"}
+    all_scans = {
+        "rangeScan": ("rangeScan", {"functionId": "add1", "start": 0, "stop": rows}),
+        "dbscan": ("dbscan", {"source": "local", "functionId": "add1", "args": "columns",
+                              "query": f"SELECT i FROM range({rows}) t(i)"}),
+        "dbscan_pg": ("dbscan", {"source": "main", "functionId": "add1", "args": "columns",
+                                 "query": "SELECT i FROM generate_series(0, $1) AS g(i)", "params": [rows - 1]}),
+    }
+    for label in scans:
+        builder, body = all_scans[label]
+        tid = new_id(f"f-{label}")
+        req = task_request(tid, json.dumps(body).encode(), timeout_ms=int(timeout * 1000))
+        req.task.function_call.type = builder
+        rss0 = worker.rss_bytes()
+        (res, secs), peak = await _peak_rss_while(worker, client.run_task_req(req, tid, timeout))
+        expect_ok(tid, res, rows)
+        out[f"scan_{label}"] = {"seconds": round(secs, 3), "calls_per_s": _rate(rows, secs),
+                                  "rss_before_bytes": rss0, "rss_peak_bytes": peak}
+    for target in targets:
+        tid = new_id(f"f-{target}")
+        req = task_request(tid, json.dumps(payload).encode(), timeout_ms=int(timeout * 1000))
+        req.task.function_call.type = "bundleScan"
+        req.task.result_handler.type = "tableUpserts"
+        req.task.result_handler.config = json.dumps({"target": target, "table": f"bench_{tid.replace('-', '_')}",
+                                                     "key": ["id"], "createTable": True}).encode()
+        rss0 = worker.rss_bytes()
+        (res, secs), peak = await _peak_rss_while(worker, client.run_task_req(req, tid, timeout))
+        expect_ok(tid, res, rows)
+        written = json.loads(res.plugin_results[0].details)["rows"]
+        if written != rows:
+            raise BenchFailure(f"task {tid}: {written} rows written, expected {rows}")
+        out[target] = {"seconds": round(secs, 3), "rows_per_s": _rate(rows, secs),
+                       "rss_before_bytes": rss0, "rss_peak_bytes": peak}
+    return out

@@ -140,6 +140,10 @@ class Orchestrator:
             self.post(lambda n: self.disp.cancel_task(tid, f"task {cmd.state.name}", n))
             if rt.producer is not None and not rt.producer.done():
                 rt.producer.cancel()
+            elif rt.producer is None and rt.stream is not None:
+                close = getattr(rt.stream, "close", None)   # opened, never produced from
+                if close is not None:
+                    close()
             if rt.calls_done is not None and not rt.calls_done.done():
                 rt.calls_done.cancel()
             if rt.gate is not None and rt.runner is None:

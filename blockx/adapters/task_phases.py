@@ -19,7 +19,8 @@ from blockx.core.types import (
     ConvergeTask, PhaseOutcome, PluginResult, StartBuilderPhase, StartCallPhase, StartWriterPhase,
     TaskPhase,
 )
-from blockx.plugins.builder_api import BuildContext, is_streaming
+from blockx.plugins.builder_api import (MAX_EAGER_CALLS, BuildContext, BuilderError, is_async_streaming,
+                                        is_streaming)
 from blockx.plugins.writer_api import PluginContext
 
 log = logging.getLogger("blockx.phases")
@@ -88,6 +89,8 @@ class TaskPhases:
                 t = type(nxt)
                 if t is StartBuilderPhase:
                     builder = self.builders.get(nxt.function_call.type)
+                    if builder is not None and is_async_streaming(builder):
+                        break                        # it awaits a database: run it in a Task
                     if builder is not None and not self.admission.builder.try_enter():
                         break
                     outcome = self._builder_outcome(rt, nxt, builder, gated=builder is not None)
@@ -144,6 +147,9 @@ class TaskPhases:
                     builder = self.builders.get(nxt.function_call.type)
                     if builder is None:
                         outcome = self._builder_outcome(rt, nxt, None, gated=False)
+                    elif is_async_streaming(builder):
+                        async with self.admission.builder:
+                            outcome = await self._async_builder_outcome(rt, nxt, builder)
                     else:
                         async with self.admission.builder:
                             outcome = self._builder_outcome(rt, nxt, builder, gated=False)
@@ -207,6 +213,36 @@ class TaskPhases:
         finally:
             if gated:
                 self.admission.builder.release()
+            self.metrics.observe_phase("builder", time.perf_counter() - t0)
+        return PhaseOutcome(ok=True, calls=calls)
+
+    async def _async_builder_outcome(self, rt, cmd: StartBuilderPhase, builder) -> PhaseOutcome:
+        """An async streaming builder (a database scan): open the stream here, so a
+        bad query fails the Builder phase. Without streamBuild the whole stream is
+        drained into the call list, up to MAX_EAGER_CALLS."""
+        ctx = BuildContext(task_id=rt.task_id, instance_id=rt.instance_id, deadline_ms=rt.deadline_ms)
+        t0 = time.perf_counter()
+        stream = None
+        try:
+            stream = await builder.open_stream(cmd.function_call.payload, ctx)
+            if rt.ended:
+                return PhaseOutcome.failure(fc.BUILDER_FAILED, "the task ended while its stream opened")
+            if self.stream_cfg.enabled:
+                rt.stream, stream = stream, None
+                return PhaseOutcome(ok=True, streaming=True)
+            calls: list = []
+            sc = self.stream_cfg
+            async for batch in stream.abatches(sc.batch_max_rows, sc.batch_max_args_bytes):
+                calls.extend(batch)
+                if len(calls) > MAX_EAGER_CALLS:
+                    raise BuilderError(f"more than {MAX_EAGER_CALLS} calls built at once; enable streaming "
+                                       "build (STREAM_BUILD_ENABLED=true) or narrow the scan")
+        except Exception as exc:  # noqa: BLE001 - BuilderError or a builder bug
+            return PhaseOutcome.failure(fc.BUILDER_FAILED, f"{cmd.function_call.type}: {exc}",
+                                        bool(getattr(exc, "retryable", False)))
+        finally:
+            if stream is not None:
+                await stream.aclose()
             self.metrics.observe_phase("builder", time.perf_counter() - t0)
         return PhaseOutcome(ok=True, calls=calls)
 
@@ -283,7 +319,12 @@ class TaskPhases:
         idx = 0
         try:
             async with self.admission.scan:
-                for batch in rt.stream.batches(sc.batch_max_rows, sc.batch_max_args_bytes):
+                stream = rt.stream
+                if is_async_stream(stream):
+                    batches = stream.abatches(sc.batch_max_rows, sc.batch_max_args_bytes)
+                else:
+                    batches = _as_async(stream.batches(sc.batch_max_rows, sc.batch_max_args_bytes))
+                async for batch in batches:
                     await rt.credits.acquire()
                     if rt.ended:
                         return
@@ -303,9 +344,17 @@ class TaskPhases:
             log.exception("task %s: stream production failed", tid)
             self._fail_calls(rt, fc.BUILDER_FAILED, f"stream production failed: {exc}")
         finally:
-            close = getattr(rt.stream, "close", None)
-            if close is not None:
-                close()
+            aclose = getattr(rt.stream, "aclose", None)
+            if aclose is not None:
+                # cancelled or ended: the cursor, its transaction and its connection go now
+                try:
+                    await aclose()
+                except Exception:  # noqa: BLE001
+                    log.exception("task %s: closing the scan failed", tid)
+            else:
+                close = getattr(rt.stream, "close", None)
+                if close is not None:
+                    close()
 
     # ---- Plugin ------------------------------------------------------------------
 
@@ -335,6 +384,16 @@ class TaskPhases:
         if pr.ok:
             return PhaseOutcome(ok=True, plugin_results=[pr])
         return PhaseOutcome.failure(fc.PLUGIN_FAILED, pr.message, plugin_results=[pr])
+
+
+def is_async_stream(stream) -> bool:
+    return callable(getattr(stream, "abatches", None))
+
+
+async def _as_async(it):
+    """A synchronous batch iterator, awaited like an async stream's."""
+    for batch in it:
+        yield batch
 
 
 def _calls_outcome(conv) -> PhaseOutcome:

@@ -46,8 +46,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BLOCK_REGISTRY_SEGMENT", "BUNDLE_REGISTRY_SEGMENT", "ETCD_LEASE_TTL_MS", "INT64_MAX", "INT64_MIN",
     "LOG_LEVELS", "MiB", "SPAWN_MODES_SUPPORTED", "STALL_DERIVED_MARGIN_MS", "UDS_PATH_MAX",
-    "AdmissionSection", "ConfigError", "DispatcherSection", "IOBackendSection", "IOBackendsSection",
-    "StreamBuildSection", "WorkerFullConfig", "WorkerSection",
+    "AdmissionSection", "ConfigError", "DataPlaneSection", "DispatcherSection", "IOBackendSection", "IOBackendsSection",
+    "SqlBackendSection", "StreamBuildSection", "WorkerFullConfig", "WorkerSection",
     "apply_env", "apply_json", "check_registry_prefix", "default_functions_dir", "default_socket_path",
     "env_vars", "expected_registry_segment", "load_config", "load_config_file", "outbound_ip",
     "parse_bool", "parse_float", "parse_int", "split_host_port",
@@ -137,8 +137,32 @@ class IOBackendSection:
 
 
 @dataclass
+class SqlBackendSection:
+    enabled: bool = _f(True)
+    concurrency: int = _f(8, doc="requests served at once per data source, across all tasks")
+    timeout_ms: int = _f(5_000, env="SQL_IO_TIMEOUT_MS", doc="one sql request, end to end")
+    max_rows: int = _f(10_000, env="SQL_IO_MAX_ROWS", doc="a larger result is refused")
+
+
+@dataclass
 class IOBackendsSection:
     devstub: IOBackendSection = _f(default_factory=IOBackendSection)
+    sql: SqlBackendSection = _f(default_factory=SqlBackendSection)
+
+
+def default_state_dir() -> str:
+    """$XDG_STATE_HOME/blockx, else ~/.local/state/blockx."""
+    base = os.environ.get("XDG_STATE_HOME", "") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "blockx")
+
+
+@dataclass
+class DataPlaneSection:
+    state_dir: str = _f(default_factory=default_state_dir, env="STATE_DIR",
+                        doc="holds the default `local` DuckDB file")
+    bundle_root: str = _f("", env="BUNDLE_ROOT", doc="bundle files are read and written under it; "
+                                                     "empty: <stateDir>/bundles")
+    scan_fetch_rows: int = _f(1_000, doc="rows fetched per round trip by dbscan and bundleScan")
 
 
 @dataclass
@@ -201,6 +225,10 @@ class WorkerFullConfig:
                                    doc="approved digests, '<sha256> [approval id]' a line; re-read when it changes")
     audit_allowlist_etcd_prefix: str = _f("", env="AUDIT_ALLOWLIST_ETCD_PREFIX",
                                           doc="e.g. /blockx/audit/: approvals as <prefix><digest> = approval id")
+    data_sources: dict[str, str] = _f(default_factory=dict, env="BLOCKX_DATA_SOURCES",
+                                      doc='{"name": "postgresql://..." | "duckdb:///path"}; '
+                                          'empty: a `local` DuckDB under dataPlane.stateDir')
+    data_plane: DataPlaneSection = _f(default_factory=DataPlaneSection)
     log_level: str = _f("INFO", env="LOG_LEVEL")
 
     # The deployment of the profile this config was loaded for (not a JSON key):

@@ -8,7 +8,7 @@ A setting that a core config carries is checked by the core's rule for it
 (blockx.core.config / dispatcher_config: CONFIG_RULES, ADMISSION_RULES,
 DISPATCHER_RULES, deadline_problem, retention_problem), here worded for the
 operator; the rules below are for the settings only the app has (addresses,
-etcd, executors, timers, shadow traffic, IO backends, logging), including the
+etcd, executors, timers, shadow traffic, IO backends, data sources, logging), including the
 heartbeat that must stay below the etcd lease TTL. The config is passed in, never
 imported, so this module does not depend on blockx.app.config."""
 
@@ -23,6 +23,7 @@ from blockx.app.config_fields import env_vars_of, json_name
 from blockx.core.config import ADMISSION_RULES, CONFIG_RULES, deadline_problem, retention_problem
 from blockx.core.config_rules import Rule, Wording, check
 from blockx.core.dispatcher_config import DISPATCHER_RULES
+from blockx.plugins.data.urls import parse_source_url
 
 if TYPE_CHECKING:
     from blockx.app.config import WorkerFullConfig
@@ -58,6 +59,8 @@ APP_RULES = (
     Rule("shadow_submit_sample_rate", 0, 1, kind=float),
 )
 IO_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 0, note="0 = phaseIoTimeoutMs"))
+SQL_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 1), Rule("max_rows", 1))
+DATA_PLANE_RULES = (Rule("scan_fetch_rows", 1, 1_000_000),)
 
 
 def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
@@ -158,6 +161,17 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
 
     dev = cfg.io_backends.devstub
     check(dev, IO_BACKEND_RULES, section((dev, "ioBackends.devstub.")), out)
+    sql = cfg.io_backends.sql
+    check(sql, SQL_BACKEND_RULES, section((sql, "ioBackends.sql.")), out)
+    check(cfg.data_plane, DATA_PLANE_RULES, section((cfg.data_plane, "dataPlane.")), out)
+    for src, url in cfg.data_sources.items():
+        try:
+            parse_source_url(src, url)
+        except ValueError as exc:
+            out.append(f"{name('dataSources')}: {exc}")
+    if not cfg.data_sources and not cfg.data_plane.state_dir:
+        out.append(f"{name('dataPlane.stateDir')} must not be empty when no dataSources are configured "
+                   "(it holds the default `local` DuckDB file)")
 
     tls_problems(cfg, name, out)
     audit_problems(cfg, name, out)

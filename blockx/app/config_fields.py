@@ -53,9 +53,21 @@ def to_dict(obj) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in public_fields(obj):
         value = getattr(obj, f.name)
+        if isinstance(value, dict):
+            # dataSources: URLs may hold passwords, never printed
+            value = {k: redact_url(v) for k, v in value.items()}
         out[json_name(f)] = to_dict(value) if is_dataclass(value) else (
             list(value) if isinstance(value, list) else value)
     return out
+
+
+def redact_url(url: str) -> str:
+    """scheme://user:secret@host/... -> scheme://user:***@host/..."""
+    scheme, sep, rest = url.partition("://")
+    creds, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in creds:
+        return url
+    return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
 
 
 def iter_leaves(obj, path: str = ""):

@@ -4,7 +4,8 @@ A JSON value must already have the field's JSON type (no silent coercion of
 "10" to 10); an environment value is text and is parsed: integers in base 10
 within int64, booleans as true/false, 1/0, t/f, yes/no, y/n or on/off (any case),
 Go durations (blockx.app.duration) for fields marked env_kind="duration", and
-etcdEndpoints as a comma-separated list where a lone "none" means no etcd.
+etcdEndpoints as a comma-separated list where a lone "none" means no etcd, and
+dataSources as a JSON object of strings.
 Each failure is a ValueError whose text names what was wrong; the caller adds
 where the value came from."""
 
@@ -25,8 +26,8 @@ _FALSE = {"0", "f", "false", "no", "n", "off"}
 
 
 def _type_name(t: Any) -> str:
-    return {int: "an integer", bool: "a boolean", str: "a string", float: "a number"}.get(
-        t, "a list of strings")
+    return {int: "an integer", bool: "a boolean", str: "a string", float: "a number",
+            dict[str, str]: "an object of strings"}.get(t, "a list of strings")
 
 
 def json_value(path: str, t: Any, value: Any) -> Any:
@@ -47,6 +48,9 @@ def json_value(path: str, t: Any, value: Any) -> Any:
     elif t is str:
         if isinstance(value, str):
             return value
+    elif t == dict[str, str]:  # dataSources: {"name": "url", ...}
+        if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
+            return dict(value)
     else:  # list[str]: etcdEndpoints accepts a list or a comma-separated string
         if isinstance(value, str):
             return _endpoints(value)
@@ -108,4 +112,17 @@ def env_value(t: Any, kind: str | None, text: str) -> Any:
         return parse_float(text)
     if t is str:
         return text.strip()
+    if t == dict[str, str]:
+        return _string_object(text)
     return _endpoints(text)
+
+
+def _string_object(text: str) -> dict[str, str]:
+    """A JSON object of strings from an environment variable (BLOCKX_DATA_SOURCES)."""
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except ValueError as exc:
+        raise ValueError(f"is not valid JSON ({exc.args[0] if exc.args else exc})") from None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ValueError(f"expected a JSON object of strings, got {_json_type(value)}")
+    return value

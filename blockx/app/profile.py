@@ -77,15 +77,17 @@ def _stream_builds(cfg: WorkerFullConfig) -> None:
     cfg.stream_build.enabled = True
 
 
-# Production profiles register only real builders and writers. The dev stubs
-# (builders static, payload and rangeScan, a stand-in for a streaming scan; writers
-# log and test, which a client can make sleep for minutes) live in DEV only.
+# Production profiles register only real builders and writers (the spec's lists:
+# block has dbscan, callList, bundleScan and every writer; bundle has bundleScan and
+# callList with bundleWrite and tableUpserts). The dev stubs (builders static,
+# payload and rangeScan, a stand-in for a streaming scan; writers log and test,
+# which a client can make sleep for minutes) live in DEV only.
 BLOCK = Profile(
     deployment="block",
     service="blockx-worker",
     worker_registry_prefix=BLOCK_REGISTRY_PREFIX,
-    builders=("callList",),
-    plugins=(),
+    builders=("dbscan", "callList", "bundleScan"),
+    plugins=("tableUpserts", "bundleWrite"),
     name="block",
 )
 
@@ -93,8 +95,8 @@ BUNDLE = Profile(
     deployment="bundle",
     service="blockx-bundle-worker",
     worker_registry_prefix=BUNDLE_REGISTRY_PREFIX,
-    builders=("callList",),
-    plugins=(),
+    builders=("bundleScan", "callList"),
+    plugins=("bundleWrite", "tableUpserts"),
     tune_defaults=_stream_builds,
     name="bundle",
 )

@@ -40,6 +40,7 @@ from blockx.client.tls import ClientTLS
 from blockx.core.dispatcher import DispatcherCore
 from blockx.core.worker import WorkerCore
 from blockx.plugins.builders import BuilderRegistry
+from blockx.plugins.data.plane import DataPlane
 from blockx.plugins.function_code import FunctionCodeDirectory
 from blockx.plugins.function_code_etcd import FunctionCodeEtcd
 from blockx.plugins.io.scope import IOScopeFactory
@@ -150,8 +151,8 @@ class Worker:
         while True:
             await asyncio.sleep(TICK_S)
             try:
-                if self.orch.audit is not None:
-                    self.orch.audit.refresh()   # approvals added at run time
+                if self.orch.actor.audit is not None:
+                    self.orch.actor.audit.refresh()   # approvals added at run time
                 self.orch.tick()
             except Exception:  # noqa: BLE001 - the tick must keep running
                 log.exception("tick failed")
@@ -180,7 +181,8 @@ class Worker:
         core = WorkerCore(cfg.core_config())
         disp = DispatcherCore(dcfg, random.random)
         fcode = await self._function_code(cfg)
-        io_factory = IOScopeFactory.from_config(cfg)
+        data = DataPlane.from_config(cfg)
+        io_factory = IOScopeFactory.from_config(cfg, data)
         self.adapter = ExecutorAdapter(cfg.socket_path,
                                        heartbeat_timeout_ms=cfg.effective_executor_heartbeat_timeout_ms(),
                                        executor_contexts=dcfg.executor_max_inflight, metrics=metrics)
@@ -196,8 +198,8 @@ class Worker:
                                      tls=client_tls(cfg.shadow_tls_ca, cfg.shadow_tls_cert, cfg.shadow_tls_key))
         self.orch = Orchestrator(
             core=core, disp=disp, adapter=self.adapter, pool=self.pool, fcode=fcode,
-            builders=BuilderRegistry.from_names(profile.builders),
-            plugins=PluginRegistry.from_names(profile.plugins), io_factory=io_factory,
+            builders=BuilderRegistry.from_names(profile.builders, data=data),
+            plugins=PluginRegistry.from_names(profile.plugins, data=data), io_factory=io_factory,
             admission=Admission.from_config(cfg.admission_config()), stream_cfg=cfg.stream_build,
             metrics=metrics, shadow=shadow, stall_timeout_ms=dcfg.effective_stall_timeout_ms,
             phase_io_timeout_ms=cfg.phase_io_timeout_ms, on_ready=self._on_ready,
@@ -217,8 +219,8 @@ class Worker:
             interval_ms=cfg.heartbeat_interval_ms, metrics=metrics,
             tls=client_tls(cfg.etcd_ca_cert, cfg.etcd_cert, cfg.etcd_key))
 
-        if self.orch.audit is not None and self.orch.audit.etcd is not None:
-            await self.orch.audit.etcd.fetch()          # approvals in place before the first dispatch
+        if self.orch.actor.audit is not None and self.orch.actor.audit.etcd is not None:
+            await self.orch.actor.audit.etcd.fetch()          # approvals in place before the first dispatch
         await self.adapter.start()
         await self.pool.start()
         ticker = loop.create_task(self._ticker())
@@ -264,8 +266,9 @@ class Worker:
         await self.adapter.close()
         await self.orch.close()
         await io_factory.aclose()
-        if self.orch.audit is not None and self.orch.audit.etcd is not None:
-            await self.orch.audit.etcd.close()
+        if self.orch.actor.audit is not None and self.orch.actor.audit.etcd is not None:
+            await self.orch.actor.audit.etcd.close()
+        await data.aclose()
         if shadow is not None:
             await shadow.close()
         await server.stop(GRPC_STOP_GRACE_S)

@@ -13,11 +13,18 @@ payload still fails in the Builder phase (BUILDER_FAILED), never halfway through
 production.
 
 Builders are synchronous and pure: they run on the event loop between awaits, so
-they must be quick per call (a batch at a time for streams)."""
+they must be quick per call (a batch at a time for streams).
+
+A builder that reads a database cannot be synchronous: an ASYNC streaming builder
+implements `open_stream` (a coroutine) instead of `build` / `prepare_stream`. It
+validates the payload and opens the scan in the Builder phase (a bad query fails
+there, with the database's message) and returns an AsyncCallStream whose batches
+the Calls phase awaits under the same credit window. With streamBuild disabled the
+orchestrator drains that stream in the Builder phase, up to MAX_EAGER_CALLS."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -69,6 +76,24 @@ class CallStream(Protocol):
         ...
 
 
+class AsyncCallStream(Protocol):
+    def abatches(self, max_rows: int, max_args_bytes: int) -> AsyncIterator[list[CallSpec]]:
+        """Like CallStream.batches, awaited (rows come from a database)."""
+        ...
+
+    @property
+    def total(self) -> int | None:
+        ...
+
+    async def aclose(self) -> None:
+        """Release the scan (cursor, transaction, connection); idempotent."""
+        ...
+
+    def close(self) -> None:
+        """aclose() from synchronous code (it schedules the release); idempotent."""
+        ...
+
+
 @runtime_checkable
 class CallBuilder(Protocol):
     name: str
@@ -83,8 +108,23 @@ class StreamingCallBuilder(CallBuilder, Protocol):
         ...
 
 
+@runtime_checkable
+class AsyncStreamingCallBuilder(Protocol):
+    name: str
+
+    async def open_stream(self, payload: bytes, ctx: Any) -> AsyncCallStream:
+        ...
+
+
+MAX_EAGER_CALLS = 1_000_000   # calls an async stream may yield when drained in the Builder phase
+
+
 def is_streaming(builder: Any) -> bool:
-    return callable(getattr(builder, "prepare_stream", None))
+    return callable(getattr(builder, "prepare_stream", None)) or is_async_streaming(builder)
+
+
+def is_async_streaming(builder: Any) -> bool:
+    return callable(getattr(builder, "open_stream", None))
 
 
 # --- helpers shared by the builders ----------------------------------------------

@@ -20,13 +20,20 @@ class NamedRegistry:
             self.register(item)
 
     @classmethod
-    def from_names(cls, names: Iterable[str]):
+    def from_names(cls, names: Iterable[str], data: Any = None):
+        """Instantiate each named plugin; those that read or write data sources
+        (NEEDS_DATA) get the Worker's DataPlane."""
         out = []
         for n in names:
             factory = cls.FACTORIES.get(n)
             if factory is None:
                 raise ValueError(f"unknown {cls.KIND} {n!r} (known: {', '.join(sorted(cls.FACTORIES))})")
-            out.append(factory())
+            if getattr(factory, "NEEDS_DATA", False):
+                if data is None:
+                    raise ValueError(f"{cls.KIND} {n!r} needs the Worker's data plane")
+                out.append(factory(data))
+            else:
+                out.append(factory())
         return cls(out)
 
     def register(self, item: Any) -> None:

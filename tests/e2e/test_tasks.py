@@ -205,6 +205,11 @@ def test_watch_reattach_within_grace_keeps_the_task(start_worker):
     assert res.state == pb.TASK_STATE_SUCCEEDED
 
 
+# What each production profile registers (builders, writers), as the spec lists them.
+REGISTERED = {"block": ("bundleScan, callList, dbscan", "bundleWrite, tableUpserts"),
+              "bundle": ("bundleScan, callList", "bundleWrite, tableUpserts")}
+
+
 @pytest.mark.parametrize("profile", ["block", "bundle"])
 def test_production_profiles_refuse_the_dev_stubs(start_worker, profile):
     # Defect: both production profiles registered the dev stubs, and the `test`
@@ -217,11 +222,12 @@ def test_production_profiles_refuse_the_dev_stubs(start_worker, profile):
         res = w.wait_terminal(f"t-{profile}-{builder}")
         assert (res.state, res.failure_code) == (pb.TASK_STATE_FAILED, "BUILDER_NOT_FOUND")
         assert res.failure_message == (f"no call builder named {builder!r} "
-                                       "(this worker's profile registers: callList)")
+                                       f"(this worker's profile registers: {REGISTERED[profile][0]})")
     w.submit_calls(f"t-{profile}-writer", [("add", [1, 2])], result_handler=("test", {"sleepMs": 600_000}))
     res = w.wait_terminal(f"t-{profile}-writer")
     assert (res.state, res.failure_code) == (pb.TASK_STATE_FAILED, "PLUGIN_FAILED")
-    assert res.failure_message == "no writer plugin named 'test' (this worker's profile registers: none)"
+    assert res.failure_message == ("no writer plugin named 'test' "
+                                   f"(this worker's profile registers: {REGISTERED[profile][1]})")
 
 
 def test_dev_profile_runs_the_dev_stubs(start_worker):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from blockx.plugins.builder_api import is_streaming
+from blockx.plugins.builders.bundle_scan import BundleScanBuilder
 from blockx.plugins.builders.call_list import CallListBuilder
+from blockx.plugins.builders.db_scan import DbScanBuilder
 from blockx.plugins.builders.payload import PayloadBuilder
 from blockx.plugins.builders.range_scan import RangeScanBuilder
 from blockx.plugins.builders.static import StaticBuilder
@@ -14,6 +16,8 @@ _FACTORIES = {
     "static": StaticBuilder,
     "payload": PayloadBuilder,
     "rangeScan": RangeScanBuilder,
+    "dbscan": DbScanBuilder,
+    "bundleScan": BundleScanBuilder,
 }
 KNOWN_BUILDERS = frozenset(_FACTORIES)
 

@@ -184,9 +184,11 @@ class IOScopeFactory:
         self._scopes: weakref.WeakSet[TaskIOScope] = weakref.WeakSet()
 
     @classmethod
-    def from_config(cls, cfg) -> IOScopeFactory:
-        """The backends a WorkerFullConfig enables (today: devstub). Every backend
-        request has a timeout: ioBackends.<name>.timeoutMs, 0 = phaseIoTimeoutMs."""
+    def from_config(cls, cfg, data=None) -> IOScopeFactory:
+        """The backends a WorkerFullConfig enables: devstub, and sql when the
+        Worker has a data plane (admission per source lives in the sql backend).
+        Every backend request has a timeout: ioBackends.<name>.timeoutMs
+        (devstub: 0 = phaseIoTimeoutMs)."""
         from blockx.plugins.io.devstub import DevStubBackend
 
         backends: dict[str, IOBackend] = {}
@@ -197,6 +199,13 @@ class IOScopeFactory:
             backends["devstub"] = DevStubBackend()
             concurrency["devstub"] = dev.concurrency
             timeouts["devstub"] = dev.timeout_ms or cfg.phase_io_timeout_ms
+        sql = cfg.io_backends.sql
+        if sql.enabled and data is not None:
+            from blockx.plugins.io.sql import SqlBackend
+
+            backends["sql"] = SqlBackend(data, concurrency=sql.concurrency, max_rows=sql.max_rows,
+                                         timeout_ms=sql.timeout_ms)
+            timeouts["sql"] = sql.timeout_ms
         return cls(backends, concurrency, request_timeout_ms=timeouts)
 
     @property

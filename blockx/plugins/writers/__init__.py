@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from blockx.plugins.registry import NamedRegistry
+from blockx.plugins.writers.bundle_write import BundleWritePlugin
 from blockx.plugins.writers.devtest import TestPlugin
 from blockx.plugins.writers.log import LogPlugin
+from blockx.plugins.writers.table_upserts import TableUpsertsPlugin
 
 _FACTORIES = {
     "log": LogPlugin,
     "test": TestPlugin,
+    "tableUpserts": TableUpsertsPlugin,
+    "bundleWrite": BundleWritePlugin,
 }
 KNOWN_PLUGINS = frozenset(_FACTORIES)
 

@@ -36,6 +36,7 @@ from blockx.core.types import (
 )
 from blockx.core.worker import WorkerCore
 from blockx.plugins.builders import BuilderRegistry
+from blockx.plugins.data.plane import DataPlane
 from blockx.plugins.function_code import FunctionCodeDirectory
 from blockx.plugins.io.scope import IOScopeFactory
 from blockx.plugins.writers import PluginRegistry
@@ -363,6 +364,7 @@ class Harness:
         self.core = orch.core
         self.disp = orch.disp
         self.metrics = orch.metrics
+        self.data: Any = None          # the DataPlane (set by build)
 
     def digest(self, function_id: str) -> str:
         return sha256_hex(self.functions[function_id])
@@ -393,6 +395,8 @@ class Harness:
     async def close(self) -> None:
         await self.orch.close()
         await settle()
+        if self.data is not None:
+            await self.data.aclose()
 
 
 async def settle(rounds: int = 20) -> None:
@@ -424,6 +428,7 @@ async def build(tmp_path, *, env: dict[str, str] | None = None,
     for fid, src in functions.items():
         (fdir / f"{fid}.py").write_text(src)
     base_env = {"FUNCTIONS_DIR": str(fdir), "ETCD_ENDPOINTS": "none", "METRICS_LISTEN": "",
+                "STATE_DIR": str(tmp_path / "state"),
                 "CALL_RETRY_JITTER_PERCENT": "0", "EXECUTOR_COUNT": str(max(1, len(executors)))}
     cfg = load_config(DEV, env={**base_env, **(env or {})})
     if tweak is not None:
@@ -436,14 +441,17 @@ async def build(tmp_path, *, env: dict[str, str] | None = None,
     fcode = FunctionCodeDirectory(cfg.functions_dir, cfg.effective_function_snapshot_retention_ms(),
                                   now_ms=clock.wall())
     fake = FakeAdapter(clock)
+    data = DataPlane.from_config(cfg)
     orch = Orchestrator(
         core=core, disp=disp, adapter=fake, fcode=fcode,
-        builders=BuilderRegistry.from_names(DEV.builders),
-        plugins=PluginRegistry.from_names(DEV.plugins), io_factory=IOScopeFactory.from_config(cfg),
+        builders=BuilderRegistry.from_names(DEV.builders, data=data),
+        plugins=PluginRegistry.from_names(DEV.plugins, data=data), io_factory=IOScopeFactory.from_config(cfg, data),
         admission=Admission.from_config(cfg.admission_config()), stream_cfg=cfg.stream_build,
         metrics=Metrics(process_metrics=False), stall_timeout_ms=dcfg.effective_stall_timeout_ms,
         phase_io_timeout_ms=cfg.phase_io_timeout_ms, wall=clock.wall, mono=clock.mono)
     assert fake.handler is orch.executor_events
     for eid in executors:
         fake.attach(eid, capacity)
-    return Harness(orch, fake, clock, cfg, str(fdir), functions)
+    h = Harness(orch, fake, clock, cfg, str(fdir), functions)
+    h.data = data
+    return h

@@ -48,12 +48,12 @@ async def test_unknown_writer_plugin(make_harness):
 
 async def test_unknown_builder_and_bad_payload_fail_before_any_dispatch(make_harness):
     h = await make_harness()
-    h.orch.submit_task(SubmitTaskRequest(task_id="nb", function_call=FunctionCall("dbscan", b"{}")))
+    h.orch.submit_task(SubmitTaskRequest(task_id="nb", function_call=FunctionCall("tableScan", b"{}")))
     h.orch.submit_task(SubmitTaskRequest(task_id="bp", function_call=FunctionCall("callList", b'{"calls": 5}')))
     nb = await h.terminal("nb")
     bp = await h.terminal("bp")
     assert nb.result.failure_code == "BUILDER_NOT_FOUND"
-    assert "no call builder named 'dbscan'" in nb.result.failure_message
+    assert "no call builder named 'tableScan'" in nb.result.failure_message
     assert bp.result.failure_code == "BUILDER_FAILED"
     assert '"calls" must be an array' in bp.result.failure_message
     await settle()

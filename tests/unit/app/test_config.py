@@ -51,6 +51,11 @@ SPEC_ENV_VARS = {
     "SHADOW_SUBMIT_TARGET_ADDR": "shadowSubmitTargetAddr",
     "SHADOW_SUBMIT_SAMPLE_RATE": "shadowSubmitSampleRate",
     "IO_DEVSTUB_CONCURRENCY": "ioBackends.devstub.concurrency",
+    "SQL_IO_TIMEOUT_MS": "ioBackends.sql.timeoutMs",
+    "SQL_IO_MAX_ROWS": "ioBackends.sql.maxRows",
+    "BLOCKX_DATA_SOURCES": "dataSources",
+    "STATE_DIR": "dataPlane.stateDir",
+    "BUNDLE_ROOT": "dataPlane.bundleRoot",
     "LOG_LEVEL": "logLevel",
     "SESSION_MAX_PENDING_EVENTS": "sessionMaxPendingEvents",
     "SESSION_MAX_PENDING_BYTES": "sessionMaxPendingBytes",
@@ -114,7 +119,10 @@ def test_defaults_match_the_spec_tables():
     assert os.path.isfile(os.path.join(d["functionsDir"], "add.py"))
     assert d["metricsListen"] == "127.0.0.1:9464"
     assert (d["shadowSubmitTargetAddr"], d["shadowSubmitSampleRate"]) == ("", 0.0)
-    assert d["ioBackends"] == {"devstub": {"enabled": True, "concurrency": 64, "timeoutMs": 0}}
+    assert d["ioBackends"] == {"devstub": {"enabled": True, "concurrency": 64, "timeoutMs": 0},
+                               "sql": {"enabled": True, "concurrency": 8, "timeoutMs": 5000, "maxRows": 10000}}
+    assert d["dataSources"] == {}
+    assert d["dataPlane"]["bundleRoot"] == "" and d["dataPlane"]["scanFetchRows"] == 1000
     assert d["logLevel"] == "INFO"
     assert cfg.violations() == []
 
@@ -223,6 +231,11 @@ ENV_CASES = [
     ("SHADOW_SUBMIT_TARGET_ADDR", "10.0.0.9:8081", "10.0.0.9:8081"),
     ("SHADOW_SUBMIT_SAMPLE_RATE", "0.25", 0.25),
     ("IO_DEVSTUB_CONCURRENCY", "3", 3),
+    ("SQL_IO_TIMEOUT_MS", "250", 250),
+    ("SQL_IO_MAX_ROWS", "5", 5),
+    ("BLOCKX_DATA_SOURCES", '{"main": "postgresql://u@db:5432/app"}', {"main": "postgresql://u@db:5432/app"}),
+    ("STATE_DIR", "/var/lib/blockx", "/var/lib/blockx"),
+    ("BUNDLE_ROOT", "/srv/bundles", "/srv/bundles"),
     ("LOG_LEVEL", "debug", "debug"),
 ]
 

@@ -5,6 +5,7 @@ import pytest
 from blockx.app.config import load_config
 from blockx.app.profile import BLOCK, BUNDLE, DEV, PROFILES, Profile, ProfileError, get_profile
 from blockx.plugins.builders import BuilderRegistry
+from blockx.plugins.data.plane import DataPlane
 from blockx.plugins.writers import PluginRegistry
 
 
@@ -18,26 +19,26 @@ def test_shipped_profiles_are_valid_and_named():
 def test_block_profile():
     assert BLOCK.deployment == "block"
     assert BLOCK.worker_registry_prefix == "/blockx/workers/"
-    assert BLOCK.builders == ("callList",)
-    assert BLOCK.plugins == ()
+    assert BLOCK.builders == ("dbscan", "callList", "bundleScan")
+    assert BLOCK.plugins == ("tableUpserts", "bundleWrite")
     assert BLOCK.tune_defaults is None
 
 
 def test_bundle_profile_enables_streaming_through_tune_defaults_only():
     assert BUNDLE.deployment == "bundle"
     assert BUNDLE.worker_registry_prefix == "/blockx/bundle-workers/"
-    assert BUNDLE.builders == ("callList",)
-    assert BUNDLE.plugins == ()
+    assert BUNDLE.builders == ("bundleScan", "callList")
+    assert BUNDLE.plugins == ("bundleWrite", "tableUpserts")
     assert load_config(BUNDLE, env={}).stream_build.enabled is True
     assert load_config(BUNDLE, env={"STREAM_BUILD_ENABLED": "0"}).stream_build.enabled is False
 
 
 def test_registries_follow_the_profile():
-    b = BuilderRegistry.from_names(BUNDLE.builders)
-    assert b.names() == ["callList"]
+    b = BuilderRegistry.from_names(BUNDLE.builders, data=DataPlane({}))
+    assert b.names() == ["bundleScan", "callList"]
     assert b.get("static") is None  # not registered: tasks naming it fail BUILDER_NOT_FOUND
-    p = PluginRegistry.from_names(DEV.plugins)
-    assert p.names() == ["log", "test"]
+    p = PluginRegistry.from_names(DEV.plugins, data=DataPlane({}))
+    assert p.names() == ["tableUpserts", "bundleWrite", "log", "test"]
 
 
 DEV_BUILDERS = ("static", "payload", "rangeScan")
@@ -47,8 +48,8 @@ DEV_PLUGINS = ("log", "test")
 @pytest.mark.parametrize("prof", [BLOCK, BUNDLE], ids=["block", "bundle"])
 def test_production_profiles_register_no_dev_stub(prof):
     # The dev stubs are not production code: `test` sleeps as long as a client asks.
-    builders = BuilderRegistry.from_names(prof.builders)
-    plugins = PluginRegistry.from_names(prof.plugins)
+    builders = BuilderRegistry.from_names(prof.builders, data=DataPlane({}))
+    plugins = PluginRegistry.from_names(prof.plugins, data=DataPlane({}))
     assert [n for n in DEV_BUILDERS if n in builders] == []
     assert [n for n in DEV_PLUGINS if n in plugins] == []
 
@@ -75,9 +76,11 @@ def test_get_profile_unknown():
     (dict(worker_registry_prefix="/blockx/bundle-workers/"), "does not match deployment 'block'"),
     (dict(worker_registry_prefix="blockx"), "must start and end with '/'"),
     (dict(builders=()), "builders must name at least one call builder"),
-    (dict(builders=("callList", "dbscan")), "unknown builder 'dbscan' (known: callList, payload, rangeScan, static)"),
+    (dict(builders=("callList", "tableScan")),
+     "unknown builder 'tableScan' (known: bundleScan, callList, dbscan, payload, rangeScan, static)"),
     (dict(builders=("callList", "callList")), "builder 'callList' is listed twice"),
-    (dict(plugins=("log", "tableUpserts")), "unknown plugin 'tableUpserts' (known: log, test)"),
+    (dict(plugins=("log", "tableInserts")),
+     "unknown plugin 'tableInserts' (known: bundleWrite, log, tableUpserts, test)"),
     (dict(plugins=("log", "log")), "plugin 'log' is listed twice"),
     (dict(tune_defaults=42), "tune_defaults must be callable"),
 ])

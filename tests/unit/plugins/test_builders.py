@@ -8,6 +8,7 @@ from blockx.plugins.builder_api import (BuildContext, BuilderError, CallBuilder,
                                         batch_specs, canonical_args_json, is_streaming)
 from blockx.plugins.builders import KNOWN_BUILDERS, BuilderRegistry
 from blockx.plugins.builders.call_list import CallListBuilder
+from blockx.plugins.data.plane import DataPlane
 from blockx.plugins.builders.payload import PayloadBuilder
 from blockx.plugins.builders.range_scan import MAX_EAGER_CALLS, RangeScanBuilder
 from blockx.plugins.builders.static import StaticBuilder
@@ -171,11 +172,14 @@ def test_builders_satisfy_the_protocols():
 
 
 def test_builder_registry():
-    reg = BuilderRegistry.from_names(sorted(KNOWN_BUILDERS))
-    assert len(reg) == 4 and "callList" in reg and "dbscan" not in reg
+    reg = BuilderRegistry.from_names(sorted(KNOWN_BUILDERS), data=DataPlane({}))
+    assert len(reg) == 6 and "callList" in reg and "dbscan" in reg and "tableScan" not in reg
     assert reg.get("nope") is None
     assert reg.is_streaming("rangeScan") and not reg.is_streaming("callList") and not reg.is_streaming("nope")
-    with pytest.raises(ValueError, match="unknown call builder 'dbscan'"):
+    assert reg.is_streaming("dbscan") and reg.is_streaming("bundleScan")
+    with pytest.raises(ValueError, match="unknown call builder 'tableScan'"):
+        BuilderRegistry.from_names(["tableScan"])
+    with pytest.raises(ValueError, match="'dbscan' needs the Worker's data plane"):
         BuilderRegistry.from_names(["dbscan"])
     with pytest.raises(ValueError, match="registered twice"):
         BuilderRegistry.from_names(["callList", "callList"])

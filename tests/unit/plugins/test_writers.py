@@ -4,6 +4,7 @@ import logging
 import orjson
 import pytest
 
+from blockx.plugins.data.plane import DataPlane
 from blockx.plugins.writer_api import PluginContext, PluginError, PluginResult, WriterPlugin
 from blockx.plugins.writers import KNOWN_PLUGINS, PluginRegistry
 from blockx.plugins.writers.devtest import TestPlugin, outputs_digest
@@ -82,10 +83,12 @@ async def test_log_plugin_level_and_bad_config(caplog):
 
 
 def test_plugin_registry():
-    reg = PluginRegistry.from_names(sorted(KNOWN_PLUGINS))
-    assert reg.names() == ["log", "test"] and len(reg) == 2
-    assert isinstance(reg.get("test"), WriterPlugin)
-    assert reg.get("tableUpserts") is None and "log" in reg
+    reg = PluginRegistry.from_names(sorted(KNOWN_PLUGINS), data=DataPlane({}))
+    assert reg.names() == ["bundleWrite", "log", "tableUpserts", "test"] and len(reg) == 4
+    assert isinstance(reg.get("test"), WriterPlugin) and isinstance(reg.get("tableUpserts"), WriterPlugin)
+    assert reg.get("tableInserts") is None and "log" in reg
+    with pytest.raises(ValueError, match="'tableUpserts' needs the Worker's data plane"):
+        PluginRegistry.from_names(["tableUpserts"])
     with pytest.raises(ValueError, match="unknown writer plugin 'x'"):
         PluginRegistry.from_names(["x"])
     with pytest.raises(ValueError, match="registered twice"):

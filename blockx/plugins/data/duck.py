@@ -1,0 +1,222 @@
+"""An embedded DuckDB data source.
+
+One database instance per source, opened on first use (so a Worker whose tasks
+never touch `local` creates no file). Every operation runs on its own cursor in a
+worker thread, so the event loop never waits on DuckDB. DuckDB has one writer:
+writes are serialised by an asyncio lock per source, and readers run beside them.
+
+Named sources are opened with external access off: a query can read the database's
+own tables but no file on the Worker's disk. Bundles (files) are read by a separate
+in-memory connection that only the bundle builders and writers use.
+
+Read-only: DuckDB has no read-only transaction, so a query is accepted only when it
+parses to exactly one SELECT statement."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+
+from blockx.plugins.data.errors import DataSourceError
+from blockx.plugins.data.idents import quote, quoted_table
+from blockx.plugins.data.urls import MEMORY
+
+
+def _db_error(exc: Exception) -> DataSourceError:
+    return DataSourceError("DuckDB: " + " ".join(str(exc).split()))
+
+
+def check_select(query: object) -> str:
+    """The query, if it is exactly one SELECT statement; DataSourceError otherwise."""
+    if not isinstance(query, str) or not query.strip():
+        raise DataSourceError("the query must be a non-empty string")
+    try:
+        stmts = duckdb.extract_statements(query)
+    except duckdb.Error as exc:
+        raise _db_error(exc) from None
+    if len(stmts) != 1:
+        raise DataSourceError(f"only one statement is accepted, got {len(stmts)}")
+    if stmts[0].type != duckdb.StatementType.SELECT:
+        raise DataSourceError(f"only a read-only SELECT is accepted, got a {stmts[0].type.name} statement")
+    return query
+
+
+class DuckScan:
+    """An open result being fetched in batches."""
+
+    __slots__ = ("columns", "_cur", "_closed")
+
+    def __init__(self, cur: duckdb.DuckDBPyConnection):
+        self._cur = cur
+        self.columns = tuple(d[0] for d in (cur.description or ()))
+        self._closed = False
+
+    async def fetch(self, n: int) -> list[tuple]:
+        if self._closed:
+            return []
+        try:
+            return await asyncio.to_thread(self._cur.fetchmany, n)
+        except duckdb.Error as exc:
+            raise _db_error(exc) from None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._cur.interrupt()
+        except Exception:  # noqa: BLE001 - nothing running
+            pass
+        try:
+            self._cur.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    async def aclose(self) -> None:
+        self.close()
+
+
+class DuckSource:
+    kind = "duckdb"
+
+    def __init__(self, name: str, path: str, *, external_access: bool = False):
+        self.name = name
+        self.path = path
+        self._external = external_access
+        self._db: duckdb.DuckDBPyConnection | None = None
+        self._open_lock = threading.Lock()
+        self._write_lock: asyncio.Lock | None = None
+
+    # --- connection -----------------------------------------------------------------
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        with self._open_lock:
+            if self._db is None:
+                if self.path != MEMORY:
+                    os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+                try:
+                    self._db = duckdb.connect(self.path, config={"enable_external_access": self._external})
+                except duckdb.Error as exc:
+                    raise DataSourceError(f"source {self.name!r}: cannot open DuckDB: {exc}") from None
+            return self._db
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A new connection to this source's database (one per operation and thread)."""
+        return self._connect().cursor()
+
+    @property
+    def write_lock(self) -> asyncio.Lock:
+        if self._write_lock is None:
+            self._write_lock = asyncio.Lock()
+        return self._write_lock
+
+    # --- reads ----------------------------------------------------------------------
+
+    async def open_scan(self, query: str, params: Sequence[Any]) -> DuckScan:
+        check_select(query)
+        cur = await asyncio.to_thread(self.cursor)
+        fut = asyncio.ensure_future(asyncio.to_thread(cur.execute, query, list(params)))
+        try:
+            await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # A timeout or the task's end: stop the query rather than let its
+            # thread run on; the cursor goes once the thread has returned.
+            cur.interrupt()
+            fut.add_done_callback(lambda f: (f.cancelled() or f.exception(), cur.close()))
+            raise
+        except duckdb.Error as exc:
+            cur.close()
+            raise _db_error(exc) from None
+        except BaseException:
+            cur.close()
+            raise
+        return DuckScan(cur)
+
+    async def fetch_rows(self, query: str, params: Sequence[Any], max_rows: int) -> tuple[tuple[str, ...], list]:
+        scan = await self.open_scan(query, params)
+        try:
+            rows = await scan.fetch(max_rows + 1)
+        finally:
+            scan.close()
+        return scan.columns, rows
+
+    # --- writes ---------------------------------------------------------------------
+
+    async def table_columns(self, schema: str | None, table: str) -> dict[str, str] | None:
+        def run():
+            cur = self.cursor()
+            try:
+                return cur.execute(
+                    "SELECT column_name, data_type FROM information_schema.columns "
+                    "WHERE table_name = ? AND table_schema = ? ORDER BY ordinal_position",
+                    [table, schema or "main"]).fetchall()
+            finally:
+                cur.close()
+        rows = await asyncio.to_thread(run)
+        return {n: t for n, t in rows} or None
+
+    async def upsert(self, schema: str | None, table: str, key: Sequence[str],
+                     groups: list[tuple[tuple[str, ...], list[list[Any]]]],
+                     create: list[tuple[str, str]] | None = None, types: dict[str, str] | None = None) -> int:
+        """Write every group (columns, column-major values) in one transaction."""
+        target = quoted_table(schema, table)
+        cur = self.cursor()
+
+        def run() -> int:
+            written = 0
+            try:
+                cur.execute("BEGIN TRANSACTION")
+                if create:
+                    cols = ", ".join(f"{quote(c)} {t}" for c, t in create)
+                    pk = ", ".join(quote(k) for k in key)
+                    cur.execute(f"CREATE TABLE IF NOT EXISTS {target} ({cols}, PRIMARY KEY ({pk}))")
+                for i, (cols, values) in enumerate(groups):
+                    tmp = quote(f"__blockx_upsert_{i}")
+                    qcols = ", ".join(quote(c) for c in cols)
+                    cur.execute(f"CREATE TEMP TABLE {tmp} AS SELECT {qcols} FROM {target} LIMIT 0")
+                    unnests = ", ".join(f"UNNEST(${j + 1})" for j in range(len(cols)))
+                    cur.execute(f"INSERT INTO {tmp} SELECT {unnests}", values)
+                    rest = [c for c in cols if c not in key]
+                    conflict = ", ".join(quote(k) for k in key)
+                    action = ("DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in rest)
+                              if rest else "DO NOTHING")
+                    cur.execute(f"INSERT INTO {target} ({qcols}) SELECT {qcols} FROM {tmp} "
+                                f"ON CONFLICT ({conflict}) {action}")
+                    cur.execute(f"DROP TABLE {tmp}")
+                    written += len(values[0]) if values else 0
+                cur.execute("COMMIT")
+                return written
+            except BaseException:
+                try:
+                    cur.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                raise
+            finally:
+                cur.close()
+
+        async with self.write_lock:
+            fut = asyncio.ensure_future(asyncio.to_thread(run))
+            try:
+                return await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                # A timed-out writer: stop the statement, and keep the write lock
+                # until its thread has rolled back, so the next writer starts clean.
+                cur.interrupt()
+                await asyncio.wait({fut})
+                if not fut.cancelled():
+                    fut.exception()
+                raise
+            except duckdb.Error as exc:
+                raise _db_error(exc) from None
+
+    async def aclose(self) -> None:
+        with self._open_lock:
+            db, self._db = self._db, None
+        if db is not None:
+            db.close()

@@ -1,0 +1,211 @@
+"""A PostgreSQL data source through asyncpg: one pool per source, opened on first
+use, every statement bounded by statement_timeout (phaseIoTimeoutMs).
+
+Reads run in a READ ONLY transaction, and through the extended protocol, which
+accepts exactly one statement: a write or a second statement fails with
+PostgreSQL's own message. Scans use a server-side cursor, so a million-row result
+arrives a batch at a time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from blockx.plugins.data.errors import DataSourceError
+from blockx.plugins.data.idents import quote, quoted_table
+from blockx.plugins.data.values import BOOLEAN, INTEGER, NUMBER, TEXT, family
+
+POOL_MIN = 0
+POOL_MAX = 10
+CONNECT_TIMEOUT_S = 10.0
+PRIME_ROWS = 100
+
+
+def _pg_error(exc: BaseException) -> DataSourceError:
+    if isinstance(exc, asyncpg.PostgresError):
+        return DataSourceError(f"PostgreSQL: {exc}")
+    if isinstance(exc, (OSError, asyncio.TimeoutError, asyncpg.InterfaceError)):
+        return DataSourceError(f"PostgreSQL unreachable or closed: {type(exc).__name__}: {exc}", retryable=True)
+    return DataSourceError(f"PostgreSQL: {type(exc).__name__}: {exc}")
+
+
+def check_query(query: object) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise DataSourceError("the query must be a non-empty string")
+    return query
+
+
+class PgScan:
+    """A server-side cursor inside a read-only transaction on a pooled connection."""
+
+    __slots__ = ("columns", "_pool", "_conn", "_tr", "_cur", "_closed", "_buf")
+
+    def __init__(self, pool, conn, tr, cur, columns: tuple[str, ...], first: list[tuple]):
+        self._pool, self._conn, self._tr, self._cur = pool, conn, tr, cur
+        self.columns = columns
+        self._closed = False
+        self._buf = first
+
+    async def fetch(self, n: int) -> list[tuple]:
+        if self._closed:
+            return []
+        if self._buf:
+            out, self._buf = self._buf[:n], self._buf[n:]
+            return out
+        try:
+            return [tuple(r) for r in await self._cur.fetch(n)]
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            raise _pg_error(exc) from None
+
+    def close(self) -> None:
+        """Close from synchronous code: the rollback and release run as a task."""
+        if not self._closed:
+            asyncio.get_running_loop().create_task(self.aclose())
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        conn, self._conn = self._conn, None
+        try:
+            await self._tr.rollback()
+        except Exception:  # noqa: BLE001 - a broken connection: the pool discards it
+            conn.terminate()
+        finally:
+            await self._pool.release(conn)
+
+
+class PgSource:
+    kind = "postgresql"
+
+    def __init__(self, name: str, dsn: str, *, statement_timeout_ms: int = 10_000, max_size: int = POOL_MAX):
+        self.name = name
+        self._dsn = dsn
+        self._timeout_ms = statement_timeout_ms
+        self._max_size = max_size
+        self._pool: asyncpg.Pool | None = None
+        self._opening: asyncio.Lock | None = None
+
+    async def pool(self) -> asyncpg.Pool:
+        if self._pool is not None:
+            return self._pool
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._pool is None:
+                try:
+                    self._pool = await asyncpg.create_pool(
+                        self._dsn, min_size=POOL_MIN, max_size=self._max_size, timeout=CONNECT_TIMEOUT_S,
+                        server_settings={"statement_timeout": str(self._timeout_ms),
+                                         "application_name": "blockx-worker"})
+                except Exception as exc:  # noqa: BLE001 - never echo the DSN
+                    raise DataSourceError(f"source {self.name!r}: cannot connect to PostgreSQL: "
+                                          f"{type(exc).__name__}: {exc}", retryable=True) from None
+        return self._pool
+
+    # --- reads ----------------------------------------------------------------------
+
+    async def open_scan(self, query: str, params: Sequence[Any]) -> PgScan:
+        check_query(query)
+        pool = await self.pool()
+        try:
+            conn = await pool.acquire(timeout=CONNECT_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001
+            raise _pg_error(exc) from None
+        tr = conn.transaction(readonly=True)
+        try:
+            await tr.start()
+            stmt = await conn.prepare(query)
+            cur = await stmt.cursor(*params)
+            # The first rows now: an error the statement only raises when it runs
+            # (a write in the read-only transaction, a division by zero) fails here.
+            first = [tuple(r) for r in await cur.fetch(PRIME_ROWS)]
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                conn.terminate()          # a query may still run: do not wait for it
+            else:
+                try:
+                    if not conn.is_closed():
+                        await conn.execute("ROLLBACK")
+                except Exception:  # noqa: BLE001
+                    conn.terminate()
+            await pool.release(conn)
+            if isinstance(exc, Exception):
+                raise _pg_error(exc) from None
+            raise
+        return PgScan(pool, conn, tr, cur, tuple(a.name for a in stmt.get_attributes()), first)
+
+    async def fetch_rows(self, query: str, params: Sequence[Any], max_rows: int) -> tuple[tuple[str, ...], list]:
+        scan = await self.open_scan(query, params)
+        try:
+            rows = await scan.fetch(max_rows + 1)
+        finally:
+            await scan.aclose()
+        return scan.columns, rows
+
+    # --- writes ---------------------------------------------------------------------
+
+    async def table_columns(self, schema: str | None, table: str) -> dict[str, str] | None:
+        pool = await self.pool()
+        try:
+            rows = await pool.fetch(
+                "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+                "WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped "
+                "ORDER BY a.attnum", quoted_table(schema, table))
+        except Exception as exc:  # noqa: BLE001
+            raise _pg_error(exc) from None
+        return {r[0]: r[1] for r in rows} or None
+
+    async def upsert(self, schema: str | None, table: str, key: Sequence[str],
+                     groups: list[tuple[tuple[str, ...], list[list[Any]]]],
+                     create: list[tuple[str, str]] | None = None,
+                     types: dict[str, str] | None = None) -> int:
+        """Write every group (columns, column-major values) in one transaction:
+        COPY into a temporary table, then INSERT ... ON CONFLICT from it."""
+        target = quoted_table(schema, table)
+        types = dict(types or {})
+        if create:
+            types.update(create)
+        pool = await self.pool()
+        written = 0
+        try:
+            async with pool.acquire(timeout=CONNECT_TIMEOUT_S) as conn:
+                async with conn.transaction():
+                    if create:
+                        cols = ", ".join(f"{quote(c)} {t}" for c, t in create)
+                        pk = ", ".join(quote(k) for k in key)
+                        await conn.execute(f"CREATE TABLE IF NOT EXISTS {target} ({cols}, PRIMARY KEY ({pk}))")
+                    for i, (cols, values) in enumerate(groups):
+                        tmp = f"__blockx_upsert_{i}"
+                        # Values of families asyncpg encodes natively travel as such;
+                        # the rest arrive as text and PostgreSQL casts them.
+                        native = {c: family(types[c])[0] in (INTEGER, BOOLEAN, TEXT) or
+                                  (family(types[c])[0] == NUMBER and family(types[c])[1] == 0) for c in cols}
+                        defs = ", ".join(f"{quote(c)} {types[c] if native[c] else 'text'}" for c in cols)
+                        await conn.execute(f"CREATE TEMP TABLE {quote(tmp)} ({defs}) ON COMMIT DROP")
+                        await conn.copy_records_to_table(tmp, records=zip(*values), columns=list(cols))
+                        qcols = ", ".join(quote(c) for c in cols)
+                        sel = ", ".join(quote(c) if native[c] else f"{quote(c)}::{types[c]}" for c in cols)
+                        rest = [c for c in cols if c not in key]
+                        conflict = ", ".join(quote(k) for k in key)
+                        action = ("DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in rest)
+                                  if rest else "DO NOTHING")
+                        await conn.execute(f"INSERT INTO {target} ({qcols}) SELECT {sel} FROM {quote(tmp)} "
+                                           f"ON CONFLICT ({conflict}) {action}")
+                        written += len(values[0]) if values else 0
+        except DataSourceError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise _pg_error(exc) from None
+        return written
+
+    async def aclose(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), 5.0)
+            except (asyncio.TimeoutError, Exception):  # noqa: BLE001
+                pool.terminate()

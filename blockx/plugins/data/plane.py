@@ -1,0 +1,84 @@
+"""DataPlane: the Worker's named data sources and the filesystem roots that bundles
+may be read from and written to. Builders, writers and the `sql` IO backend get
+it at construction; payloads and writer configs only ever carry a source NAME.
+
+With no `dataSources` configured, a `local` DuckDB file under the state
+directory is the default, so the bundle tour needs no database server. Sources
+open on first use and close with the Worker."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from blockx.plugins.data.duck import DuckSource
+from blockx.plugins.data.errors import DataSourceError, UnknownDataSource
+from blockx.plugins.data.pg import PgSource
+from blockx.plugins.data.urls import DUCKDB, MEMORY, parse_source_url
+
+LOCAL = "local"
+
+
+def default_sources(state_dir: str) -> dict[str, str]:
+    return {LOCAL: "duckdb://" + os.path.join(os.path.abspath(state_dir), "local.duckdb")}
+
+
+class DataPlane:
+    def __init__(self, sources: Mapping[str, str], *, bundle_root: str = "", statement_timeout_ms: int = 10_000,
+                 scan_fetch_rows: int = 1_000):
+        self._sources: dict[str, Any] = {}
+        for name, url in sources.items():
+            u = parse_source_url(name, url)
+            if u.kind == DUCKDB:
+                self._sources[name] = DuckSource(name, u.target)
+            else:
+                self._sources[name] = PgSource(name, u.target, statement_timeout_ms=statement_timeout_ms)
+        self.bundle_root = os.path.realpath(bundle_root) if bundle_root else ""
+        self.scan_fetch_rows = scan_fetch_rows
+        # Bundles are files: read and written by a private in-memory DuckDB that
+        # may touch the filesystem (the named sources may not).
+        self.files = DuckSource("<bundles>", MEMORY, external_access=True)
+
+    @classmethod
+    def from_config(cls, cfg) -> DataPlane:
+        dp = cfg.data_plane
+        sources = dict(cfg.data_sources) or default_sources(dp.state_dir)
+        return cls(sources, bundle_root=dp.bundle_root or os.path.join(dp.state_dir, "bundles"),
+                   statement_timeout_ms=cfg.phase_io_timeout_ms, scan_fetch_rows=dp.scan_fetch_rows)
+
+    def names(self) -> list[str]:
+        return sorted(self._sources)
+
+    def source(self, name: object, what: str = "source"):
+        """The source called `name`; UnknownDataSource listing the configured names."""
+        src = self._sources.get(name) if isinstance(name, str) else None
+        if src is None:
+            known = ", ".join(self.names()) or "none"
+            if not isinstance(name, str) or not name:
+                raise UnknownDataSource(f"{what} must name a data source (configured: {known})")
+            raise UnknownDataSource(f"unknown data source {name!r} (configured: {known})")
+        return src
+
+    def bundle_path(self, relative: object, what: str = "path") -> str:
+        """An absolute path under the bundle root, from a payload's relative path
+        (absolute paths and '..' that leave the root are refused)."""
+        if not isinstance(relative, str) or not relative.strip():
+            raise DataSourceError(f"{what} must be a non-empty string relative to the bundle root")
+        if not self.bundle_root:
+            raise DataSourceError("no bundle root is configured (dataPlane.bundleRoot)")
+        if os.path.isabs(relative):
+            raise DataSourceError(f"{what} {relative!r} must be relative to the bundle root, not absolute")
+        full = os.path.realpath(os.path.join(self.bundle_root, relative))
+        if full != self.bundle_root and not full.startswith(self.bundle_root + os.sep):
+            raise DataSourceError(f"{what} {relative!r} leaves the bundle root")
+        return full
+
+    async def aclose(self) -> None:
+        for src in list(self._sources.values()) + [self.files]:
+            try:
+                await src.aclose()
+            except Exception:  # noqa: BLE001 - closing at shutdown must go on
+                pass
+
+    close = aclose

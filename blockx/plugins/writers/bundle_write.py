@@ -1,0 +1,125 @@
+"""bundleWrite: a task's outputs as one Parquet file, `<dir>/<taskId>.parquet`.
+
+    {"dir": "out/2026-11"}
+
+`dir` is relative to the Worker's bundle root (dataPlane.bundleRoot); a path that
+leaves it is refused. Each output is a JSON object (or an array of objects) whose
+fields are columns; a field a row lacks is null; DuckDB infers the column types
+(nested objects become structs). The file is written under a temporary name,
+synced, and renamed over the task's previous file, so a reader never sees half a
+file and a retried task replaces its own output. A task without outputs removes
+its previous file and writes none. Details: {"rows": n, "path": "out/.../id.parquet"}."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import quote as url_quote
+
+import duckdb
+import orjson
+
+from blockx.plugins.data.errors import DataSourceError
+from blockx.plugins.data.idents import quote
+from blockx.plugins.writer_api import PluginResult, parse_config
+from blockx.plugins.writers.table_rows import BadRows, iter_rows
+
+NAME = "bundleWrite"
+_KEYS = ("dir",)
+
+
+def file_name(task_id: str) -> str:
+    safe = url_quote(task_id or "task", safe="-_")
+    return safe + ".parquet"
+
+
+def columns_of(rows: Iterable[tuple[int, dict]]) -> tuple[list[str], list[list[Any]], int]:
+    """Column names in first-seen order, their column-major values (null where a
+    row lacks the field) and the row count, decoded one row at a time."""
+    cols: dict[str, list[Any]] = {}
+    n = 0
+    for _i, row in rows:
+        for k, v in row.items():
+            col = cols.get(k)
+            if col is None:
+                col = cols[k] = [None] * n
+            col.append(v)
+        n += 1
+        for col in cols.values():
+            if len(col) < n:
+                col.append(None)
+    return list(cols), list(cols.values()), n
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class BundleWritePlugin:
+    name = NAME
+    NEEDS_DATA = True
+
+    def __init__(self, data: Any):
+        self.data = data
+
+    async def execute(self, config: bytes, outputs: list[bytes], ctx: Any = None) -> PluginResult:
+        try:
+            cfg = parse_config(NAME, config)
+            extra = sorted(k for k in cfg if k not in _KEYS)
+            if extra:
+                raise ValueError(f"unknown config key(s) {', '.join(map(repr, extra))} (allowed: dir)")
+            directory = self.data.bundle_path(cfg.get("dir"), "dir")
+        except (ValueError, DataSourceError) as exc:
+            return PluginResult(NAME, False, f"{NAME}: {exc}")
+        task_id = getattr(ctx, "task_id", "") or "task"
+        final = os.path.join(directory, file_name(task_id))
+        rel = os.path.relpath(final, self.data.bundle_root)
+        try:
+            names, values, n = await asyncio.to_thread(columns_of, iter_rows(outputs))
+        except BadRows as exc:
+            return PluginResult(NAME, False, f"{NAME}: nothing written: {exc}")
+        try:
+            if not n:
+                await asyncio.to_thread(self._remove, final)
+                return PluginResult(NAME, True, "no rows; no file", orjson.dumps({"rows": 0, "path": None}))
+            await asyncio.to_thread(self._write, directory, final, names, values)
+        except (duckdb.Error, OSError) as exc:
+            return PluginResult(NAME, False, f"{NAME}: nothing written: {' '.join(str(exc).split())}")
+        return PluginResult(NAME, True, f"{n} rows written to {rel}", orjson.dumps({"rows": n, "path": rel}))
+
+    @staticmethod
+    def _remove(final: str) -> None:
+        try:
+            os.unlink(final)
+        except FileNotFoundError:
+            pass
+
+    def _write(self, directory: str, final: str, names: list[str], values: list[list[Any]]) -> None:
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{os.path.basename(final)}.{secrets.token_hex(6)}.tmp")
+        table = quote("__blockx_bundle_" + secrets.token_hex(6))
+        cur = self.data.files.cursor()
+        try:
+            sel = ", ".join(f"UNNEST(${i + 1}) AS {quote(n)}" for i, n in enumerate(names))
+            cur.execute(f"CREATE TEMP TABLE {table} AS SELECT {sel}", values)
+            path = tmp.replace("'", "''")
+            cur.execute(f"COPY {table} TO '{path}' (FORMAT PARQUET)")
+            cur.execute(f"DROP TABLE {table}")
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, final)
+            _fsync_dir(directory)
+        finally:
+            cur.close()
+            if os.path.exists(tmp):
+                os.unlink(tmp)

@@ -1,0 +1,61 @@
+"""bundleWrite: one Parquet file per task, atomically replaced."""
+
+from __future__ import annotations
+
+import os
+
+import duckdb
+import orjson
+import pytest
+
+from blockx.plugins.data.plane import DataPlane
+from blockx.plugins.writer_api import PluginContext
+from blockx.plugins.writers.bundle_write import BundleWritePlugin
+
+
+@pytest.fixture
+async def plane(tmp_path):
+    p = DataPlane({}, bundle_root=str(tmp_path))
+    yield p
+    await p.aclose()
+
+
+def read(path):
+    return duckdb.connect().execute(f"SELECT * FROM read_parquet('{path}')").fetchall()
+
+
+async def test_writes_one_file_per_task_and_replaces_it(plane, tmp_path):
+    w = BundleWritePlugin(plane)
+    ctx = PluginContext(task_id="task-1")
+    outs = [orjson.dumps({"id": 1, "x": 1.5}), orjson.dumps([{"id": 2}, {"id": 3, "x": 2, "s": "a"}])]
+    r = await w.execute(b'{"dir": "out/day"}', outs, ctx)
+    assert r.ok, r.message
+    assert orjson.loads(r.details) == {"rows": 3, "path": "out/day/task-1.parquet"}
+    path = tmp_path / "out" / "day" / "task-1.parquet"
+    assert read(path) == [(1, 1.5, None), (2, None, None), (3, 2.0, "a")]
+    r = await w.execute(b'{"dir": "out/day"}', [orjson.dumps({"id": 9})], ctx)
+    assert r.ok
+    assert read(path) == [(9,)]
+    assert sorted(os.listdir(path.parent)) == ["task-1.parquet"]      # no temporary left
+    r = await w.execute(b'{"dir": "out/day"}', [], ctx)
+    assert r.ok and not path.exists()
+
+
+@pytest.mark.parametrize("conf,outs,needle", [
+    (b'{"dir": "../x"}', [b'{"a":1}'], "leaves the bundle root"),
+    (b'{"dir": "/tmp"}', [b'{"a":1}'], "must be relative"),
+    (b'{}', [b'{"a":1}'], "dir must be a non-empty string"),
+    (b'{"dir": "o", "target": "main"}', [b'{"a":1}'], "unknown config key(s) 'target'"),
+    (b'{"dir": "o"}', [b'[1, 2]'], "output 0 item 0 is number"),
+    (b'{"dir": "o"}', [b'{"a": 1}', b'{"a": "x"}', b'{"a": [1]}'], "nothing written"),
+])
+async def test_failures_write_nothing(plane, tmp_path, conf, outs, needle):
+    r = await BundleWritePlugin(plane).execute(conf, outs, PluginContext(task_id="t"))
+    assert not r.ok and needle in r.message, r.message
+    assert not (tmp_path / "o" / "t.parquet").exists()
+
+
+async def test_task_ids_cannot_leave_the_directory(plane, tmp_path):
+    r = await BundleWritePlugin(plane).execute(b'{"dir": "o"}', [b'{"a": 1}'], PluginContext(task_id="../../evil"))
+    assert r.ok, r.message
+    assert os.listdir(tmp_path / "o") == ["..%2F..%2Fevil.parquet"]

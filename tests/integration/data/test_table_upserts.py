@@ -1,0 +1,104 @@
+"""tableUpserts against both databases: one transaction, ON CONFLICT upserts,
+nothing written when any row is bad."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from blockx.plugins.writers.table_upserts import TableUpsertsPlugin
+
+
+def cfg(table, **kw) -> bytes:
+    return orjson.dumps({"target": "main", "table": table, "key": ["id"], **kw})
+
+
+def out(*values) -> list[bytes]:
+    return [orjson.dumps(v) for v in values]
+
+
+async def make(db, table):
+    await db.exec(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, name TEXT, score DOUBLE PRECISION, "
+                  f"ok BOOLEAN, meta {'JSON' if db.kind == 'duckdb' else 'JSONB'}, day DATE)")
+
+
+async def test_rows_are_upserted_and_a_retry_leaves_one_row_per_key(db, table):
+    await make(db, table)
+    w = TableUpsertsPlugin(db.plane)
+    outputs = out({"id": 1, "name": "a", "score": 1}, [{"id": 2, "name": "b", "ok": True},
+                                                     {"id": 3, "meta": {"k": [1]}, "day": "2026-11-30"}])
+    r = await w.execute(cfg(table), outputs)
+    assert r.ok, r.message
+    assert orjson.loads(r.details) == {"rows": 3, "target": "main", "table": table}
+    r = await w.execute(cfg(table), outputs)                # the retried task
+    assert r.ok, r.message
+    rows = await db.rows(f"SELECT id, name, score, ok, day::TEXT FROM {table} ORDER BY id")
+    assert rows == [(1, "a", 1.0, None, None), (2, "b", None, True, None), (3, None, None, None, "2026-11-30")]
+    # an update touches only the fields the row carries
+    r = await w.execute(cfg(table), out({"id": 1, "score": 2.5}))
+    assert r.ok
+    assert await db.rows(f"SELECT id, name, score FROM {table} WHERE id = 1") == [(1, "a", 2.5)]
+
+
+async def test_the_same_key_twice_in_a_task_merges_in_order(db, table):
+    await make(db, table)
+    w = TableUpsertsPlugin(db.plane)
+    r = await w.execute(cfg(table), out({"id": 7, "name": "x", "score": 1}, {"id": 7, "name": "y"}))
+    assert r.ok, r.message
+    assert await db.rows(f"SELECT id, name, score FROM {table}") == [(7, "y", 1.0)]
+
+
+@pytest.mark.parametrize("bad,needle", [
+    ({"id": 9, "name": 5}, "row 2 (output 2), field 'name': expected a string, got number 5"),
+    ({"id": 9, "colour": "red"}, "row 2 (output 2): unknown column 'colour'"),
+    ({"name": "no key"}, "row 2 (output 2): key field 'id' is missing"),
+    ({"id": None, "name": "z"}, "row 2 (output 2): key field 'id' is null"),
+    ({"id": "9"}, "field 'id': expected an integer, got string"),
+    ({"id": 9, "ok": 1}, "field 'ok': expected a boolean"),
+    (42, "output 2 is number, expected a JSON object"),
+    ([{"id": 9}, "x"], "output 2 item 1 is string"),
+])
+async def test_a_bad_row_writes_nothing(db, table, bad, needle):
+    await make(db, table)
+    w = TableUpsertsPlugin(db.plane)
+    r = await w.execute(cfg(table), out({"id": 1, "name": "a"}, {"id": 2, "name": "b"}, bad))
+    assert not r.ok
+    assert needle in r.message and "nothing written" in r.message, r.message
+    assert await db.rows(f"SELECT count(*) FROM {table}") == [(0,)]
+
+
+async def test_a_database_error_rolls_back_the_whole_task(db, table):
+    await make(db, table)
+    w = TableUpsertsPlugin(db.plane)
+    # A date the database rejects: checked by the database, after other rows went in.
+    r = await w.execute(cfg(table), out({"id": 1, "name": "a"}, {"id": 2, "day": "not a date"}))
+    assert not r.ok and "nothing written" in r.message
+    assert await db.rows(f"SELECT count(*) FROM {table}") == [(0,)]
+
+
+async def test_create_table_from_the_first_row(db, table):
+    w = TableUpsertsPlugin(db.plane)
+    r = await w.execute(cfg(table), out({"id": 1, "v": 1.5}))
+    assert not r.ok and "does not exist" in r.message and "createTable" in r.message
+    r = await w.execute(cfg(table, createTable=True), out({"id": 1, "v": 1.5, "s": "a"}, {"id": 2, "v": 2}))
+    assert r.ok, r.message
+    r = await w.execute(cfg(table, createTable=True), out({"id": 2, "v": 3}))
+    assert r.ok, r.message
+    assert await db.rows(f"SELECT id, v, s FROM {table} ORDER BY id") == [(1, 1.5, "a"), (2, 3.0, None)]
+
+
+@pytest.mark.parametrize("conf,needle", [
+    ({"target": "nope", "table": "t", "key": ["id"]}, "unknown data source 'nope' (configured: main)"),
+    ({"target": "main", "table": "t; DROP TABLE x", "key": ["id"]}, "not a plain SQL identifier"),
+    ({"target": "main", "table": "t", "key": []}, "key must be"),
+    ({"target": "main", "table": "t", "key": ["id"], "dsn": "x"}, "unknown config key(s) 'dsn'"),
+])
+async def test_bad_configs_fail_with_a_clear_message(db, conf, needle):
+    r = await TableUpsertsPlugin(db.plane).execute(orjson.dumps(conf), out({"id": 1}))
+    assert not r.ok and needle in r.message, r.message
+
+
+async def test_no_outputs_write_nothing_and_succeed(db, table):
+    await make(db, table)
+    r = await TableUpsertsPlugin(db.plane).execute(cfg(table), [])
+    assert r.ok and orjson.loads(r.details)["rows"] == 0
