@@ -7,6 +7,7 @@ import pathlib
 import signal
 import socket
 import threading
+import time
 
 import pytest
 
@@ -167,6 +168,9 @@ def test_filling_the_memory_backed_tmp_is_stopped_by_the_memory_limit(sandboxed)
         # The cgroup's OOM killer kills the executor; the call says why, and so do
         # the log and the metrics. The pool starts a new executor.
         failed_with(res, "EXECUTOR_LOST", "killed by its memory limit")
-        assert any("by its memory limit" in line for line in sandboxed.lines)
+        deadline = time.monotonic() + 5    # log lines are written by the worker's log thread
+        while not any("by its memory limit" in line for line in list(sandboxed.lines)):
+            assert time.monotonic() < deadline, "the executor loss was not logged with its reason"
+            time.sleep(0.02)
         assert 'blockx_executor_limit_kills_total{limit="memory"} 1.0' in sandboxed.metrics_text()
     still_serving(sandboxed)
