@@ -11,12 +11,10 @@ converted (protobuf messages to dicts, bytes decoded, sets to lists, anything
 else to its repr) and, should encoding still fail, a minimal line with the
 error is written instead of raising.
 
-With ``threaded=True`` (the Worker's setting) a record is only queued on the
-calling thread; a writer thread formats queued records and writes them in
-batches, one flush per batch. The event loop thus pays about a microsecond per
-line instead of formatting and a write syscall (the per-task ``task_finished``
-line cost ~30 us on the loop). ``close()`` (and interpreter exit) writes what is
-still queued.
+With ``batched=True`` (the Worker's setting) the lines logged during one
+iteration of the event loop go out in one write and one flush (a task's
+``task_finished`` line no longer costs a write syscall of its own); lines from
+other threads are written at once, and ``flush()`` / exit write what is pending.
 
 `RateLimiter` keeps a failure that repeats every 200 ms (etcd down, an executor
 flapping) from flooding the log: the first occurrence is logged at once, then at
@@ -25,10 +23,9 @@ most one line per interval carrying how many were suppressed meanwhile.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import queue
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from typing import IO, Any
@@ -188,56 +185,53 @@ class _SafeStreamHandler(logging.StreamHandler):
         pass
 
 
-class _ThreadedStreamHandler(logging.Handler):
-    """Queues records; a daemon thread formats and writes them in batches."""
-    BATCH = 256
-    _STOP = object()
+class _LoopBatchedStreamHandler(_SafeStreamHandler):
+    """Lines logged on a thread running an asyncio loop are written together,
+    one write and one flush per loop iteration; lines from other threads (or with
+    no loop) are written at once."""
 
     def __init__(self, stream: IO[str]) -> None:
-        super().__init__()
-        self.stream = stream
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._write_loop, name="blockx-log-writer", daemon=True)
-        self._thread.start()
+        super().__init__(stream)
+        self._pending: list[str] = []
+        self._scheduled = False
 
     def emit(self, record: logging.LogRecord) -> None:
-        self._queue.put(record)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None or loop.is_closed():
+            super().emit(record)
+            return
+        try:
+            line = self.format(record)
+        except Exception:  # noqa: BLE001 - never raise out of logging
+            self.handleError(record)
+            return
+        self._pending.append(line)
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._write_pending)
 
-    def _write_loop(self) -> None:
-        q = self._queue
-        while True:
-            item = q.get()
-            lines = []
-            stop = False
-            while True:
-                if item is self._STOP:
-                    stop = True
-                    break
-                lines.append(self.format(item))
-                if len(lines) >= self.BATCH:
-                    break
-                try:
-                    item = q.get_nowait()
-                except queue.Empty:
-                    break
-            if lines:
-                try:
-                    self.stream.write("\n".join(lines) + "\n")
-                    self.stream.flush()
-                except Exception:  # noqa: BLE001 - a closed or broken stderr must not kill the writer
-                    pass
-            if stop:
-                return
+    def _write_pending(self) -> None:
+        self._scheduled = False
+        lines, self._pending = self._pending, []
+        if not lines:
+            return
+        with self.lock:
+            try:
+                self.stream.write("\n".join(lines) + "\n")
+                self.stream.flush()
+            except Exception:  # noqa: BLE001 - a closed or broken stderr must not raise here
+                pass
 
-    def close(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(self._STOP)
-            self._thread.join(5)
-        super().close()
+    def flush(self) -> None:
+        self._write_pending()
+        super().flush()
 
 
 def setup_logging(level: str | int = "info", *, stream: IO[str] | None = None,
-                  static_fields: Mapping[str, Any] | None = None, threaded: bool = False) -> logging.Handler:
+                  static_fields: Mapping[str, Any] | None = None, batched: bool = False) -> logging.Handler:
     """Route the root logger to JSON lines on `stream` (stderr by default).
 
     Idempotent: a second call replaces the handler the first installed, so tests
@@ -250,7 +244,7 @@ def setup_logging(level: str | int = "info", *, stream: IO[str] | None = None,
             root.removeHandler(h)
             h.close()
     out = stream if stream is not None else sys.stderr
-    handler = _ThreadedStreamHandler(out) if threaded else _SafeStreamHandler(out)
+    handler = _LoopBatchedStreamHandler(out) if batched else _SafeStreamHandler(out)
     setattr(handler, _HANDLER_MARK, True)
     handler.setFormatter(JsonFormatter(static_fields))
     root.addHandler(handler)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import re
@@ -183,16 +184,40 @@ def test_rate_limiter_counts_suppressed():
     assert rl.check("etcd") == 0
 
 
-def test_threaded_handler_writes_every_line_in_order_and_close_drains_it():
-    stream = io.StringIO()
-    handler = setup_logging("info", stream=stream, threaded=True)
-    log = logging.getLogger("blockx.test.threaded")
+class CountingStream(io.StringIO):
+    def __init__(self):
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text):
+        self.writes += 1
+        return super().write(text)
+
+
+async def test_batched_handler_writes_a_loop_iteration_in_one_write_in_order():
+    stream = CountingStream()
+    handler = setup_logging("info", stream=stream, batched=True)
+    log = logging.getLogger("blockx.test.batched")
     try:
-        for i in range(1000):
+        for i in range(100):
             log_event(log, "n", i=i)
+        assert stream.getvalue() == "", "written before the loop iteration ended"
+        await asyncio.sleep(0)
+        assert stream.writes == 1
+        lines = [orjson.loads(x) for x in stream.getvalue().splitlines()]
+        assert [x["i"] for x in lines] == list(range(100))
+        log_event(log, "n", i=100)
+        handler.flush()                               # exit / shutdown: nothing pending is lost
+        assert orjson.loads(stream.getvalue().splitlines()[-1])["i"] == 100
     finally:
-        handler.close()
         logging.getLogger().removeHandler(handler)
-    lines = [orjson.loads(x) for x in stream.getvalue().splitlines()]
-    assert [x["i"] for x in lines] == list(range(1000))
-    assert all(x["event"] == "n" and x["logger"] == "blockx.test.threaded" for x in lines)
+
+
+def test_batched_handler_writes_at_once_without_a_loop():
+    stream = io.StringIO()
+    handler = setup_logging("info", stream=stream, batched=True)
+    try:
+        log_event(logging.getLogger("blockx.test.batched"), "n", i=1)
+        assert orjson.loads(stream.getvalue())["i"] == 1
+    finally:
+        logging.getLogger().removeHandler(handler)
