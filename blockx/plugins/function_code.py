@@ -18,7 +18,9 @@ Theory of operation:
 - Retention: a snapshot stays while current, for `snapshot_retention_ms` after it
   stops being current, and for as long as a FunctionView of it is alive (views are
   tracked weakly, so a task runtime that is dropped unpins without ceremony;
-  `release()` unpins early). Pinning a purged epoch is an error.
+  `release()` unpins early). Pinning a purged epoch is an error. The snapshots
+  themselves live in a SnapshotStore (function_snapshots.py), shared with the
+  etcd source.
 - A file that cannot be read or is not UTF-8 is left out of the snapshot, with a
   logged reason; calls to it fail with FUNCTION_NOT_FOUND rather than shipping a
   source the executor cannot compile. If the directory itself disappears the last
@@ -26,97 +28,18 @@ Theory of operation:
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import weakref
-from collections.abc import Mapping
+
+from blockx.plugins.function_code_view import (  # noqa: F401 - the names this module has always offered
+    DEFAULT_MAX_SOURCE_BYTES, ENTRY_SELECTOR, FunctionCodeError, FunctionNotFound, FunctionView,
+    SnapshotUnavailable,
+)
+from blockx.plugins.function_snapshots import SnapshotStore
 
 logger = logging.getLogger("blockx.plugins.function_code")
 
-ENTRY_SELECTOR = "main"
 DEFAULT_RESCAN_INTERVAL_MS = 100
-DEFAULT_MAX_SOURCE_BYTES = 8 * 1024 * 1024  # the frame limit is 16 MiB; leave room for JSON escaping
-
-
-class FunctionCodeError(Exception):
-    """Function code is unavailable; maps to FUNCTION_NOT_FOUND / ACTIVATION_FAILED."""
-
-    error_kind = "FUNCTION_NOT_FOUND"
-    retryable = False
-
-
-class FunctionNotFound(FunctionCodeError, LookupError):
-    pass
-
-
-class SnapshotUnavailable(FunctionCodeError, LookupError):
-    """The epoch was purged (or never existed): the task cannot be activated."""
-
-
-class _Snapshot:
-    __slots__ = ("epoch", "digests", "digest_set", "superseded_at_ms", "views")
-
-    def __init__(self, epoch: int, digests: dict[str, str]):
-        self.epoch = epoch
-        self.digests = digests
-        self.digest_set = frozenset(digests.values())
-        self.superseded_at_ms: int | None = None
-        self.views: weakref.WeakSet[FunctionView] = weakref.WeakSet()
-
-
-class FunctionView:
-    """One task's pinned snapshot: function id -> (digest, entry selector)."""
-
-    __slots__ = ("epoch", "_digests", "_digest_set", "_owner", "_snap", "__weakref__")
-
-    def __init__(self, owner: FunctionCodeDirectory, snap: _Snapshot):
-        self.epoch = snap.epoch
-        self._digests = snap.digests
-        self._digest_set = snap.digest_set
-        self._owner = owner
-        self._snap: _Snapshot | None = snap
-        snap.views.add(self)
-
-    def resolve(self, function_id: str) -> tuple[str, str]:
-        digest = self._digests.get(function_id)
-        if digest is None:
-            raise FunctionNotFound(self._not_found(function_id))
-        return digest, ENTRY_SELECTOR
-
-    def digest_of(self, function_id: str) -> str | None:
-        return self._digests.get(function_id)
-
-    def function_ids(self) -> list[str]:
-        return sorted(self._digests)
-
-    @property
-    def digests(self) -> Mapping[str, str]:
-        return self._digests
-
-    def source_for(self, digest: str) -> str:
-        # Only code of this task's own snapshot is served to its calls.
-        if digest not in self._digest_set:
-            raise FunctionNotFound(f"function code {digest[:16]}... is not part of code epoch {self.epoch}")
-        return self._owner.source_for(digest)
-
-    def release(self) -> None:
-        snap = self._snap
-        if snap is not None:
-            snap.views.discard(self)
-            self._snap = None
-
-    def __enter__(self) -> FunctionView:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-    def _not_found(self, function_id: str) -> str:
-        known = sorted(self._digests)
-        listing = ", ".join(known[:10]) + (f", ... ({len(known)} in all)" if len(known) > 10 else "")
-        return (f"function {function_id!r} not found in code epoch {self.epoch} "
-                f"(functions dir {self._owner.path!r}; known: {listing or 'none'})")
 
 
 class FunctionCodeDirectory:
@@ -125,9 +48,9 @@ class FunctionCodeDirectory:
     def __init__(self, path: str, snapshot_retention_ms: int, *, now_ms: int = 0,
                  rescan_interval_ms: int = DEFAULT_RESCAN_INTERVAL_MS,
                  max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES):
-        if snapshot_retention_ms < 0:
-            raise ValueError("snapshot_retention_ms must be >= 0")
+        self._store = SnapshotStore(snapshot_retention_ms)
         self.path = os.path.abspath(path)
+        self.where = f"functions dir {self.path!r}"     # named in FunctionView's not-found messages
         if not os.path.isdir(self.path):
             raise FunctionCodeError(f"functions directory {path!r} does not exist or is not a directory")
         self.snapshot_retention_ms = snapshot_retention_ms
@@ -135,50 +58,42 @@ class FunctionCodeDirectory:
         self.max_source_bytes = max_source_bytes
         # fid -> (stat signature, digest or None when unusable)
         self._files: dict[str, tuple[tuple[int, int, int, int], str | None]] = {}
-        self._sources: dict[str, str] = {}  # digest -> source
-        self._source_refs: dict[str, int] = {}  # digest -> number of retained snapshots holding it
-        self._snapshots: dict[int, _Snapshot] = {}
-        self._epoch = 0
         self._next_scan_ms = 0
         self._dir_missing_logged = False
         self._rescan(now_ms)
-        if self._epoch == 0:  # an empty directory is still epoch 1
+        if self._store.epoch == 0:  # an empty directory is still epoch 1
             self._install({}, now_ms)
 
     # --- public API ----------------------------------------------------------
 
+    @property
+    def _epoch(self) -> int:
+        return self._store.epoch
+
     def current_epoch(self, now_ms: int) -> int:
         if now_ms >= self._next_scan_ms:
             self._rescan(now_ms)
-        self._purge(now_ms)
-        return self._epoch
+        self._store.purge(now_ms, self._live())
+        return self._store.epoch
 
     def pin(self, epoch: int, now_ms: int) -> FunctionView:
-        self._purge(now_ms)
-        snap = self._snapshots.get(epoch)
-        if snap is None:
-            if 0 < epoch < self._epoch:
-                raise SnapshotUnavailable(
-                    f"function code epoch {epoch} was purged (retention {self.snapshot_retention_ms} ms "
-                    f"after it stopped being current); the current epoch is {self._epoch}")
-            raise SnapshotUnavailable(f"function code epoch {epoch} does not exist "
-                                      f"(current epoch is {self._epoch})")
-        return FunctionView(self, snap)
+        return self._store.pin(self, epoch, now_ms, self._live())
 
     def source_for(self, digest: str) -> str:
-        src = self._sources.get(digest)
-        if src is None:
-            raise FunctionNotFound(f"no function source with digest {digest!r} is retained")
-        return src
+        return self._store.source_for(digest)
 
     def refresh(self, now_ms: int) -> int:
         """Rescan now regardless of the interval; returns the current epoch."""
         self._rescan(now_ms)
-        self._purge(now_ms)
-        return self._epoch
+        self._store.purge(now_ms, self._live())
+        return self._store.epoch
 
     def retained_epochs(self) -> list[int]:
-        return sorted(self._snapshots)
+        return self._store.retained_epochs()
+
+    def _live(self) -> set[str]:
+        """The digests of the files as they are now: their sources always stay."""
+        return {d for _sig, d in self._files.values() if d is not None}
 
     # --- scanning --------------------------------------------------------------
 
@@ -217,8 +132,7 @@ class FunctionCodeDirectory:
             return
         self._files = seen
         digests = {fid: d for fid, (_sig, d) in seen.items() if d is not None}
-        current = self._snapshots.get(self._epoch)
-        if current is None or current.digests != digests:
+        if self._store.current_digests() != digests:
             self._install(digests, now_ms)
 
     def _load(self, path: str, size: int) -> str | None:
@@ -232,51 +146,8 @@ class FunctionCodeDirectory:
         except OSError as exc:
             logger.warning("function source %s cannot be read (%s); skipped", path, exc)
             return None
-        if len(raw) > self.max_source_bytes:
-            logger.warning("function source %s grew above the %d-byte limit; skipped", path, self.max_source_bytes)
-            return None
-        try:
-            source = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            logger.warning("function source %s is not UTF-8 (%s); skipped", path, exc)
-            return None
-        digest = hashlib.sha256(raw).hexdigest()
-        self._sources.setdefault(digest, source)
-        return digest
+        return self._store.remember(path, raw, self.max_source_bytes)
 
     def _install(self, digests: dict[str, str], now_ms: int) -> None:
-        old = self._snapshots.get(self._epoch)
-        if old is not None:
-            old.superseded_at_ms = now_ms
-        self._epoch += 1
-        self._snapshots[self._epoch] = _Snapshot(self._epoch, digests)
-        for d in set(digests.values()):
-            self._source_refs[d] = self._source_refs.get(d, 0) + 1
-        self._drop_unreferenced_sources()
-        logger.info("function code epoch %d: %d function(s) in %s", self._epoch, len(digests), self.path)
-
-    def _purge(self, now_ms: int) -> None:
-        if len(self._snapshots) <= 1:
-            return
-        retention = self.snapshot_retention_ms
-        doomed = [s for s in self._snapshots.values()
-                  if s.superseded_at_ms is not None and now_ms - s.superseded_at_ms >= retention
-                  and len(s.views) == 0]
-        if not doomed:
-            return
-        for s in doomed:
-            del self._snapshots[s.epoch]
-            for d in set(s.digests.values()):
-                n = self._source_refs.get(d, 0) - 1
-                if n <= 0:
-                    self._source_refs.pop(d, None)
-                else:
-                    self._source_refs[d] = n
-        self._drop_unreferenced_sources()
-
-    def _drop_unreferenced_sources(self) -> None:
-        # Sources read for files that never made it into a retained snapshot (or whose
-        # snapshots were all purged) are dropped; the current files' sources always stay.
-        live = {d for _sig, d in self._files.values() if d is not None}
-        for d in [d for d in self._sources if d not in self._source_refs and d not in live]:
-            del self._sources[d]
+        self._store.install(self._store.epoch + 1, digests, now_ms, self._live())
+        logger.info("function code epoch %d: %d function(s) in %s", self._store.epoch, len(digests), self.path)

@@ -25,14 +25,13 @@ etcd); `start` / `stop` run the PrefixWatch that feeds them on the Worker's loop
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import time
 from collections.abc import Callable, Iterable
 
-from blockx.plugins.function_code import (DEFAULT_MAX_SOURCE_BYTES, FunctionNotFound, FunctionView,
-                                          SnapshotUnavailable, _Snapshot)
+from blockx.plugins.function_code_view import DEFAULT_MAX_SOURCE_BYTES, FunctionView
+from blockx.plugins.function_snapshots import SnapshotStore
 
 logger = logging.getLogger("blockx.plugins.function_code")
 
@@ -55,53 +54,41 @@ class FunctionCodeEtcd:
     def __init__(self, endpoints: str | Iterable[str] | None, prefix: str, snapshot_retention_ms: int, *,
                  now_ms: int = 0, max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES,
                  clock_ms: Callable[[], int] = _wall_ms) -> None:
-        if snapshot_retention_ms < 0:
-            raise ValueError("snapshot_retention_ms must be >= 0")
         if not prefix.endswith("/"):
             raise ValueError(f"functions prefix {prefix!r} must end with '/'")
+        self._store = SnapshotStore(snapshot_retention_ms)
         self.endpoints = endpoints
         self.prefix = prefix
-        self.path = f"etcd {prefix}"        # named in FunctionView's not-found messages
+        self.where = f"etcd {prefix}"        # named in FunctionView's not-found messages
         self.snapshot_retention_ms = snapshot_retention_ms
         self.max_source_bytes = max_source_bytes
         self._clock_ms = clock_ms
         self._values: dict[str, str | None] = {}    # fid -> digest (None: unusable value)
-        self._sources: dict[str, str] = {}          # digest -> source
-        self._source_refs: dict[str, int] = {}
-        self._snapshots: dict[int, _Snapshot] = {}
-        self._epoch = 0
-        self._snapshots[0] = _Snapshot(0, {})
+        self._store.install(0, {}, now_ms, set())   # epoch 0, empty, until etcd first answers
         self._watch = None
 
     # ---- the Function Code View surface (as FunctionCodeDirectory) --------------------
 
+    @property
+    def _epoch(self) -> int:
+        return self._store.epoch
+
     def current_epoch(self, now_ms: int) -> int:
-        self._purge(now_ms)
-        return self._epoch
+        self._store.purge(now_ms, self._live())
+        return self._store.epoch
 
     def pin(self, epoch: int, now_ms: int) -> FunctionView:
-        self._purge(now_ms)
-        snap = self._snapshots.get(epoch)
-        if snap is None:
-            if epoch < self._epoch:
-                raise SnapshotUnavailable(
-                    f"function code epoch {epoch} was purged (retention {self.snapshot_retention_ms} ms "
-                    f"after it stopped being current); the current epoch is {self._epoch}")
-            raise SnapshotUnavailable(f"function code epoch {epoch} does not exist "
-                                      f"(current epoch is {self._epoch})")
-        return FunctionView(self, snap)
-
-    def pin_current(self, now_ms: int) -> FunctionView:
-        return self.pin(self.current_epoch(now_ms), now_ms)
+        return self._store.pin(self, epoch, now_ms, self._live())
 
     def source_for(self, digest: str) -> str:
-        src = self._sources.get(digest)
-        if src is None:
-            raise FunctionNotFound(f"no function source with digest {digest!r} is retained")
-        return src
+        return self._store.source_for(digest)
 
     def retained_epochs(self) -> list[int]:
-        return sorted(self._snapshots)
+        return self._store.retained_epochs()
+
+    def _live(self) -> set[str]:
+        """The digests etcd holds now: their sources always stay."""
+        return {d for d in self._values.values() if d is not None}
 
     # ---- etcd -------------------------------------------------------------------------
 
@@ -167,56 +154,14 @@ class FunctionCodeEtcd:
         return fid
 
     def _load(self, fid: str, raw: bytes) -> str | None:
-        if len(raw) > self.max_source_bytes:
-            logger.warning("function %s is %d bytes, above the %d-byte limit; skipped", fid, len(raw),
-                           self.max_source_bytes)
-            return None
-        try:
-            source = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            logger.warning("function %s is not UTF-8 (%s); skipped", fid, exc)
-            return None
-        digest = hashlib.sha256(raw).hexdigest()
-        self._sources.setdefault(digest, source)
-        return digest
+        return self._store.remember(f"{fid} ({self.prefix}{fid})", raw, self.max_source_bytes)
 
     def _maybe_install(self, revision: int, now_ms: int) -> None:
         digests = {fid: d for fid, d in self._values.items() if d is not None}
-        current = self._snapshots.get(self._epoch)
-        if current is not None and current.digests == digests and self._epoch != 0:
-            self._drop_unreferenced_sources()
+        store = self._store
+        if store.current_digests() == digests:
+            store.drop_unreferenced(self._live())       # same code (or still empty at epoch 0)
             return
-        if current is not None and current.digests == digests and not digests:
-            return                                       # still empty: epoch 0 stays
-        if current is not None:
-            current.superseded_at_ms = now_ms
-        epoch = revision if revision > self._epoch else self._epoch + 1
-        self._epoch = epoch
-        self._snapshots[epoch] = _Snapshot(epoch, digests)
-        for d in set(digests.values()):
-            self._source_refs[d] = self._source_refs.get(d, 0) + 1
-        self._drop_unreferenced_sources()
+        epoch = revision if revision > store.epoch else store.epoch + 1
+        store.install(epoch, digests, now_ms, self._live())
         logger.info("function code epoch %d: %d function(s) from etcd %s", epoch, len(digests), self.prefix)
-
-    def _purge(self, now_ms: int) -> None:
-        if len(self._snapshots) <= 1:
-            return
-        retention = self.snapshot_retention_ms
-        doomed = [s for s in self._snapshots.values()
-                  if s.superseded_at_ms is not None and now_ms - s.superseded_at_ms >= retention
-                  and len(s.views) == 0]
-        for s in doomed:
-            del self._snapshots[s.epoch]
-            for d in set(s.digests.values()):
-                n = self._source_refs.get(d, 0) - 1
-                if n <= 0:
-                    self._source_refs.pop(d, None)
-                else:
-                    self._source_refs[d] = n
-        if doomed:
-            self._drop_unreferenced_sources()
-
-    def _drop_unreferenced_sources(self) -> None:
-        live = {d for d in self._values.values() if d is not None}
-        for d in [d for d in self._sources if d not in self._source_refs and d not in live]:
-            del self._sources[d]
