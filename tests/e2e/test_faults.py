@@ -70,6 +70,9 @@ def test_wedged_executor_is_killed(start_worker):
 
 def test_silent_executor_is_declared_lost_by_heartbeat_timeout(start_worker):
     w = start_worker({"CALL_DEADLINE_MS": "0"})
+    # Ready means one healthy executor: exec-0 must have attached before it is
+    # stopped, or there is no heartbeat of it to miss.
+    _wait_for(lambda: _metric(w, "blockx_executors_healthy") == 2, 20, "both executors to attach")
     pid = None
     for line in w.lines:
         if "executor exec-0 started (pid" in line:
