@@ -35,11 +35,13 @@ Theory of operation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
+from blockx.client.bounded import as_completed_bounded
 from blockx.client.errors import NoSlot, NotFound, SessionBroken, Unavailable
 from blockx.client.outcome import TaskOutcome, TaskUpdate
 from blockx.client.placement import Placement
@@ -183,31 +185,10 @@ class Cluster:
                   timeout_ms: int = 0) -> AsyncIterator[TaskOutcome]:
         """One one-call task per element, ``concurrency`` at once, over the whole fleet;
         yields outcomes as tasks finish."""
-        if concurrency < 1:
-            raise ValueError("concurrency must be >= 1")
-        loop = asyncio.get_running_loop()
-        args_it = iter(args_iterable)
-        running: set[asyncio.Task] = set()
-
-        def refill() -> None:
-            while len(running) < concurrency:
-                try:
-                    args = next(args_it)
-                except StopIteration:
-                    return
-                running.add(loop.create_task(self.submit([(function_id, args)], timeout_ms=timeout_ms)))
-
-        refill()
-        try:
-            while running:
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for t in done:
-                    running.discard(t)
-                    yield t.result()
-                refill()
-        finally:
-            for t in running:
-                t.cancel()
+        run = lambda args: self.submit([(function_id, args)], timeout_ms=timeout_ms)  # noqa: E731
+        async with contextlib.aclosing(as_completed_bounded(args_iterable, run, concurrency)) as outcomes:
+            async for outcome in outcomes:
+                yield outcome
 
     async def watch(self, task_ids: Iterable[str]) -> AsyncIterator[TaskUpdate]:
         """Each task's current state, then every change, until all are terminal. A task

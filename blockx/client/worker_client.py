@@ -11,12 +11,14 @@ a task update to whoever listens to that task (a ``submit(wait=True)`` or a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import grpc
 
+from blockx.client.bounded import as_completed_bounded
 from blockx.client.errors import NoSlot, SessionBroken, Unavailable, error_for
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate, state_name
 from blockx.client.tasks import build_task
@@ -206,11 +208,7 @@ class WorkerClient:
         """One one-call task per element (a list / tuple is the argument list, anything else
         the single argument), ``concurrency`` at once; yields outcomes as tasks finish.
         A NoSlot answer is retried while other tasks of the map free slots."""
-        if concurrency < 1:
-            raise ValueError("concurrency must be >= 1")
         loop = asyncio.get_running_loop()
-        args_it = iter(args_iterable)
-        running: set[asyncio.Task] = set()
 
         async def one(args) -> TaskOutcome:
             deadline = loop.time() + no_slot_retry_s
@@ -224,25 +222,9 @@ class WorkerClient:
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 0.05)
 
-        def refill() -> None:
-            while len(running) < concurrency:
-                try:
-                    args = next(args_it)
-                except StopIteration:
-                    return
-                running.add(loop.create_task(one(args)))
-
-        refill()
-        try:
-            while running:
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for t in done:
-                    running.discard(t)
-                    yield t.result()
-                refill()
-        finally:
-            for t in running:
-                t.cancel()
+        async with contextlib.aclosing(as_completed_bounded(args_iterable, one, concurrency)) as outcomes:
+            async for outcome in outcomes:
+                yield outcome
 
     async def watch(self, task_ids: Iterable[str]) -> AsyncIterator[TaskUpdate]:
         """Each task's current state, then every change, until all are terminal.
