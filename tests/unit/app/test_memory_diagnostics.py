@@ -73,3 +73,18 @@ def test_run_logs_one_structured_line_per_interval(owners, caplog):
     assert len(recs) >= 3
     assert set(recs[0].fields) >= {"rss_bytes", "queued_calls", "retained_results", "code_snapshots",
                                    "executors_rss_bytes", "executors_rss_total_bytes"}
+
+
+def test_the_interval_is_a_config_setting_with_its_default_and_check(tmp_path):
+    from blockx.app.config import ConfigError, load_config
+    from blockx.app.profile import BLOCK
+    cfg = load_config(BLOCK, env={})
+    assert cfg.memory_diagnostics_interval_ms == 60_000
+    assert cfg.to_dict()["memoryDiagnosticsIntervalMs"] == 60_000
+    f = tmp_path / "w.json"
+    f.write_text('{"memoryDiagnosticsIntervalMs": 250}')
+    assert load_config(BLOCK, env={"WORKER_CONFIG": str(f)}).memory_diagnostics_interval_ms == 250
+    f.write_text('{"memoryDiagnosticsIntervalMs": -5}')
+    bad = load_config(BLOCK, env={"WORKER_CONFIG": str(f)})
+    with pytest.raises(ConfigError, match="memoryDiagnosticsIntervalMs"):
+        bad.validate(BLOCK)
