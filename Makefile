@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(VPY) -m pytest
 ARGS    ?=
 
-.PHONY: build serve test test-compiled test-twins etcd bubblewrap postgres bench bench-micro bench-micro-ci clean
+.PHONY: build serve test test-compiled test-twins etcd bubblewrap postgres prometheus bench bench-micro bench-micro-ci clean
 
 build: $(STAMP)
 	$(VPY) setup.py -q build_ext --inplace
@@ -40,7 +40,14 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { echo "PostgreSQL is missing and could not be installed" >&2; exit 1; }
 
-test: build etcd bubblewrap postgres test-compiled test-twins bench-micro-ci
+# ---- issue 15: promtool (Debian's prometheus package) checks and unit-tests
+# deploy/prometheus/alerts.yml and the dashboard's PromQL.
+prometheus:
+	@command -v promtool >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null)
+	@command -v promtool >/dev/null 2>&1 || { echo "promtool is missing and could not be installed (Debian package prometheus)" >&2; exit 1; }
+# ---- end issue 15 ----
+
+test: build etcd bubblewrap postgres prometheus test-compiled test-twins bench-micro-ci
 
 test-compiled:
 	$(PYTEST) -q -p no:cacheprovider tests $(ARGS)

@@ -112,6 +112,16 @@ class Metrics:
         self.outbox_depth_fn: Callable[[], int] | None = None
         self.etcd_state = "idle"
 
+        # ---- executor resources and readiness (issue 15 part 4) ----
+        # executor_usage_fn: ExecutorAdapter.resource_usage, read at scrape time
+        # -> [(executor_id, memory_bytes, cpu_user_ms, cpu_system_ms)]; an executor
+        # that is not attached has no series. worker_ready_fn / worker_draining_fn:
+        # WorkerCore's flags (what the etcd heartbeat publishes).
+        self.executor_usage_fn: Callable[[], Iterable[tuple[str, int, int, int]]] | None = None
+        self.worker_ready_fn: Callable[[], bool] | None = None
+        self.worker_draining_fn: Callable[[], bool] | None = None
+        # ---- end issue 15 part 4 ----
+
         self._phase_hist = Histogram(
             "blockx_task_phase_duration_seconds",
             "Wall time a task spent in each phase (builder, calls, plugin) and in total.",
@@ -271,12 +281,53 @@ class _WorkerCollector(Collector):
                     g.add_metric([], v)
             yield g
 
+        yield from _executor_families(m, describe_only)
+        for name, doc, fn, attr in (
+            ("blockx_worker_ready", "1 once the Worker is ready (an executor became healthy), as published to etcd.",
+             m.worker_ready_fn, "worker_ready_fn"),
+            ("blockx_worker_draining", "1 while the Worker drains (shutdown requested).",
+             m.worker_draining_fn, "worker_draining_fn"),
+        ):
+            g = GaugeMetricFamily(name, doc)
+            if not describe_only:
+                v = _read(fn, False, attr)
+                if v is not None:
+                    g.add_metric([], 1.0 if v else 0.0)
+            yield g
+
         etcd = GaugeMetricFamily("blockx_etcd_registration_state",
                                  "etcd registration state: 1 for the current state, 0 for the others.",
                                  labels=["state"])
         for state in ETCD_STATES:
             etcd.add_metric([state], 1.0 if m.etcd_state == state else 0.0)
         yield etcd
+
+
+# ---- executor resources (issue 15 part 4) ----
+def _executor_families(m: Metrics, describe_only: bool) -> Iterable[Metric]:
+    """blockx_executor_memory_bytes{executor} and
+    blockx_executor_cpu_seconds_total{executor,mode}, from each attached
+    executor's latest Heartbeat (memoryBytes, cpuUserMs, cpuSystemMs).
+
+    The CPU counter is the executor PROCESS's own CPU time (os.times() in the
+    executor), like process_cpu_seconds_total: a restarted executor keeps its id
+    and starts again near 0, which Prometheus reads as a counter reset, so
+    rate() / increase() stay right across restarts. An executor that is lost or
+    removed from the pool has no series until one with its id attaches again."""
+    mem = GaugeMetricFamily("blockx_executor_memory_bytes",
+                            "Executor resident set size (bytes), from its latest heartbeat.", labels=["executor"])
+    cpu = CounterMetricFamily("blockx_executor_cpu_seconds",
+                              "CPU time of the executor process, from its latest heartbeat; "
+                              "resets when the executor restarts.", labels=["executor", "mode"])
+    if not describe_only:
+        usage = _read(m.executor_usage_fn, (), "executor_usage_fn")
+        for eid, mem_bytes, user_ms, system_ms in usage or ():
+            mem.add_metric([str(eid)], mem_bytes)
+            cpu.add_metric([str(eid), "user"], user_ms / 1000.0)
+            cpu.add_metric([str(eid), "system"], system_ms / 1000.0)
+    yield mem
+    yield cpu
+# ---- end issue 15 part 4 ----
 
 
 _reported_failures: set[str] = set()

@@ -207,6 +207,8 @@ class WorkerFullConfig:
     functions_etcd_prefix: str = _f("/blockx/functions/", env="FUNCTIONS_ETCD_PREFIX")
     socket_path: str = _f(default_factory=default_socket_path, env="EXECUTOR_SOCKET_PATH")
     metrics_listen: str = _f("127.0.0.1:9464", env="METRICS_LISTEN", doc="empty disables")
+    # issue 15 part 4: the memory diagnostics log line (the spec names no setting for it)
+    memory_diagnostics_interval_ms: int = _f(60_000, doc="memory_diagnostics log line every N ms; 0 disables")
     shadow_submit_target_addr: str = _f("", env="SHADOW_SUBMIT_TARGET_ADDR")
     shadow_submit_sample_rate: float = _f(0.0, env="SHADOW_SUBMIT_SAMPLE_RATE")
     io_backends: IOBackendsSection = _f(default_factory=IOBackendsSection)

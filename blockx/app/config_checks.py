@@ -57,6 +57,7 @@ APP_RULES = (
     Rule("executor_max_processes", 0, note="0 = no limit"),
     Rule("executor_max_open_files", 0, note="0 = no limit"),
     Rule("shadow_submit_sample_rate", 0, 1, kind=float),
+    Rule("memory_diagnostics_interval_ms", 0, note="0 disables the memory diagnostics log line"),  # issue 15
 )
 IO_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 0, note="0 = phaseIoTimeoutMs"))
 SQL_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 1), Rule("max_rows", 1))

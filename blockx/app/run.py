@@ -36,6 +36,7 @@ from blockx.adapters.orchestrator import Orchestrator, wall_ms
 from blockx.adapters.shadow import ShadowForwarder
 from blockx.adapters.tls import ServerTLS, ServerTLSFiles
 from blockx.app.logs import log_event, setup_logging
+from blockx.app.memory_diagnostics import MemoryDiagnostics
 from blockx.client.tls import ClientTLS
 from blockx.core.dispatcher import DispatcherCore
 from blockx.core.worker import WorkerCore
@@ -206,6 +207,12 @@ class Worker:
             audit=self._audit_gate(metrics))
         metrics.executors_healthy_fn = self.adapter.healthy_count   # live at scrape time
         metrics.outbox_depth_fn = self.adapter.max_outbox_backlog
+        # issue 15 part 4: executors' RSS / CPU and the readiness flags, read at scrape time
+        metrics.executor_usage_fn = self.adapter.resource_usage
+        metrics.worker_ready_fn = lambda: core.ready
+        metrics.worker_draining_fn = lambda: core.draining
+        self.memory_diagnostics = MemoryDiagnostics(core=core, disp=disp, fcode=fcode, adapter=self.adapter,
+                                                    interval_ms=cfg.memory_diagnostics_interval_ms)
         self.tls = server_tls(cfg)
         server, self.health, port = build_server(
             self.orch, listen_addr=cfg.grpc_listen_addr(), keepalive_time_ms=cfg.grpc_keepalive_time_ms,
@@ -224,6 +231,7 @@ class Worker:
         await self.adapter.start()
         await self.pool.start()
         ticker = loop.create_task(self._ticker())
+        memdiag = loop.create_task(self.memory_diagnostics.run())   # issue 15 part 4
         await server.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
@@ -262,6 +270,7 @@ class Worker:
         if isinstance(fcode, FunctionCodeEtcd):
             await fcode.stop()
         ticker.cancel()
+        memdiag.cancel()
         await self.pool.stop()
         await self.adapter.close()
         await self.orch.close()

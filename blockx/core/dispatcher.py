@@ -450,5 +450,11 @@ class DispatcherCore:
         return len(self._calls)
 
     @property
+    def queued_call_count(self) -> int:
+        """Roots READY and waiting for an executor, across tasks (memory
+        diagnostics; O(tasks), never on the hot path)."""
+        return sum(len(t.ready) for t in self._tasks.by_id.values())
+
+    @property
     def task_count(self) -> int:
         return len(self._tasks)

@@ -167,6 +167,10 @@ class WorkerCore:
         """Submitted, non-terminal tasks (pending activation or running)."""
         return len(self._tasks.active)
 
+    def retained_result_count(self) -> int:
+        """Terminal results still retained (for the memory diagnostics log line)."""
+        return self._tasks.retained_result_count()
+
     def free_capacity(self) -> int:
         return self._slots.free_capacity
 

@@ -98,6 +98,10 @@ class TaskTable:
                 purged.append(task_id)
         return purged
 
+    def retained_result_count(self) -> int:
+        """Terminal results kept for the retention window (memory diagnostics; O(ids))."""
+        return sum(1 for e in self._index.values() if e.result is not None)
+
     def next_purge(self) -> int | None:
         """The instant of the next purge that forgets something, or None."""
         q, index = self._retention, self._index

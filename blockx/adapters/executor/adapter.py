@@ -340,6 +340,24 @@ class ExecutorAdapter:
     def executor_ids(self) -> list[str]:
         return sorted(self._conns)
 
+    # ---- resource usage for /metrics and the memory diagnostics (issue 15) ----
+    def resource_usage(self) -> list[tuple[str, int, int, int]]:
+        """(executor_id, memoryBytes, cpuUserMs, cpuSystemMs) of every attached
+        executor, as its latest Heartbeat reported them: the connections own these
+        values, nobody keeps a copy. Called from the metrics HTTP thread too:
+        list(dict.values()) is one C-level copy under the GIL, retried should the
+        loop insert an executor mid-copy; a lost executor is simply absent."""
+        for _ in range(3):
+            try:
+                conns = list(self._conns.values())
+                break
+            except RuntimeError:
+                continue
+        else:
+            return []
+        return sorted((c.executor_id, c.memory_bytes, c.cpu_user_ms, c.cpu_system_ms)
+                      for c in conns if not c.closed)
+
     def healthy_count(self) -> int:
         return len(self._conns)
 

@@ -230,3 +230,49 @@ def test_parse_listen_addr(addr, want):
 def test_parse_listen_addr_rejects(bad):
     with pytest.raises(ValueError, match="metrics address"):
         parse_listen_addr(bad)
+
+
+# ---- executor resources and readiness (issue 15 part 4) ----
+
+def test_executor_memory_and_cpu_families_with_labels():
+    m = Metrics(process_metrics=False)
+    fams = families(m)
+    assert fams["blockx_executor_memory_bytes"] == "gauge"
+    assert fams["blockx_executor_cpu_seconds"] == "counter"
+    assert not [k for k in samples(m) if k[0].startswith("blockx_executor_memory")]  # no executor, no series
+    usage = [("exec-0", 50_000_000, 1_500, 250), ("exec-1", 70_000_000, 20, 5)]
+    m.executor_usage_fn = lambda: usage
+    s = samples(m)
+    assert s[("blockx_executor_memory_bytes", (("executor", "exec-0"),))] == 50_000_000
+    assert s[("blockx_executor_memory_bytes", (("executor", "exec-1"),))] == 70_000_000
+    assert s[("blockx_executor_cpu_seconds_total", (("executor", "exec-0"), ("mode", "user")))] == 1.5
+    assert s[("blockx_executor_cpu_seconds_total", (("executor", "exec-0"), ("mode", "system")))] == 0.25
+    assert s[("blockx_executor_cpu_seconds_total", (("executor", "exec-1"), ("mode", "user")))] == 0.02
+    assert s[("blockx_executor_cpu_seconds_total", (("executor", "exec-1"), ("mode", "system")))] == 0.005
+    # exec-1 is removed (or lost): its series disappear at the next scrape.
+    usage[:] = usage[:1]
+    s = samples(m)
+    assert not [k for k in s if dict(k[1]).get("executor") == "exec-1"]
+    assert s[("blockx_executor_memory_bytes", (("executor", "exec-0"),))] == 50_000_000
+
+
+def test_a_failing_executor_usage_callback_drops_only_its_samples():
+    m = Metrics(process_metrics=False)
+    m.executor_usage_fn = lambda: 1 // 0
+    m.calls_dispatched = 3
+    s = samples(m)
+    assert not [k for k in s if k[0].startswith("blockx_executor_cpu")]
+    assert s[("blockx_calls_dispatched_total", ())] == 3
+
+
+def test_worker_ready_and_draining_gauges():
+    m = Metrics(process_metrics=False)
+    s = samples(m)      # not wired yet: not ready, not draining
+    assert s[("blockx_worker_ready", ())] == 0 and s[("blockx_worker_draining", ())] == 0
+    flags = {"ready": True, "draining": False}
+    m.worker_ready_fn = lambda: flags["ready"]
+    m.worker_draining_fn = lambda: flags["draining"]
+    assert samples(m)[("blockx_worker_ready", ())] == 1
+    flags["draining"] = True
+    s = samples(m)
+    assert s[("blockx_worker_draining", ())] == 1 and s[("blockx_worker_ready", ())] == 1
