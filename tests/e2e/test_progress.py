@@ -91,3 +91,51 @@ def test_client_watch_yields_progress_and_a_finished_task_reports_final_counts(s
         (again,) = list(c.watch([out.task_id]))
         assert again.is_terminal and (again.progress.total, again.progress.done) == (20, 20)
         assert again.progress.fraction == 1.0
+
+
+def test_cli_watch_prints_progress_json_lines_when_not_a_terminal(slow_worker):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    blockx = Path(sys.executable).with_name("blockx")
+    # About 2.4 s of calls: the CLI starts (imports, connects) while the task is young.
+    slow_worker.submit_calls("p-cli-1", [("sleep_ms", [50 + i]) for i in range(60)])
+    out = subprocess.run([str(blockx), "watch", "--addr", f"127.0.0.1:{slow_worker.port}", "p-cli-1"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert lines[-1]["isTerminal"] and lines[-1]["progress"] == {
+        "callsTotal": 60, "callsDone": 60, "callsFailed": 0, "callsRetried": 0}
+    mid = [line["progress"]["callsDone"] for line in lines[:-1] if "progress" in line]
+    assert len(mid) >= 2 and mid == sorted(mid) and all(d < 60 for d in mid)
+
+
+@pytest.mark.skipif(__import__("shutil").which("tmux") is None, reason="tmux is not installed (make tmux)")
+def test_cli_submit_draws_a_progress_bar_on_a_terminal(slow_worker, tmp_path):
+    import re
+    import sys
+    from pathlib import Path
+
+    from tests.e2e.test_top import Tmux
+
+    blockx = Path(sys.executable).with_name("blockx")
+    calls = " ".join(f"--calls sleep_ms:{20 + i}" for i in range(50))
+    rc = tmp_path / "rc"
+    tmux = Tmux("bar", 100, 20, f"{blockx} submit --addr 127.0.0.1:{slow_worker.port} --task-id p-bar-2 "
+                                 f"--compact {calls}; echo $? > {rc}; sleep 60")
+    try:
+        screen = tmux.wait_screen(lambda t: re.search(r"p-bar-2 .* (\d+)/50 RUNNING", t) is not None,
+                                  what="a progress bar of p-bar-2")
+        done = int(re.search(r"(\d+)/50 RUNNING", screen).group(1))
+        assert 0 <= done < 50
+        screen = tmux.wait_screen(lambda t: '"state":"SUCCEEDED"' in t.replace("\n", ""), timeout=30,
+                                  what="the terminal JSON")
+        assert "/50 RUNNING" not in screen                 # the bar is gone once the task ended
+        deadline = time.monotonic() + 10
+        while not (rc.exists() and rc.read_text().strip()):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert rc.read_text().strip() == "0"
+    finally:
+        tmux.kill()
