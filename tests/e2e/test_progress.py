@@ -139,3 +139,29 @@ def test_cli_submit_draws_a_progress_bar_on_a_terminal(slow_worker, tmp_path):
         assert rc.read_text().strip() == "0"
     finally:
         tmux.kill()
+
+
+def test_the_readme_progress_example_is_the_shipped_file_and_runs(start_worker):
+    import os
+    import pathlib
+    import re
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    block = re.search(r"```python\n(# examples/progress_tour.py.*?)```", (root / "README.md").read_text(), re.S)
+    assert block is not None, "the README lost its progress example"
+    assert block.group(1) == (root / "examples" / "progress_tour.py").read_text()
+    w = start_worker(executors=2)
+    env = {**os.environ, "BLOCKX_ADDR": f"127.0.0.1:{w.port}",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH", "")]))}
+    out = subprocess.run([sys.executable, str(root / "examples" / "progress_tour.py")], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    progress = [line for line in lines if line.startswith(("RUNNING", "SUCCEEDED"))]
+    assert progress[-1] == "SUCCEEDED 20/20 failed 0"
+    assert all(re.fullmatch(r"RUNNING \d+/20 failed 0", line) for line in progress[:-1])
+    assert "slots 50 free of 50" in lines
+    assert "exec-0 HEALTHY 0 True" in lines and "exec-1 HEALTHY 0 True" in lines
+    assert lines[-1] == "tasks succeeded 1 calls completed 20"
