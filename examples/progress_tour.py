@@ -20,7 +20,7 @@ async def main() -> None:
         status = await client.status()                                # GetWorkerStatus
         print("slots", status.slots.free, "free of", status.slots.total)
         for e in status.executors:
-            print(e.executor_id, e.state, e.inflight, e.rss_bytes > 0)    # exec-0 HEALTHY 0 True
+            print(e.executor_id, e.state, e.pid > 0, e.rss_bytes > 0)     # exec-0 HEALTHY True True
         c = status.counters                                           # cumulative: rates are deltas
         print("tasks succeeded", c.tasks_succeeded, "calls completed", c.calls_completed)
 

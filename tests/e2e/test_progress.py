@@ -163,5 +163,5 @@ def test_the_readme_progress_example_is_the_shipped_file_and_runs(start_worker):
     assert progress[-1] == "SUCCEEDED 20/20 failed 0"
     assert all(re.fullmatch(r"RUNNING \d+/20 failed 0", line) for line in progress[:-1])
     assert "slots 50 free of 50" in lines
-    assert "exec-0 HEALTHY 0 True" in lines and "exec-1 HEALTHY 0 True" in lines
+    assert "exec-0 HEALTHY True True" in lines and "exec-1 HEALTHY True True" in lines
     assert lines[-1] == "tasks succeeded 1 calls completed 20"
