@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(VPY) -m pytest
 ARGS    ?=
 
-.PHONY: build serve test test-compiled test-twins etcd bubblewrap postgres prometheus bench bench-micro bench-micro-ci clean
+.PHONY: build serve test test-compiled test-twins etcd bubblewrap postgres prometheus tmux bench bench-micro bench-micro-ci clean
 
 build: $(STAMP)
 	$(VPY) setup.py -q build_ext --inplace
@@ -33,6 +33,10 @@ bubblewrap:
 	@command -v bwrap >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null)
 	@command -v bwrap >/dev/null 2>&1 || { echo "bubblewrap (bwrap) is missing and could not be installed" >&2; exit 1; }
 
+# tmux runs `blockx top` and the progress bar on a real terminal in the e2e suite (read with capture-pane).
+tmux:
+	@command -v tmux >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null)
+	@command -v tmux >/dev/null 2>&1 || { echo "tmux is missing and could not be installed" >&2; exit 1; }
 
 # PostgreSQL (Debian's initdb + pg_ctl) is a test dependency of the data-plane
 # suites: they start a throwaway cluster of their own on a free loopback port.
@@ -47,7 +51,7 @@ prometheus:
 	@command -v promtool >/dev/null 2>&1 || { echo "promtool is missing and could not be installed (Debian package prometheus)" >&2; exit 1; }
 # ---- end issue 15 ----
 
-test: build etcd bubblewrap postgres prometheus test-compiled test-twins bench-micro-ci
+test: build etcd bubblewrap postgres prometheus tmux test-compiled test-twins bench-micro-ci
 
 test-compiled:
 	$(PYTEST) -q -p no:cacheprovider tests $(ARGS)

@@ -1,4 +1,4 @@
-"""`blockx`: run a Worker (`blockx serve`) or talk to one (submit, watch, result, slot),
+"""`blockx`: run a Worker (`blockx serve`) or talk to one (submit, watch, result, slot, status, top),
 or to the fleet registered in etcd (workers, functions push|list, submit --etcd: blockx.cli_fleet).
 
 This module holds the argument parser, `main` (the console entry point) and
@@ -108,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     from blockx.cli_fleet import add_parsers as add_fleet_parsers
     add_fleet_parsers(sub, client)
+    # ---- status / top (issue 15 part 3) ----
+    from blockx.cli_status import add_parsers as add_status_parsers
+    add_status_parsers(sub, client)
+    # ---- end status / top ----
     return p
 
 

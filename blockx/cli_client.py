@@ -1,7 +1,9 @@
 """The client commands `blockx submit | watch | result | slot`, and their output.
 
-Each command opens one session (blockx.client) to --addr, makes its requests and prints
-JSON on stdout: one indented object (or one line with --compact) for submit /
+On a terminal, `submit` and `watch` show a progress bar per task while it runs
+(blockx.cli_progress) and then print the terminal update as JSON; when stdout is not a
+terminal they print JSON only. Each command opens one session (blockx.client) to --addr,
+makes its requests and prints JSON on stdout: one indented object (or one line with --compact) for submit /
 result / slot, one compact object per line for streams (watch, submit --watch), so
 the output pipes into jq line by line. Outputs and plugin details are JSON in bytes
 fields on the wire and are decoded, so the printout is plain JSON. A refusal
@@ -67,6 +69,10 @@ def response_to_json(msg) -> dict[str, Any]:
     out["state"] = state_name(msg.state)
     if hasattr(msg, "is_terminal"):
         out["isTerminal"] = msg.is_terminal
+    if hasattr(msg, "progress") and msg.HasField("progress"):
+        p = msg.progress
+        out["progress"] = {"callsTotal": p.calls_total, "callsDone": p.calls_done,
+                           "callsFailed": p.calls_failed, "callsRetried": p.calls_retried}
     if msg.HasField("result"):
         out["result"] = result_to_json(msg.result)
     return out
@@ -138,9 +144,28 @@ def _client_command(fn):
     return wrapper
 
 
+def _is_tty(out: TextIO) -> bool:
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def _watch(client, task_ids: Iterable[str], out: TextIO, print_all: bool, compact: bool = True):
-    """Stream updates; return {task_id: last pb.TaskUpdate}. Prints each update when print_all."""
+    """Stream updates; return {task_id: last pb.TaskUpdate}. When print_all: on a
+    terminal, a progress bar per task and each terminal update as JSON; otherwise
+    every update (progress included) as a JSON line."""
     last: dict[str, Any] = {}
+    if print_all and _is_tty(out):
+        from blockx.cli_progress import ProgressBars
+
+        with ProgressBars(out) as bars:
+            for upd in client.watch(task_ids):
+                last[upd.task_id] = upd.raw
+                bars.update(upd)
+        for upd in last.values():
+            _dump(response_to_json(upd), compact, out)
+        return last
     for upd in client.watch(task_ids):
         last[upd.task_id] = upd.raw
         if print_all:
@@ -163,6 +188,20 @@ def _submit(ns: argparse.Namespace, client, out: TextIO) -> int:
             print(f"error: the watch of task {task.task_id} ended without an update", file=sys.stderr)
             return EXIT_ERROR
         return _exit_for(upd.state)
+    if _is_tty(out):          # a progress bar while it runs, then the terminal update
+        resp = client.submit(task=task, slot_id=ns.slot or "", wait=False).raw
+        if not _is_terminal(resp.state):
+            from blockx.cli_progress import ProgressBars
+
+            final = resp
+            with ProgressBars(out) as bars:
+                for upd in client.watch([task.task_id]):
+                    bars.update(upd)
+                    final = upd.raw
+            _dump(response_to_json(final), ns.compact, out)
+            return _exit_for(final.state)
+        _dump(response_to_json(resp), ns.compact, out)
+        return _exit_for(resp.state)
     final = client.submit(task=task, slot_id=ns.slot or "").raw    # SubmitTaskResponse or terminal TaskUpdate
     _dump(response_to_json(final), ns.compact, out)
     return _exit_for(final.state)

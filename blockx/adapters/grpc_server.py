@@ -24,6 +24,7 @@ from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 
 log = logging.getLogger("blockx.grpc")
+_TaskUpdate = pb.TaskUpdate
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["WorkerService"].full_name
 
 
@@ -51,11 +52,13 @@ def _guarded(handler):
 
 
 class WorkerService(pb_grpc.WorkerServiceServicer):
-    def __init__(self, orch, metrics=None, *, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
+    def __init__(self, orch, metrics=None, *, status=None, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
                  session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> None:
         self._orch = orch
         self._metrics = metrics
-        self._encoder = wire.TaskUpdateEncoder()
+        progress = getattr(orch, "progress", None)
+        self._encoder = wire.TaskUpdateEncoder(progress.progress_of if progress is not None else None)
+        self._status = status
         self._session_limits = {"max_pending_events": session_max_pending_events,
                                 "max_pending_bytes": session_max_pending_bytes}
 
@@ -120,12 +123,16 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 await self._refuse(context, "WatchTasks", err)
         sub = subs.attach(task_ids)
         pending = set()
+        shown = {}            # task id -> the TaskProgress last written (progress is not repeated)
         finished = False
         try:
             for snap in snaps:
-                await context.write(self._encoder(snap))
+                upd = self._encoder(snap)
+                await context.write(upd)
                 if not snap.is_terminal:
                     pending.add(snap.task_id)
+                    if upd.HasField("progress"):
+                        shown[snap.task_id] = upd.progress
             # States may have moved between the snapshot and the attach: the queue
             # holds every publish since attach, and repeats are filtered below.
             last = {s.task_id: s.state for s in snaps}
@@ -138,16 +145,35 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                     await context.abort(grpc.StatusCode.NOT_FOUND,
                                         f"task {item[1]!r} is gone: its slot reservation expired before SubmitTask")
                 tid = item.task_id
+                if type(item) is _TaskUpdate:          # progress only (ProgressTicker)
+                    if tid in pending and shown.get(tid) != item.progress:
+                        shown[tid] = item.progress
+                        await context.write(item)
+                    continue
                 if tid not in pending or last.get(tid) == item.state:
                     continue
                 last[tid] = item.state
-                await context.write(self._encoder(item))
+                upd = self._encoder(item)
+                if upd.HasField("progress"):
+                    shown[tid] = upd.progress
+                await context.write(upd)
                 if item.is_terminal:
                     pending.discard(tid)
             finished = True
             self._count("WatchTasks", "OK")
         finally:
             subs.detach(sub, disconnected=not finished)
+
+    # ---- GetWorkerStatus (issue 15 part 3) ----
+    @_guarded
+    async def GetWorkerStatus(self, request, context):
+        if self._status is None:
+            self._count("GetWorkerStatus", "UNIMPLEMENTED")
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this server has no worker status wired")
+        status = self._status.read()
+        self._count("GetWorkerStatus", "OK")
+        return status
+    # ---- end GetWorkerStatus ----
 
     @_guarded
     async def TaskSession(self, request_iterator, context):
@@ -207,7 +233,7 @@ async def _read_session(session: Session, request_iterator) -> None:
 def build_server(orch, *, listen_addr: str, keepalive_time_ms: int, keepalive_timeout_ms: int,
                  metrics=None, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
                  session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
-                 tls=None) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+                 tls=None, status=None) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """A server with WorkerService, grpc.health.v1 (starts NOT_SERVING) and
     reflection. Returns (server, health servicer, bound port). With `tls`
     (blockx.adapters.tls.ServerTLS) the port speaks TLS only."""
@@ -221,7 +247,7 @@ def build_server(orch, *, listen_addr: str, keepalive_time_ms: int, keepalive_ti
         ("grpc.so_reuseport", 0),
     ])
     pb_grpc.add_WorkerServiceServicer_to_server(WorkerService(
-        orch, metrics, session_max_pending_events=session_max_pending_events,
+        orch, metrics, status=status, session_max_pending_events=session_max_pending_events,
         session_max_pending_bytes=session_max_pending_bytes), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -11,6 +11,7 @@ Orchestrator composes the parts that own their state:
   frames into dispatcher events, and the waits (function code, IO, subcalls);
 - ``TaskPhases`` (task_phases.py): activation and Builder -> Calls -> Plugin;
 - ``SubscriptionManager`` (subscriptions.py): WatchTasks / session fan-out;
+- ``ProgressTicker`` (progress_ticker.py): TaskProgress on watched tasks' updates;
 
 and itself owns ``_runtimes`` (the adapter-only record of each task between
 activation and terminal: pinned code view, IO scope, runner; the parts read it),
@@ -31,6 +32,7 @@ from typing import Any, Callable
 from blockx._fast import load
 from blockx.adapters.dispatch_actor import DispatchActor
 from blockx.adapters.executor_events import ExecutorEvents
+from blockx.adapters.progress_ticker import FinalSnapshot, ProgressTicker
 from blockx.adapters.subscriptions import SubscriptionManager
 from blockx.adapters.task_phases import TaskPhases
 from blockx.adapters.task_runtime import TaskRuntime
@@ -71,6 +73,7 @@ class Orchestrator:
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._drained: asyncio.Event = asyncio.Event()
         self.subscriptions = SubscriptionManager(self._watch_first_attach, self._watch_last_detach)
+        self.progress = ProgressTicker(disp=disp, core=core, subscriptions=self.subscriptions)
         self.actor = DispatchActor(disp=disp, adapter=adapter, metrics=metrics, runtimes=self._runtimes,
                                    mono=mono, on_calls_converged=self._on_calls_converged, audit=audit)
         self.phases = TaskPhases(
@@ -115,6 +118,7 @@ class Orchestrator:
 
     def _watch_first_attach(self, task_id: str) -> None:
         self.core.handle_watch_attached(task_id, self._wall())
+        self.progress.wake()
 
     def _watch_last_detach(self, task_id: str, disconnected: bool) -> None:
         # Both the normal end and a broken stream count as "the last watcher left":
@@ -132,6 +136,7 @@ class Orchestrator:
 
     def _on_task_terminal(self, cmd: ConvergeTask) -> None:
         tid = cmd.task_id
+        final = self.progress.final(tid)         # before the dispatcher forgets the task
         rt = self._runtimes.pop(tid, None)
         if rt is not None:
             rt.ended = True
@@ -168,7 +173,7 @@ class Orchestrator:
                   builder_ms=st.builder_ms, calls_ms=st.calls_ms, plugin_ms=st.plugin_ms,
                   call_count=st.call_count, calls_failed=st.calls_failed,
                   call_retries=st.call_retries, cache_hits=st.cache_hits)
-        self.subscriptions.publish(TaskSnapshot(tid, cmd.slot_id, cmd.state, res))
+        self.subscriptions.publish(FinalSnapshot(tid, cmd.slot_id, cmd.state, res, final))
         if not self._runtimes and self.core.active_task_count() == 0:
             self._drained.set()
 
@@ -297,6 +302,7 @@ class Orchestrator:
         self.actor.close()
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()
+        self.progress.close()
         self.subscriptions.close_all()
 
 

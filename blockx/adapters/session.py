@@ -11,8 +11,10 @@ stops reading overflows it, and only that session ends, with RESOURCE_EXHAUSTED.
 Watches are Watch attachments in the core through the SubscriptionManager: a
 task watched here is delivered its snapshots (``deliver``); a state already
 shown on this session is not repeated; the terminal update ends that task's
-watch. The session keeps only the last state it showed per watched task (the
-truth stays in WorkerCore).
+watch. The session keeps only the last state (and TaskProgress) it showed per
+watched task (the truth stays in WorkerCore and the DispatcherCore). Progress-only
+updates (``progress``) are shown only while the task's watch lasts and only when
+their counts differ from the ones last shown.
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ class SessionEnd(Exception):
 
 class Session:
     __slots__ = ("_orch", "_subs", "_encoder", "_count", "_max_events", "_max_bytes", "_loop",
-                 "_out", "_sizes", "_bytes", "_waiter", "_last", "_eof", "_end", "overflowed")
+                 "_out", "_sizes", "_bytes", "_waiter", "_last", "_shown", "_eof", "_end", "overflowed")
 
     def __init__(self, orch, encoder: wire.TaskUpdateEncoder, count, *,
                  max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
@@ -68,6 +70,7 @@ class Session:
         self.overflowed: asyncio.Future = self._loop.create_future()
         self._waiter: asyncio.Future | None = None
         self._last: dict[str, int] = {}          # watched task id -> last state shown here
+        self._shown: dict[str, object] = {}      # watched task id -> last pb.TaskProgress shown here
         self._eof = False                        # the client sent its last request
         self._end: SessionEnd | None = None
 
@@ -136,12 +139,15 @@ class Session:
         encode = self._encoder
         attach = []
         for snap in snaps:
-            self._emit(_SessionEvent(request_id=rid, update=encode(snap)), _result_bytes(snap))
+            upd = encode(snap)
+            self._emit(_SessionEvent(request_id=rid, update=upd), _result_bytes(snap))
             if not snap.is_terminal:
                 tid = snap.task_id
                 if tid not in self._last:
                     attach.append(tid)
                 self._last[tid] = snap.state
+                if upd.HasField("progress"):
+                    self._shown[tid] = upd.progress
         if attach:
             self._subs.attach(attach, self)
 
@@ -156,18 +162,34 @@ class Session:
         last = self._last.get(tid)
         if last is None or last == snap.state:
             return
+        upd = self._encoder(snap)
         if snap.is_terminal:
             del self._last[tid]
+            self._shown.pop(tid, None)
             self._subs.detach_task(self, tid, False)
         else:
             self._last[tid] = snap.state
-        self._emit(_SessionEvent(update=self._encoder(snap)), _result_bytes(snap))
+            if upd.HasField("progress"):
+                self._shown[tid] = upd.progress
+        self._emit(_SessionEvent(update=upd), _result_bytes(snap))
+
+    def progress(self, update) -> None:
+        """A progress-only update (ProgressTicker) of a task this session may watch."""
+        tid = update.task_id
+        if tid not in self._last:
+            return
+        p = update.progress
+        if self._shown.get(tid) == p:
+            return
+        self._shown[tid] = p
+        self._emit(_SessionEvent(update=update))
 
     def gone(self, task_id: str) -> None:
         """A watched reservation lapsed before SubmitTask: the task no longer exists.
         Its watch ends with an update in TASK_STATE_UNSPECIFIED saying so."""
         if self._last.pop(task_id, None) is None:
             return
+        self._shown.pop(task_id, None)
         self._subs.detach_task(self, task_id, False)
         self._emit(_SessionEvent(update=pb.TaskUpdate(
             task_id=task_id, state=pb.TASK_STATE_UNSPECIFIED, is_terminal=True,

@@ -11,6 +11,11 @@ task and the last one leaving into the core's Watch events
 (``on_first_attach(task_id)``, ``on_last_detach(task_id, disconnected)``), which
 drive the Watch-disconnect grace.
 
+Progress-only updates (``publish_progress``, from the ProgressTicker) go to a
+subscriber's ``progress(update)``: the update is a ready pb.TaskUpdate with the
+task's current state and its TaskProgress; the subscriber drops it once the
+task's watch has ended or when it already showed those counts.
+
 Subscribers may detach (a task's terminal update ends its watch) while a
 snapshot is being delivered: delivery iterates over a copy.
 """
@@ -29,6 +34,7 @@ GONE = "gone"              # the task vanished (its reservation expired)
 class Subscriber(Protocol):
     def deliver(self, snap: TaskSnapshot) -> None: ...
     def gone(self, task_id: str) -> None: ...
+    def progress(self, update) -> None: ...
     def close(self) -> None: ...
 
 
@@ -44,6 +50,9 @@ class Subscription:
 
     def gone(self, task_id: str) -> None:
         self.queue.put_nowait((GONE, task_id))
+
+    def progress(self, update) -> None:
+        self.queue.put_nowait(update)
 
     def close(self) -> None:
         self.queue.put_nowait(CLOSED)
@@ -63,6 +72,13 @@ class SubscriptionManager:
 
     def watched(self, task_id: str) -> bool:
         return task_id in self._by_task
+
+    def watched_ids(self):
+        """The task ids with at least one subscriber (a view: do not keep it)."""
+        return self._by_task.keys()
+
+    def watched_count(self) -> int:
+        return len(self._by_task)
 
     def register(self, sub) -> None:
         """Track ``sub`` (so close_all reaches it) before it watches anything."""
@@ -121,6 +137,13 @@ class SubscriptionManager:
             else:
                 for sub in tuple(subs):
                     sub.deliver(snap)
+
+    def publish_progress(self, update) -> None:
+        """A progress-only pb.TaskUpdate to every subscriber of its task."""
+        subs = self._by_task.get(update.task_id)
+        if subs:
+            for sub in tuple(subs):
+                sub.progress(update)
 
     def publish_gone(self, task_id: str) -> None:
         subs = self._by_task.get(task_id)

@@ -86,15 +86,24 @@ def task_update(snap: TaskSnapshot) -> pb.TaskUpdate:
 
 class TaskUpdateEncoder:
     """A snapshot is delivered to each of its subscribers in a row: build its
-    TaskUpdate (with the result, the costly part) once for all of them."""
-    __slots__ = ("_snap", "_update")
+    TaskUpdate (with the result, the costly part) once for all of them.
+    ``progress_of(snap)`` (ProgressTicker.progress_of) gives the TaskProgress
+    counts to attach, or None."""
+    __slots__ = ("_snap", "_update", "_progress_of")
 
-    def __init__(self) -> None:
+    def __init__(self, progress_of=None) -> None:
         self._snap = None
         self._update = None
+        self._progress_of = progress_of
 
     def __call__(self, snap: TaskSnapshot) -> pb.TaskUpdate:
         if snap is not self._snap:
-            self._update = task_update(snap)
+            upd = task_update(snap)
+            if self._progress_of is not None:
+                p = self._progress_of(snap)
+                if p is not None:
+                    pr = upd.progress
+                    pr.calls_total, pr.calls_done, pr.calls_failed, pr.calls_retried = p
+            self._update = upd
             self._snap = snap
         return self._update

@@ -35,6 +35,7 @@ from blockx.adapters.metrics import Metrics
 from blockx.adapters.orchestrator import Orchestrator, wall_ms
 from blockx.adapters.shadow import ShadowForwarder
 from blockx.adapters.tls import ServerTLS, ServerTLSFiles
+from blockx.adapters.worker_status import WorkerStatusReader
 from blockx.app.logs import log_event, setup_logging
 from blockx.app.memory_diagnostics import MemoryDiagnostics
 from blockx.client.tls import ClientTLS
@@ -214,17 +215,20 @@ class Worker:
         self.memory_diagnostics = MemoryDiagnostics(core=core, disp=disp, fcode=fcode, adapter=self.adapter,
                                                     interval_ms=cfg.memory_diagnostics_interval_ms)
         self.tls = server_tls(cfg)
+        status = WorkerStatusReader(core=core, adapter=self.adapter, metrics=metrics, pool=self.pool, fcode=fcode,
+                                    started_at_ms=self.started_at_ms)
         server, self.health, port = build_server(
             self.orch, listen_addr=cfg.grpc_listen_addr(), keepalive_time_ms=cfg.grpc_keepalive_time_ms,
             keepalive_timeout_ms=cfg.grpc_keepalive_timeout_ms, metrics=metrics,
             session_max_pending_events=cfg.session_max_pending_events,
-            session_max_pending_bytes=cfg.session_max_pending_bytes, tls=self.tls)
+            session_max_pending_bytes=cfg.session_max_pending_bytes, tls=self.tls, status=status)
         await set_health(self.health, False)
         self.worker_addr = cfg.resolved_worker_addr(port)
         self.publisher = EtcdPublisher(
             cfg.etcd_endpoints if cfg.etcd_enabled else None, cfg.worker_registry_prefix, self.worker_addr, self._heartbeat,
             interval_ms=cfg.heartbeat_interval_ms, metrics=metrics,
             tls=client_tls(cfg.etcd_ca_cert, cfg.etcd_cert, cfg.etcd_key))
+        status.publisher, status.worker_addr = self.publisher, self.worker_addr
 
         if self.orch.actor.audit is not None and self.orch.actor.audit.etcd is not None:
             await self.orch.actor.audit.etcd.fetch()          # approvals in place before the first dispatch

@@ -20,7 +20,7 @@ from blockx.client.cluster import Cluster
 from blockx.client.errors import (
     BlockxError, InvalidArgument, InvalidSlot, NoSlot, NotFound, SessionBroken, SlotUncertain, Unavailable,
 )
-from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate
+from blockx.client.outcome import SlotLease, TaskOutcome, TaskProgress, TaskUpdate
 from blockx.client.registry import RegistryView, WorkerInfo
 from blockx.client.sync import SyncWorkerClient, connect
 from blockx.client.tasks import build_task, call_list_payload
@@ -29,7 +29,7 @@ from blockx.client.worker_client import WorkerClient
 
 __all__ = [
     "BlockxError", "ClientTLS", "Cluster", "InvalidArgument", "InvalidSlot", "NoSlot", "NotFound", "SessionBroken",
-    "SlotLease", "RegistryView", "SlotUncertain", "SyncWorkerClient", "TaskOutcome", "TaskUpdate", "Unavailable",
+    "SlotLease", "RegistryView", "SlotUncertain", "SyncWorkerClient", "TaskOutcome", "TaskProgress", "TaskUpdate", "Unavailable",
     "WorkerClient", "WorkerInfo",
     "build_task", "call_list_payload", "connect",
 ]

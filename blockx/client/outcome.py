@@ -72,12 +72,15 @@ class TaskOutcome:
 
 @dataclass(slots=True)
 class TaskUpdate:
-    """One state of a watched task; ``outcome`` is set on the terminal one."""
+    """One update of a watched task: a new state, or (same state) new progress;
+    ``outcome`` is set on the terminal one, ``progress`` whenever the Worker sent
+    the task's call counts (from its Calls phase on, and on the terminal update)."""
     task_id: str
     state: str
     is_terminal: bool
     outcome: TaskOutcome | None
     raw: Any = field(default=None, repr=False)     # the pb.TaskUpdate
+    progress: "TaskProgress | None" = None
 
     @classmethod
     def from_pb(cls, upd: pb.TaskUpdate, worker: str) -> "TaskUpdate":
@@ -85,7 +88,28 @@ class TaskUpdate:
         if upd.is_terminal:
             outcome = TaskOutcome.from_pb(upd.task_id, upd.state,
                                           upd.result if upd.HasField("result") else None, worker, upd)
-        return cls(upd.task_id, state_name(upd.state), upd.is_terminal, outcome, upd)
+        progress = TaskProgress.from_pb(upd.progress) if upd.HasField("progress") else None
+        return cls(upd.task_id, state_name(upd.state), upd.is_terminal, outcome, upd, progress)
+
+
+@dataclass(slots=True, frozen=True)
+class TaskProgress:
+    """Root calls of a task: ``total`` is 0 while a streaming builder still produces;
+    ``done`` counts finished roots (succeeded, failed or cancelled), ``failed`` the
+    failed ones among them, ``retried`` the retry attempts."""
+    total: int
+    done: int
+    failed: int
+    retried: int
+
+    @property
+    def fraction(self) -> float | None:
+        """done / total, None while the total is unknown."""
+        return self.done / self.total if self.total else None
+
+    @classmethod
+    def from_pb(cls, p: pb.TaskProgress) -> "TaskProgress":
+        return cls(p.calls_total, p.calls_done, p.calls_failed, p.calls_retried)
 
 
 @dataclass(slots=True)

@@ -60,6 +60,10 @@ class SyncWorkerClient:
     def result(self, task_id: str) -> TaskOutcome:
         return self._run(self._client.result(task_id))
 
+    def status(self, timeout_s: float = 10.0):
+        """GetWorkerStatus (the raw pb.WorkerStatus); see WorkerClient.status."""
+        return self._run(self._client.status(timeout_s))
+
     def close(self) -> None:
         if self._loop.is_closed():
             return

@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 
 from blockx.client.bounded import as_completed_bounded
-from blockx.client.errors import NoSlot, SessionBroken, Unavailable, error_for
+from blockx.client.errors import NoSlot, SessionBroken, Unavailable, error_for, from_rpc_error
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate, state_name
 from blockx.client.tasks import build_task
 from blockx.client.tls import TLS_FROM_ENV, ClientTLS, aio_channel
@@ -228,7 +228,9 @@ class WorkerClient:
 
     async def watch(self, task_ids: Iterable[str]) -> AsyncIterator[TaskUpdate]:
         """Each task's current state, then every change, until all are terminal.
-        NotFound (before anything is yielded) if any id is unknown."""
+        While a task's calls run, updates in the same state carry new progress
+        (``TaskUpdate.progress``, at most every 250 ms); the terminal update carries
+        the final counts. NotFound (before anything is yielded) if any id is unknown."""
         ids = list(dict.fromkeys(task_ids))
         listener = _UpdateQueue()
         for tid in ids:
@@ -236,21 +238,34 @@ class WorkerClient:
         try:
             await self._request(pb.SessionRequest(watch=pb.WatchTasksRequest(task_ids=ids)), expect=len(ids) or 1)
             remaining = set(ids)
-            last: dict[str, int] = {}
+            last: dict[str, tuple] = {}
             while remaining:
                 item = await listener.queue.get()
                 if isinstance(item, BaseException):
                     raise item
                 tid = item.task_id
-                if tid not in remaining or last.get(tid) == item.state:
+                seen = (item.state, item.progress.SerializeToString() if item.HasField("progress") else None)
+                if tid not in remaining or last.get(tid) == seen:
                     continue
-                last[tid] = item.state
+                last[tid] = seen
                 if item.is_terminal:
                     remaining.discard(tid)
                 yield TaskUpdate.from_pb(item, self.addr)
         finally:
             for tid in ids:
                 self._unlisten(tid, listener)
+
+    async def status(self, timeout_s: float = 10.0) -> pb.WorkerStatus:
+        """GetWorkerStatus: slots, tasks by phase, executors, cumulative counters
+        (the raw pb.WorkerStatus; rates are deltas of its counters between reads)."""
+        if self._channel is None:
+            raise SessionBroken("the client is not connected: use `async with WorkerClient(addr)` "
+                                "or await connect()", grpc.StatusCode.FAILED_PRECONDITION)
+        try:
+            return await pb_grpc.WorkerServiceStub(self._channel).GetWorkerStatus(
+                pb.GetWorkerStatusRequest(), timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
 
     async def request_slot(self, task_id: str, ttl_ms: int = 0) -> SlotLease:
         """Lease a slot for ``task_id`` (idempotent by task id)."""

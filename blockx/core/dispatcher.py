@@ -428,6 +428,20 @@ class DispatcherCore:
     def task_ready(self, task_id: str) -> int:
         return self._tasks.ready_count(task_id)
 
+    # ---- progress (issue 15 part 2): read-only, from TaskCalls' own counters ----
+    def task_progress(self, task_id: str) -> tuple[int, int, int, int] | None:
+        """``(total, done, failed, retried)`` of a task's root calls, None for a task
+        the dispatcher does not hold. ``total`` is 0 while a streaming producer may
+        still commit batches; ``done`` counts roots that reached DONE (succeeded,
+        failed or drained); ``failed`` the counted failures; ``retried`` the retry
+        attempts armed."""
+        t = self._tasks.by_id.get(task_id)
+        if t is None:
+            return None
+        total = t.total
+        return (0 if t.production_open else total, total - len(t.pending), t.calls_failed, t.call_retries)
+    # ---- end progress ----
+
     def executor_view(self, executor_id: str) -> Any:
         """The live view (read it, do not change it)."""
         return self._exec.view(executor_id)

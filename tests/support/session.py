@@ -23,13 +23,27 @@ def submit(rid: int, task_id: str, calls, *, follow: bool = True, slot_id: str =
         task=call_list_task(task_id, calls, **fields), slot_id=slot_id))
 
 
+def is_progress_only(ev: pb.SessionEvent) -> bool:
+    """A progress-only update (issue 15): a later update of a running task, in the
+    state already shown, that only brings new TaskProgress."""
+    if ev.request_id or ev.WhichOneof("event") != "update":
+        return False
+    u = ev.update
+    return not u.is_terminal and u.state == pb.TASK_STATE_RUNNING and u.HasField("progress")
+
+
 class RawSession:
-    def __init__(self, port: int) -> None:
+    """``keep_progress=False`` (the default) sets progress-only updates aside in
+    ``progress`` so the protocol tests read the state changes they assert on."""
+
+    def __init__(self, port: int, *, keep_progress: bool = False) -> None:
         self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
         self.call = pb_grpc.WorkerServiceStub(self.channel).TaskSession()
         self.batches = 0
         self._buf: collections.deque = collections.deque()
         self.ended = False
+        self.keep_progress = keep_progress
+        self.progress: list[pb.SessionEvent] = []
 
     async def send(self, *requests: pb.SessionRequest) -> None:
         await self.call.write(pb.SessionRequestBatch(requests=list(requests)))
@@ -41,7 +55,11 @@ class RawSession:
                 self.ended = True
                 raise EOFError("the session ended")
             self.batches += 1
-            self._buf.extend(batch.events)
+            if self.keep_progress:
+                self._buf.extend(batch.events)
+            else:
+                for ev in batch.events:
+                    (self.progress if is_progress_only(ev) else self._buf).append(ev)
         return self._buf.popleft()
 
     async def events(self, n: int, timeout: float = 10.0) -> list[pb.SessionEvent]:

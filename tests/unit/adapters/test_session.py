@@ -89,3 +89,31 @@ async def test_half_close_with_nothing_watched_finishes():
     s, _ = make({})
     s.eof()
     assert await s.next_batch() is None
+
+
+def _progress_update(task_id, total, done_):
+    return pb.TaskUpdate(task_id=task_id, state=pb.TASK_STATE_RUNNING,
+                         progress=pb.TaskProgress(calls_total=total, calls_done=done_))
+
+
+async def test_progress_is_shown_while_watched_once_per_change_and_never_after_terminal():
+    running = TaskSnapshot("r", "slot-0", TaskState.RUNNING)
+    o = Orch({"r": running})
+    s = Session(o, wire.TaskUpdateEncoder(), lambda m, c: None)
+    s.progress(_progress_update("r", 4, 1))                # not watched here: dropped
+    s.handle(pb.SessionRequestBatch(requests=[
+        pb.SessionRequest(request_id=1, watch=pb.WatchTasksRequest(task_ids=["r"]))]))
+    (reply,) = await s.next_batch()
+    assert reply.request_id == 1 and reply.update.state == pb.TASK_STATE_RUNNING
+    o.subscriptions.publish_progress(_progress_update("r", 4, 1))
+    o.subscriptions.publish_progress(_progress_update("r", 4, 1))   # the same counts again: not repeated
+    o.subscriptions.publish_progress(_progress_update("r", 4, 3))
+    evs = await s.next_batch()
+    assert [(e.request_id, e.update.progress.calls_done) for e in evs] == [(0, 1), (0, 3)]
+    o.subscriptions.publish(done("r", 1))                  # terminal: the watch ends
+    o.subscriptions.publish_progress(_progress_update("r", 4, 4))
+    evs = await s.next_batch()
+    assert [(e.update.state, e.update.is_terminal) for e in evs] == [(pb.TASK_STATE_SUCCEEDED, True)]
+    s.progress(_progress_update("r", 4, 4))
+    s.eof()
+    assert await s.next_batch() is None                    # nothing followed the terminal update
