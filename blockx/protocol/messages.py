@@ -335,7 +335,44 @@ def validate(envelope: Any, accept: frozenset | None = None) -> dict:
     payload = _completed_fast(envelope, accept)
     if payload is not None:
         return payload
+    payload = _execute_fast(envelope, accept)
+    if payload is not None:
+        return payload
     return _validate(envelope, accept)
+
+
+def _execute_fast(envelope: Any, accept: frozenset | None) -> dict | None:
+    """The executor's hottest inbound frame: a well-formed ExecuteCall, accepted
+    with exactly the result `_validate` would give. Anything unusual returns None
+    and takes the general path, which names the problem."""
+    if type(envelope) is not dict or envelope.get("messageType") != EXECUTE_CALL:
+        return None
+    if accept is not None and EXECUTE_CALL not in accept:
+        return None
+    p = envelope.get("payload")
+    call_id = envelope.get("callId")
+    request_id = envelope.get("requestId")
+    if (type(p) is not dict or type(call_id) is not str or not call_id
+            or (request_id is not None and type(request_id) is not str)
+            or type(p.get("taskId")) is not str or type(p.get("functionId")) is not str
+            or type(p.get("functionCodeDigest")) is not str or type(p.get("args")) is not list
+            or type(p.get("attemptSeq")) is not int):
+        return None
+    entry = p.get("entrySelector")
+    parent = p.get("parentCallId")
+    budget = p.get("callBudgetMs")
+    if ((entry is not None and type(entry) is not str) or (parent is not None and type(parent) is not str)
+            or (budget is not None and type(budget) is not int)):
+        return None
+    if request_id is None:
+        envelope["requestId"] = ""
+    if entry is None:
+        p["entrySelector"] = DEFAULT_ENTRY_SELECTOR
+    if parent is None:
+        p["parentCallId"] = ""
+    if budget is None:
+        p["callBudgetMs"] = 0
+    return p
 
 
 def _completed_fast(envelope: Any, accept: frozenset | None) -> dict | None:

@@ -235,3 +235,41 @@ def _outcome(fn, env, accept):
 @given(_completed_like(), _st.sampled_from([None, m.EXECUTOR_TO_WORKER, m.WORKER_TO_EXECUTOR]))
 def test_callcompleted_fast_path_matches_the_general_validator(env, accept):
     assert _outcome(m.validate, env, accept) == _outcome(m._validate, env, accept)
+
+
+@_st.composite
+def _execute_like(draw):
+    env = m.execute_call("t/1", "t", "add", "d" * 8, [1, 2], 1, "main", "", 50)
+    p = env["payload"]
+    for key in ("callId", "requestId", "messageType"):
+        if draw(_st.integers(0, 5)) == 0:
+            if draw(_st.booleans()):
+                env.pop(key, None)
+            else:
+                env[key] = draw(_values)
+    for key in ("taskId", "functionId", "functionCodeDigest", "args", "attemptSeq", "entrySelector",
+                "parentCallId", "callBudgetMs", "audit"):
+        if draw(_st.integers(0, 4)) == 0:
+            if draw(_st.booleans()):
+                p.pop(key, None)
+            else:
+                p[key] = draw(_values)
+    if draw(_st.integers(0, 10)) == 0:
+        env["payload"] = draw(_values)
+    return env
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(_execute_like(), _st.sampled_from([None, m.EXECUTOR_TO_WORKER, m.WORKER_TO_EXECUTOR]))
+def test_executecall_fast_path_matches_the_general_validator(env, accept):
+    assert _outcome(m.validate, env, accept) == _outcome(m._validate, env, accept)
+
+
+def test_executecall_fast_path_takes_the_common_frame():
+    env = {"messageType": "ExecuteCall", "callId": "c", "payload": {
+        "taskId": "t", "functionId": "f", "functionCodeDigest": "d", "args": [], "attemptSeq": 1}}
+    p = m._execute_fast(env, m.WORKER_TO_EXECUTOR)
+    assert p == {"taskId": "t", "functionId": "f", "functionCodeDigest": "d", "args": [], "attemptSeq": 1,
+                 "entrySelector": "main", "parentCallId": "", "callBudgetMs": 0}
+    assert env["requestId"] == ""
+    assert m._execute_fast(env, m.EXECUTOR_TO_WORKER) is None
