@@ -51,8 +51,14 @@ CALL_WAITING = "CallWaiting"
 CALL_COMPLETED = "CallCompleted"
 CALL_FAILED = "CallFailed"
 HEARTBEAT = "Heartbeat"
+# Beyond the spec, negotiated: an executor whose Heartbeat lists FEATURE_EXECUTE_CALL_BATCH
+# in `features` may get several ExecuteCall envelopes, unchanged, in one frame
+# {"messageType": "ExecuteCallBatch", "callId": "", "requestId": "", "payload": {"calls": [...]}}.
+EXECUTE_CALL_BATCH = "ExecuteCallBatch"
+FEATURE_EXECUTE_CALL_BATCH = "executeCallBatch"
 
-WORKER_TO_EXECUTOR = frozenset({EXECUTE_CALL, RESUME_CALL, CANCEL_CALL, HEARTBEAT_ACK})
+WORKER_TO_EXECUTOR = frozenset({EXECUTE_CALL, EXECUTE_CALL_BATCH, RESUME_CALL, CANCEL_CALL,
+                                HEARTBEAT_ACK})
 EXECUTOR_TO_WORKER = frozenset({CALL_WAITING, CALL_COMPLETED, CALL_FAILED, HEARTBEAT})
 ALL_MESSAGE_TYPES = WORKER_TO_EXECUTOR | EXECUTOR_TO_WORKER
 
@@ -123,6 +129,26 @@ def resume_function_code(call_id: str, request_id: str, source: str,
 def cancel_call(call_id: str, attempt_seq: int, reason: str = "") -> dict:
     return {"messageType": CANCEL_CALL, "callId": call_id, "requestId": "",
             "payload": {"reason": reason, "attemptSeq": attempt_seq}}
+
+
+def execute_call_batch(calls: list) -> dict:
+    """Several ExecuteCall envelopes in one frame (only to an executor that
+    advertised FEATURE_EXECUTE_CALL_BATCH)."""
+    return {"messageType": EXECUTE_CALL_BATCH, "callId": "", "requestId": "",
+            "payload": {"calls": calls}}
+
+
+def execute_call_batch_items(payload: dict) -> list:
+    """The validated ExecuteCall envelopes of a validated ExecuteCallBatch
+    payload, in order. Raises ProtocolError naming the first bad element: a batch
+    is accepted whole or not at all."""
+    calls = payload["calls"]
+    for i, env in enumerate(calls):
+        try:
+            validate(env, _BATCH_ITEM)
+        except ProtocolError as exc:
+            raise ProtocolError(f"ExecuteCallBatch element {i}: {exc}") from None
+    return calls
 
 
 def heartbeat_ack() -> dict:
@@ -201,7 +227,10 @@ _REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
                 ("inflightCount", "int"), ("availableContexts", "int"), ("memoryBytes", "int"),
                 ("lastSchedulerActiveAtMs", "int")),
 }
+_REQUIRED[EXECUTE_CALL_BATCH] = (("calls", "list"),)
+_BATCH_ITEM = frozenset({EXECUTE_CALL})
 _OPTIONAL: dict[str, tuple[tuple[str, str, Any], ...]] = {
+    EXECUTE_CALL_BATCH: (),
     EXECUTE_CALL: (("entrySelector", "str", DEFAULT_ENTRY_SELECTOR), ("parentCallId", "str", ""),
                    ("callBudgetMs", "int", 0)),
     RESUME_CALL: (("budgetUsedMs", "int", 0),),

@@ -189,6 +189,10 @@ class Scheduler:
             mt = env["messageType"]
             if mt == m.EXECUTE_CALL:
                 self.on_execute(env["callId"], payload)
+            elif mt == m.EXECUTE_CALL_BATCH:
+                # Validated whole before any element runs: a bad one ends the connection.
+                for item in m.execute_call_batch_items(payload):
+                    self.on_execute(item["callId"], item["payload"])
             elif mt == m.RESUME_CALL:
                 self.on_resume(env["callId"], env["requestId"], payload, sidecar)
             elif mt == m.CANCEL_CALL:

@@ -23,6 +23,8 @@ def wire(env, sidecar=None):
 
 SAMPLES = {
     "ExecuteCall": m.execute_call("c1", "t1", "add", "ab" * 32, [1, 2], 1),
+    "ExecuteCallBatch": m.execute_call_batch([m.execute_call("c1", "t1", "add", "ab" * 32, [1, 2], 1),
+                                              m.execute_call("c2", "t1", "add", "ab" * 32, [3, 4], 2)]),
     "ResumeCall/result": m.resume_call_result("c1", "r1", m.WAIT_IO, {"status": 200}, 12),
     "ResumeCall/error": m.resume_call_error("c1", "r1", m.WAIT_SUBCALL, m.SUBCALL_FAILED,
                                             "child failed", True, 3),
@@ -43,7 +45,8 @@ SAMPLES = {
 
 
 def test_message_type_sets():
-    assert m.WORKER_TO_EXECUTOR == {"ExecuteCall", "ResumeCall", "CancelCall", "HeartbeatAck"}
+    assert m.WORKER_TO_EXECUTOR == {"ExecuteCall", "ExecuteCallBatch", "ResumeCall", "CancelCall",
+                                    "HeartbeatAck"}
     assert m.EXECUTOR_TO_WORKER == {"CallWaiting", "CallCompleted", "CallFailed", "Heartbeat"}
     assert m.WAIT_KINDS == {"io", "subcall", "function_code"} == m.RESUME_KINDS
     assert m.DEFAULT_RETRYABLE[m.EXECUTOR_LOST] and not m.DEFAULT_RETRYABLE[m.USER_ERROR]
@@ -273,3 +276,44 @@ def test_executecall_fast_path_takes_the_common_frame():
                  "entrySelector": "main", "parentCallId": "", "callBudgetMs": 0}
     assert env["requestId"] == ""
     assert m._execute_fast(env, m.EXECUTOR_TO_WORKER) is None
+
+
+# ---- ExecuteCallBatch: accepted whole or not at all -------------------------------
+
+def test_execute_call_batch_items_are_validated_in_order_with_defaults():
+    raw = wire(m.execute_call_batch([
+        {"messageType": "ExecuteCall", "callId": "a", "payload": {
+            "taskId": "t", "functionId": "f", "functionCodeDigest": "d", "args": [1], "attemptSeq": 1}},
+        m.execute_call("b", "t", "f", "d", [2], 3, parent_call_id="a", call_budget_ms=9)]))
+    payload = m.validate(raw, m.WORKER_TO_EXECUTOR)
+    items = m.execute_call_batch_items(payload)
+    assert [(e["callId"], e["requestId"], e["payload"]["args"], e["payload"]["entrySelector"],
+             e["payload"]["parentCallId"], e["payload"]["callBudgetMs"]) for e in items] == [
+        ("a", "", [1], "main", "", 0), ("b", "", [2], "main", "a", 9)]
+
+
+@pytest.mark.parametrize("calls, pattern", [
+    ([m.cancel_call("c1", 1)], r"element 0: messageType 'CancelCall' is not accepted"),
+    ([m.execute_call("c1", "t", "f", "d", [], 1), 7], r"element 1: envelope must be an object"),
+    ([m.execute_call("c1", "t", "f", "d", [], 1),
+      {"messageType": "ExecuteCall", "callId": "c2", "payload": {"taskId": "t"}}],
+     r"element 1: ExecuteCall payload is missing required key 'functionId'"),
+    ([m.execute_call("", "t", "f", "d", [], 1)], r"element 0: ExecuteCall needs a non-empty callId"),
+    ([m.execute_call_batch([])], r"element 0: messageType 'ExecuteCallBatch' is not accepted"),
+])
+def test_malformed_execute_call_batch_elements_name_the_element(calls, pattern):
+    payload = m.validate(wire(m.execute_call_batch(calls)), m.WORKER_TO_EXECUTOR)
+    with pytest.raises(ProtocolError, match=pattern):
+        m.execute_call_batch_items(payload)
+
+
+@pytest.mark.parametrize("calls", [None, {"a": 1}, "x", 3])
+def test_execute_call_batch_calls_must_be_a_list(calls):
+    env = {"messageType": "ExecuteCallBatch", "callId": "", "payload": {"calls": calls}}
+    with pytest.raises(ProtocolError, match="calls"):
+        m.validate(env, m.WORKER_TO_EXECUTOR)
+
+
+def test_the_worker_never_accepts_an_execute_call_batch():
+    with pytest.raises(ProtocolError, match="not accepted in this direction"):
+        m.validate(wire(m.execute_call_batch([])), m.EXECUTOR_TO_WORKER)
