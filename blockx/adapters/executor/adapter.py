@@ -80,6 +80,7 @@ class ExecutorAdapter:
         outbox_depth: int = 256,
         outbox_max_batch: int = 64,
         backlog: int = 128,
+        execute_call_batch: bool = False,
     ) -> None:
         if outbox_depth < 1 or outbox_max_batch < 1:
             raise ValueError("outbox_depth and outbox_max_batch must be >= 1")
@@ -95,6 +96,8 @@ class ExecutorAdapter:
         self.outbox_depth = outbox_depth
         self.outbox_max_batch = outbox_max_batch
         self.backlog = backlog
+        # Send ExecuteCallBatch frames to executors that advertise the feature.
+        self.execute_call_batch = execute_call_batch
         self.handler = _NoHandler(self.log)
         # wedge backstop: replace with PoolManager.kill_executor so kills are
         # counted and the slot restarts; the default kills the peer pid.
@@ -287,6 +290,10 @@ class ExecutorAdapter:
             raise CallNotBound(call_id, executor_id, why)
         frame = encode_frame(
             {"messageType": EXECUTE_CALL, "callId": call_id, "requestId": "", "payload": payload})
+        if conn.batch is not None:      # negotiated: a burst leaves as one frame (batch_sender.py)
+            conn.batch.add(frame)
+            res.record_dispatch(call_id, payload.get("attemptSeq", 0))
+            return
         conn.outbox.enqueue(frame)
         res.record_dispatch(call_id, payload.get("attemptSeq", 0))
         counters = self.counters
