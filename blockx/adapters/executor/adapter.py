@@ -321,6 +321,30 @@ class ExecutorAdapter:
                               "requestId": request_id, "payload": payload}, sidecar)
         await self._send_waited(executor_id, frame)
 
+    def post_resume_call(self, executor_id: str, call_id: str, request_id: str, payload: dict,
+                         sidecar: bytes | None, waiter) -> bool:
+        """send_resume_call without a Task: queue the ResumeCall now and tell
+        `waiter` (set_result(None) once handed to the transport, set_exception
+        if the connection closes first; see Outbox.enqueue_notify). Returns
+        False, queueing nothing, when the outbox is full: then await
+        send_resume_call. Raises ExecutorGone, or the codec's errors."""
+        conn = self._conns.get(executor_id)
+        if conn is None:
+            raise ExecutorGone(executor_id)
+        outbox = conn.outbox
+        if len(outbox) >= outbox.depth:
+            return False
+        frame = encode_frame({"messageType": RESUME_CALL, "callId": call_id,
+                              "requestId": request_id, "payload": payload}, sidecar)
+        try:
+            outbox.enqueue_notify(frame, waiter)
+        except OutboxClosed as exc:
+            raise ExecutorGone(executor_id, "connection closed before the frame was written") from exc
+        counters = self.counters
+        counters.uds_frames_out += 1
+        counters.uds_bytes_out += len(frame)
+        return True
+
     async def send_cancel_call(self, executor_id: str, call_id: str, reason: str,
                                attempt_seq: int) -> None:
         frame = encode_frame(messages.cancel_call(call_id, attempt_seq, reason))

@@ -409,6 +409,73 @@ async def test_pending_resume_fails_with_executor_gone_when_the_executor_is_lost
         await asyncio.wait_for(task, 3)
 
 
+class Told:
+    """A resume waiter (Outbox.enqueue_notify): records what it was told."""
+
+    def __init__(self):
+        self.outcome = None
+
+    def done(self):
+        return self.outcome is not None
+
+    def set_result(self, value):
+        self.outcome = ("written",)
+
+    def set_exception(self, exc):
+        self.outcome = ("failed", exc)
+
+
+async def test_post_resume_call_queues_at_once_and_tells_the_waiter_once_written(env):
+    adapter, handler, attach, connect = env
+    fake = await attach("exec-0")
+    payload = m.resume_call_result("c1", "r7", m.WAIT_IO, {"rows": 2})["payload"]
+    told = Told()
+    assert adapter.post_resume_call("exec-0", "c1", "r7", payload, b"BODY", told) is True
+    assert told.outcome is None                          # queued, not yet handed to the transport
+    await wait_until(lambda: told.outcome, what="waiter told")
+    assert told.outcome == ("written",)
+    (frame,) = await fake.wait_frames(m.RESUME_CALL)
+    assert frame[0]["requestId"] == "r7" and frame[0]["payload"]["result"] == {"rows": 2}
+    assert frame[1] == b"BODY"
+    with pytest.raises(ExecutorGone):
+        adapter.post_resume_call("exec-9", "c1", "r7", payload, None, Told())
+
+
+async def test_post_resume_call_refuses_when_the_outbox_is_full(sock_dir):
+    adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"), outbox_depth=2)
+    handler = adapter.handler = RecordingHandler()
+    await adapter.start()
+    fake = await FakeExecutor(adapter.socket_path, "exec-0", contexts=8).connect()
+    try:
+        fake.heartbeat()
+        await handler.wait_attached("exec-0")
+        await fake.wait_frames(m.HEARTBEAT_ACK)
+        payload = m.resume_call_result("c1", "r1", m.WAIT_IO, 1)["payload"]
+        told = [Told() for _ in range(3)]
+        assert adapter.post_resume_call("exec-0", "c1", "r1", payload, None, told[0])
+        assert adapter.post_resume_call("exec-0", "c2", "r2", payload, None, told[1])
+        assert adapter.post_resume_call("exec-0", "c3", "r3", payload, None, told[2]) is False
+        await wait_until(lambda: told[1].outcome, what="the two queued ones written")
+        assert told[2].outcome is None                   # nothing was queued for it
+        await adapter.send_resume_call("exec-0", "c3", "r3", payload)   # the awaiting fallback
+        frames = await fake.wait_frames(m.RESUME_CALL, 3)
+        assert [f[0]["callId"] for f in frames] == ["c1", "c2", "c3"]
+    finally:
+        await adapter.close()
+        await fake.close()
+
+
+async def test_a_posted_resume_fails_its_waiter_when_the_executor_is_lost_first(env, clock):
+    adapter, handler, attach, connect = env
+    await attach("exec-0")
+    payload = m.resume_call_result("c1", "r1", m.WAIT_IO, 1)["payload"]
+    told = Told()
+    assert adapter.post_resume_call("exec-0", "c1", "r1", payload, None, told)
+    clock.now += 60_000
+    assert adapter.check_heartbeat_timeouts(clock.now) == ["exec-0"]
+    assert told.outcome[0] == "failed" and isinstance(told.outcome[1], ExecutorGone)
+
+
 # ---- malformed input closes only that connection ----
 
 GARBAGE = [
