@@ -76,6 +76,7 @@ class DispatchActor:
         self._queue: deque = deque()
         self.running = False
         self._bg: set[asyncio.Task] = set()
+        self._resumed: list[str] = []             # call ids whose ResumeCall was written (_resume_written)
         self._retry_timers: set[asyncio.TimerHandle] = set()
 
     # ---- the actor -------------------------------------------------------------
@@ -290,6 +291,30 @@ class DispatchActor:
             return
         self.post(lambda n: self.disp.handle_call_resumed(call_id, n))
 
+    def _resume_written(self, call_id: str) -> None:
+        """A ResumeCall frame was handed to the transport: its handle_call_resumed
+        runs from the next loop iteration (as the awaiting path's Task would
+        wake), together with every other resume written by then: one actor run
+        for them all, not one each."""
+        pending = self._resumed
+        pending.append(call_id)
+        if len(pending) == 1:
+            self._loop.call_soon(self._post_resumed)
+
+    def _post_resumed(self) -> None:
+        ids, self._resumed = self._resumed, []
+        disp = self.disp
+
+        def resumed(now: int) -> list:
+            out: list = []
+            for call_id in ids:
+                cmds = disp.handle_call_resumed(call_id, now)
+                if cmds:
+                    out.extend(cmds)
+            return out
+
+        self.post(resumed)
+
     def _resume_failed(self, executor_id: str, call_id: str, attempt_seq: int, exc: BaseException) -> None:
         msg = f"ResumeCall to {executor_id} not sent: {exc}"
 
@@ -305,11 +330,10 @@ class DispatchActor:
 
 class _ResumeWaiter:
     """What the outbox tells about one ResumeCall frame (Outbox.enqueue_notify):
-    written -> handle_call_resumed, posted at once (the outbox flush runs from
-    the loop, never inside the actor); the connection closed first ->
-    RESUME_SEND_FAILED, posted from the next loop iteration, as the awaiting
-    path would, so that the executor's loss reported by the same close is
-    applied first."""
+    written -> handle_call_resumed; the connection closed first ->
+    RESUME_SEND_FAILED. Both are posted from the next loop iteration, as the
+    awaiting path's Task would wake: the executor's loss reported by the same
+    close is applied first, and the resumes of one flush share one actor run."""
 
     __slots__ = ("actor", "executor_id", "call_id", "attempt_seq", "_done")
 
@@ -325,9 +349,7 @@ class _ResumeWaiter:
 
     def set_result(self, _value) -> None:
         self._done = True
-        actor = self.actor
-        call_id = self.call_id
-        actor.post(lambda n: actor.disp.handle_call_resumed(call_id, n))
+        self.actor._resume_written(self.call_id)
 
     def set_exception(self, exc: BaseException) -> None:
         self._done = True

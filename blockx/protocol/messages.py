@@ -367,7 +367,59 @@ def validate(envelope: Any, accept: frozenset | None = None) -> dict:
     payload = _execute_fast(envelope, accept)
     if payload is not None:
         return payload
+    payload = _wait_resume_fast(envelope, accept)
+    if payload is not None:
+        return payload
     return _validate(envelope, accept)
+
+
+def _wait_resume_fast(envelope: Any, accept: frozenset | None) -> dict | None:
+    """The frames of every IO / subcall round trip: a well-formed CallWaiting(io |
+    subcall) (the Worker's side) or a ResumeCall carrying a result of an io /
+    subcall wait (the executor's side), accepted with exactly the result
+    `_validate` would give. Anything unusual returns None and takes the general
+    path, which names the problem."""
+    if type(envelope) is not dict:
+        return None
+    mt = envelope.get("messageType")
+    if mt != CALL_WAITING and mt != RESUME_CALL:
+        return None
+    if accept is not None and mt not in accept:
+        return None
+    p = envelope.get("payload")
+    call_id = envelope.get("callId")
+    request_id = envelope.get("requestId")
+    if (type(p) is not dict or type(call_id) is not str or not call_id
+            or type(request_id) is not str or not request_id):
+        return None
+    if mt == RESUME_CALL:
+        kind = p.get("resumeKind")
+        if (kind != WAIT_IO and kind != WAIT_SUBCALL) or type(kind) is not str \
+                or "result" not in p or p.get("error") is not None:
+            return None
+        used = p.get("budgetUsedMs")
+        if used is None:
+            p["budgetUsedMs"] = 0
+        elif type(used) is not int:
+            return None
+        return p
+    if type(p.get("taskId")) is not str or type(p.get("attemptSeq")) is not int:
+        return None
+    kind = p.get("waitKind")
+    if kind == WAIT_IO and type(kind) is str:
+        if type(p.get("backend")) is not str or "request" not in p:
+            return None
+        return p
+    if kind == WAIT_SUBCALL and type(kind) is str:
+        ancestry = p.get("ancestry")
+        if (type(p.get("functionId")) is not str or type(p.get("args")) is not list
+                or type(p.get("grantedBudgetMs")) is not int or type(ancestry) is not list):
+            return None
+        for item in ancestry:
+            if type(item) is not str:
+                return None
+        return p
+    return None
 
 
 def _execute_fast(envelope: Any, accept: frozenset | None) -> dict | None:

@@ -317,3 +317,90 @@ def test_execute_call_batch_calls_must_be_a_list(calls):
 def test_the_worker_never_accepts_an_execute_call_batch():
     with pytest.raises(ProtocolError, match="not accepted in this direction"):
         m.validate(wire(m.execute_call_batch([])), m.EXECUTOR_TO_WORKER)
+
+
+
+_WAIT_RESUME_SAMPLES = [
+    m.call_waiting_io("c1", "r1", "t1", 1, "devstub", {"op": "get"}),
+    m.call_waiting_subcall("c1", "r2", "t1", 1, "mul", [3, 4], 500, ["root", "c1"]),
+    m.call_waiting_function_code("c1", "r3", "t1", 1, "add", "ab" * 32),
+    m.resume_call_result("c1", "r1", m.WAIT_IO, {"status": 200}, 12),
+    m.resume_call_result("c1", "r1", m.WAIT_SUBCALL, 7),
+    m.resume_call_error("c1", "r1", m.WAIT_SUBCALL, m.SUBCALL_FAILED, "child failed", True, 3),
+    m.resume_function_code("c1", "r1", "def main():\n  return 1\n", "ab" * 32),
+]
+_WAIT_RESUME_KEYS = ("taskId", "attemptSeq", "waitKind", "backend", "request", "functionId", "args",
+                     "grantedBudgetMs", "ancestry", "resumeKind", "result", "error", "budgetUsedMs", "extra")
+_wr_values = _st.one_of(_values, _st.sampled_from(["io", "subcall", "function_code", "ResumeCall", "CallWaiting"]),
+                        _st.lists(_st.one_of(_st.text(max_size=2), _st.integers()), max_size=2))
+
+
+@_st.composite
+def _wait_resume_like(draw):
+    """A valid sample with zero, one or two keys changed (envelope or payload):
+    close enough to valid that the fast path's every check gets exercised."""
+    env = copy.deepcopy(draw(_st.sampled_from(_WAIT_RESUME_SAMPLES)))
+    for _ in range(draw(_st.integers(0, 2))):
+        if draw(_st.integers(0, 4)) == 0:
+            target, key = env, draw(_st.sampled_from(["callId", "requestId", "messageType", "payload"]))
+        else:
+            target, key = env.get("payload"), draw(_st.sampled_from(_WAIT_RESUME_KEYS))
+        if type(target) is not dict:
+            continue
+        if draw(_st.booleans()):
+            target.pop(key, None)
+        else:
+            target[key] = draw(_wr_values)
+    return env
+
+
+@settings(max_examples=600, deadline=None, derandomize=True)
+@given(_wait_resume_like(), _st.sampled_from([None, m.EXECUTOR_TO_WORKER, m.WORKER_TO_EXECUTOR]))
+def test_wait_and_resume_fast_path_matches_the_general_validator(env, accept):
+    assert _outcome(m.validate, env, accept) == _outcome(m._validate, env, accept)
+
+
+def test_wait_and_resume_fast_path_takes_the_round_trip_frames():
+    for env, accept in ((m.call_waiting_io("c", "r", "t", 1, "devstub", {"a": 1}), m.EXECUTOR_TO_WORKER),
+                        (m.call_waiting_subcall("c", "r", "t", 1, "f", [1], 5, ["c"]), m.EXECUTOR_TO_WORKER),
+                        (m.resume_call_result("c", "r", m.WAIT_IO, {"x": 1}), m.WORKER_TO_EXECUTOR)):
+        env = wire(env)
+        assert m._wait_resume_fast(env, accept) is env["payload"]
+    env = wire(m.resume_call_result("c", "r", m.WAIT_SUBCALL, 1))
+    del env["payload"]["budgetUsedMs"]
+    assert m._wait_resume_fast(env, None)["budgetUsedMs"] == 0
+    assert m._wait_resume_fast(wire(m.call_waiting_function_code("c", "r", "t", 1, "f", "d")), None) is None
+
+
+def _changed(env, **payload_changes):
+    env = copy.deepcopy(env)
+    for key, value in payload_changes.items():
+        if value is _DROP:
+            env["payload"].pop(key, None)
+        else:
+            env["payload"][key] = value
+    return env
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize("env", [
+    _changed(_WAIT_RESUME_SAMPLES[1], ancestry=["root", 1]),
+    _changed(_WAIT_RESUME_SAMPLES[1], ancestry="root"),
+    _changed(_WAIT_RESUME_SAMPLES[1], grantedBudgetMs=True),
+    _changed(_WAIT_RESUME_SAMPLES[1], args=_DROP),
+    _changed(_WAIT_RESUME_SAMPLES[0], request=_DROP),
+    _changed(_WAIT_RESUME_SAMPLES[0], waitKind="other"),
+    _changed(_WAIT_RESUME_SAMPLES[3], error={"errorKind": "IO_ERROR"}),
+    _changed(_WAIT_RESUME_SAMPLES[3], budgetUsedMs=1.5),
+    _changed(_WAIT_RESUME_SAMPLES[3], resumeKind="function_code", result=[1]),
+    _changed(_WAIT_RESUME_SAMPLES[4], result=_DROP),
+    _changed(_WAIT_RESUME_SAMPLES[4], resumeKind="nope"),
+    dict(_WAIT_RESUME_SAMPLES[3], requestId=""),
+    dict(_WAIT_RESUME_SAMPLES[0], callId=""),
+])
+@pytest.mark.parametrize("accept", [None, m.EXECUTOR_TO_WORKER, m.WORKER_TO_EXECUTOR])
+def test_wait_and_resume_fast_path_leaves_near_misses_to_the_general_validator(env, accept):
+    assert _outcome(m.validate, env, accept) == _outcome(m._validate, env, accept)
+    assert _outcome(m._validate, env, accept)[0] == "error"
