@@ -115,6 +115,7 @@ class Scheduler:
         self._compact_at = 1024
         self.idle: list = []  # parked call-runner greenlets
         self._run_left = 0     # turns left in the current run phase (run_ready)
+        self._digests: dict[str, str] = {}  # functionCodeDigest as sent -> normalized
         self.max_idle = max_inflight
         self._request_seq = 0
         self.running_call_id = ""
@@ -209,7 +210,13 @@ class Scheduler:
                        f"superseded by attempt {p['attemptSeq']} of the same call")
         parent_id = p["parentCallId"]
         parent = self.calls.get(parent_id) if parent_id else None
-        call = Call(self, call_id, p, normalize_digest(p["functionCodeDigest"]), parent)
+        raw = p["functionCodeDigest"]
+        digest = self._digests.get(raw)
+        if digest is None:
+            if len(self._digests) >= 4096:   # digests in use are few; never let odd ones pile up
+                self._digests.clear()
+            digest = self._digests[raw] = normalize_digest(raw)
+        call = Call(self, call_id, p, digest, parent)
         audit = p.get("audit")
         if audit and call.digest not in self.audited:     # the Worker's audit gate approved this code
             self.audited.add(call.digest)

@@ -199,3 +199,58 @@ def test_a_bad_batch_element_rejects_the_whole_batch():
     with pytest.raises(m.ProtocolError, match="element 1"):
         s.handle_frames(codec.FrameDecoder().feed(codec.encode_frame(m.execute_call_batch(good + [bad]))))
     assert not s.calls and not s.ready
+
+
+ENTRIES = '''
+class Handler:
+    @staticmethod
+    def run(x):
+        return ["dotted", x]
+
+def main(x):
+    return ["main", x]
+
+CONSTANT = 42
+
+def __getattr__(name):
+    if name == "dynamic":
+        return lambda x: ["dynamic", x]
+    raise AttributeError(name)
+'''
+
+
+@pytest.mark.parametrize("selector, outcome", [
+    ("main", ("ok", ["main", 1])),
+    ("", ("ok", ["main", 1])),                       # empty selector: main
+    ("Handler.run", ("ok", ["dotted", 1])),
+    ("dynamic", ("ok", ["dynamic", 1])),             # a module __getattr__ (PEP 562)
+    ("CONSTANT", ("FUNCTION_NOT_FOUND", "is a int, not a callable")),
+    ("missing", ("FUNCTION_NOT_FOUND", "has no entry point 'missing'")),
+    ("Handler.nope", ("FUNCTION_NOT_FOUND", "has no entry point 'Handler.nope'")),
+])
+def test_entry_selectors_resolve_the_same_on_every_call(selector, outcome):
+    s, peer, dec, d = loaded()
+    de = source_digest(ENTRIES)
+    s.code.add("entries", de, ENTRIES, de)
+    for round_ in range(2):                          # the module is loaded by the first call
+        s.handle_frames([(m.execute_call(f"c{round_}", "t", "entries", de, [1], 1, selector), None)])
+        s.run_ready()
+        s.conn.flush()
+        env = by_id(read_frames(peer, dec, 1))[f"c{round_}"]
+        if outcome[0] == "ok":
+            assert env["payload"]["output"] == outcome[1]
+        else:
+            assert env["payload"]["errorKind"] == outcome[0] and outcome[1] in env["payload"]["errorMessage"]
+
+
+def test_digest_spellings_share_one_code_entry():
+    s, peer, dec, d = loaded()
+    raw = d["add"]
+    s.handle_frames([(m.execute_call("a", "t", "add", raw, [1, 1], 1), None),
+                     (m.execute_call("b", "t", "add", "SHA256:" + raw.upper(), [2, 2], 1), None),
+                     (m.execute_call("c", "t", "add", " sha256:" + raw + " ", [3, 3], 1), None)])
+    s.run_ready()
+    s.conn.flush()
+    out = by_id(read_frames(peer, dec, 3))
+    assert [out[c]["payload"]["output"] for c in "abc"] == [2, 4, 6]
+    assert len(s.code) == len(d)                     # no fetch, no second copy
