@@ -79,6 +79,15 @@ cdef class Outbox:
             self._scheduled = True
             self._call_soon(self._flush_cb)
 
+    def enqueue_notify(self, frame, waiter):
+        """enqueue(frame) (same errors, nothing queued on error), then
+        waiter.set_result(None) once the flush holding the frame called
+        writelines(), or waiter.set_exception(exc) if the outbox closes first.
+        `waiter` is a Future or any object with done() / set_result() /
+        set_exception(): a callback instead of an awaiting Task."""
+        self.enqueue(frame)
+        self._waiters.append((self._enqueued, waiter))
+
     async def send(self, frame):
         """Queue `frame` (waiting for room if the outbox is full) and return once
         it was handed to transport.writelines(). Raises the close() error if the

@@ -13,6 +13,8 @@ Theory of operation (uvloop's _queue_write idea, Go's outbox of depth 256 with
 - send() is for frames the caller must know were handed to the transport
   (ResumeCall, CancelCall): it waits for room instead of failing when the outbox
   is full, then resolves once the flush containing its frame called writelines.
+  enqueue_notify() is its callback form without a Task: it fails like enqueue()
+  when full, and tells a waiter object (set_result / set_exception) instead.
   Waiters are matched by sequence number (frames enqueued so far vs frames
   flushed so far), so the hot enqueue() path carries no per-frame bookkeeping.
 - close(exc) drops queued frames and fails every waiter with `exc`; afterwards
@@ -92,6 +94,15 @@ class Outbox:
         if not self._scheduled and not self._paused:
             self._scheduled = True
             self._loop.call_soon(self._flush)
+
+    def enqueue_notify(self, frame: bytes, waiter) -> None:
+        """enqueue(frame) (same errors, nothing queued on error), then
+        waiter.set_result(None) once the flush holding the frame called
+        writelines(), or waiter.set_exception(exc) if the outbox closes first.
+        `waiter` is a Future or any object with done() / set_result() /
+        set_exception(): a callback instead of an awaiting Task."""
+        self.enqueue(frame)
+        self._waiters.append((self._enqueued, waiter))
 
     async def send(self, frame: bytes) -> None:
         """Queue `frame` (waiting for room if the outbox is full) and return once

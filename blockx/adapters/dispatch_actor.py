@@ -10,8 +10,10 @@ Invariants (the Python form of the spec's I1-I5):
   re-enters `post`: events posted while a batch executes are queued and run after.
 - After the queue drains, the epilogue runs: `flush_dirty_tasks` (convergence)
   and `dispatch` (admission) until both are quiescent.
-- Anything that awaits (ResumeCall / CancelCall sends, IO, source lookups) runs in
-  its own asyncio task and reports back through `post`.
+- Anything that awaits (CancelCall sends, IO that awaits, source lookups) runs in
+  its own asyncio task and reports back through `post`. ResumeCalls are sent by
+  callback (send_resume): queued at once while the outbox has room, their
+  outcome reported through `post`; only a full outbox makes one await.
 - Frames of one `data_received` chunk are handled as one batch with one epilogue
   (DESIGN.md §8: every microsecond per call in the Worker counts).
 
@@ -74,6 +76,7 @@ class DispatchActor:
         self._queue: deque = deque()
         self.running = False
         self._bg: set[asyncio.Task] = set()
+        self._resumed: list[str] = []             # call ids whose ResumeCall was written (_resume_written)
         self._retry_timers: set[asyncio.TimerHandle] = set()
 
     # ---- the actor -------------------------------------------------------------
@@ -199,7 +202,7 @@ class DispatchActor:
                     metrics.calls_retried += 1
                 self._arm_retry(max(0, cmd.fire_at_ms - now) / 1000.0, cmd.call_id)
             elif t is SubcallDone:
-                self.spawn(self._send_subcall_resume(cmd))
+                self._send_subcall_resume(cmd)
             elif t is CompleteCallFromCache:
                 metrics.call_cache_hits += 1
             elif t is BatchSettled:
@@ -248,7 +251,7 @@ class DispatchActor:
         except Exception:  # noqa: BLE001 - a bug
             log.exception("CancelCall %s to %s failed", cmd.call_id, cmd.executor_id)
 
-    async def _send_subcall_resume(self, cmd: SubcallDone) -> None:
+    def _send_subcall_resume(self, cmd: SubcallDone) -> None:
         if cmd.ok:
             payload = {"resumeKind": m.WAIT_SUBCALL, "result": _Fragment(cmd.output_json or b"null"),
                        "budgetUsedMs": cmd.budget_used_ms}
@@ -257,25 +260,98 @@ class DispatchActor:
                        "error": {"errorKind": cmd.error_kind, "errorMessage": cmd.error_message,
                                  "retryable": cmd.retryable, "childErrorKind": cmd.child_error_kind},
                        "budgetUsedMs": cmd.budget_used_ms}
-        await self.resume(cmd.parent_executor_id, cmd.parent_call_id, cmd.request_id,
-                           cmd.parent_attempt_seq, payload, None)
+        self.send_resume(cmd.parent_executor_id, cmd.parent_call_id, cmd.request_id,
+                         cmd.parent_attempt_seq, payload, None)
+
+    def send_resume(self, executor_id: str, call_id: str, request_id: str, attempt_seq: int,
+                    payload: dict, sidecar: bytes | None) -> None:
+        """Send a ResumeCall by callback, without a Task: queued in the outbox now
+        when it has room; once the transport has it, handle_call_resumed is fed
+        through `post`. A full outbox falls back to the awaiting `resume`. A send
+        that fails synthesizes a retryable RESUME_SEND_FAILED failure of the
+        waiting attempt, exactly as `resume` does."""
+        waiter = _ResumeWaiter(self, executor_id, call_id, attempt_seq)
+        try:
+            queued = self.adapter.post_resume_call(executor_id, call_id, request_id, payload, sidecar, waiter)
+        except Exception as exc:  # noqa: BLE001 - ExecutorGone, or a payload that cannot be encoded
+            self._resume_failed(executor_id, call_id, attempt_seq, exc)
+            return
+        if not queued:
+            self.spawn(self.resume(executor_id, call_id, request_id, attempt_seq, payload, sidecar))
 
     async def resume(self, executor_id: str, call_id: str, request_id: str, attempt_seq: int,
                       payload: dict, sidecar: bytes | None) -> None:
-        """Send a ResumeCall; once flushed, feed handle_call_resumed, else synthesize
-        a retryable RESUME_SEND_FAILED failure of the waiting attempt."""
+        """Send a ResumeCall, waiting for outbox room; once flushed, feed
+        handle_call_resumed, else synthesize a retryable RESUME_SEND_FAILED
+        failure of the waiting attempt."""
         try:
             await self.adapter.send_resume_call(executor_id, call_id, request_id, payload, sidecar)
         except Exception as exc:  # noqa: BLE001 - ExecutorGone / OutboxClosed
-            msg = f"ResumeCall to {executor_id} not sent: {exc}"
-
-            def failed(now: int) -> list:
-                cmds = self.disp.handle_call_failed(call_id, attempt_seq, m.RESUME_SEND_FAILED,
-                                                    True, msg, now)
-                if cmds:    # accepted: the attempt was still current (see _apply_frames)
-                    self.metrics.call_failed(m.RESUME_SEND_FAILED)
-                return cmds
-
-            self.post(failed)
+            self._resume_failed(executor_id, call_id, attempt_seq, exc)
             return
         self.post(lambda n: self.disp.handle_call_resumed(call_id, n))
+
+    def _resume_written(self, call_id: str) -> None:
+        """A ResumeCall frame was handed to the transport: its handle_call_resumed
+        runs from the next loop iteration (as the awaiting path's Task would
+        wake), together with every other resume written by then: one actor run
+        for them all, not one each."""
+        pending = self._resumed
+        pending.append(call_id)
+        if len(pending) == 1:
+            self._loop.call_soon(self._post_resumed)
+
+    def _post_resumed(self) -> None:
+        ids, self._resumed = self._resumed, []
+        disp = self.disp
+
+        def resumed(now: int) -> list:
+            out: list = []
+            for call_id in ids:
+                cmds = disp.handle_call_resumed(call_id, now)
+                if cmds:
+                    out.extend(cmds)
+            return out
+
+        self.post(resumed)
+
+    def _resume_failed(self, executor_id: str, call_id: str, attempt_seq: int, exc: BaseException) -> None:
+        msg = f"ResumeCall to {executor_id} not sent: {exc}"
+
+        def failed(now: int) -> list:
+            cmds = self.disp.handle_call_failed(call_id, attempt_seq, m.RESUME_SEND_FAILED,
+                                                True, msg, now)
+            if cmds:    # accepted: the attempt was still current (see _apply_frames)
+                self.metrics.call_failed(m.RESUME_SEND_FAILED)
+            return cmds
+
+        self.post(failed)
+
+
+class _ResumeWaiter:
+    """What the outbox tells about one ResumeCall frame (Outbox.enqueue_notify):
+    written -> handle_call_resumed; the connection closed first ->
+    RESUME_SEND_FAILED. Both are posted from the next loop iteration, as the
+    awaiting path's Task would wake: the executor's loss reported by the same
+    close is applied first, and the resumes of one flush share one actor run."""
+
+    __slots__ = ("actor", "executor_id", "call_id", "attempt_seq", "_done")
+
+    def __init__(self, actor: DispatchActor, executor_id: str, call_id: str, attempt_seq: int) -> None:
+        self.actor = actor
+        self.executor_id = executor_id
+        self.call_id = call_id
+        self.attempt_seq = attempt_seq
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, _value) -> None:
+        self._done = True
+        self.actor._resume_written(self.call_id)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._done = True
+        self.actor._loop.call_soon(self.actor._resume_failed, self.executor_id, self.call_id,
+                                   self.attempt_seq, exc)

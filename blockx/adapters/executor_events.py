@@ -3,8 +3,10 @@
 It is the ExecutorAdapter's handler. Frames of one chunk become one event on
 the dispatch actor (one epilogue); a call's waits are served here: function
 code from the asking task's pinned epoch only, IO through the task's IO scope,
-subcalls through the dispatcher. Anything that awaits runs beside the actor
-(``actor.spawn``) and reports back through ``actor.post``. Attach and loss of an
+subcalls through the dispatcher. ResumeCalls go out by callback
+(``actor.send_resume``); an IO the scope answers synchronously (cache hit, a
+backend that needs no await) is resumed without a Task. Anything that awaits
+runs beside the actor (``actor.spawn``) and reports back through ``actor.post``. Attach and loss of an
 executor go to the Orchestrator (snapshot sync, readiness).
 """
 from __future__ import annotations
@@ -112,12 +114,12 @@ class ExecutorEvents:
         if kind == m.WAIT_IO:
             cmds = self.disp.handle_call_waiting(call_id, attempt, now)
             if rt is None or rt.io_scope is None:
-                self.actor.spawn(self.actor.resume(executor_id, call_id, request_id, attempt, {
+                self.actor.send_resume(executor_id, call_id, request_id, attempt, {
                     "resumeKind": m.WAIT_IO, "error": {
                         "errorKind": m.IO_ERROR, "retryable": False,
-                        "errorMessage": f"task {p.get('taskId')!r} has no open IO scope (it ended)"}}, None))
+                        "errorMessage": f"task {p.get('taskId')!r} has no open IO scope (it ended)"}}, None)
             else:
-                self.actor.spawn(self._serve_io(rt, executor_id, call_id, request_id, attempt, p, sidecar))
+                self._serve_io_now(rt, executor_id, call_id, request_id, attempt, p, sidecar)
             return cmds
         if kind == m.WAIT_SUBCALL:
             return self._on_subcall_request(rt, executor_id, call_id, request_id, attempt, p, now)
@@ -145,10 +147,10 @@ class ExecutorEvents:
                 return cmds        # from an attempt that is no longer current: nobody waits for it
             error = (child.error_kind, child.message, child.retryable)
         kind, message, retryable = error
-        self.actor.spawn(self.actor.resume(executor_id, call_id, request_id, attempt, {
+        self.actor.send_resume(executor_id, call_id, request_id, attempt, {
             "resumeKind": m.WAIT_SUBCALL,
             "error": {"errorKind": kind, "errorMessage": message, "retryable": retryable},
-            "budgetUsedMs": 0}, None))
+            "budgetUsedMs": 0}, None)
         return cmds
 
     async def _serve_function_code(self, executor_id, call_id, request_id, p) -> None:
@@ -171,17 +173,42 @@ class ExecutorEvents:
         except Exception as exc:  # noqa: BLE001 - the executor went away; its calls fail as lost
             log.debug("function code resume to %s failed: %s", executor_id, exc)
 
-    async def _serve_io(self, rt, executor_id, call_id, request_id, attempt, p, sidecar) -> None:
+    def _serve_io_now(self, rt, executor_id, call_id, request_id, attempt, p, sidecar) -> None:
+        """An IO the task's scope can answer without awaiting (a cached result,
+        a backend that completes synchronously) is resumed right here, without a
+        Task; any other awaits in `_serve_io`."""
+        request_json = dumps_kept(p.get("request"))  # the task's IO cache keeps it
         try:
-            request_json = dumps_kept(p.get("request"))  # the task's IO cache keeps it
+            got = rt.io_scope.handle_now(p.get("backend", ""), request_json, sidecar)
+        except Exception as exc:  # noqa: BLE001 - any IO failure goes back to the call
+            self.actor.send_resume(executor_id, call_id, request_id, attempt, _io_error_payload(exc), None)
+            return
+        if got is None:
+            self.actor.spawn(self._serve_io(rt, executor_id, call_id, request_id, attempt, p, sidecar,
+                                            request_json))
+            return
+        result_json, body = got
+        self.actor.send_resume(executor_id, call_id, request_id, attempt,
+                               {"resumeKind": m.WAIT_IO, "result": _Fragment(result_json), "budgetUsedMs": 0},
+                               body)
+
+    async def _serve_io(self, rt, executor_id, call_id, request_id, attempt, p, sidecar,
+                        request_json: bytes | None = None) -> None:
+        try:
+            if request_json is None:
+                request_json = dumps_kept(p.get("request"))  # the task's IO cache keeps it
             result_json, body = await rt.io_scope.handle(p.get("backend", ""), request_json, sidecar)
             payload = {"resumeKind": m.WAIT_IO, "result": _Fragment(result_json), "budgetUsedMs": 0}
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - any IO failure goes back to the call
-            to_err = getattr(exc, "to_resume_error", None)
-            error = to_err() if to_err else {"errorKind": m.IO_ERROR, "retryable": False,
-                                             "errorMessage": f"{type(exc).__name__}: {exc}"}
-            payload = {"resumeKind": m.WAIT_IO, "error": error, "budgetUsedMs": 0}
+            payload = _io_error_payload(exc)
             body = None
-        await self.actor.resume(executor_id, call_id, request_id, attempt, payload, body)
+        self.actor.send_resume(executor_id, call_id, request_id, attempt, payload, body)
+
+
+def _io_error_payload(exc: Exception) -> dict:
+    to_err = getattr(exc, "to_resume_error", None)
+    error = to_err() if to_err else {"errorKind": m.IO_ERROR, "retryable": False,
+                                     "errorMessage": f"{type(exc).__name__}: {exc}"}
+    return {"resumeKind": m.WAIT_IO, "error": error, "budgetUsedMs": 0}

@@ -196,6 +196,9 @@ class WorkerFullConfig:
     executor_restart_window_ms: int = _f(60_000)
     executor_backoff_ms: int = _f(30_000)
     executor_heartbeat_timeout_ms: int = _f(10_000)
+    executor_call_batch: bool = _f(False, env="EXECUTOR_CALL_BATCH",
+                                   doc="send the ExecuteCalls queued for one executor in one loop iteration "
+                                       "as one ExecuteCallBatch frame, to executors that advertise it")
     executor_budget_preempt_ms: int = _f(50, env="EXECUTOR_BUDGET_PREEMPT_MS",
                                          doc="executors interrupt a call that computes past its budget "
                                              "without yielding, checking every N ms; 0 = only the wedge backstop")

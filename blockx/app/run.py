@@ -187,7 +187,8 @@ class Worker:
         io_factory = IOScopeFactory.from_config(cfg, data)
         self.adapter = ExecutorAdapter(cfg.socket_path,
                                        heartbeat_timeout_ms=cfg.effective_executor_heartbeat_timeout_ms(),
-                                       executor_contexts=dcfg.executor_max_inflight, metrics=metrics)
+                                       executor_contexts=dcfg.executor_max_inflight, metrics=metrics,
+                                       execute_call_batch=cfg.executor_call_batch)
         self.pool = PoolManager(
             cfg.executor_count, cfg.socket_path, max_inflight=dcfg.executor_max_inflight,
             max_runnable=dcfg.executor_max_runnable, restart_enabled=cfg.executor_restart_enabled,

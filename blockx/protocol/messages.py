@@ -51,8 +51,14 @@ CALL_WAITING = "CallWaiting"
 CALL_COMPLETED = "CallCompleted"
 CALL_FAILED = "CallFailed"
 HEARTBEAT = "Heartbeat"
+# Beyond the spec, negotiated: an executor whose Heartbeat lists FEATURE_EXECUTE_CALL_BATCH
+# in `features` may get several ExecuteCall envelopes, unchanged, in one frame
+# {"messageType": "ExecuteCallBatch", "callId": "", "requestId": "", "payload": {"calls": [...]}}.
+EXECUTE_CALL_BATCH = "ExecuteCallBatch"
+FEATURE_EXECUTE_CALL_BATCH = "executeCallBatch"
 
-WORKER_TO_EXECUTOR = frozenset({EXECUTE_CALL, RESUME_CALL, CANCEL_CALL, HEARTBEAT_ACK})
+WORKER_TO_EXECUTOR = frozenset({EXECUTE_CALL, EXECUTE_CALL_BATCH, RESUME_CALL, CANCEL_CALL,
+                                HEARTBEAT_ACK})
 EXECUTOR_TO_WORKER = frozenset({CALL_WAITING, CALL_COMPLETED, CALL_FAILED, HEARTBEAT})
 ALL_MESSAGE_TYPES = WORKER_TO_EXECUTOR | EXECUTOR_TO_WORKER
 
@@ -123,6 +129,26 @@ def resume_function_code(call_id: str, request_id: str, source: str,
 def cancel_call(call_id: str, attempt_seq: int, reason: str = "") -> dict:
     return {"messageType": CANCEL_CALL, "callId": call_id, "requestId": "",
             "payload": {"reason": reason, "attemptSeq": attempt_seq}}
+
+
+def execute_call_batch(calls: list) -> dict:
+    """Several ExecuteCall envelopes in one frame (only to an executor that
+    advertised FEATURE_EXECUTE_CALL_BATCH)."""
+    return {"messageType": EXECUTE_CALL_BATCH, "callId": "", "requestId": "",
+            "payload": {"calls": calls}}
+
+
+def execute_call_batch_items(payload: dict) -> list:
+    """The validated ExecuteCall envelopes of a validated ExecuteCallBatch
+    payload, in order. Raises ProtocolError naming the first bad element: a batch
+    is accepted whole or not at all."""
+    calls = payload["calls"]
+    for i, env in enumerate(calls):
+        try:
+            validate(env, _BATCH_ITEM)
+        except ProtocolError as exc:
+            raise ProtocolError(f"ExecuteCallBatch element {i}: {exc}") from None
+    return calls
 
 
 def heartbeat_ack() -> dict:
@@ -201,7 +227,10 @@ _REQUIRED: dict[str, tuple[tuple[str, str], ...]] = {
                 ("inflightCount", "int"), ("availableContexts", "int"), ("memoryBytes", "int"),
                 ("lastSchedulerActiveAtMs", "int")),
 }
+_REQUIRED[EXECUTE_CALL_BATCH] = (("calls", "list"),)
+_BATCH_ITEM = frozenset({EXECUTE_CALL})
 _OPTIONAL: dict[str, tuple[tuple[str, str, Any], ...]] = {
+    EXECUTE_CALL_BATCH: (),
     EXECUTE_CALL: (("entrySelector", "str", DEFAULT_ENTRY_SELECTOR), ("parentCallId", "str", ""),
                    ("callBudgetMs", "int", 0)),
     RESUME_CALL: (("budgetUsedMs", "int", 0),),
@@ -335,7 +364,96 @@ def validate(envelope: Any, accept: frozenset | None = None) -> dict:
     payload = _completed_fast(envelope, accept)
     if payload is not None:
         return payload
+    payload = _execute_fast(envelope, accept)
+    if payload is not None:
+        return payload
+    payload = _wait_resume_fast(envelope, accept)
+    if payload is not None:
+        return payload
     return _validate(envelope, accept)
+
+
+def _wait_resume_fast(envelope: Any, accept: frozenset | None) -> dict | None:
+    """The frames of every IO / subcall round trip: a well-formed CallWaiting(io |
+    subcall) (the Worker's side) or a ResumeCall carrying a result of an io /
+    subcall wait (the executor's side), accepted with exactly the result
+    `_validate` would give. Anything unusual returns None and takes the general
+    path, which names the problem."""
+    if type(envelope) is not dict:
+        return None
+    mt = envelope.get("messageType")
+    if mt != CALL_WAITING and mt != RESUME_CALL:
+        return None
+    if accept is not None and mt not in accept:
+        return None
+    p = envelope.get("payload")
+    call_id = envelope.get("callId")
+    request_id = envelope.get("requestId")
+    if (type(p) is not dict or type(call_id) is not str or not call_id
+            or type(request_id) is not str or not request_id):
+        return None
+    if mt == RESUME_CALL:
+        kind = p.get("resumeKind")
+        if (kind != WAIT_IO and kind != WAIT_SUBCALL) or type(kind) is not str \
+                or "result" not in p or p.get("error") is not None:
+            return None
+        used = p.get("budgetUsedMs")
+        if used is None:
+            p["budgetUsedMs"] = 0
+        elif type(used) is not int:
+            return None
+        return p
+    if type(p.get("taskId")) is not str or type(p.get("attemptSeq")) is not int:
+        return None
+    kind = p.get("waitKind")
+    if kind == WAIT_IO and type(kind) is str:
+        if type(p.get("backend")) is not str or "request" not in p:
+            return None
+        return p
+    if kind == WAIT_SUBCALL and type(kind) is str:
+        ancestry = p.get("ancestry")
+        if (type(p.get("functionId")) is not str or type(p.get("args")) is not list
+                or type(p.get("grantedBudgetMs")) is not int or type(ancestry) is not list):
+            return None
+        for item in ancestry:
+            if type(item) is not str:
+                return None
+        return p
+    return None
+
+
+def _execute_fast(envelope: Any, accept: frozenset | None) -> dict | None:
+    """The executor's hottest inbound frame: a well-formed ExecuteCall, accepted
+    with exactly the result `_validate` would give. Anything unusual returns None
+    and takes the general path, which names the problem."""
+    if type(envelope) is not dict or envelope.get("messageType") != EXECUTE_CALL:
+        return None
+    if accept is not None and EXECUTE_CALL not in accept:
+        return None
+    p = envelope.get("payload")
+    call_id = envelope.get("callId")
+    request_id = envelope.get("requestId")
+    if (type(p) is not dict or type(call_id) is not str or not call_id
+            or (request_id is not None and type(request_id) is not str)
+            or type(p.get("taskId")) is not str or type(p.get("functionId")) is not str
+            or type(p.get("functionCodeDigest")) is not str or type(p.get("args")) is not list
+            or type(p.get("attemptSeq")) is not int):
+        return None
+    entry = p.get("entrySelector")
+    parent = p.get("parentCallId")
+    budget = p.get("callBudgetMs")
+    if ((entry is not None and type(entry) is not str) or (parent is not None and type(parent) is not str)
+            or (budget is not None and type(budget) is not int)):
+        return None
+    if request_id is None:
+        envelope["requestId"] = ""
+    if entry is None:
+        p["entrySelector"] = DEFAULT_ENTRY_SELECTOR
+    if parent is None:
+        p["parentCallId"] = ""
+    if budget is None:
+        p["callBudgetMs"] = 0
+    return p
 
 
 def _completed_fast(envelope: Any, accept: frozenset | None) -> dict | None:

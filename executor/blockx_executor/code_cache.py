@@ -84,6 +84,13 @@ class FunctionCode:
     def entry(self, selector: str):
         """The callable named by `selector` ("main", or a dotted path such as
         "Handler.run"). Runs the module first if needed."""
+        module = self.module
+        if module is not None and selector and "." not in selector:
+            # The hot case (a loaded module, a plain name): what the loop below
+            # would find, without splitting the path; anything else takes the loop.
+            obj = getattr(module, selector, None)
+            if obj is not None and callable(obj):
+                return obj
         obj = self.load_module()
         path = selector or "main"
         for part in path.split("."):

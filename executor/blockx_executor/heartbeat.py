@@ -45,8 +45,9 @@ def rss_bytes() -> int:
 
 class Heartbeats:
     def __init__(self, conn: Connection, scheduler, executor_id: str, interval_ms: int,
-                 encode_frame):
+                 encode_frame, features: tuple = (messages.FEATURE_EXECUTE_CALL_BATCH,)):
         self.conn = conn
+        self.features = list(features)
         self.scheduler = scheduler
         self.executor_id = executor_id
         self.interval_s = interval_ms / 1000.0
@@ -68,6 +69,8 @@ class Heartbeats:
         # Beyond the contract: the context capacity this executor was started with,
         # so the Worker need not estimate it from availableContexts + inflightCount.
         env["payload"]["maxInflight"] = s.max_inflight
+        # Negotiated extensions this executor takes (messages.EXECUTE_CALL_BATCH).
+        env["payload"]["features"] = self.features
         return self.encode_frame(env)
 
     def send_one(self) -> None:

@@ -1,5 +1,8 @@
-"""The executor's scheduler: one loop on the main thread, a greenlet per live call
-(taken from a pool of parked greenlets; a finished call's greenlet goes back).
+"""The executor's scheduler: one loop on the main thread (the hub); calls run in
+pooled runner greenlets. A runner starts fresh calls back to back, so a call
+that returns without calling the SDK pays no greenlet switch or Future of its
+own; a call that suspends (sdk.io / call / sleep, a preemption) keeps its
+runner until it finishes, and the hub takes another runner for the rest.
 
 Each pass: poll the socket (not at all while calls are runnable, otherwise until
 the next timer, at most `idle_poll_ms`), decode and handle every frame that
@@ -71,13 +74,19 @@ EXIT_PROTOCOL = 2
 EXIT_LOST = 3
 
 
-def _call_runner(call: Call):
-    """Body of a pooled greenlet: run calls one after another. Each call runs in
-    a fresh contextvars.Context so nothing a call sets leaks into the next."""
-    hub = getcurrent().parent
+_IDLE = ("idle",)  # a runner's word to the hub: no call of mine is suspended
+
+
+def _call_runner(sched):
+    """Body of a pooled greenlet: run the fresh calls at the front of the ready
+    queue one after another (Scheduler.run_fresh), then park. A call that
+    suspends keeps this greenlet: its wait request goes to the hub, and when
+    the call is resumed and returns, the same greenlet carries on with the
+    fresh calls of that run phase, then parks."""
+    hub = sched.hub
     while True:
-        outcome = Context().run(call.run)
-        call = hub.switch(("done", outcome))
+        sched.run_fresh()
+        sched = hub.switch(_IDLE)
 
 
 class Scheduler:
@@ -105,6 +114,8 @@ class Scheduler:
         self._timer_seq = 0
         self._compact_at = 1024
         self.idle: list = []  # parked call-runner greenlets
+        self._run_left = 0     # turns left in the current run phase (run_ready)
+        self._digests: dict[str, str] = {}  # functionCodeDigest as sent -> normalized
         self.max_idle = max_inflight
         self._request_seq = 0
         self.running_call_id = ""
@@ -179,6 +190,10 @@ class Scheduler:
             mt = env["messageType"]
             if mt == m.EXECUTE_CALL:
                 self.on_execute(env["callId"], payload)
+            elif mt == m.EXECUTE_CALL_BATCH:
+                # Validated whole before any element runs: a bad one ends the connection.
+                for item in m.execute_call_batch_items(payload):
+                    self.on_execute(item["callId"], item["payload"])
             elif mt == m.RESUME_CALL:
                 self.on_resume(env["callId"], env["requestId"], payload, sidecar)
             elif mt == m.CANCEL_CALL:
@@ -195,7 +210,13 @@ class Scheduler:
                        f"superseded by attempt {p['attemptSeq']} of the same call")
         parent_id = p["parentCallId"]
         parent = self.calls.get(parent_id) if parent_id else None
-        call = Call(self, call_id, p, normalize_digest(p["functionCodeDigest"]), parent)
+        raw = p["functionCodeDigest"]
+        digest = self._digests.get(raw)
+        if digest is None:
+            if len(self._digests) >= 4096:   # digests in use are few; never let odd ones pile up
+                self._digests.clear()
+            digest = self._digests[raw] = normalize_digest(raw)
+        call = Call(self, call_id, p, digest, parent)
         audit = p.get("audit")
         if audit and call.digest not in self.audited:     # the Worker's audit gate approved this code
             self.audited.add(call.digest)
@@ -349,50 +370,81 @@ class Scheduler:
 
     # ---- running calls -----------------------------------------------------------------
     def run_ready(self) -> None:
+        """Run each call that was runnable when the phase began once. Fresh calls
+        run back to back in one pooled runner greenlet (run_fresh): a call that
+        returns without suspending costs no greenlet switch of its own, the
+        hub switches once into the runner per stretch of fresh calls and the
+        runner once back. A resumed call is switched into (its own greenlet)."""
         ready = self.ready
-        n = len(ready)
-        while n and ready:
-            n -= 1
-            self.step(ready.popleft())
+        self._run_left = len(ready)
+        while self._run_left and ready:
+            call = ready[0]
+            g = call.greenlet
+            if g is None:
+                # Creating a greenlet costs ~10 us, switching into a parked one
+                # well under 1 us.
+                g = self.idle.pop() if self.idle else greenlet(_call_runner, self.hub)
+                value = self
+            else:
+                ready.popleft()
+                self._run_left -= 1
+                value = call.resume
+                call.resume = None
+                call.state = RUNNING
+                self.running_call_id = call.call_id
+                call.slice_start_ns = _monotonic_ns()
+                self.running_call = call
+            try:
+                result = g.switch(value)
+            except BaseException as exc:
+                # The runner itself died: MemoryError, or a budget preemption that
+                # hit the runner's own code rather than the user's (finish() still
+                # reports the abort). Outside a call it is the scheduler's own bug.
+                call = self.running_call
+                if call is None:
+                    raise
+                self.end_slice(call)
+                self.finish(call, _failed("USER_ERROR", False, clip(
+                    f"call runner failed: {type(exc).__name__}: {exc}", MAX_MESSAGE)))
+                continue
+            if result is _IDLE:
+                if not g.dead and len(self.idle) < self.max_idle:
+                    self.idle.append(g)
+            else:
+                call = self.running_call
+                self.on_wait(call, result, self.end_slice(call))
 
-    def step(self, call: Call) -> None:
-        g = call.greenlet
-        if g is None:
-            # A call starts on an idle pooled greenlet: creating one costs ~10 us,
-            # switching into a parked one well under 1 us.
-            g = call.greenlet = self.idle.pop() if self.idle else greenlet(_call_runner, self.hub)
+    def run_fresh(self) -> None:
+        """In a runner greenlet: start the not-yet-started calls at the front of
+        the ready queue, while the run phase has turns left. A call that
+        suspends switches to the hub from inside `call.run`; this loop goes on
+        when that call is resumed and returns."""
+        ready = self.ready
+        g = getcurrent()
+        while self._run_left and ready and ready[0].greenlet is None:
+            call = ready.popleft()
+            self._run_left -= 1
+            call.greenlet = g
             g.blockx_call = call
-            value = call
             call.started_at_ms = now_ms()
-            call.started_ns = _monotonic_ns()
-        else:
-            value = call.resume
-            call.resume = None
-        call.state = RUNNING
-        self.running_call_id = call.call_id
-        t0 = call.slice_start_ns = _monotonic_ns()
-        self.running_call = call
-        try:
-            result = g.switch(value)
-        except BaseException as exc:
-            # The runner itself died: MemoryError, or a budget preemption that hit
-            # the runner's own code rather than the user's (finish() still
-            # reports the abort).
-            result = ("done", _failed("USER_ERROR", False, clip(
-                f"call runner failed: {type(exc).__name__}: {exc}", MAX_MESSAGE)))
+            call.state = RUNNING
+            self.running_call_id = call.call_id
+            call.started_ns = call.slice_start_ns = _monotonic_ns()
+            self.running_call = call
+            outcome = Context().run(call.run)  # a fresh Context: nothing leaks into the next call
+            self.end_slice(call)
+            g.blockx_call = None
+            self.finish(call, outcome)
+
+    def end_slice(self, call: Call) -> int:
+        """The call stopped running (returned, suspended or died): charge the
+        slice to its budget; returns the monotonic instant."""
         self.running_call = None
         t1 = _monotonic_ns()
         self.running_call_id = ""
         self.last_active_ms = now_ms()
-        call.used_ns += t1 - t0
-        if result[0] == "done":
-            if not g.dead:
-                g.blockx_call = None
-                if len(self.idle) < self.max_idle:
-                    self.idle.append(g)
-            self.finish(call, result[1])
-        else:
-            self.on_wait(call, result, t1)
+        call.used_ns += t1 - call.slice_start_ns
+        return t1
 
     def on_wait(self, call: Call, req: tuple, now: int) -> None:
         kind = req[0]

@@ -80,6 +80,7 @@ class ExecutorAdapter:
         outbox_depth: int = 256,
         outbox_max_batch: int = 64,
         backlog: int = 128,
+        execute_call_batch: bool = False,
     ) -> None:
         if outbox_depth < 1 or outbox_max_batch < 1:
             raise ValueError("outbox_depth and outbox_max_batch must be >= 1")
@@ -95,6 +96,8 @@ class ExecutorAdapter:
         self.outbox_depth = outbox_depth
         self.outbox_max_batch = outbox_max_batch
         self.backlog = backlog
+        # Send ExecuteCallBatch frames to executors that advertise the feature.
+        self.execute_call_batch = execute_call_batch
         self.handler = _NoHandler(self.log)
         # wedge backstop: replace with PoolManager.kill_executor so kills are
         # counted and the slot restarts; the default kills the peer pid.
@@ -287,6 +290,10 @@ class ExecutorAdapter:
             raise CallNotBound(call_id, executor_id, why)
         frame = encode_frame(
             {"messageType": EXECUTE_CALL, "callId": call_id, "requestId": "", "payload": payload})
+        if conn.batch is not None:      # negotiated: a burst leaves as one frame (batch_sender.py)
+            conn.batch.add(frame)
+            res.record_dispatch(call_id, payload.get("attemptSeq", 0))
+            return
         conn.outbox.enqueue(frame)
         res.record_dispatch(call_id, payload.get("attemptSeq", 0))
         counters = self.counters
@@ -313,6 +320,30 @@ class ExecutorAdapter:
         frame = encode_frame({"messageType": RESUME_CALL, "callId": call_id,
                               "requestId": request_id, "payload": payload}, sidecar)
         await self._send_waited(executor_id, frame)
+
+    def post_resume_call(self, executor_id: str, call_id: str, request_id: str, payload: dict,
+                         sidecar: bytes | None, waiter) -> bool:
+        """send_resume_call without a Task: queue the ResumeCall now and tell
+        `waiter` (set_result(None) once handed to the transport, set_exception
+        if the connection closes first; see Outbox.enqueue_notify). Returns
+        False, queueing nothing, when the outbox is full: then await
+        send_resume_call. Raises ExecutorGone, or the codec's errors."""
+        conn = self._conns.get(executor_id)
+        if conn is None:
+            raise ExecutorGone(executor_id)
+        outbox = conn.outbox
+        if len(outbox) >= outbox.depth:
+            return False
+        frame = encode_frame({"messageType": RESUME_CALL, "callId": call_id,
+                              "requestId": request_id, "payload": payload}, sidecar)
+        try:
+            outbox.enqueue_notify(frame, waiter)
+        except OutboxClosed as exc:
+            raise ExecutorGone(executor_id, "connection closed before the frame was written") from exc
+        counters = self.counters
+        counters.uds_frames_out += 1
+        counters.uds_bytes_out += len(frame)
+        return True
 
     async def send_cancel_call(self, executor_id: str, call_id: str, reason: str,
                                attempt_seq: int) -> None:

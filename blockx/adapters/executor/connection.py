@@ -9,7 +9,9 @@ Theory of operation:
   connection; any other frame before it is a protocol error. A later Heartbeat
   with another executorId is a protocol error too.
 - Heartbeats update the capacity view and are answered with HeartbeatAck
-  (best effort: a full outbox just skips the ack).
+  (best effort: a full outbox just skips the ack). The Heartbeat that attaches
+  decides, once, whether ExecuteCalls go out batched (its `features` list
+  FEATURE_EXECUTE_CALL_BATCH and the adapter has batching on: batch_sender.py).
 - Every inbound envelope goes through messages.validate (types checked,
   optional defaults filled in place, so handlers can index payloads freely).
   Any malformed frame (FrameError from the codec, ProtocolError from
@@ -31,6 +33,7 @@ from blockx._fast import load
 from blockx._fast.errors import FrameError, OutboxClosed, OutboxFull, ProtocolError
 from blockx.protocol import messages
 
+from .batch_sender import BatchSender
 from .reservations import Reservations
 
 _codec = load("codec")
@@ -49,6 +52,7 @@ _INBOUND = messages.EXECUTOR_TO_WORKER
 HEARTBEAT = messages.HEARTBEAT
 CALL_COMPLETED = messages.CALL_COMPLETED
 CALL_FAILED = messages.CALL_FAILED
+FEATURE_EXECUTE_CALL_BATCH = messages.FEATURE_EXECUTE_CALL_BATCH
 
 
 class ExecutorConnection(asyncio.Protocol):
@@ -57,7 +61,7 @@ class ExecutorConnection(asyncio.Protocol):
         "executor_id", "peer_pid", "connected_at_ms", "attached_at_ms",
         "last_heartbeat_at_ms", "pid", "heartbeat_seq", "runnable_count", "inflight_count",
         "available_contexts", "memory_bytes", "running_call_id", "scheduler_active_at_ms",
-        "reported_scheduler_active_at_ms", "cpu_user_ms", "cpu_system_ms",
+        "reported_scheduler_active_at_ms", "cpu_user_ms", "cpu_system_ms", "batch",
     )
 
     def __init__(self, adapter) -> None:
@@ -85,6 +89,7 @@ class ExecutorConnection(asyncio.Protocol):
         self.reported_scheduler_active_at_ms = 0  # as the executor sent it
         self.cpu_user_ms = 0
         self.cpu_system_ms = 0
+        self.batch: BatchSender | None = None  # set at attach when ExecuteCallBatch is negotiated
 
     # ---- capacity view (see snapshot.py for the rule) ----
     @property
@@ -215,4 +220,8 @@ class ExecutorConnection(asyncio.Protocol):
         if not self.executor_id:
             self.executor_id = eid
             self.attached_at_ms = now
+            features = p.get("features")
+            if (self.adapter.execute_call_batch and type(features) is list
+                    and FEATURE_EXECUTE_CALL_BATCH in features):
+                self.batch = BatchSender(self.outbox, self.counters, _codec.MAX_FRAME_BYTES)
             self.adapter._attach(self)

@@ -15,6 +15,9 @@ Theory of operation:
   never shared across tasks. Results larger than the remaining `max_cache_bytes`
   are still returned to every waiter but not retained.
 - `close()` cancels pending backend requests; their waiters get IOScopeClosed.
+- `handle_now()` serves what needs no await (a stored result; a backend's
+  synchronous `request_now` while its admission has room) without a Task or
+  Future, storing the result itself in the cache; None means await `handle()`.
 - Errors reach the call as TaskIOError subclasses carrying errorKind/retryable for
   the ResumeCall; an unexpected exception from a backend is wrapped, never raised raw."""
 
@@ -75,6 +78,8 @@ class TaskIOScope:
         fut = self._cache.get(key)
         if fut is not None:
             self.hits += 1
+            if type(fut) is tuple:          # stored by handle_now
+                return fut
             if fut.done():
                 return self._outcome(fut)
         else:
@@ -94,12 +99,65 @@ class TaskIOScope:
                                     "because the task finished") from None
             raise
 
+    def handle_now(self, backend: str, request_json: bytes, body: bytes | None = None) -> _Result | None:
+        """handle() when the answer needs no await: a stored result, or a backend
+        whose `request_now` answers synchronously while its admission has room
+        (taking and giving back a slot at once is the same as not waiting).
+        None: nothing was done, await handle(). Raises as handle() does."""
+        if self._closed:
+            raise IOScopeClosed(f"task {self.task_id}: IO scope is closed (the task has finished)")
+        if type(request_json) is not bytes:
+            request_json = bytes(request_json)
+        if body is not None and type(body) is not bytes:
+            body = bytes(body)
+        key = (backend, request_json, body)
+        got = self._cache.get(key)
+        if got is not None:
+            if type(got) is not tuple:
+                if not got.done():
+                    return None             # in flight: join it by awaiting
+                got = self._outcome(got)    # (raises a failure, as handle() would)
+            self.requests += 1
+            self.hits += 1
+            return got
+        be = self._backends.get(backend)
+        if be is None:
+            self.requests += 1
+            known = ", ".join(sorted(self._backends)) or "none"
+            raise UnknownIOBackend(f"unknown IO backend {backend!r} (this Worker serves: {known})")
+        now = getattr(be, "request_now", None)
+        if now is None:
+            return None
+        sem = self._admission.get(backend)
+        if sem is not None and sem.locked():
+            return None
+        try:
+            out = now(request_json, body)
+        except TaskIOError:
+            self.requests += 1
+            self.backend_requests += 1
+            raise
+        except Exception as exc:  # a backend bug must not escape as a raw exception
+            self.requests += 1
+            self.backend_requests += 1
+            raise IOBackendError(f"{backend}: {type(exc).__name__}: {exc}") from exc
+        if out is None:
+            return None
+        self.requests += 1
+        self.backend_requests += 1
+        out = _checked(backend, out)
+        size = len(request_json) + len(body or b"") + len(out[0]) + len(out[1] or b"")
+        if self._cache_bytes + size <= self._max_cache_bytes:
+            self._cache[key] = out
+            self._cache_bytes += size
+        return out
+
     def close(self) -> None:
         """End the scope: cancel pending requests and drop the cache."""
         if self._closed:
             return
         self._closed = True
-        pending = [f for f in self._cache.values() if not f.done()]
+        pending = [f for f in self._cache.values() if type(f) is not tuple and not f.done()]
         self._cache.clear()
         self._cache_bytes = 0
         for f in pending:
@@ -133,12 +191,7 @@ class TaskIOScope:
             raise
         except Exception as exc:  # a backend bug must not escape as a raw exception
             raise IOBackendError(f"{backend}: {type(exc).__name__}: {exc}") from exc
-        if (not isinstance(out, tuple) or len(out) != 2 or not isinstance(out[0], (bytes, bytearray))
-                or not (out[1] is None or isinstance(out[1], (bytes, bytearray)))):
-            raise IOBackendError(f"{backend}: backend returned {type(out).__name__}, "
-                                 "expected (result_json bytes, body bytes | None)")
-        result, rbody = out
-        return (bytes(result), None if rbody is None else bytes(rbody))
+        return _checked(backend, out)
 
     @staticmethod
     async def _call(be: IOBackend, request_json: bytes, body: bytes | None, timeout_s: float | None):
@@ -158,6 +211,17 @@ class TaskIOScope:
             del self._cache[key]
             return
         self._cache_bytes += size
+
+
+def _checked(backend: str, out) -> _Result:
+    if (not isinstance(out, tuple) or len(out) != 2 or not isinstance(out[0], (bytes, bytearray))
+            or not (out[1] is None or isinstance(out[1], (bytes, bytearray)))):
+        raise IOBackendError(f"{backend}: backend returned {type(out).__name__}, "
+                             "expected (result_json bytes, body bytes | None)")
+    result, rbody = out
+    if type(result) is bytes and (rbody is None or type(rbody) is bytes):
+        return out
+    return (bytes(result), None if rbody is None else bytes(rbody))
 
 
 def _timeouts_s(timeout_ms: int | Mapping[str, int], backends: Mapping[str, IOBackend]) -> dict[str, float]:

@@ -409,6 +409,73 @@ async def test_pending_resume_fails_with_executor_gone_when_the_executor_is_lost
         await asyncio.wait_for(task, 3)
 
 
+class Told:
+    """A resume waiter (Outbox.enqueue_notify): records what it was told."""
+
+    def __init__(self):
+        self.outcome = None
+
+    def done(self):
+        return self.outcome is not None
+
+    def set_result(self, value):
+        self.outcome = ("written",)
+
+    def set_exception(self, exc):
+        self.outcome = ("failed", exc)
+
+
+async def test_post_resume_call_queues_at_once_and_tells_the_waiter_once_written(env):
+    adapter, handler, attach, connect = env
+    fake = await attach("exec-0")
+    payload = m.resume_call_result("c1", "r7", m.WAIT_IO, {"rows": 2})["payload"]
+    told = Told()
+    assert adapter.post_resume_call("exec-0", "c1", "r7", payload, b"BODY", told) is True
+    assert told.outcome is None                          # queued, not yet handed to the transport
+    await wait_until(lambda: told.outcome, what="waiter told")
+    assert told.outcome == ("written",)
+    (frame,) = await fake.wait_frames(m.RESUME_CALL)
+    assert frame[0]["requestId"] == "r7" and frame[0]["payload"]["result"] == {"rows": 2}
+    assert frame[1] == b"BODY"
+    with pytest.raises(ExecutorGone):
+        adapter.post_resume_call("exec-9", "c1", "r7", payload, None, Told())
+
+
+async def test_post_resume_call_refuses_when_the_outbox_is_full(sock_dir):
+    adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"), outbox_depth=2)
+    handler = adapter.handler = RecordingHandler()
+    await adapter.start()
+    fake = await FakeExecutor(adapter.socket_path, "exec-0", contexts=8).connect()
+    try:
+        fake.heartbeat()
+        await handler.wait_attached("exec-0")
+        await fake.wait_frames(m.HEARTBEAT_ACK)
+        payload = m.resume_call_result("c1", "r1", m.WAIT_IO, 1)["payload"]
+        told = [Told() for _ in range(3)]
+        assert adapter.post_resume_call("exec-0", "c1", "r1", payload, None, told[0])
+        assert adapter.post_resume_call("exec-0", "c2", "r2", payload, None, told[1])
+        assert adapter.post_resume_call("exec-0", "c3", "r3", payload, None, told[2]) is False
+        await wait_until(lambda: told[1].outcome, what="the two queued ones written")
+        assert told[2].outcome is None                   # nothing was queued for it
+        await adapter.send_resume_call("exec-0", "c3", "r3", payload)   # the awaiting fallback
+        frames = await fake.wait_frames(m.RESUME_CALL, 3)
+        assert [f[0]["callId"] for f in frames] == ["c1", "c2", "c3"]
+    finally:
+        await adapter.close()
+        await fake.close()
+
+
+async def test_a_posted_resume_fails_its_waiter_when_the_executor_is_lost_first(env, clock):
+    adapter, handler, attach, connect = env
+    await attach("exec-0")
+    payload = m.resume_call_result("c1", "r1", m.WAIT_IO, 1)["payload"]
+    told = Told()
+    assert adapter.post_resume_call("exec-0", "c1", "r1", payload, None, told)
+    clock.now += 60_000
+    assert adapter.check_heartbeat_timeouts(clock.now) == ["exec-0"]
+    assert told.outcome[0] == "failed" and isinstance(told.outcome[1], ExecutorGone)
+
+
 # ---- malformed input closes only that connection ----
 
 GARBAGE = [
@@ -584,3 +651,89 @@ async def test_heartbeat_ack_frame_is_a_valid_worker_message():
     m.validate(env, m.WORKER_TO_EXECUTOR)
     assert env["messageType"] == m.HEARTBEAT_ACK and side is None
     assert orjson.loads(HEARTBEAT_ACK_FRAME[4:])["messageType"] == "HeartbeatAck"
+
+
+# ---- ExecuteCallBatch negotiation ----
+
+@pytest.fixture
+async def batching(sock_dir):
+    adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"), execute_call_batch=True)
+    handler = adapter.handler = RecordingHandler()
+    await adapter.start()
+    fakes = []
+
+    async def attach(executor_id, **hb):
+        fake = await FakeExecutor(adapter.socket_path, executor_id, contexts=8).connect()
+        fakes.append(fake)
+        fake.heartbeat(**hb)
+        await handler.wait_attached(executor_id)
+        await fake.wait_frames(m.HEARTBEAT_ACK)
+        return fake
+
+    yield adapter, handler, attach
+    await adapter.close()
+    for fake in fakes:
+        await fake.close()
+
+
+def send_burst(adapter, executor_id, call_ids):
+    for i, cid in enumerate(call_ids):
+        adapter.bind(cid, executor_id)
+        adapter.send_execute_call(executor_id, cid, execute_payload(attempt=i + 1))
+
+
+async def test_a_burst_to_an_executor_with_the_feature_is_one_batch_frame(batching):
+    adapter, handler, attach = batching
+    fake = await attach("exec-0", features=[m.FEATURE_EXECUTE_CALL_BATCH])
+    send_burst(adapter, "exec-0", ["c1", "c2", "c3"])
+    (env, _), = await fake.wait_frames(m.EXECUTE_CALL_BATCH)
+    items = m.execute_call_batch_items(m.validate(env, m.WORKER_TO_EXECUTOR))
+    assert [(e["callId"], e["payload"]["attemptSeq"]) for e in items] == [("c1", 1), ("c2", 2), ("c3", 3)]
+    assert not fake.of_type(m.EXECUTE_CALL)
+    # reservations and attempts are exactly as with single frames
+    with pytest.raises(CallNotBound, match="attempt 2 was already dispatched"):
+        adapter.send_execute_call("exec-0", "c2", execute_payload(attempt=2))
+    fake.send(fake.complete("c1", 1), fake.complete("c2", 2), fake.complete("c3", 3))
+    await handler.wait_frames("exec-0", 3)
+    await wait_until(lambda: adapter.snapshots()[0].reserved_count == 0, what="reservations released")
+    send_burst(adapter, "exec-0", ["c4"])             # a lone call travels as a plain ExecuteCall
+    (env, _), = await fake.wait_frames(m.EXECUTE_CALL)
+    assert env["callId"] == "c4"
+
+
+async def test_an_executor_without_the_feature_only_gets_single_frames(batching):
+    adapter, handler, attach = batching
+    fake = await attach("exec-0")                     # no features in its Heartbeat
+    send_burst(adapter, "exec-0", ["c1", "c2", "c3"])
+    frames = await fake.wait_frames(m.EXECUTE_CALL, 3)
+    assert [e["callId"] for e, _ in frames] == ["c1", "c2", "c3"]
+    later = await attach("exec-1", features=["somethingElse"])
+    send_burst(adapter, "exec-1", ["d1", "d2"])
+    await later.wait_frames(m.EXECUTE_CALL, 2)
+    # features named in a later Heartbeat change nothing: the attaching one decided
+    fake.heartbeat(features=[m.FEATURE_EXECUTE_CALL_BATCH])
+    await fake.wait_frames(m.HEARTBEAT_ACK, 2)
+    send_burst(adapter, "exec-0", ["c4", "c5"])
+    await fake.wait_frames(m.EXECUTE_CALL, 5)
+    assert not fake.of_type(m.EXECUTE_CALL_BATCH) and not later.of_type(m.EXECUTE_CALL_BATCH)
+
+
+async def test_batching_off_sends_single_frames_even_to_an_executor_with_the_feature(env):
+    adapter, handler, attach, connect = env
+    assert adapter.execute_call_batch is False       # the default
+    fake = await attach("exec-0", features=[m.FEATURE_EXECUTE_CALL_BATCH])
+    send_burst(adapter, "exec-0", ["c1", "c2"])
+    await fake.wait_frames(m.EXECUTE_CALL, 2)
+    assert not fake.of_type(m.EXECUTE_CALL_BATCH)
+
+
+async def test_an_execute_call_batch_sent_to_the_worker_closes_only_that_connection(batching):
+    adapter, handler, attach = batching
+    bad = await attach("exec-0", features=[m.FEATURE_EXECUTE_CALL_BATCH])
+    good = await attach("exec-1", features=[m.FEATURE_EXECUTE_CALL_BATCH])
+    bad.send(m.execute_call_batch([m.execute_call("x", "t1", "add", "d" * 64, [], 1)]))
+    await bad.wait_eof()
+    assert handler.lost and handler.lost[0][0] == "exec-0" and "not accepted" in handler.lost[0][1]
+    assert adapter.malformed_total == 1 and adapter.executor_ids() == ["exec-1"]
+    send_burst(adapter, "exec-1", ["c1", "c2"])
+    await good.wait_frames(m.EXECUTE_CALL_BATCH)

@@ -156,3 +156,33 @@ def main():
     thing = Bad()
     raise Weird()
 '''
+
+WORK_THEN_IO = '''from blockx_executor import sdk
+
+def main(x):
+    total = sum(range(1000))
+    got = sdk.io("devstub", {"op": "echo", "x": x})
+    return [total, got]
+'''
+
+WORK_THEN_CALL = '''from blockx_executor import sdk
+
+def main(n):
+    doubled = n * 2
+    return sdk.call("add", doubled, 1)
+'''
+
+RAISE_BEFORE_IO = '''from blockx_executor import sdk
+
+def main(x):
+    if x:
+        raise KeyError(f"before suspending: {x}")
+    return sdk.io("devstub", {"op": "echo"})
+'''
+
+RAISE_AFTER_IO = '''from blockx_executor import sdk
+
+def main(x):
+    got = sdk.io("devstub", {"op": "echo", "x": x})
+    raise RuntimeError(f"after resuming with {got!r}")
+'''

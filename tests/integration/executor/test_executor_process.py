@@ -11,7 +11,7 @@ import time
 from blockx.protocol import messages as m
 
 from . import functions as fn
-from .fake_worker import TIMEOUT, codec, executor_env
+from .fake_worker import TIMEOUT, codec, digest_of, executor_env
 
 
 def test_first_heartbeat_attaches(make_worker):
@@ -188,3 +188,35 @@ def test_exits_when_the_worker_goes_away_during_an_endless_call(make_worker):
     w.close_socket()
     assert w.wait_exit(timeout=8) == 0
     assert "still running" in w.stderr()
+
+
+def test_heartbeat_advertises_execute_call_batch_and_a_batch_runs(make_worker):
+    w = make_worker({"add": fn.ADD})
+    hb = w.wait_heartbeat(lambda hb: True)
+    assert hb["seq"] == 1 and hb["features"] == [m.FEATURE_EXECUTE_CALL_BATCH]
+    d = digest_of(fn.ADD)
+    w.send(m.execute_call_batch([m.execute_call(f"b{i}", "t", "add", d, [i, 10], 1) for i in range(3)]))
+    w.execute("s", "add", [1, 1])   # single frames still work beside batches
+    got = {}
+    for _ in range(4):
+        env, _ = w.expect(m.CALL_COMPLETED)
+        got[env["callId"]] = env["payload"]["output"]
+    assert got == {"b0": 10, "b1": 11, "b2": 12, "s": 2}
+
+
+def test_malformed_execute_call_batch_exits_non_zero_and_runs_none_of_it(make_worker):
+    w = make_worker({"add": fn.ADD})
+    w.wait_heartbeat(lambda hb: True)
+    d = digest_of(fn.ADD)
+    w.send(m.execute_call_batch([m.execute_call("b0", "t", "add", d, [1, 1], 1), m.cancel_call("b0", 1)]))
+    assert w.wait_exit() == 2
+    assert "breaks the UDS contract" in w.stderr() and "ExecuteCallBatch element 1" in w.stderr()
+    w.no_frame(0.1)
+
+
+def test_execute_call_batch_whose_calls_is_not_a_list_exits_non_zero(make_worker):
+    w = make_worker({})
+    w.wait_heartbeat(lambda hb: True)
+    w.send({"messageType": "ExecuteCallBatch", "callId": "", "requestId": "", "payload": {"calls": {"a": 1}}})
+    assert w.wait_exit() == 2
+    assert "ExecuteCallBatch payload key 'calls' must be an array" in w.stderr()

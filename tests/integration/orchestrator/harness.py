@@ -148,6 +148,8 @@ class FakeAdapter:
         self.execute_faults: deque = deque()
         self.resume_faults: deque = deque()
         self.resume_gate: asyncio.Event | None = None
+        self.resume_outbox_full = False        # post_resume_call refuses: the awaiting path runs
+        self._unflushed: dict[str, list] = {}  # executor id -> resume waiters not yet told
         self.on_bind: Callable[[str, str], None] | None = None
         self.heartbeat_timeouts: list[str] = []
         self.kill_result = True
@@ -221,6 +223,33 @@ class FakeAdapter:
             raise ExecutorGone(executor_id)
         self.resumes.append(Resume(executor_id, call_id, request_id, _wire(payload), sidecar))
 
+    def post_resume_call(self, executor_id: str, call_id: str, request_id: str, payload: dict,
+                         sidecar: bytes | None, waiter) -> bool:
+        """The callback form (ExecutorAdapter.post_resume_call): refused (False,
+        nothing queued) while `resume_outbox_full` or `resume_gate` is set, so the
+        awaiting send_resume_call runs; else recorded like it, and the waiter is
+        told on the next loop iteration (the flush), or fails if the executor is
+        lost before that."""
+        if self.resume_outbox_full or self.resume_gate is not None:
+            self.trace.append(("resume_refused", call_id, executor_id, request_id))
+            return False
+        self.trace.append(("resume", call_id, executor_id, request_id))
+        if self.resume_faults:
+            exc = self.resume_faults.popleft()
+            if exc is not None:
+                raise exc
+        if executor_id not in self.executors:
+            raise ExecutorGone(executor_id)
+        self.resumes.append(Resume(executor_id, call_id, request_id, _wire(payload), sidecar))
+        self._unflushed.setdefault(executor_id, []).append(waiter)
+        asyncio.get_running_loop().call_soon(self._flush_resumes, executor_id)
+        return True
+
+    def _flush_resumes(self, executor_id: str) -> None:
+        for waiter in self._unflushed.pop(executor_id, []):
+            if not waiter.done():
+                waiter.set_result(None)
+
     async def send_cancel_call(self, executor_id: str, call_id: str, reason: str,
                                attempt_seq: int) -> None:
         self.trace.append(("cancel", call_id, executor_id, attempt_seq))
@@ -268,6 +297,9 @@ class FakeAdapter:
 
     def lose(self, executor_id: str, reason: str = "connection closed") -> None:
         self.executors.pop(executor_id)
+        for waiter in self._unflushed.pop(executor_id, []):   # as the outbox's close() does
+            if not waiter.done():
+                waiter.set_exception(ExecutorGone(executor_id, reason))
         self._callback(self.handler.on_executor_lost, executor_id, reason)
 
     def _callback(self, fn: Callable, *args: Any) -> None:

@@ -263,3 +263,34 @@ async def test_executor_lost_under_a_waiting_parent_cancels_the_child(make_harne
     assert (f.resumes[0].executor_id, f.resumes[0].request_id) == ("exec-2", "r2")
     f.complete("t/0", 40)
     assert outputs(await h.terminal("t")) == [40]
+
+
+async def test_a_child_result_resumes_the_parent_by_callback_without_a_task(make_harness):
+    h = await make_harness(executors=("exec-1",))
+    f = h.fake
+    await _parent_running(h)
+    f.wait_subcall("t/0", "sub-req-1", "child", [4], ancestry=["t/0"])
+    await h.executed(2)
+    tasks_before = asyncio.all_tasks()
+    f.complete("t/0/sub-1", 40)
+    # queued while the child's completion was handled: no Task in between
+    assert [(r.call_id, r.request_id, r.payload["result"]) for r in f.resumes] == [("t/0", "sub-req-1", 40)]
+    assert asyncio.all_tasks() == tasks_before
+    assert h.disp.call_state("t/0") == "WAITING"           # until the frame is flushed
+    await until(lambda: h.disp.call_state("t/0") == "RUNNING", what="parent resumed after the flush")
+    f.complete("t/0", 40)
+    assert outputs(await h.terminal("t")) == [40]
+
+
+async def test_a_child_result_with_the_outbox_full_still_resumes_the_parent(make_harness):
+    h = await make_harness(executors=("exec-1",))
+    f = h.fake
+    await _parent_running(h)
+    f.wait_subcall("t/0", "sub-req-1", "child", [4], ancestry=["t/0"])
+    await h.executed(2)
+    f.resume_outbox_full = True
+    f.complete("t/0/sub-1", 40)
+    await until(lambda: h.disp.call_state("t/0") == "RUNNING", what="parent resumed")
+    assert [t[0] for t in f.trace if t[0].startswith("resume")] == ["resume_refused", "resume"]
+    f.complete("t/0", 40)
+    assert outputs(await h.terminal("t")) == [40]

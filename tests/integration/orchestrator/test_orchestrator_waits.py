@@ -257,3 +257,91 @@ async def test_stale_io_resume_does_not_touch_the_new_attempt(make_harness):
     res = await h.terminal("t")
     assert outputs(res) == [{"ok": True}]
     assert res.result.statistic.call_retries == 1
+
+
+# ---- resumes by callback, without a Task each (issue 12) ----------------------------
+
+
+async def test_a_synchronous_io_is_resumed_without_a_task(make_harness):
+    h = await make_harness()
+    f = h.fake
+    h.submit("t", [("echo", [1])])
+    await h.executed(1)
+    seen = _record_waits(h)
+    tasks_before = asyncio.all_tasks()
+    f.wait_io("t/0", "io-1", {"op": "echo", "n": 1})
+    # served and queued inside the frame's own handling: no Task ran in between
+    assert [r.request_id for r in f.resumes] == ["io-1"]
+    assert asyncio.all_tasks() == tasks_before
+    assert h.disp.call_state("t/0") == "WAITING"    # resumed only once the frame is flushed
+    await until(lambda: h.disp.call_state("t/0") == "RUNNING", what="resumed after the flush")
+    assert seen == [("handle_call_waiting", "t/0"), ("handle_call_resumed", "t/0")]
+    assert [t[0] for t in f.trace if t[0].startswith("resume")] == ["resume"]
+    f.complete("t/0", "done")
+    assert outputs(await h.terminal("t")) == ["done"]
+
+
+async def test_an_io_that_must_await_still_resumes(make_harness):
+    h = await make_harness()
+    f = h.fake
+    h.submit("t", [("echo", [1])])
+    await h.executed(1)
+    f.wait_io("t/0", "io-1", {"op": "sleep", "ms": 30})
+    assert f.resumes == []                          # devstub "sleep" awaits
+    await until(lambda: h.disp.call_state("t/0") == "RUNNING", what="resumed after the sleep")
+    [r] = f.resumes
+    assert r.payload == {"resumeKind": "io", "result": {"slept": 30}, "budgetUsedMs": 0}
+
+
+async def test_a_full_outbox_falls_back_to_the_awaiting_send_and_still_resumes(make_harness):
+    h = await make_harness()
+    f = h.fake
+    h.submit("t", [("echo", [1])])
+    await h.executed(1)
+    f.resume_outbox_full = True
+    f.wait_io("t/0", "io-1", {"op": "echo"})
+    await until(lambda: h.disp.call_state("t/0") == "RUNNING", what="resumed through the awaiting path")
+    assert [t[0] for t in f.trace if t[0].startswith("resume")] == ["resume_refused", "resume"]
+    [r] = f.resumes
+    assert r.request_id == "io-1" and r.payload["result"] == {"op": "echo"}
+    f.complete("t/0", "done")
+    assert outputs(await h.terminal("t")) == ["done"]
+
+
+async def test_an_executor_gone_at_resume_time_yields_resume_send_failed(make_harness):
+    h = await make_harness(executors=("exec-1", "exec-2"), capacity=1)
+    f = h.fake
+    h.submit("t", [("echo", [1])], backoff_ms=1)
+    await h.executed(1)
+    f.resume_faults.append(ExecutorGone("exec-1", "connection closed"))
+    f.wait_io("t/0", "io-1", {"op": "echo"})
+    # the send failed synchronously; the failure is fed back through post
+    await until(lambda: h.disp.call_state("t/0") != "WAITING", what="resume failure fed back")
+    assert f.resumes == [] and h.metrics.calls_retried == 1
+    assert any(k == "RESUME_SEND_FAILED" for k in _failed_kinds(h))
+    retry = (await h.executed(2))[1]
+    assert retry.payload["attemptSeq"] == 2
+    f.complete("t/0", 1)
+    assert outputs(await h.terminal("t")) == [1]
+
+
+async def test_an_executor_lost_before_the_flush_fails_the_waiting_attempt(make_harness):
+    h = await make_harness(executors=("exec-1", "exec-2"), capacity=1)
+    f = h.fake
+    h.submit("t", [("echo", [1])], backoff_ms=1)
+    first = (await h.executed(1))[0]
+    f.wait_io("t/0", "io-1", {"op": "echo"})
+    assert [r.request_id for r in f.resumes] == ["io-1"]     # queued, not flushed yet
+    f.lose(first.executor_id)                                # the outbox closes first
+    retry = (await h.executed(2))[1]
+    assert retry.payload["attemptSeq"] == 2 and retry.executor_id != first.executor_id
+    await settle()
+    # the loss reported by the same close is applied first: the attempt ends EXECUTOR_LOST
+    # and the late RESUME_SEND_FAILED finds no current attempt
+    assert _failed_kinds(h) == {"EXECUTOR_LOST": 1}
+    f.complete("t/0", 1)
+    assert outputs(await h.terminal("t")) == [1]
+
+
+def _failed_kinds(h) -> dict:
+    return {k: v for k, v in h.metrics.calls_failed.items() if v}

@@ -61,6 +61,7 @@ SPEC_ENV_VARS = {
     "SESSION_MAX_PENDING_BYTES": "sessionMaxPendingBytes",
     # isolation and trust (issue 14)
     "EXECUTOR_BUDGET_PREEMPT_MS": "executorBudgetPreemptMs",
+    "EXECUTOR_CALL_BATCH": "executorCallBatch",
     "WORKER_TLS_CERT": "tlsCert", "WORKER_TLS_KEY": "tlsKey", "WORKER_TLS_CLIENT_CA": "tlsClientCa",
     "ETCD_CA_CERT": "etcdCaCert", "ETCD_CERT": "etcdCert", "ETCD_KEY": "etcdKey",
     "SHADOW_TLS_CA": "shadowTlsCa", "SHADOW_TLS_CERT": "shadowTlsCert", "SHADOW_TLS_KEY": "shadowTlsKey",

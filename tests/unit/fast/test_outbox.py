@@ -394,3 +394,72 @@ async def test_real_uvloop_socketpair_backpressure_and_order(Outbox):
         peer.close()
     await spin()
     assert box.closed
+
+
+class Notified:
+    """A waiter object, not a Future: what enqueue_notify tells."""
+
+    def __init__(self, log, name, written):
+        self.log, self.name, self.written, self._done = log, name, written, False
+
+    def done(self):
+        return self._done
+
+    def set_result(self, value):
+        self._done = True
+        self.log.append((self.name, "written", list(self.written())))
+
+    def set_exception(self, exc):
+        self._done = True
+        self.log.append((self.name, "failed", type(exc).__name__))
+
+
+async def test_enqueue_notify_tells_the_waiter_once_its_frame_was_written(Outbox):
+    loop = asyncio.get_running_loop()
+    t = FakeTransport()
+    box = Outbox(t, loop, depth=3, max_batch=2)
+    log = []
+    box.enqueue(b"a")
+    box.enqueue_notify(b"b", Notified(log, "b", lambda: t.written))
+    box.enqueue_notify(b"c", Notified(log, "c", lambda: t.written))
+    assert log == [] and len(box) == 3
+    with pytest.raises(errors.OutboxFull):             # full: fails like enqueue, nothing queued
+        box.enqueue_notify(b"d", Notified(log, "d", lambda: t.written))
+    await spin(1)
+    assert log == [("b", "written", [b"a", b"b"])]     # told in the flush that wrote it
+    await spin(2)
+    assert log == [("b", "written", [b"a", b"b"]), ("c", "written", [b"a", b"b", b"c"])]
+    assert t.written == [b"a", b"b", b"c"]
+
+
+async def test_enqueue_notify_waiter_fails_when_the_outbox_closes_first(Outbox):
+    loop = asyncio.get_running_loop()
+    t = FakeTransport()
+    box = Outbox(t, loop)
+    log = []
+    box.enqueue_notify(b"a", Notified(log, "a", lambda: t.written))
+    box.close(errors.OutboxClosed("gone"))
+    assert log == [("a", "failed", "OutboxClosed")]
+    await spin()
+    assert t.written == [] and log == [("a", "failed", "OutboxClosed")]
+    with pytest.raises(errors.OutboxClosed):
+        box.enqueue_notify(b"b", Notified(log, "b", lambda: t.written))
+
+
+async def test_a_waiter_that_enqueues_while_told_gets_its_frame_into_the_next_flush(Outbox):
+    loop = asyncio.get_running_loop()
+    ticker = Ticker(loop)
+    t = FakeTransport(ticker)
+    box = Outbox(t, loop)
+    log = []
+
+    class Chain(Notified):
+        def set_result(self, value):
+            super().set_result(value)
+            if self.name == "a":
+                box.enqueue_notify(b"b", Notified(log, "b", lambda: t.written))
+
+    box.enqueue_notify(b"a", Chain(log, "a", lambda: t.written))
+    await spin(4)
+    ticker.stop()
+    assert t.batch_sizes == [1, 1] and [e[0] for e in log] == ["a", "b"]

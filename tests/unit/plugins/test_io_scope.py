@@ -260,3 +260,102 @@ async def test_factory_from_config_and_shutdown():
     assert s.closed and f.live_scopes() == 0
     cfg.io_backends.devstub.enabled = False
     assert IOScopeFactory.from_config(cfg).backends == {}
+
+
+# --- handle_now: what needs no await is served without a Task (issue 12) ---------------------
+
+
+class SyncBackend(CountingBackend):
+    """Answers synchronously, except requests holding "await"."""
+
+    name = "sync"
+
+    def __init__(self):
+        super().__init__()
+        self.now_calls = []
+
+    def request_now(self, request_json, body):
+        if b"await" in request_json:
+            return None
+        self.now_calls.append(request_json)
+        if b"fail" in request_json:
+            raise IOBackendError("sync failure", retryable=True)
+        if b"bug" in request_json:
+            raise ZeroDivisionError("oops")
+        if b"shape" in request_json:
+            return [b"not a tuple"]
+        return b'{"now":%d}' % len(self.now_calls), body
+
+
+async def test_devstub_answers_every_op_but_sleep_synchronously():
+    be = DevStubBackend()
+    r = req({"op": "echo", "v": [1]})
+    assert be.request_now(r, b"\x00") == (r, b"\x00")
+    assert be.request_now(req({"op": "upper"}), b"ab") == (b'{"op":"upper","bytes":2}', b"AB")
+    assert be.request_now(req({"op": "sleep", "ms": 1}), None) is None
+    assert be.request_now(req({"op": "count"}), None) == (b'{"count":3}', None)   # sleep not served
+    with pytest.raises(IOBackendError, match="nope"):
+        be.request_now(req({"op": "fail", "message": "nope"}), None)
+    with pytest.raises(IOBackendError, match="not valid JSON"):
+        be.request_now(b"{bad", None)
+    assert be.served == 5
+
+
+async def test_handle_now_serves_a_synchronous_backend_and_stores_the_result():
+    be = SyncBackend()
+    scope = TaskIOScope("t", {"sync": be})
+    tasks_before = asyncio.all_tasks()
+    assert scope.handle_now("sync", b'{"a":1}') == (b'{"now":1}', None)
+    assert scope.handle_now("sync", b'{"a":1}') == (b'{"now":1}', None)   # the task's cache answers
+    assert asyncio.all_tasks() == tasks_before
+    assert await scope.handle("sync", b'{"a":1}') == (b'{"now":1}', None)  # and so does handle()
+    assert (scope.requests, scope.hits, scope.backend_requests) == (3, 2, 1)
+    assert be.calls == [] and scope.cached_bytes == len(b'{"a":1}') + len(b'{"now":1}')
+    assert scope.handle_now("sync", b'{"a":1}', bytearray(b"B")) == (b'{"now":2}', b"B")
+
+
+async def test_handle_now_declines_what_must_await():
+    be = SyncBackend()
+    scope = TaskIOScope("t", {"sync": be, "counting": CountingBackend()})
+    assert scope.handle_now("sync", b'{"await":1}') is None        # the backend says so
+    assert scope.handle_now("counting", b"{}") is None              # no request_now at all
+    assert (scope.requests, scope.backend_requests) == (0, 0)        # declining counts nothing
+    be.gate = asyncio.Event()
+    pending = asyncio.ensure_future(scope.handle("sync", b'{"await":1}'))
+    await until(lambda: be.active == 1, "request in flight")
+    assert scope.handle_now("sync", b'{"await":1}') is None        # in flight: join it by awaiting
+    be.gate.set()
+    assert await pending == (b'{"n":1}', None)
+    assert scope.handle_now("sync", b'{"await":1}') == (b'{"n":1}', None)   # settled: served now
+
+
+async def test_handle_now_respects_admission():
+    be = SyncBackend()
+    factory = IOScopeFactory({"sync": be}, {"sync": 1})
+    scope = factory.new_task_scope("t")
+    be.gate = asyncio.Event()
+    pending = asyncio.ensure_future(scope.handle("sync", b'{"await":1}'))
+    await until(lambda: be.active == 1, "the one admission slot taken")
+    assert scope.handle_now("sync", b'{"b":1}') is None             # no room: it must queue
+    be.gate.set()
+    await pending
+    assert scope.handle_now("sync", b'{"b":1}') == (b'{"now":1}', None)
+
+
+async def test_handle_now_failures_are_not_cached_and_bugs_are_wrapped():
+    be = SyncBackend()
+    scope = TaskIOScope("t", {"sync": be})
+    for _ in range(2):
+        with pytest.raises(IOBackendError, match="sync failure") as ei:
+            scope.handle_now("sync", b'{"fail":1}')
+        assert ei.value.retryable is True
+    assert len(be.now_calls) == 2
+    with pytest.raises(IOBackendError, match="sync: ZeroDivisionError: oops"):
+        scope.handle_now("sync", b'{"bug":1}')
+    with pytest.raises(IOBackendError, match="expected \\(result_json bytes"):
+        scope.handle_now("sync", b'{"shape":1}')
+    with pytest.raises(UnknownIOBackend):
+        scope.handle_now("nope", b"{}")
+    scope.close()
+    with pytest.raises(IOScopeClosed):
+        scope.handle_now("sync", b'{"a":1}')

@@ -23,6 +23,8 @@ def wire(env, sidecar=None):
 
 SAMPLES = {
     "ExecuteCall": m.execute_call("c1", "t1", "add", "ab" * 32, [1, 2], 1),
+    "ExecuteCallBatch": m.execute_call_batch([m.execute_call("c1", "t1", "add", "ab" * 32, [1, 2], 1),
+                                              m.execute_call("c2", "t1", "add", "ab" * 32, [3, 4], 2)]),
     "ResumeCall/result": m.resume_call_result("c1", "r1", m.WAIT_IO, {"status": 200}, 12),
     "ResumeCall/error": m.resume_call_error("c1", "r1", m.WAIT_SUBCALL, m.SUBCALL_FAILED,
                                             "child failed", True, 3),
@@ -43,7 +45,8 @@ SAMPLES = {
 
 
 def test_message_type_sets():
-    assert m.WORKER_TO_EXECUTOR == {"ExecuteCall", "ResumeCall", "CancelCall", "HeartbeatAck"}
+    assert m.WORKER_TO_EXECUTOR == {"ExecuteCall", "ExecuteCallBatch", "ResumeCall", "CancelCall",
+                                    "HeartbeatAck"}
     assert m.EXECUTOR_TO_WORKER == {"CallWaiting", "CallCompleted", "CallFailed", "Heartbeat"}
     assert m.WAIT_KINDS == {"io", "subcall", "function_code"} == m.RESUME_KINDS
     assert m.DEFAULT_RETRYABLE[m.EXECUTOR_LOST] and not m.DEFAULT_RETRYABLE[m.USER_ERROR]
@@ -235,3 +238,169 @@ def _outcome(fn, env, accept):
 @given(_completed_like(), _st.sampled_from([None, m.EXECUTOR_TO_WORKER, m.WORKER_TO_EXECUTOR]))
 def test_callcompleted_fast_path_matches_the_general_validator(env, accept):
     assert _outcome(m.validate, env, accept) == _outcome(m._validate, env, accept)
+
+
+@_st.composite
+def _execute_like(draw):
+    env = m.execute_call("t/1", "t", "add", "d" * 8, [1, 2], 1, "main", "", 50)
+    p = env["payload"]
+    for key in ("callId", "requestId", "messageType"):
+        if draw(_st.integers(0, 5)) == 0:
+            if draw(_st.booleans()):
+                env.pop(key, None)
+            else:
+                env[key] = draw(_values)
+    for key in ("taskId", "functionId", "functionCodeDigest", "args", "attemptSeq", "entrySelector",
+                "parentCallId", "callBudgetMs", "audit"):
+        if draw(_st.integers(0, 4)) == 0:
+            if draw(_st.booleans()):
+                p.pop(key, None)
+            else:
+                p[key] = draw(_values)
+    if draw(_st.integers(0, 10)) == 0:
+        env["payload"] = draw(_values)
+    return env
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(_execute_like(), _st.sampled_from([None, m.EXECUTOR_TO_WORKER, m.WORKER_TO_EXECUTOR]))
+def test_executecall_fast_path_matches_the_general_validator(env, accept):
+    assert _outcome(m.validate, env, accept) == _outcome(m._validate, env, accept)
+
+
+def test_executecall_fast_path_takes_the_common_frame():
+    env = {"messageType": "ExecuteCall", "callId": "c", "payload": {
+        "taskId": "t", "functionId": "f", "functionCodeDigest": "d", "args": [], "attemptSeq": 1}}
+    p = m._execute_fast(env, m.WORKER_TO_EXECUTOR)
+    assert p == {"taskId": "t", "functionId": "f", "functionCodeDigest": "d", "args": [], "attemptSeq": 1,
+                 "entrySelector": "main", "parentCallId": "", "callBudgetMs": 0}
+    assert env["requestId"] == ""
+    assert m._execute_fast(env, m.EXECUTOR_TO_WORKER) is None
+
+
+# ---- ExecuteCallBatch: accepted whole or not at all -------------------------------
+
+def test_execute_call_batch_items_are_validated_in_order_with_defaults():
+    raw = wire(m.execute_call_batch([
+        {"messageType": "ExecuteCall", "callId": "a", "payload": {
+            "taskId": "t", "functionId": "f", "functionCodeDigest": "d", "args": [1], "attemptSeq": 1}},
+        m.execute_call("b", "t", "f", "d", [2], 3, parent_call_id="a", call_budget_ms=9)]))
+    payload = m.validate(raw, m.WORKER_TO_EXECUTOR)
+    items = m.execute_call_batch_items(payload)
+    assert [(e["callId"], e["requestId"], e["payload"]["args"], e["payload"]["entrySelector"],
+             e["payload"]["parentCallId"], e["payload"]["callBudgetMs"]) for e in items] == [
+        ("a", "", [1], "main", "", 0), ("b", "", [2], "main", "a", 9)]
+
+
+@pytest.mark.parametrize("calls, pattern", [
+    ([m.cancel_call("c1", 1)], r"element 0: messageType 'CancelCall' is not accepted"),
+    ([m.execute_call("c1", "t", "f", "d", [], 1), 7], r"element 1: envelope must be an object"),
+    ([m.execute_call("c1", "t", "f", "d", [], 1),
+      {"messageType": "ExecuteCall", "callId": "c2", "payload": {"taskId": "t"}}],
+     r"element 1: ExecuteCall payload is missing required key 'functionId'"),
+    ([m.execute_call("", "t", "f", "d", [], 1)], r"element 0: ExecuteCall needs a non-empty callId"),
+    ([m.execute_call_batch([])], r"element 0: messageType 'ExecuteCallBatch' is not accepted"),
+])
+def test_malformed_execute_call_batch_elements_name_the_element(calls, pattern):
+    payload = m.validate(wire(m.execute_call_batch(calls)), m.WORKER_TO_EXECUTOR)
+    with pytest.raises(ProtocolError, match=pattern):
+        m.execute_call_batch_items(payload)
+
+
+@pytest.mark.parametrize("calls", [None, {"a": 1}, "x", 3])
+def test_execute_call_batch_calls_must_be_a_list(calls):
+    env = {"messageType": "ExecuteCallBatch", "callId": "", "payload": {"calls": calls}}
+    with pytest.raises(ProtocolError, match="calls"):
+        m.validate(env, m.WORKER_TO_EXECUTOR)
+
+
+def test_the_worker_never_accepts_an_execute_call_batch():
+    with pytest.raises(ProtocolError, match="not accepted in this direction"):
+        m.validate(wire(m.execute_call_batch([])), m.EXECUTOR_TO_WORKER)
+
+
+
+_WAIT_RESUME_SAMPLES = [
+    m.call_waiting_io("c1", "r1", "t1", 1, "devstub", {"op": "get"}),
+    m.call_waiting_subcall("c1", "r2", "t1", 1, "mul", [3, 4], 500, ["root", "c1"]),
+    m.call_waiting_function_code("c1", "r3", "t1", 1, "add", "ab" * 32),
+    m.resume_call_result("c1", "r1", m.WAIT_IO, {"status": 200}, 12),
+    m.resume_call_result("c1", "r1", m.WAIT_SUBCALL, 7),
+    m.resume_call_error("c1", "r1", m.WAIT_SUBCALL, m.SUBCALL_FAILED, "child failed", True, 3),
+    m.resume_function_code("c1", "r1", "def main():\n  return 1\n", "ab" * 32),
+]
+_WAIT_RESUME_KEYS = ("taskId", "attemptSeq", "waitKind", "backend", "request", "functionId", "args",
+                     "grantedBudgetMs", "ancestry", "resumeKind", "result", "error", "budgetUsedMs", "extra")
+_wr_values = _st.one_of(_values, _st.sampled_from(["io", "subcall", "function_code", "ResumeCall", "CallWaiting"]),
+                        _st.lists(_st.one_of(_st.text(max_size=2), _st.integers()), max_size=2))
+
+
+@_st.composite
+def _wait_resume_like(draw):
+    """A valid sample with zero, one or two keys changed (envelope or payload):
+    close enough to valid that the fast path's every check gets exercised."""
+    env = copy.deepcopy(draw(_st.sampled_from(_WAIT_RESUME_SAMPLES)))
+    for _ in range(draw(_st.integers(0, 2))):
+        if draw(_st.integers(0, 4)) == 0:
+            target, key = env, draw(_st.sampled_from(["callId", "requestId", "messageType", "payload"]))
+        else:
+            target, key = env.get("payload"), draw(_st.sampled_from(_WAIT_RESUME_KEYS))
+        if type(target) is not dict:
+            continue
+        if draw(_st.booleans()):
+            target.pop(key, None)
+        else:
+            target[key] = draw(_wr_values)
+    return env
+
+
+@settings(max_examples=600, deadline=None, derandomize=True)
+@given(_wait_resume_like(), _st.sampled_from([None, m.EXECUTOR_TO_WORKER, m.WORKER_TO_EXECUTOR]))
+def test_wait_and_resume_fast_path_matches_the_general_validator(env, accept):
+    assert _outcome(m.validate, env, accept) == _outcome(m._validate, env, accept)
+
+
+def test_wait_and_resume_fast_path_takes_the_round_trip_frames():
+    for env, accept in ((m.call_waiting_io("c", "r", "t", 1, "devstub", {"a": 1}), m.EXECUTOR_TO_WORKER),
+                        (m.call_waiting_subcall("c", "r", "t", 1, "f", [1], 5, ["c"]), m.EXECUTOR_TO_WORKER),
+                        (m.resume_call_result("c", "r", m.WAIT_IO, {"x": 1}), m.WORKER_TO_EXECUTOR)):
+        env = wire(env)
+        assert m._wait_resume_fast(env, accept) is env["payload"]
+    env = wire(m.resume_call_result("c", "r", m.WAIT_SUBCALL, 1))
+    del env["payload"]["budgetUsedMs"]
+    assert m._wait_resume_fast(env, None)["budgetUsedMs"] == 0
+    assert m._wait_resume_fast(wire(m.call_waiting_function_code("c", "r", "t", 1, "f", "d")), None) is None
+
+
+def _changed(env, **payload_changes):
+    env = copy.deepcopy(env)
+    for key, value in payload_changes.items():
+        if value is _DROP:
+            env["payload"].pop(key, None)
+        else:
+            env["payload"][key] = value
+    return env
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize("env", [
+    _changed(_WAIT_RESUME_SAMPLES[1], ancestry=["root", 1]),
+    _changed(_WAIT_RESUME_SAMPLES[1], ancestry="root"),
+    _changed(_WAIT_RESUME_SAMPLES[1], grantedBudgetMs=True),
+    _changed(_WAIT_RESUME_SAMPLES[1], args=_DROP),
+    _changed(_WAIT_RESUME_SAMPLES[0], request=_DROP),
+    _changed(_WAIT_RESUME_SAMPLES[0], waitKind="other"),
+    _changed(_WAIT_RESUME_SAMPLES[3], error={"errorKind": "IO_ERROR"}),
+    _changed(_WAIT_RESUME_SAMPLES[3], budgetUsedMs=1.5),
+    _changed(_WAIT_RESUME_SAMPLES[3], resumeKind="function_code", result=[1]),
+    _changed(_WAIT_RESUME_SAMPLES[4], result=_DROP),
+    _changed(_WAIT_RESUME_SAMPLES[4], resumeKind="nope"),
+    dict(_WAIT_RESUME_SAMPLES[3], requestId=""),
+    dict(_WAIT_RESUME_SAMPLES[0], callId=""),
+])
+@pytest.mark.parametrize("accept", [None, m.EXECUTOR_TO_WORKER, m.WORKER_TO_EXECUTOR])
+def test_wait_and_resume_fast_path_leaves_near_misses_to_the_general_validator(env, accept):
+    assert _outcome(m.validate, env, accept) == _outcome(m._validate, env, accept)
+    assert _outcome(m._validate, env, accept)[0] == "error"
