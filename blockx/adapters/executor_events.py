@@ -35,6 +35,7 @@ class ExecutorEvents:
         self._on_attached = on_attached
         self._snapshots = snapshots
         self._limit_kill_reason = limit_kill_reason     # the pool's word on a sandbox limit kill
+        self.traces = actor.traces                # TraceStore; None when tracing is off
 
     # ---- ExecutorAdapter handler ----------------------------------------------
 
@@ -47,6 +48,7 @@ class ExecutorEvents:
         detail = self._limit_kill_reason(executor_id)
         detail = f"killed by its {detail}" if detail else ""
         log.warning("executor %s lost: %s%s", executor_id, reason, f" ({detail})" if detail else "")
+        if self.traces is not None: self.traces.executor_lost(executor_id, detail or reason)  # trace hook
         snaps = self._snapshots()
         self.actor.post(lambda n: self._apply_executor_lost(executor_id, snaps, n, detail))
 
@@ -81,12 +83,14 @@ class ExecutorEvents:
                                                       p.get("budgetUsedMs", 0), now)
                     if cmds:
                         metrics.calls_completed += 1
+                        if self.traces is not None: self.traces.call_done(p, call_id, executor_id, "")  # trace hook
                 elif mt == "CallFailed":
                     kind = p.get("errorKind", "")
                     cmds = disp.handle_call_failed(call_id, p["attemptSeq"], kind, bool(p.get("retryable")),
                                                    p.get("errorMessage", ""), now, p.get("budgetUsedMs", 0))
                     if cmds:
                         metrics.call_failed(kind)
+                        if self.traces is not None: self.traces.call_done(p, call_id, executor_id, kind or "FAILED")  # trace hook
                 elif mt == "CallWaiting":
                     cmds = self._on_call_waiting(executor_id, call_id, env.get("requestId", ""), p,
                                                  sidecar, now)
@@ -111,6 +115,7 @@ class ExecutorEvents:
         rt = self._runtimes.get(p.get("taskId", ""))
         if kind == m.WAIT_IO:
             cmds = self.disp.handle_call_waiting(call_id, attempt, now)
+            if self.traces is not None: self.traces.io_wait(p, call_id, attempt)  # trace hook
             if rt is None or rt.io_scope is None:
                 self.actor.spawn(self.actor.resume(executor_id, call_id, request_id, attempt, {
                     "resumeKind": m.WAIT_IO, "error": {
@@ -140,6 +145,7 @@ class ExecutorEvents:
             child, more = disp.add_subcall(call_id, executor_id, request_id, function_id, digest, args_json,
                                            int(p.get("grantedBudgetMs", 0)), now)
             if isinstance(child, str):
+                if self.traces is not None: self.traces.subcall(p.get("taskId"), call_id, child)  # trace hook
                 return cmds + more
             if child.stale:
                 return cmds        # from an attempt that is no longer current: nobody waits for it
@@ -184,4 +190,5 @@ class ExecutorEvents:
                                              "errorMessage": f"{type(exc).__name__}: {exc}"}
             payload = {"resumeKind": m.WAIT_IO, "error": error, "budgetUsedMs": 0}
             body = None
+        if self.traces is not None: self.traces.io_done(rt.task_id, call_id, "error" not in payload)  # trace hook
         await self.actor.resume(executor_id, call_id, request_id, attempt, payload, body)
