@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterable, Iterator
 
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate
+from blockx.client.trace import TaskTrace
 from blockx.client.worker_client import WorkerClient
 
 
@@ -59,6 +60,9 @@ class SyncWorkerClient:
 
     def result(self, task_id: str) -> TaskOutcome:
         return self._run(self._client.result(task_id))
+
+    def trace(self, task_id: str, **kwargs) -> TaskTrace:
+        return self._run(self._client.trace(task_id, **kwargs))
 
     def close(self) -> None:
         if self._loop.is_closed():
