@@ -85,10 +85,15 @@ class TaskTrace:
         return not (hash(self.root_of(call_id)) & (self.sample_every - 1))
 
     def add_call_event(self, ev: tuple) -> None:
-        """A call's event (index 2 is its call id): kept when the call is in the sample."""
-        if self.sample_every != 1 and not self.keeps(ev[2]):
-            self.dropped += 1
-            return
+        """A call's event (index 2 is its call id): kept when the call is in the sample.
+        (``keeps`` inlined: this runs for every call once the cap is reached.)"""
+        k = self.sample_every
+        if k != 1:
+            cid = ev[2]
+            i = cid.find("/", self._root_from)
+            if hash(cid if i < 0 else cid[:i]) & (k - 1):
+                self.dropped += 1
+                return
         events = self.events
         events.append(ev)
         if len(events) >= self.limit:
@@ -233,19 +238,42 @@ class TraceStore:
 
     # ---- hooks: calls (dispatch_actor.py, executor_events.py) ------------------------------
 
+    # call_sent and call_done run for every call: TaskTrace.add_call_event is
+    # inlined, so that a call out of the sample costs no tuple and no extra call.
+
     def call_sent(self, cmd) -> None:
         """The dispatch actor sent ExecuteCall for a DispatchCallCmd."""
         tr = self._tasks.get(cmd.task_id)
-        if tr is not None:
-            tr.add_call_event((SENT, self.now_us, cmd.call_id, cmd.executor_id, cmd.attempt_seq,
-                               cmd.parent_call_id, cmd.function_id))
+        if tr is None:
+            return
+        call_id = cmd.call_id
+        k = tr.sample_every
+        if k != 1:
+            i = call_id.find("/", tr._root_from)
+            if hash(call_id if i < 0 else call_id[:i]) & (k - 1):
+                tr.dropped += 1
+                return
+        events = tr.events
+        events.append((SENT, self.now_us, call_id, cmd.executor_id, cmd.attempt_seq, cmd.parent_call_id,
+                       cmd.function_id))
+        if len(events) >= tr.limit:
+            tr._compact()
 
     def call_done(self, p: dict, call_id: str, executor_id: str, error_kind: str) -> None:
         """An accepted CallCompleted (error_kind "") or CallFailed frame, ``p`` its payload."""
         tr = self._tasks.get(p.get("taskId"))
-        if tr is not None:
-            tr.add_call_event((DONE, self.now_us, call_id, executor_id, p["attemptSeq"], error_kind,
-                               p.get("budgetUsedMs", 0)))
+        if tr is None:
+            return
+        k = tr.sample_every
+        if k != 1:
+            i = call_id.find("/", tr._root_from)
+            if hash(call_id if i < 0 else call_id[:i]) & (k - 1):
+                tr.dropped += 1
+                return
+        events = tr.events
+        events.append((DONE, self.now_us, call_id, executor_id, p["attemptSeq"], error_kind, p.get("budgetUsedMs", 0)))
+        if len(events) >= tr.limit:
+            tr._compact()
 
     def call_retry(self, cmd, now_ms: int) -> None:
         """An ArmCallRetry: the call's next attempt waits ``fire_at_ms - now`` ms."""
