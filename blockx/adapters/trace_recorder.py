@@ -42,89 +42,19 @@ import time
 from collections import deque
 from typing import Callable
 
-TASK_START, TASK_END, PHASE, QUEUED, SENT, DONE, IO_WAIT, IO_DONE, SUBCALL, RETRY, LOST = range(11)
-# Events that belong to a call (index 2 is its call id): these are sampled.
-CALL_KINDS = frozenset((SENT, DONE, IO_WAIT, IO_DONE, SUBCALL, RETRY))
-# Always kept, whatever the cap: at most a handful per task.
-PINNED_KINDS = frozenset((TASK_START, TASK_END, PHASE))
-# Room kept under the cap for the pinned events.
-PINNED_RESERVE = 8
+from blockx._fast import load
+
+# The per-call part is a hot path (blockx/_fast/tracebuf.pyx, twin tracebuf_py.py).
+_tb = load("tracebuf")
+TaskTrace = _tb.TaskTrace
+CallRecorder = _tb.CallRecorder
+TASK_START, TASK_END, PHASE, QUEUED, SENT, DONE = _tb.TASK_START, _tb.TASK_END, _tb.PHASE, _tb.QUEUED, _tb.SENT, _tb.DONE
+IO_WAIT, IO_DONE, SUBCALL, RETRY, LOST = _tb.IO_WAIT, _tb.IO_DONE, _tb.SUBCALL, _tb.RETRY, _tb.LOST
+CALL_KINDS, PINNED_KINDS, PINNED_RESERVE = _tb.CALL_KINDS, _tb.PINNED_KINDS, _tb.PINNED_RESERVE
 DEFAULT_MAX_EVENTS = 10_000
 MIN_MAX_EVENTS = 100
 
 _monotonic_ns = time.monotonic_ns
-
-
-class TaskTrace:
-    """One task's events, bounded. Owned by the TraceStore; read by trace_export."""
-
-    __slots__ = ("task_id", "events", "limit", "sample_every", "dropped", "truncated", "ended",
-                 "_root_from")
-
-    def __init__(self, task_id: str, max_events: int) -> None:
-        self.task_id = task_id
-        self.events: list[tuple] = []
-        self.limit = max_events - PINNED_RESERVE   # room for call and queue events
-        self.sample_every = 1                      # k: a power of two; 1 = every call
-        self.dropped = 0                           # events not kept (sampling or the cap)
-        self.truncated = 0                         # of those, task-level events past the cap
-        self.ended = False
-        self._root_from = len(task_id) + 1         # root call ids are "<task_id>/<index>"
-
-    @property
-    def sampled(self) -> bool:
-        return self.sample_every > 1
-
-    def root_of(self, call_id: str) -> str:
-        """The root call of ``call_id`` ("<task>/<i>" for "<task>/<i>/sub-1/sub-2")."""
-        i = call_id.find("/", self._root_from)
-        return call_id if i < 0 else call_id[:i]
-
-    def keeps(self, call_id: str) -> bool:
-        """Is ``call_id`` (with its whole call tree) in the sample?"""
-        return not (hash(self.root_of(call_id)) & (self.sample_every - 1))
-
-    def add_call_event(self, ev: tuple) -> None:
-        """A call's event (index 2 is its call id): kept when the call is in the sample.
-        (``keeps`` inlined: this runs for every call once the cap is reached.)"""
-        k = self.sample_every
-        if k != 1:
-            cid = ev[2]
-            i = cid.find("/", self._root_from)
-            if hash(cid if i < 0 else cid[:i]) & (k - 1):
-                self.dropped += 1
-                return
-        events = self.events
-        events.append(ev)
-        if len(events) >= self.limit:
-            self._compact()
-
-    def add_task_event(self, ev: tuple) -> None:
-        if ev[0] in PINNED_KINDS:
-            self.events.append(ev)
-            return
-        if len(self.events) >= self.limit:
-            self._compact()
-            if len(self.events) >= self.limit:
-                self.dropped += 1
-                self.truncated += 1
-                return
-        self.events.append(ev)
-
-    def _compact(self) -> None:
-        """The cap is reached: double k until at most half the cap remains (or no
-        call event is left to drop), dropping the events of calls out of the sample."""
-        events = self.events
-        target = self.limit // 2
-        while len(events) > target:
-            before = len(events)
-            self.sample_every *= 2
-            keeps = self.keeps
-            events = [ev for ev in events if ev[0] not in CALL_KINDS or keeps(ev[2])]
-            self.dropped += before - len(events)
-            if not any(ev[0] in CALL_KINDS for ev in events):
-                break
-        self.events = events
 
 
 class TraceStore:
@@ -139,9 +69,14 @@ class TraceStore:
             raise ValueError(f"max_events must be >= {MIN_MAX_EVENTS}, got {max_events}")
         self.max_events = max_events
         self._clock_ns = clock_ns
-        self.now_us = clock_ns() // 1000          # refreshed once per dispatch-actor batch
         self._tasks: dict[str, TaskTrace] = {}
         self._ended: deque[TaskTrace] = deque()    # ended tasks' traces, in end order (retention is FIFO)
+        # The two hooks every call goes through, compiled: bound straight to the
+        # recorder, so a hook is one call. Its now_us is the trace clock.
+        calls = self._calls = CallRecorder(self._tasks)
+        calls.now_us = clock_ns() // 1000
+        self.call_sent = calls.call_sent          # (DispatchCallCmd) -> None
+        self.call_done = calls.call_done          # (payload, call_id, executor_id, error_kind) -> None
 
     # ---- clock -------------------------------------------------------------------
 
@@ -149,14 +84,20 @@ class TraceStore:
         """Wrap the dispatch actor's ms clock so that each read (one per event batch)
         also stamps ``now_us`` for the call events of that batch."""
         clock_ns = self._clock_ns
+        calls = self._calls
 
         def mono() -> int:
-            self.now_us = clock_ns() // 1000
+            calls.now_us = clock_ns() // 1000
             return mono_ms()
         return mono
 
+    @property
+    def now_us(self) -> int:
+        """The trace clock as last stamped (us)."""
+        return self._calls.now_us
+
     def _now(self) -> int:
-        t = self.now_us = self._clock_ns() // 1000
+        t = self._calls.now_us = self._clock_ns() // 1000
         return t
 
     # ---- lookup and lifetime ---------------------------------------------------------
@@ -238,65 +179,32 @@ class TraceStore:
 
     # ---- hooks: calls (dispatch_actor.py, executor_events.py) ------------------------------
 
-    # call_sent and call_done run for every call: TaskTrace.add_call_event is
-    # inlined, so that a call out of the sample costs no tuple and no extra call.
-
-    def call_sent(self, cmd) -> None:
-        """The dispatch actor sent ExecuteCall for a DispatchCallCmd."""
-        tr = self._tasks.get(cmd.task_id)
-        if tr is None:
-            return
-        call_id = cmd.call_id
-        k = tr.sample_every
-        if k != 1:
-            i = call_id.find("/", tr._root_from)
-            if hash(call_id if i < 0 else call_id[:i]) & (k - 1):
-                tr.dropped += 1
-                return
-        events = tr.events
-        events.append((SENT, self.now_us, call_id, cmd.executor_id, cmd.attempt_seq, cmd.parent_call_id,
-                       cmd.function_id))
-        if len(events) >= tr.limit:
-            tr._compact()
-
-    def call_done(self, p: dict, call_id: str, executor_id: str, error_kind: str) -> None:
-        """An accepted CallCompleted (error_kind "") or CallFailed frame, ``p`` its payload."""
-        tr = self._tasks.get(p.get("taskId"))
-        if tr is None:
-            return
-        k = tr.sample_every
-        if k != 1:
-            i = call_id.find("/", tr._root_from)
-            if hash(call_id if i < 0 else call_id[:i]) & (k - 1):
-                tr.dropped += 1
-                return
-        events = tr.events
-        events.append((DONE, self.now_us, call_id, executor_id, p["attemptSeq"], error_kind, p.get("budgetUsedMs", 0)))
-        if len(events) >= tr.limit:
-            tr._compact()
-
     def call_retry(self, cmd, now_ms: int) -> None:
         """An ArmCallRetry: the call's next attempt waits ``fire_at_ms - now`` ms."""
         call_id = cmd.call_id
         tr = self._task_of_call(call_id)
         if tr is not None:
-            tr.add_call_event((RETRY, self.now_us, call_id, max(0, cmd.fire_at_ms - now_ms), cmd.is_retry))
+            tr.add_call_event((RETRY, self._calls.now_us, call_id, max(0, cmd.fire_at_ms - now_ms), cmd.is_retry))
+
+    def _task(self, task_id) -> TaskTrace | None:
+        """The trace of ``task_id`` as an executor frame gave it (maybe not a string)."""
+        return self._tasks.get(task_id) if type(task_id) is str else None
 
     def io_wait(self, p: dict, call_id: str, attempt: int) -> None:
         """A CallWaiting(waitKind=io) frame, ``p`` its payload."""
-        tr = self._tasks.get(p.get("taskId"))
+        tr = self._task(p.get("taskId"))
         if tr is not None:
-            tr.add_call_event((IO_WAIT, self.now_us, call_id, attempt, p.get("backend", "")))
+            tr.add_call_event((IO_WAIT, self._calls.now_us, call_id, attempt, p.get("backend", "")))
 
     def io_done(self, task_id: str, call_id: str, ok: bool) -> None:
-        tr = self._tasks.get(task_id)
+        tr = self._task(task_id)
         if tr is not None:
             tr.add_call_event((IO_DONE, self._now(), call_id, ok))
 
     def subcall(self, task_id: str, parent_call_id: str, child_call_id: str) -> None:
-        tr = self._tasks.get(task_id)
+        tr = self._task(task_id)
         if tr is not None:
-            tr.add_call_event((SUBCALL, self.now_us, parent_call_id, child_call_id))
+            tr.add_call_event((SUBCALL, self._calls.now_us, parent_call_id, child_call_id))
 
     def executor_lost(self, executor_id: str, reason: str) -> None:
         """Every running task learns it: attempts still open on it end here."""
