@@ -214,7 +214,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         self._count("GetTaskTrace", "OK")
         return pb.TaskTrace(
             task_id=tid, state=int(snap.state), complete=tr.ended, sampled=tr.sampled,
-            sample_every=tr.sample_every, truncated=tr.truncated > 0, events_recorded=len(tr.events),
+            sample_every=tr.sample_every, truncated=tr.truncated > 0, events_recorded=len(tr),
             events_dropped=tr.dropped, max_events=traces.max_events, chrome_trace_json=body)
 
     # ---- end task traces -----------------------------------------------------------------

@@ -114,7 +114,7 @@ class TraceStore:
 
     def task_started(self, task_id: str) -> None:
         tr = TaskTrace(task_id, self.max_events)
-        tr.events.append((TASK_START, self._now()))
+        tr.add_task_event((TASK_START, self._now()))
         self._tasks[task_id] = tr
 
     def task_ended(self, task_id: str, state: str, result) -> None:
@@ -122,8 +122,8 @@ class TraceStore:
         if tr is None or tr.ended:
             return
         tr.ended = True
-        tr.events.append((TASK_END, self._now(), state, result.failure_code, result.failure_message,
-                          tuple(result.plugin_results)))
+        tr.add_task_event((TASK_END, self._now(), state, result.failure_code, result.failure_message,
+                           tuple(result.plugin_results)))
         self._ended.append(tr)
 
     def forget_purged(self, known: Callable[[str], object]) -> int:
