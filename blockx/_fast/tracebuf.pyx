@@ -201,7 +201,7 @@ cdef class TaskTrace:
         cdef Py_ssize_t new_cap
         cdef long long* rows
         if self._n == self._cap:
-            new_cap = self._cap * 2 if self._cap else 64
+            new_cap = self._cap * 2 if self._cap else 16
             rows = <long long*>PyMem_Realloc(self._rows, new_cap * _ROW * sizeof(long long))
             if rows is NULL:
                 raise MemoryError()
@@ -281,6 +281,16 @@ cdef class TaskTrace:
 
     def compact(self):
         self.compact_c()
+
+    def trim(self):
+        """The task ended: give back the buffer's unused room (a retained trace
+        of a one-call task is a few hundred bytes of rows)."""
+        cdef long long* rows
+        if self._rows is not NULL and self._cap > self._n:
+            rows = <long long*>PyMem_Realloc(self._rows, max(self._n, 1) * _ROW * sizeof(long long))
+            if rows is not NULL:
+                self._rows = rows
+                self._cap = max(self._n, 1)
 
     # ---- reading ---------------------------------------------------------------------
 

@@ -234,6 +234,10 @@ class TaskTrace:
             if not any_call:
                 break
 
+    def trim(self) -> None:
+        """The task ended: give back unused room (an array('q') grows by over-allocation)."""
+        self._rows = array("q", self._rows)
+
     # ---- reading ---------------------------------------------------------------------
 
     @property

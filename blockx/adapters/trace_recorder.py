@@ -124,6 +124,7 @@ class TraceStore:
         tr.ended = True
         tr.add_task_event((TASK_END, self._now(), state, result.failure_code, result.failure_message,
                            tuple(result.plugin_results)))
+        tr.trim()
         self._ended.append(tr)
 
     def forget_purged(self, known: Callable[[str], object]) -> int:
