@@ -1,29 +1,29 @@
 """Task traces: a bounded timeline of what the Worker did for each task.
 
-Rules. Recording sits on the path of every call, so an event is one small tuple
-appended to its task's list: an int kind, an int timestamp and references to
-strings that already exist (call ids, executor ids, failure kinds). No dicts, no
-formatting, no clock read per event: calls are stamped with ``now_us``, which the
-dispatch actor's clock refreshes once per event batch (``stamping(mono)`` wraps
-that clock); the rare events born outside the actor (phases, IO resumes, executor
-loss) read the clock themselves. Formatting happens only when a trace is asked
-for (trace_export.py turns a ``TaskTrace`` into the Chrome trace-event format).
+Rules. Recording sits on the path of every call, so an event is one row of
+int64 in its task's buffer (blockx/_fast/tracebuf, compiled, with a twin): no
+Python object per event, no dicts, no formatting, and no clock read per event:
+calls are stamped with ``now_us``, which the dispatch actor's clock refreshes
+once per event batch (``stamping(mono)`` wraps that clock); the rare events born
+outside the actor (phases, IO resumes, executor loss) read the clock themselves.
+Formatting happens only when a trace is asked for (trace_export.py turns a
+``TaskTrace`` into the Chrome trace-event format).
 
 Bound. A task records at most ``max_events`` events. When it reaches the cap its
-calls are sampled: a call (with its subcalls, retries and waits) is kept when the
-hash of its root call id is a multiple of ``sample_every`` (k); each time the cap
-is reached again k doubles and the recorded events of calls that leave the sample
-are dropped, so the trace stays a uniform sample of the task's calls and says so
-(``sampled``, ``dropped``). Task-level events (phases, the task's start and end)
-are always kept; the other task-level events (queue commits, executor losses)
-are dropped past the cap and counted in ``truncated``.
+calls are sampled: a call (with its subcalls, retries and waits) is kept when
+its root call's index is a multiple of ``sample_every`` (k: every k-th call);
+each time the cap is reached again k doubles and the recorded events of calls
+that leave the sample are dropped, so the trace stays an even sample of the
+task's calls and says so (``sampled``, ``dropped``). Task-level events (phases,
+the task's start and end) are always kept; the other task-level events (queue
+commits, executor losses) are dropped past the cap and counted in ``truncated``.
 
 Lifetime. A trace lives from the task's activation to the purge of its retained
 result: the Orchestrator calls ``forget_purged`` after the core's timers, and a
 trace is dropped once the core no longer knows its task (resultRetentionMs after
 the end), so the store never holds more traces than the core holds tasks.
 
-Event tuples, by kind (index 0) and time in us (index 1):
+Events as ``TaskTrace.events`` decodes them, by kind (index 0) and time in us (index 1):
 
 - TASK_START ``(k, t)``; TASK_END ``(k, t, state, failure_code, failure_message, plugin_results)``
 - PHASE ``(k, t, name, detail)``: a phase starts ("builder", "calls", "plugin");
