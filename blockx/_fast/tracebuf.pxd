@@ -18,7 +18,7 @@ cdef class TaskTrace:
     cdef dict _string_ix
     cdef list _extras
 
-    cdef long long str_c(self, str s) except -1
+    cdef long long str_c(self, object s) except -1
     cdef long long key_c(self, str call_id) except? -3
     cdef str call_str(self, long long key)
     cdef bint keeps_c(self, str call_id) except -1

@@ -140,7 +140,10 @@ cdef class TaskTrace:
 
     # ---- keys --------------------------------------------------------------------
 
-    cdef long long str_c(self, str s) except -1:
+    cdef long long str_c(self, object s) except -1:
+        # Names come from executor frames too: whatever they hold, recording never raises.
+        if type(s) is not str:
+            s = str(s)
         cdef PyObject* found = PyDict_GetItem(self._string_ix, s)
         if found is not NULL:
             return <long long><object>found
@@ -339,9 +342,9 @@ cdef class CallRecorder:
         tr.append_c(_SENT, self.now_us, tr.key_c(call_id), tr.str_c(cmd.executor_id),
                     _int_or_zero(cmd.attempt_seq), tr.key_c(cmd.parent_call_id), tr.str_c(cmd.function_id))
 
-    def call_done(self, dict p, str call_id, str executor_id, str error_kind):
+    def call_done(self, p, call_id, executor_id, error_kind):
         task_id = p.get("taskId")
-        if type(task_id) is not str:
+        if type(task_id) is not str or type(call_id) is not str:
             return
         cdef PyObject* found = PyDict_GetItem(self.tasks, task_id)
         if found is NULL:

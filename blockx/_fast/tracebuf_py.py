@@ -118,7 +118,9 @@ class TaskTrace:
 
     # ---- keys --------------------------------------------------------------------
 
-    def _str(self, s: str) -> int:
+    def _str(self, s) -> int:
+        if type(s) is not str:          # names come from executor frames too: recording never raises
+            s = str(s)
         i = self._string_ix.get(s)
         if i is None:
             i = self._string_ix[s] = len(self._strings)
@@ -289,7 +291,7 @@ class CallRecorder:
     def call_done(self, p: dict, call_id: str, executor_id: str, error_kind: str) -> None:
         """An accepted CallCompleted (error_kind "") or CallFailed frame, ``p`` its payload."""
         task_id = p.get("taskId")
-        if type(task_id) is not str:
+        if type(task_id) is not str or type(call_id) is not str:
             return
         tr = self.tasks.get(task_id)
         if tr is None:

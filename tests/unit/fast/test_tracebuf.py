@@ -79,7 +79,18 @@ def test_hooks_ignore_unknown_tasks_and_malformed_task_ids(tb):
     rec.call_done({"taskId": "other", "attemptSeq": 1}, "other/0", "exec-0", "")
     rec.call_done({"taskId": ["not", "a", "string"], "attemptSeq": 1}, "t/0", "exec-0", "")
     rec.call_done({"attemptSeq": 1}, "t/0", "exec-0", "")
+    rec.call_done({"taskId": "t", "attemptSeq": 1}, 17, "exec-0", "")
     assert tasks["t"].events == []
+
+
+def test_odd_values_from_a_frame_are_recorded_as_text_never_raised(tb):
+    # A hook that raised inside the frame loop would lose the core's commands for that frame.
+    tasks = {}
+    rec = tb.CallRecorder(tasks)
+    tr = tasks["t"] = tb.TaskTrace("t", 100)
+    rec.call_done({"taskId": "t", "attemptSeq": "one", "budgetUsedMs": [1]}, "t/0", "exec-0", 7)
+    tr.add_call_event((tb.IO_WAIT, 5, "t/0", None, {"not": "a name"}))
+    assert tr.events == [(tb.DONE, 0, "t/0", "exec-0", 0, "7", 0), (tb.IO_WAIT, 5, "t/0", 0, "{'not': 'a name'}")]
 
 
 def test_the_compiled_module_and_its_twin_keep_the_same_trace():
