@@ -194,12 +194,12 @@ class TraceStore:
     def io_wait(self, p: dict, call_id: str, attempt: int) -> None:
         """A CallWaiting(waitKind=io) frame, ``p`` its payload."""
         tr = self._task(p.get("taskId"))
-        if tr is not None:
+        if tr is not None and type(call_id) is str:
             tr.add_call_event((IO_WAIT, self._calls.now_us, call_id, attempt, p.get("backend", "")))
 
     def io_done(self, task_id: str, call_id: str, ok: bool) -> None:
         tr = self._task(task_id)
-        if tr is not None:
+        if tr is not None and type(call_id) is str:
             tr.add_call_event((IO_DONE, self._now(), call_id, ok))
 
     def subcall(self, task_id: str, parent_call_id: str, child_call_id: str) -> None:

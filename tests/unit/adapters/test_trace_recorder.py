@@ -184,3 +184,15 @@ def test_a_cap_below_the_minimum_is_refused():
     import pytest
     with pytest.raises(ValueError, match="max_events must be >= 100"):
         TraceStore(10)
+
+
+def test_waits_from_odd_frames_are_skipped_not_raised():
+    # The IO wait hook runs before the wait is served: raising there would leave the call waiting.
+    store = TraceStore(1000)
+    store.task_started("t")
+    store.io_wait({"taskId": "t", "backend": 3}, 42, 1)
+    store.io_wait({"taskId": ["t"]}, "t/0", 1)
+    store.io_done("t", None, True)
+    store.io_wait({"taskId": "t", "backend": 3}, "t/0", "x")
+    assert [e[0] for e in store.get("t").events] == [TASK_START, IO_WAIT]
+    assert store.get("t").events[1][2:] == ("t/0", 0, "3")
