@@ -285,6 +285,15 @@ cdef class TaskTrace:
     def compact(self):
         self.compact_c()
 
+    def presample(self, long long expected_events):
+        """A call phase of a known size is committed: if its events will pass the
+        cap anyway, sample from the start (k: the least power of two that fits them)
+        rather than record, compact and drop."""
+        cdef long long k = self.sample_every
+        while expected_events // k > self.limit - self._n:
+            k *= 2
+        self.sample_every = k
+
     def trim(self):
         """The task ended: give back the buffer's unused room (a retained trace
         of a one-call task is a few hundred bytes of rows)."""

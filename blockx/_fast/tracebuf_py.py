@@ -236,6 +236,15 @@ class TaskTrace:
             if not any_call:
                 break
 
+    def presample(self, expected_events: int) -> None:
+        """A call phase of a known size is committed: if its events will pass the
+        cap anyway, sample from the start (k: the least power of two that fits them)
+        rather than record, compact and drop."""
+        k = self.sample_every
+        while expected_events // k > self.limit - len(self):
+            k *= 2
+        self.sample_every = k
+
     def trim(self) -> None:
         """The task ended: give back unused room (an array('q') grows by over-allocation)."""
         self._rows = array("q", self._rows)

@@ -177,6 +177,8 @@ class TraceStore:
         tr = self._tasks.get(task_id)
         if tr is not None:
             tr.add_task_event((QUEUED, self._now(), count, batch))
+            if batch < 0:           # the whole call list: about two events a call
+                tr.presample(2 * count)
 
     # ---- hooks: calls (dispatch_actor.py, executor_events.py) ------------------------------
 

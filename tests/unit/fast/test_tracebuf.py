@@ -63,6 +63,22 @@ def test_past_the_cap_whole_call_trees_are_sampled_and_counted(tb):
     assert tr.root_of("t/12/sub-1/sub-4") == "t/12" and tr.root_of("t/12") == "t/12"
 
 
+def test_a_call_phase_known_to_pass_the_cap_is_sampled_from_the_start(tb):
+    tr = tb.TaskTrace("t", 1000)
+    tr.presample(2 * 100)                     # fits: every call recorded
+    assert tr.sample_every == 1
+    tr.presample(2 * 10_000)                  # 20,000 events for 992 rows: every 32nd call
+    assert tr.sample_every == 32 and tr.sampled
+    tasks = {"t": tr}
+    rec = tb.CallRecorder(tasks)
+    for i in range(10_000):
+        rec.call_sent(cmd("t", f"t/{i}"))
+        rec.call_done({"taskId": "t", "attemptSeq": 1}, f"t/{i}", "exec-0", "")
+    assert len(tr) == 2 * 313 and tr.sample_every == 32          # calls 0, 32, 64, ...: no compaction needed
+    assert tr.dropped == 20_000 - 2 * 313
+    assert [e[2] for e in tr.events[:4]] == ["t/0", "t/0", "t/32", "t/32"]
+
+
 def test_task_events_past_the_cap_are_truncated_but_pinned_ones_stay(tb):
     tr = tb.TaskTrace("t", 100)
     for i in range(300):
