@@ -1,4 +1,4 @@
-"""`blockx`: run a Worker (`blockx serve`) or talk to one (submit, watch, result, slot, status, top),
+"""`blockx`: run a Worker (`blockx serve`) or talk to one (submit, watch, result, slot, status, top, trace),
 or to the fleet registered in etcd (workers, functions push|list, submit --etcd: blockx.cli_fleet).
 
 This module holds the argument parser, `main` (the console entry point) and
@@ -112,6 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     from blockx.cli_status import add_parsers as add_status_parsers
     add_status_parsers(sub, client)
     # ---- end status / top ----
+
+    # --- task traces (issue 15 part 1): blockx trace TASK_ID ---
+    from blockx.cli_trace import add_parser as add_trace_parser
+    add_trace_parser(sub, client)
+    # --- end task traces ---
     return p
 
 

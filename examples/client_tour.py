@@ -27,4 +27,7 @@ async def main() -> None:
 asyncio.run(main())
 
 with connect(ADDR) as client:                                       # the synchronous facade
-    print(client.submit(calls=[("sum_squares", [10])]).outputs)     # [285]
+    outcome = client.submit(calls=[("sum_squares", [10])])
+    print(outcome.outputs)                                          # [285]
+    trace = client.trace(outcome.task_id)       # its timeline; trace.write("t.json"), open it in Perfetto
+    print(trace.complete, sum(e.get("cat") == "subcall" for e in trace.events()))    # True 10

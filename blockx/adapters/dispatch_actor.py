@@ -64,7 +64,7 @@ def dumps_kept(value) -> bytes:
 
 class DispatchActor:
     def __init__(self, *, disp, adapter, metrics, runtimes: Mapping, mono: Callable[[], int],
-                 on_calls_converged: Callable[[ConvergeTaskCalls], None], audit=None) -> None:
+                 on_calls_converged: Callable[[ConvergeTaskCalls], None], audit=None, traces=None) -> None:
         self.disp = disp
         self.adapter = adapter
         self.metrics = metrics
@@ -78,6 +78,7 @@ class DispatchActor:
         self._bg: set[asyncio.Task] = set()
         self._resumed: list[str] = []             # call ids whose ResumeCall was written (_resume_written)
         self._retry_timers: set[asyncio.TimerHandle] = set()
+        self.traces = traces                      # TraceStore (trace_recorder.py); None when tracing is off
 
     # ---- the actor -------------------------------------------------------------
 
@@ -182,6 +183,7 @@ class DispatchActor:
                         now)
                 else:
                     metrics.calls_dispatched += 1
+                    if self.traces is not None: self.traces.call_sent(cmd)  # trace hook
                     continue
                 if more:
                     self._exec(more, now)
@@ -200,6 +202,7 @@ class DispatchActor:
             elif t is ArmCallRetry:
                 if cmd.is_retry:            # a failed bind's re-arm consumed no attempt
                     metrics.calls_retried += 1
+                if self.traces is not None: self.traces.call_retry(cmd, now)  # trace hook
                 self._arm_retry(max(0, cmd.fire_at_ms - now) / 1000.0, cmd.call_id)
             elif t is SubcallDone:
                 self._send_subcall_resume(cmd)

@@ -37,6 +37,7 @@ class ExecutorEvents:
         self._on_attached = on_attached
         self._snapshots = snapshots
         self._limit_kill_reason = limit_kill_reason     # the pool's word on a sandbox limit kill
+        self.traces = actor.traces                # TraceStore; None when tracing is off
 
     # ---- ExecutorAdapter handler ----------------------------------------------
 
@@ -49,6 +50,7 @@ class ExecutorEvents:
         detail = self._limit_kill_reason(executor_id)
         detail = f"killed by its {detail}" if detail else ""
         log.warning("executor %s lost: %s%s", executor_id, reason, f" ({detail})" if detail else "")
+        if self.traces is not None: self.traces.executor_lost(executor_id, detail or reason)  # trace hook
         snaps = self._snapshots()
         self.actor.post(lambda n: self._apply_executor_lost(executor_id, snaps, n, detail))
 
@@ -83,12 +85,14 @@ class ExecutorEvents:
                                                       p.get("budgetUsedMs", 0), now)
                     if cmds:
                         metrics.calls_completed += 1
+                        if self.traces is not None: self.traces.call_done(p, call_id, executor_id, "")  # trace hook
                 elif mt == "CallFailed":
                     kind = p.get("errorKind", "")
                     cmds = disp.handle_call_failed(call_id, p["attemptSeq"], kind, bool(p.get("retryable")),
                                                    p.get("errorMessage", ""), now, p.get("budgetUsedMs", 0))
                     if cmds:
                         metrics.call_failed(kind)
+                        if self.traces is not None: self.traces.call_done(p, call_id, executor_id, kind or "FAILED")  # trace hook
                 elif mt == "CallWaiting":
                     cmds = self._on_call_waiting(executor_id, call_id, env.get("requestId", ""), p,
                                                  sidecar, now)
@@ -113,6 +117,7 @@ class ExecutorEvents:
         rt = self._runtimes.get(p.get("taskId", ""))
         if kind == m.WAIT_IO:
             cmds = self.disp.handle_call_waiting(call_id, attempt, now)
+            if self.traces is not None: self.traces.io_wait(p, call_id, attempt)  # trace hook
             if rt is None or rt.io_scope is None:
                 self.actor.send_resume(executor_id, call_id, request_id, attempt, {
                     "resumeKind": m.WAIT_IO, "error": {
@@ -142,6 +147,7 @@ class ExecutorEvents:
             child, more = disp.add_subcall(call_id, executor_id, request_id, function_id, digest, args_json,
                                            int(p.get("grantedBudgetMs", 0)), now)
             if isinstance(child, str):
+                if self.traces is not None: self.traces.subcall(p.get("taskId"), call_id, child)  # trace hook
                 return cmds + more
             if child.stale:
                 return cmds        # from an attempt that is no longer current: nobody waits for it
@@ -181,16 +187,15 @@ class ExecutorEvents:
         try:
             got = rt.io_scope.handle_now(p.get("backend", ""), request_json, sidecar)
         except Exception as exc:  # noqa: BLE001 - any IO failure goes back to the call
-            self.actor.send_resume(executor_id, call_id, request_id, attempt, _io_error_payload(exc), None)
+            self._resume_io(rt, executor_id, call_id, request_id, attempt, _io_error_payload(exc), None)
             return
         if got is None:
             self.actor.spawn(self._serve_io(rt, executor_id, call_id, request_id, attempt, p, sidecar,
                                             request_json))
             return
         result_json, body = got
-        self.actor.send_resume(executor_id, call_id, request_id, attempt,
-                               {"resumeKind": m.WAIT_IO, "result": _Fragment(result_json), "budgetUsedMs": 0},
-                               body)
+        self._resume_io(rt, executor_id, call_id, request_id, attempt,
+                        {"resumeKind": m.WAIT_IO, "result": _Fragment(result_json), "budgetUsedMs": 0}, body)
 
     async def _serve_io(self, rt, executor_id, call_id, request_id, attempt, p, sidecar,
                         request_json: bytes | None = None) -> None:
@@ -204,6 +209,10 @@ class ExecutorEvents:
         except Exception as exc:  # noqa: BLE001 - any IO failure goes back to the call
             payload = _io_error_payload(exc)
             body = None
+        self._resume_io(rt, executor_id, call_id, request_id, attempt, payload, body)
+
+    def _resume_io(self, rt, executor_id, call_id, request_id, attempt, payload, body) -> None:
+        if self.traces is not None: self.traces.io_done(rt.task_id, call_id, "error" not in payload)  # trace hook
         self.actor.send_resume(executor_id, call_id, request_id, attempt, payload, body)
 
 

@@ -11,6 +11,7 @@ import functools
 import logging
 
 import grpc
+import orjson
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -19,6 +20,8 @@ from blockx.adapters.session import (
     DEFAULT_MAX_PENDING_BYTES, DEFAULT_MAX_PENDING_EVENTS, MAX_WATCH_TASK_IDS, Session, SessionEnd,
 )
 from blockx.adapters.subscriptions import CLOSED, GONE
+from blockx.adapters.trace_export import chrome_trace
+from blockx.core.types import TaskState
 from blockx.core.errors import WorkerError
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
@@ -205,6 +208,42 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             reader.cancel()
             writer.cancel()
             subs.detach(session, disconnected=not finished)
+
+    # ---- task traces (issue 15 part 1) -------------------------------------------------
+
+    @_guarded
+    async def GetTaskTrace(self, request, context):
+        tid = request.task_id
+        if not tid:
+            self._count("GetTaskTrace", "INVALID_ARGUMENT")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "task_id is required: name the task whose trace you want")
+        traces = getattr(self._orch, "traces", None)
+        if traces is None:
+            self._count("GetTaskTrace", "FAILED_PRECONDITION")
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                "task tracing is off on this worker: start it with TRACE_ENABLED=true "
+                                "(traceEnabled in WORKER_CONFIG) to record traces of the tasks it runs")
+        try:
+            snap = self._orch.get_task_result(tid)
+        except WorkerError as err:      # unknown, or its result (and trace) already purged
+            await self._refuse(context, "GetTaskTrace", err)
+        tr = traces.get(tid)
+        if tr is None:
+            self._count("GetTaskTrace", "NOT_FOUND")
+            await context.abort(grpc.StatusCode.NOT_FOUND, (
+                f"task {tid!r} has no trace on this worker: it holds a slot but was not submitted yet"
+                if snap.state == TaskState.ALLOCATED else
+                f"task {tid!r} has no trace on this worker: it ran before tracing was on, or was refused "
+                "before it started"))
+        body = orjson.dumps(chrome_trace(tr, traces.now()))
+        self._count("GetTaskTrace", "OK")
+        return pb.TaskTrace(
+            task_id=tid, state=int(snap.state), complete=tr.ended, sampled=tr.sampled,
+            sample_every=tr.sample_every, truncated=tr.truncated > 0, events_recorded=len(tr),
+            events_dropped=tr.dropped, max_events=traces.max_events, chrome_trace_json=body)
+
+    # ---- end task traces -----------------------------------------------------------------
 
 
 async def _write_session(session: Session, context) -> None:

@@ -56,7 +56,8 @@ class Orchestrator:
     def __init__(self, *, core, disp, adapter, fcode, builders: dict, plugins: dict, io_factory,
                  admission, stream_cfg, metrics, pool=None, shadow=None, stall_timeout_ms: int = 10_000,
                  phase_io_timeout_ms: int = 10_000, on_ready: Callable[[], Any] | None = None,
-                 wall: Callable[[], int] = wall_ms, mono: Callable[[], int] = mono_ms, audit=None) -> None:
+                 wall: Callable[[], int] = wall_ms, mono: Callable[[], int] = mono_ms, audit=None,
+                 traces=None) -> None:
         self.core = core
         self.disp = disp
         self.adapter = adapter
@@ -74,12 +75,17 @@ class Orchestrator:
         self._drained: asyncio.Event = asyncio.Event()
         self.subscriptions = SubscriptionManager(self._watch_first_attach, self._watch_last_detach)
         self.progress = ProgressTicker(disp=disp, core=core, subscriptions=self.subscriptions)
+        # Task traces (trace_recorder.py), None when off: the actor's clock read
+        # per event batch also stamps the trace clock.
+        self.traces = traces
         self.actor = DispatchActor(disp=disp, adapter=adapter, metrics=metrics, runtimes=self._runtimes,
-                                   mono=mono, on_calls_converged=self._on_calls_converged, audit=audit)
+                                   mono=mono if traces is None else traces.stamping(mono),
+                                   on_calls_converged=self._on_calls_converged, audit=audit, traces=traces)
         self.phases = TaskPhases(
             core=core, disp=disp, actor=self.actor, runtimes=self._runtimes, fcode=fcode, builders=builders,
             plugins=plugins, io_factory=io_factory, admission=admission, stream_cfg=stream_cfg, metrics=metrics,
-            phase_io_timeout_ms=phase_io_timeout_ms, wall=wall, on_converge=self._on_task_terminal)
+            phase_io_timeout_ms=phase_io_timeout_ms, wall=wall, on_converge=self._on_task_terminal,
+            traces=traces)
         self.executor_events = ExecutorEvents(
             actor=self.actor, runtimes=self._runtimes, canonical_args=_canonical,
             on_attached=self._on_executor_attached, snapshots=self._core_snapshots,
@@ -131,6 +137,7 @@ class Orchestrator:
     def _start_task(self, cmd: PrepareTaskActivation) -> None:
         rt = TaskRuntime(cmd.task_id, cmd.instance_id, cmd.deadline_ms)
         self._runtimes[cmd.task_id] = rt
+        if self.traces is not None: self.traces.task_started(cmd.task_id)  # trace hook
         self._loop.call_soon(self.phases.drive, rt, cmd)
         self._arm_deadline_timer()
 
@@ -165,6 +172,7 @@ class Orchestrator:
                 except Exception:  # noqa: BLE001
                     log.exception("releasing the code view of %s failed", tid)
         res = cmd.result
+        if self.traces is not None: self.traces.task_ended(tid, cmd.state.name, res)  # trace hook
         st = res.statistic
         self.metrics.task_terminal(cmd.state.name, res.failure_code)
         log_event(log, "task_finished", task_id=tid, state=cmd.state.name, failure_code=res.failure_code,
@@ -195,6 +203,7 @@ class Orchestrator:
         for cmd in core.tick(now):
             if type(cmd) is ConvergeTask:
                 self._on_task_terminal(cmd)
+        if self.traces is not None: self.traces.forget_purged(core.get_index_entry)  # trace hook: with the result
         for tid in lapsing:
             entry = core.get_index_entry(tid)
             if entry is None or entry.lease_lost_at_ms >= 0:

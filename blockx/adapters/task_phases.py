@@ -37,7 +37,7 @@ class TaskPhases:
 
     def __init__(self, *, core, disp, actor, runtimes, fcode, builders, plugins, io_factory, admission,
                  stream_cfg, metrics, phase_io_timeout_ms: int, wall: Callable[[], int],
-                 on_converge: Callable[[ConvergeTask], None]) -> None:
+                 on_converge: Callable[[ConvergeTask], None], traces=None) -> None:
         self.core = core
         self.disp = disp
         self.actor = actor
@@ -53,6 +53,7 @@ class TaskPhases:
         self._wall = wall
         self._on_converge = on_converge
         self._loop = asyncio.get_running_loop()
+        self.traces = traces                      # TraceStore (trace_recorder.py); None when tracing is off
 
     def drive(self, rt, cmd) -> None:
         """Activation (pin the code epoch, open the IO scope), then the phases."""
@@ -188,6 +189,7 @@ class TaskPhases:
                 self._on_converge(cmd)
             else:
                 nxt = cmd
+                if self.traces is not None: self.traces.phase_started(cmd)  # trace hook
         return nxt
 
     # ---- Builder -----------------------------------------------------------------
@@ -279,6 +281,7 @@ class TaskPhases:
             return PhaseOutcome.failure(fc.CALL_FAILED, str(exc))
         prepared = self.disp.prepare_call_phase(rt.task_id, calls, cmd.call_failure_policy, retry,
                                                 cmd.instance_id)
+        if self.traces is not None: self.traces.calls_queued(rt.task_id, len(calls))  # trace hook
         self.actor.post(lambda n: self.disp.commit_call_phase(prepared, n))
         return None
 
@@ -334,6 +337,7 @@ class TaskPhases:
                         self._fail_calls(rt, fc.CALL_FAILED, str(exc))
                         return
                     prepared = self.disp.prepare_call_batch(tid, idx, calls)
+                    if self.traces is not None: self.traces.calls_queued(tid, len(calls), idx)  # trace hook
                     self.actor.post(lambda n, p=prepared: self.disp.commit_call_batch(p, n))
                     idx += 1
                     await asyncio.sleep(0)   # let executors' frames in between batches

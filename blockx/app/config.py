@@ -235,6 +235,12 @@ class WorkerFullConfig:
                                           'empty: a `local` DuckDB under dataPlane.stateDir')
     data_plane: DataPlaneSection = _f(default_factory=DataPlaneSection)
     log_level: str = _f("INFO", env="LOG_LEVEL")
+    # --- task traces (issue 15 part 1: GetTaskTrace, `blockx trace`) ---
+    trace_enabled: bool = _f(True, env="TRACE_ENABLED",
+                             doc="record a bounded timeline per task, served by GetTaskTrace; false: none")
+    trace_max_events_per_task: int = _f(10_000, env="TRACE_MAX_EVENTS_PER_TASK",
+                                        doc="cap of one task's trace; past it its calls are sampled")
+    # --- end task traces ---
 
     # The deployment of the profile this config was loaded for (not a JSON key):
     # lets violations() check the registry prefix without being handed the profile.

@@ -33,6 +33,7 @@ from blockx.adapters.executor.sandbox import Sandbox, SandboxLimits
 from blockx.adapters.grpc_server import build_server, set_health
 from blockx.adapters.metrics import Metrics
 from blockx.adapters.orchestrator import Orchestrator, wall_ms
+from blockx.adapters.trace_recorder import TraceStore
 from blockx.adapters.shadow import ShadowForwarder
 from blockx.adapters.tls import ServerTLS, ServerTLSFiles
 from blockx.adapters.worker_status import WorkerStatusReader
@@ -206,7 +207,8 @@ class Worker:
             admission=Admission.from_config(cfg.admission_config()), stream_cfg=cfg.stream_build,
             metrics=metrics, shadow=shadow, stall_timeout_ms=dcfg.effective_stall_timeout_ms,
             phase_io_timeout_ms=cfg.phase_io_timeout_ms, on_ready=self._on_ready,
-            audit=self._audit_gate(metrics))
+            audit=self._audit_gate(metrics),
+            traces=TraceStore(cfg.trace_max_events_per_task) if cfg.trace_enabled else None)
         metrics.executors_healthy_fn = self.adapter.healthy_count   # live at scrape time
         metrics.outbox_depth_fn = self.adapter.max_outbox_backlog
         # issue 15 part 4: executors' RSS / CPU and the readiness flags, read at scrape time

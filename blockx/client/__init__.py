@@ -25,11 +25,12 @@ from blockx.client.registry import RegistryView, WorkerInfo
 from blockx.client.sync import SyncWorkerClient, connect
 from blockx.client.tasks import build_task, call_list_payload
 from blockx.client.tls import ClientTLS
+from blockx.client.trace import TaskTrace
 from blockx.client.worker_client import WorkerClient
 
 __all__ = [
     "BlockxError", "ClientTLS", "Cluster", "InvalidArgument", "InvalidSlot", "NoSlot", "NotFound", "SessionBroken",
-    "SlotLease", "RegistryView", "SlotUncertain", "SyncWorkerClient", "TaskOutcome", "TaskProgress", "TaskUpdate", "Unavailable",
+    "SlotLease", "RegistryView", "SlotUncertain", "SyncWorkerClient", "TaskOutcome", "TaskProgress", "TaskTrace", "TaskUpdate", "Unavailable",
     "WorkerClient", "WorkerInfo",
     "build_task", "call_list_payload", "connect",
 ]

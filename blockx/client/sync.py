@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterable, Iterator
 
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate
+from blockx.client.trace import TaskTrace
 from blockx.client.worker_client import WorkerClient
 
 
@@ -63,6 +64,9 @@ class SyncWorkerClient:
     def status(self, timeout_s: float = 10.0):
         """GetWorkerStatus (the raw pb.WorkerStatus); see WorkerClient.status."""
         return self._run(self._client.status(timeout_s))
+
+    def trace(self, task_id: str, **kwargs) -> TaskTrace:
+        return self._run(self._client.trace(task_id, **kwargs))
 
     def close(self) -> None:
         if self._loop.is_closed():

@@ -23,6 +23,7 @@ from blockx.client.errors import NoSlot, SessionBroken, Unavailable, error_for, 
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate, state_name
 from blockx.client.tasks import build_task
 from blockx.client.tls import TLS_FROM_ENV, ClientTLS, aio_channel
+from blockx.client.trace import TaskTrace
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 
@@ -278,6 +279,23 @@ class WorkerClient:
         """The task's current state, with its result once terminal."""
         r = (await self._request(pb.SessionRequest(get_result=pb.GetTaskResultRequest(task_id=task_id))))[0].result
         return TaskOutcome.from_pb(r.task_id, r.state, r.result if r.HasField("result") else None, self.addr, r)
+
+    # ---- task traces (issue 15 part 1) ------------------------------------------------
+
+    async def trace(self, task_id: str, *, timeout_s: float = 30.0) -> TaskTrace:
+        """The task's trace (GetTaskTrace, a unary call on this client's channel):
+        ``(await c.trace(tid)).write("trace.json")``, then open it in Perfetto.
+        NotFound for an unknown task (or one whose result was purged),
+        InvalidSlot (FAILED_PRECONDITION) when the worker runs with tracing off."""
+        if self._channel is None:
+            raise SessionBroken("the client is not connected: use `async with WorkerClient(addr)` "
+                                "or await connect()", grpc.StatusCode.FAILED_PRECONDITION)
+        try:
+            msg = await pb_grpc.WorkerServiceStub(self._channel).GetTaskTrace(
+                pb.GetTaskTraceRequest(task_id=task_id), timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return TaskTrace.from_pb(msg, self.addr)
 
     # ---- plumbing ------------------------------------------------------------------
 

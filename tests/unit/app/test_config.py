@@ -69,6 +69,8 @@ SPEC_ENV_VARS = {
     "EXECUTOR_MAX_OPEN_FILES": "executorMaxOpenFiles",
     "AUDIT_MODE": "auditMode", "AUDIT_ALLOWLIST_FILE": "auditAllowlistFile",
     "AUDIT_ALLOWLIST_ETCD_PREFIX": "auditAllowlistEtcdPrefix",
+    # task traces (issue 15)
+    "TRACE_ENABLED": "traceEnabled", "TRACE_MAX_EVENTS_PER_TASK": "traceMaxEventsPerTask",
 }
 
 
@@ -238,6 +240,8 @@ ENV_CASES = [
     ("STATE_DIR", "/var/lib/blockx", "/var/lib/blockx"),
     ("BUNDLE_ROOT", "/srv/bundles", "/srv/bundles"),
     ("LOG_LEVEL", "debug", "debug"),
+    ("TRACE_ENABLED", "false", False),
+    ("TRACE_MAX_EVENTS_PER_TASK", "500", 500),
 ]
 
 
@@ -479,6 +483,8 @@ VIOLATIONS = [
     (dict(executor_restart_window_ms=0), "executorRestartWindowMs must be > 0"),
     (dict(executor_backoff_ms=-1), "executorBackoffMs must be >= 0"),
     (dict(executor_heartbeat_timeout_ms=0), "executorHeartbeatTimeoutMs must be > 0"),
+    (dict(trace_max_events_per_task=99),
+     "traceMaxEventsPerTask (TRACE_MAX_EVENTS_PER_TASK) must be >= 100 (events kept per task trace) (got 99)"),
     (dict(function_snapshot_retention_ms=1000),
      "functionSnapshotRetentionMs (FUNCTION_SNAPSHOT_RETENTION_MS) (1000) must be 0 (= maxTaskTimeoutMs + 10s) "
      "or >= worker.maxTaskTimeoutMs"),

@@ -1,0 +1,118 @@
+"""Trace buffers (tracebuf), run against the compiled module and its twin: the
+cap, whole-call sampling, compaction, the per-call hooks, and parity (the same
+events in, the same trace out)."""
+import pytest
+
+from blockx._fast import implementations
+from blockx.core.dispatcher_commands import DispatchCallCmd
+
+IMPLS = implementations("tracebuf")
+
+
+@pytest.fixture(params=IMPLS, ids=[label for label, _ in IMPLS])
+def tb(request):
+    return request.param[1]
+
+
+def cmd(task_id, call_id, executor="exec-0", attempt=1, parent=""):
+    return DispatchCallCmd(call_id, executor, task_id, "f", "digest", "main", b"[]", 0, attempt, parent)
+
+
+def run_task(tb, n_calls, cap):
+    tasks = {}
+    rec = tb.CallRecorder(tasks)
+    tr = tasks["t"] = tb.TaskTrace("t", cap)
+    tr.add_task_event((tb.TASK_START, 0))
+    tr.add_task_event((tb.QUEUED, 0, n_calls, -1))
+    for i in range(n_calls):
+        rec.now_us = i
+        cid = f"t/{i}"
+        rec.call_sent(cmd("t", cid, f"exec-{i % 2}"))
+        if i % 10 == 0:
+            tr.add_call_event((tb.SUBCALL, i, cid, cid + "/sub-1"))
+            rec.call_sent(cmd("t", cid + "/sub-1", parent=cid))
+            rec.call_done({"taskId": "t", "attemptSeq": 1}, cid + "/sub-1", "exec-0", "")
+        rec.call_done({"taskId": "t", "attemptSeq": 1, "budgetUsedMs": 2}, cid, f"exec-{i % 2}",
+                      "" if i % 7 else "USER_ERROR")
+    tr.add_task_event((tb.TASK_END, n_calls, "SUCCEEDED", "", "", ()))
+    return tr
+
+
+def test_below_the_cap_every_event_is_kept_in_order(tb):
+    tr = run_task(tb, 20, 1000)
+    assert not tr.sampled and tr.sample_every == 1 and tr.dropped == 0 and tr.truncated == 0
+    kinds = [e[0] for e in tr.events]
+    assert kinds[:3] == [tb.TASK_START, tb.QUEUED, tb.SENT] and kinds[-1] == tb.TASK_END
+    assert len(tr.events) == 2 + 20 * 2 + 2 * 3 + 1
+    assert tr.events[2] == (tb.SENT, 0, "t/0", "exec-0", 1, "", "f")
+    done0 = next(e for e in tr.events if e[0] == tb.DONE and e[2] == "t/0")
+    assert done0 == (tb.DONE, 0, "t/0", "exec-0", 1, "USER_ERROR", 2)
+
+
+def test_past_the_cap_whole_call_trees_are_sampled_and_counted(tb):
+    cap = 200
+    tr = run_task(tb, 5000, cap)
+    assert len(tr.events) <= cap and tr.sampled and tr.sample_every >= 32
+    assert tr.dropped == (2 + 5000 * 2 + 500 * 3 + 1) - len(tr.events) and tr.truncated == 0
+    seen = {}
+    for e in tr.events:
+        if e[0] in (tb.SENT, tb.DONE):
+            seen.setdefault(e[2], set()).add(e[0])
+            assert tr.keeps(e[2]) and tr.keeps(tr.root_of(e[2]))
+    assert seen and all(v == {tb.SENT, tb.DONE} for v in seen.values())
+    assert tr.root_of("t/12/sub-1/sub-4") == "t/12" and tr.root_of("t/12") == "t/12"
+
+
+def test_a_call_phase_known_to_pass_the_cap_is_sampled_from_the_start(tb):
+    tr = tb.TaskTrace("t", 1000)
+    tr.presample(2 * 100)                     # fits: every call recorded
+    assert tr.sample_every == 1
+    tr.presample(2 * 10_000)                  # 20,000 events for 992 rows: every 32nd call
+    assert tr.sample_every == 32 and tr.sampled
+    tasks = {"t": tr}
+    rec = tb.CallRecorder(tasks)
+    for i in range(10_000):
+        rec.call_sent(cmd("t", f"t/{i}"))
+        rec.call_done({"taskId": "t", "attemptSeq": 1}, f"t/{i}", "exec-0", "")
+    assert len(tr) == 2 * 313 and tr.sample_every == 32          # calls 0, 32, 64, ...: no compaction needed
+    assert tr.dropped == 20_000 - 2 * 313
+    assert [e[2] for e in tr.events[:4]] == ["t/0", "t/0", "t/32", "t/32"]
+
+
+def test_task_events_past_the_cap_are_truncated_but_pinned_ones_stay(tb):
+    tr = tb.TaskTrace("t", 100)
+    for i in range(300):
+        tr.add_task_event((tb.QUEUED, i, 1, i))
+    tr.add_task_event((tb.PHASE, 300, "calls", ""))
+    assert len(tr.events) <= 100 and tr.truncated == tr.dropped > 0 and tr.events[-1][0] == tb.PHASE
+
+
+def test_hooks_ignore_unknown_tasks_and_malformed_task_ids(tb):
+    tasks = {}
+    rec = tb.CallRecorder(tasks)
+    tasks["t"] = tb.TaskTrace("t", 100)
+    rec.call_sent(cmd("other", "other/0"))
+    rec.call_done({"taskId": "other", "attemptSeq": 1}, "other/0", "exec-0", "")
+    rec.call_done({"taskId": ["not", "a", "string"], "attemptSeq": 1}, "t/0", "exec-0", "")
+    rec.call_done({"attemptSeq": 1}, "t/0", "exec-0", "")
+    rec.call_done({"taskId": "t", "attemptSeq": 1}, 17, "exec-0", "")
+    assert tasks["t"].events == []
+
+
+def test_odd_values_from_a_frame_are_recorded_as_text_never_raised(tb):
+    # A hook that raised inside the frame loop would lose the core's commands for that frame.
+    tasks = {}
+    rec = tb.CallRecorder(tasks)
+    tr = tasks["t"] = tb.TaskTrace("t", 100)
+    rec.call_done({"taskId": "t", "attemptSeq": "one", "budgetUsedMs": [1]}, "t/0", "exec-0", 7)
+    tr.add_call_event((tb.IO_WAIT, 5, "t/0", None, {"not": "a name"}))
+    assert tr.events == [(tb.DONE, 0, "t/0", "exec-0", 0, "7", 0), (tb.IO_WAIT, 5, "t/0", 0, "{'not': 'a name'}")]
+
+
+def test_the_compiled_module_and_its_twin_keep_the_same_trace():
+    if len(IMPLS) < 2:
+        pytest.skip("only the twin is in use (BLOCKX_NO_EXTENSIONS=1)")
+    (_, cy), (_, py) = IMPLS
+    a, b = run_task(cy, 3000, 300), run_task(py, 3000, 300)
+    assert a.events == b.events
+    assert (a.sample_every, a.dropped, a.truncated) == (b.sample_every, b.dropped, b.truncated)
