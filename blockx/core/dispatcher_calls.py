@@ -17,7 +17,7 @@ Rules and theory of operation:
   ``by_id`` is never rebound, so the facade may keep a direct reference to it
   for its per-call lookups.
 CallContext is created per call on the hot path and only the core touches it:
-it is a compiled cdef class (blockx/_fast/callctx.pyx; its twin is a plain
+it is a compiled cdef class (blockx/_fast/dispatchloop.pyx; its twin is a plain
 ``__slots__`` class), built for a whole call list by ``make_calls``.
 """
 from __future__ import annotations
@@ -26,16 +26,16 @@ from typing import Iterable
 
 from blockx._fast import load
 
-_callctx = load("callctx")
-# The state constants and CallContext live in the hot module (blockx/_fast/callctx:
+_loop = load("dispatchloop")
+# The state constants and CallContext live in the hot module (blockx/_fast/dispatchloop:
 # a cdef class compiled, a __slots__ class in the twin); the core re-exports them.
-READY: int = _callctx.READY
-RUNNING: int = _callctx.RUNNING
-WAITING: int = _callctx.WAITING
-DONE: int = _callctx.DONE
-STATE_NAMES: tuple = _callctx.STATE_NAMES
-CallContext = _callctx.CallContext
-make_calls = _callctx.make_calls
+READY: int = _loop.READY
+RUNNING: int = _loop.RUNNING
+WAITING: int = _loop.WAITING
+DONE: int = _loop.DONE
+STATE_NAMES: tuple = _loop.STATE_NAMES
+CallContext = _loop.CallContext
+make_calls = _loop.make_calls
 
 
 class CallTable:

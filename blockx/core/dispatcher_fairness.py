@@ -20,16 +20,12 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from blockx._fast import load
 
-class InstanceState:
-    __slots__ = ("instance_id", "ring", "inflight", "last_served", "tasks")
 
-    def __init__(self, instance_id: str) -> None:
-        self.instance_id = instance_id
-        self.ring: deque = deque()   # TaskCalls records that may be dispatchable
-        self.inflight = 0            # root calls RUNNING/WAITING across the group's tasks
-        self.last_served = 0         # scheduler sequence of the group's latest bind
-        self.tasks = 0               # registered tasks in the group
+# A fairness group's record; kept in the hot module (compiled cdef class; twin:
+# a __slots__ class) because the per-call loop updates its in-flight count.
+InstanceState = load("dispatchloop").InstanceState
 
 
 class TaskScheduler:

@@ -57,7 +57,7 @@ def _loaded_hot_modules():
 
 
 def test_the_core_loads_its_hot_modules_by_name():
-    assert {"callctx", "readyqueue", "scoring", "cachekey"} <= set(_loaded_hot_modules())
+    assert {"dispatchloop", "readyqueue", "scoring", "cachekey"} <= set(_loaded_hot_modules())
 
 
 @pytest.mark.parametrize("name", _loaded_hot_modules())

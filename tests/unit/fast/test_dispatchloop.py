@@ -8,7 +8,7 @@ import pytest
 
 from blockx._fast import implementations, load
 
-IMPLS = implementations("callctx")
+IMPLS = implementations("dispatchloop")
 cache_key = load("cachekey").cache_key
 D = "d" * 64
 
