@@ -51,6 +51,22 @@ cdef class InstanceState:
 
 
 @cython.final
+cdef class TaskScheduler:
+    cdef bint _fair
+    cdef Py_ssize_t _quantum
+    cdef Py_ssize_t _window
+    cdef dict _instances
+    cdef InstanceState _single
+    cdef InstanceState _current
+    cdef Py_ssize_t _left
+    cdef Py_ssize_t _seq
+
+    cdef object next_task_c(self)
+    cdef int served_c(self, TaskCalls task) except -1
+    cdef int wake_c(self, TaskCalls task) except -1
+
+
+@cython.final
 cdef class TaskCalls:
     cdef public object task_id
     cdef public bint fast_fail
@@ -105,7 +121,7 @@ cdef class ExecutorRecord:
 cdef class DispatchLoop:
     cdef public dict by_id
     cdef public object tasks
-    cdef public object sched
+    cdef public TaskScheduler sched
     cdef public object ex
     cdef public object subcalls
     cdef public object deadline

@@ -20,7 +20,7 @@ DONE = 3
 STATE_NAMES = ("READY", "RUNNING", "WAITING", "DONE")
 
 __all__ = ["CallContext", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
-           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop"]
+           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop", "link_calls", "TaskScheduler"]
 
 cdef enum:
     _READY = 0
@@ -133,6 +133,131 @@ cdef class InstanceState:
 
 
 @cython.final
+cdef class TaskScheduler:
+    # The rules are in blockx/core/dispatcher_fairness.py; the code is the twin's.
+
+    def __init__(self, fair, Py_ssize_t quantum, Py_ssize_t window):
+        self._fair = fair
+        self._quantum = quantum
+        self._window = window
+        self._instances = {}
+        self._single = InstanceState("")
+        self._current = None
+        self._left = 0
+        self._seq = 0
+
+    def attach(self, instance_id):
+        """The group a new task joins."""
+        cdef InstanceState inst
+        if not self._fair:
+            inst = self._single
+        else:
+            inst = self._instances.get(instance_id)
+            if inst is None:
+                inst = self._instances[instance_id] = InstanceState(instance_id)
+        inst.tasks += 1
+        return inst
+
+    def detach(self, TaskCalls task):
+        cdef InstanceState inst = task.instance
+        if task.in_ring:
+            task.in_ring = False
+            try:
+                inst.ring.remove(task)
+            except ValueError:
+                pass
+        inst.tasks -= 1
+        if self._fair and inst.tasks <= 0:
+            self._instances.pop(inst.instance_id, None)
+            if self._current is inst:
+                self._current = None
+
+    cdef int wake_c(self, TaskCalls task) except -1:
+        if not task.in_ring and not task.removed:
+            task.in_ring = True
+            task.instance.ring.append(task)
+        return 0
+
+    def wake(self, TaskCalls task):
+        self.wake_c(task)
+
+    cdef object next_task_c(self):
+        cdef Py_ssize_t window = self._window
+        cdef TaskCalls t
+        cdef InstanceState inst
+        if not self._fair:
+            ring = self._single.ring
+            while ring:
+                t = <TaskCalls?>ring[0]
+                if t.ready and not t.stop_dispatching and t.inflight < window:
+                    return t
+                ring.popleft()
+                t.in_ring = False
+            return None
+        while True:
+            inst = self._current
+            if inst is None or self._left <= 0 or not inst.ring:
+                inst = self._pick()
+                if inst is None:
+                    return None
+                self._current = inst
+                self._left = self._quantum
+            ring = inst.ring
+            while ring:
+                t = <TaskCalls?>ring[0]
+                if t.ready and not t.stop_dispatching and t.inflight < window:
+                    return t
+                ring.popleft()
+                t.in_ring = False
+
+    def next_task(self):
+        """The task to admit from next, or None when no task can take a call."""
+        return self.next_task_c()
+
+    def _pick(self):
+        cdef InstanceState best = None
+        cdef InstanceState inst
+        for i in self._instances.values():
+            inst = <InstanceState?>i
+            if not inst.ring:
+                continue
+            if (best is None or inst.inflight < best.inflight
+                    or (inst.inflight == best.inflight
+                        and (inst.last_served < best.last_served
+                             or (inst.last_served == best.last_served
+                                 and inst.instance_id < best.instance_id)))):
+                best = inst
+        return best
+
+    cdef int served_c(self, TaskCalls task) except -1:
+        cdef InstanceState inst = task.instance
+        self._seq += 1
+        inst.last_served = self._seq
+        ring = inst.ring
+        if len(ring) > 1 and ring[0] is task:
+            ring.rotate(-1)
+        self._left -= 1
+        return 0
+
+    def served(self, TaskCalls task):
+        """task (the ring head) just got a bind: rotate it and spend quantum."""
+        self.served_c(task)
+
+    def unserved(self):
+        """No executor could take the picked instance's call. A turn that has
+        not served a bind yet is void: the next round re-selects by the
+        then-current in-flight counts. A turn already under way continues."""
+        if self._left >= self._quantum:
+            self._current = None
+
+    def instance_inflight(self):
+        """instance_id -> root calls in flight (fair mode; for tests/metrics)."""
+        if not self._fair:
+            return {"": self._single.inflight}
+        return {i.instance_id: i.inflight for i in self._instances.values()}
+
+
+@cython.final
 cdef class TaskCalls:
 
     def __init__(self, task_id, fast_fail, max_attempts, base_backoff_ms, jitter_percent,
@@ -198,6 +323,18 @@ cdef inline int _join(CallContext leader, CallContext waiter) except -1:
     return 0
 
 
+def link_calls(TaskCalls task, list calls, dict by_id):
+    cdef CallContext ctx
+    cdef dict pending = task.pending
+    push = task.ready.push
+    for c in calls:
+        ctx = <CallContext?>c
+        ctx.task = task
+        pending[ctx.call_id] = ctx
+        push(ctx)
+        by_id[ctx.call_id] = ctx
+
+
 def join(CallContext leader, CallContext waiter):
     """Singleflight: waiter takes leader's result (roots of one task only)."""
     _join(leader, waiter)
@@ -206,7 +343,7 @@ def join(CallContext leader, CallContext waiter):
 @cython.final
 cdef class DispatchLoop:
 
-    def __init__(self, dict by_id, tasks, sched, ex, subcalls, deadline, max_output,
+    def __init__(self, dict by_id, tasks, TaskScheduler sched, ex, subcalls, deadline, max_output,
                  dict commands, dict texts):
         self.by_id = by_id
         self.tasks = tasks
@@ -232,9 +369,7 @@ cdef class DispatchLoop:
         cdef TaskCalls task
         cdef ExecutorRecord rec
         cdef Py_ssize_t i
-        sched = self.sched
-        next_task = sched.next_task
-        served = sched.served
+        cdef TaskScheduler sched = self.sched
         ex = self.ex
         cdef list views = ex.views
         cdef list recs = ex.recs
@@ -243,7 +378,7 @@ cdef class DispatchLoop:
         deadline = self.deadline
         BindCall = self.BindCall
         while True:
-            t = next_task()
+            t = sched.next_task_c()
             if t is None:
                 break
             task = <TaskCalls?>t
@@ -288,12 +423,12 @@ cdef class DispatchLoop:
                 ready.pop()
                 if nxt.state == _READY:
                     _join(ctx, nxt)
-            served(task)
+            sched.served_c(task)
         return out
 
     # --- binding -----------------------------------------------------------------------
 
-    def executor_bound(self, call_id, executor_id):
+    def executor_bound(self, call_id, now, executor_id=""):
         cdef CallContext ctx
         c = self.by_id.get(call_id)
         if c is None:
@@ -319,7 +454,7 @@ cdef class DispatchLoop:
 
     # --- completion --------------------------------------------------------------------
 
-    def call_completed(self, call_id, attempt_seq, output_json, budget_used_ms):
+    def call_completed(self, call_id, attempt_seq, output_json, budget_used_ms, now):
         cdef CallContext ctx
         cdef ExecutorRecord rec
         cdef TaskCalls task
@@ -348,7 +483,7 @@ cdef class DispatchLoop:
             task.inflight -= 1
             task.instance.inflight -= 1
             if task.ready and not task.in_ring:
-                self.sched.wake(task)
+                self.sched.wake_c(task)
             if task.stop_dispatching:
                 tasks.mark_dirty(task)
         else:

@@ -28,7 +28,7 @@ DONE = 3
 STATE_NAMES = ("READY", "RUNNING", "WAITING", "DONE")
 
 __all__ = ["CallContext", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
-           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop"]
+           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop", "link_calls", "TaskScheduler"]
 
 
 class CallContext:
@@ -180,6 +180,117 @@ class InstanceState:
         self.tasks = 0               # registered tasks in the group
 
 
+# The TaskScheduler's rules are in blockx/core/dispatcher_fairness.py (it re-exports it).
+class TaskScheduler:
+    __slots__ = ("_fair", "_quantum", "_window", "_instances", "_single", "_current", "_left",
+                 "_seq")
+
+    def __init__(self, fair: bool, quantum: int, window: int) -> None:
+        self._fair = fair
+        self._quantum = quantum
+        self._window = window
+        self._instances: dict[str, InstanceState] = {}
+        self._single = InstanceState("")
+        self._current: InstanceState | None = None
+        self._left = 0
+        self._seq = 0
+
+    def attach(self, instance_id: str) -> InstanceState:
+        """The group a new task joins."""
+        if not self._fair:
+            inst = self._single
+        else:
+            inst = self._instances.get(instance_id)
+            if inst is None:
+                inst = self._instances[instance_id] = InstanceState(instance_id)
+        inst.tasks += 1
+        return inst
+
+    def detach(self, task: Any) -> None:
+        inst = task.instance
+        if task.in_ring:
+            task.in_ring = False
+            try:
+                inst.ring.remove(task)
+            except ValueError:
+                pass
+        inst.tasks -= 1
+        if self._fair and inst.tasks <= 0:
+            self._instances.pop(inst.instance_id, None)
+            if self._current is inst:
+                self._current = None
+
+    @staticmethod
+    def wake(task: Any) -> None:
+        if not task.in_ring and not task.removed:
+            task.in_ring = True
+            task.instance.ring.append(task)
+
+    def next_task(self) -> Any:
+        """The task to admit from next, or None when no task can take a call."""
+        window = self._window
+        if not self._fair:
+            ring = self._single.ring
+            while ring:
+                t = ring[0]
+                if t.ready and not t.stop_dispatching and t.inflight < window:
+                    return t
+                ring.popleft()
+                t.in_ring = False
+            return None
+        while True:
+            inst = self._current
+            if inst is None or self._left <= 0 or not inst.ring:
+                inst = self._pick()
+                if inst is None:
+                    return None
+                self._current = inst
+                self._left = self._quantum
+            ring = inst.ring
+            while ring:
+                t = ring[0]
+                if t.ready and not t.stop_dispatching and t.inflight < window:
+                    return t
+                ring.popleft()
+                t.in_ring = False
+
+    def _pick(self) -> InstanceState | None:
+        best = None
+        for inst in self._instances.values():
+            if not inst.ring:
+                continue
+            if (best is None or inst.inflight < best.inflight
+                    or (inst.inflight == best.inflight
+                        and (inst.last_served < best.last_served
+                             or (inst.last_served == best.last_served
+                                 and inst.instance_id < best.instance_id)))):
+                best = inst
+        return best
+
+    def served(self, task: Any) -> None:
+        """task (the ring head) just got a bind: rotate it and spend quantum."""
+        inst = task.instance
+        self._seq += 1
+        inst.last_served = self._seq
+        ring = inst.ring
+        if len(ring) > 1 and ring[0] is task:
+            ring.rotate(-1)
+        self._left -= 1
+
+    def unserved(self) -> None:
+        """No executor could take the picked instance's call. A turn that has
+        not served a bind yet is void: the next round re-selects by the
+        then-current in-flight counts. A turn already under way continues."""
+        if self._left >= self._quantum:
+            self._current = None
+
+    def instance_inflight(self) -> dict[str, int]:
+        """instance_id -> root calls in flight (fair mode; for tests/metrics)."""
+        if not self._fair:
+            return {"": self._single.inflight}
+        return {i.instance_id: i.inflight for i in self._instances.values()}
+
+
 class ExecutorRecord:
     __slots__ = ("view", "heartbeat_seq", "heartbeat_runnable", "completions", "calls", "attached")
 
@@ -289,8 +400,8 @@ class DispatchLoop:
 
     # --- binding -----------------------------------------------------------------------
 
-    def executor_bound(self, call_id: str, executor_id: str) -> list:
-        """handle_executor_bound (see DispatcherCore)."""
+    def executor_bound(self, call_id: str, now: int, executor_id: str = "") -> list:
+        """handle_executor_bound (see DispatcherCore; same signature)."""
         ctx = self.by_id.get(call_id)
         if (ctx is None or ctx.state != RUNNING or ctx.bound
                 or (executor_id and ctx.executor_id != executor_id)):
@@ -310,8 +421,8 @@ class DispatchLoop:
     # --- completion --------------------------------------------------------------------
 
     def call_completed(self, call_id: str, attempt_seq: int, output_json: bytes,
-                       budget_used_ms: int) -> list:
-        """handle_call_completed (see DispatcherCore)."""
+                       budget_used_ms: int, now: int) -> list:
+        """handle_call_completed (see DispatcherCore; same signature)."""
         ctx = self.by_id.get(call_id)
         if ctx is None:
             return []
@@ -421,6 +532,18 @@ class DispatchLoop:
             task.settle_ready.append(batch)
         if not task.dirty:
             self.tasks.mark_dirty(task)
+
+
+def link_calls(task: Any, calls: list, by_id: dict) -> None:
+    """TaskTable.register's per-call part: the committed calls join their task's
+    pending roots and ready queue, and the call table."""
+    pending = task.pending
+    push = task.ready.push
+    for ctx in calls:
+        ctx.task = task
+        pending[ctx.call_id] = ctx
+        push(ctx)
+        by_id[ctx.call_id] = ctx
 
 
 def join(leader: Any, waiter: Any) -> None:

@@ -118,7 +118,10 @@ class DispatcherCore:
         self._loop = wire_dispatch_loop(self._calls, self._tasks, self._sched, self._exec,
                                         self._subcalls, self._deadline,
                                         config.max_collected_output_bytes)
-        self.dispatch = self._loop.dispatch     # the per-call entry points, without a facade frame
+        # The per-call entry points, without a facade frame (same signatures as the methods).
+        self.dispatch = self._loop.dispatch
+        self.handle_executor_bound = self._loop.executor_bound
+        self.handle_call_completed = self._loop.call_completed
 
     # --- registering calls (CallIntake) ----------------------------------------------------
 
@@ -194,7 +197,7 @@ class DispatcherCore:
         With ``executor_id`` given, a bind the core no longer wants (the call
         was cancelled meanwhile) is answered with UnbindCall so the reservation
         is not leaked."""
-        return self._loop.executor_bound(call_id, executor_id)
+        return self._loop.executor_bound(call_id, now, executor_id)
 
     def handle_bind_failed(self, call_id: str, now: int) -> list:
         """The adapter could not reserve the context. A root is re-queued at
@@ -237,7 +240,7 @@ class DispatcherCore:
                               budget_used_ms: int, now: int) -> list:
         """A CallCompleted frame. Accepted (the current, bound attempt): the
         commands start with UnbindCall(call_id). Stale or duplicated: []."""
-        return self._loop.call_completed(call_id, attempt_seq, output_json, budget_used_ms)
+        return self._loop.call_completed(call_id, attempt_seq, output_json, budget_used_ms, now)
 
     def handle_call_failed(self, call_id: str, attempt_seq: int, error_kind: str, retryable: bool,
                            message: str, now: int, budget_used_ms: int = 0) -> list:

@@ -88,14 +88,10 @@ class TaskTable:
     def register(self, task: TaskCalls, calls: list[CallContext], batch_idx: int) -> None:
         """Link a committed batch into its task and queue its calls."""
         offset = task.total
-        pending = task.pending
-        push = task.ready.push
-        for ctx in calls:
-            ctx.task = task
-            ctx.index += offset
-            pending[ctx.call_id] = ctx
-            push(ctx)
-        self._calls.add_all(calls)
+        if offset:
+            for ctx in calls:
+                ctx.index += offset
+        _loop.link_calls(task, calls, self._calls.by_id)
         n = len(calls)
         task.total = offset + n
         task.outputs.extend([None] * n)
