@@ -85,3 +85,65 @@ def test_a_context_cycle_is_collected(mod):
     del task, c
     gc.collect()
     assert ref() is None
+
+
+def _fields(obj, names):
+    return {n: getattr(obj, n) for n in names}
+
+
+TASK_FIELDS = ("task_id", "fast_fail", "max_attempts", "base_backoff_ms", "jitter_percent",
+               "streaming", "inflight", "pending", "total", "outputs", "output_bytes", "cache",
+               "flights", "batches", "settle_ready", "next_batch_idx", "unsettled", "production_open",
+               "stop_dispatching", "stop_reason", "stop_sent", "failure_code", "failure_message",
+               "failure_retryable", "discard_outputs", "converged", "removed", "in_ring", "dirty",
+               "succeeded", "calls_failed", "call_retries", "cache_hits", "first_failure",
+               "failures_retryable")
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_records_start_like_the_twin(mod, streaming):
+    twin = IMPLS[-1][1]
+    made = []
+    for m in (mod, twin):
+        inst = m.InstanceState("A")
+        task = m.TaskCalls("t", True, 3, 10, 5, inst, streaming, None)
+        made.append((inst, task, m.Batch(2, [1, 2, 3]), m.ExecutorRecord("view")))
+    (i1, t1, b1, r1), (i2, t2, b2, r2) = made
+    assert _fields(t1, TASK_FIELDS) == _fields(t2, TASK_FIELDS)
+    assert t1.instance is i1 and t1.ready is None
+    inst_fields = ("instance_id", "inflight", "last_served", "tasks")
+    assert _fields(i1, inst_fields) == _fields(i2, inst_fields) and list(i1.ring) == list(i2.ring) == []
+    assert _fields(b1, ("idx", "calls", "remaining")) == _fields(b2, ("idx", "calls", "remaining"))
+    rec_fields = ("view", "heartbeat_seq", "heartbeat_runnable", "completions", "calls", "attached")
+    assert _fields(r1, rec_fields) == _fields(r2, rec_fields)
+
+
+def test_the_scheduler_takes_turns_like_the_twin(mod):
+    """One fair scheduler per implementation, the same operations, the same picks."""
+    from blockx._fast import load
+    ReadyQueue = load("readyqueue").ReadyQueue
+    twin = IMPLS[-1][1]
+    picks = []
+    for m in (mod, twin):
+        sched = m.TaskScheduler(True, 2, 4)
+        tasks = []
+        for tid, inst in (("a", "X"), ("b", "X"), ("c", "Y")):
+            t = m.TaskCalls(tid, True, 3, 10, 0, sched.attach(inst), False, ReadyQueue())
+            t.ready.push(object())
+            sched.wake(t)
+            tasks.append(t)
+        order = []
+        for _ in range(7):
+            t = sched.next_task()
+            order.append(t.task_id)
+            t.inflight += 1
+            t.instance.inflight += 1
+            sched.served(t)
+        sched.detach(tasks[0])
+        order.append(sorted(sched.instance_inflight().items()))
+        sched.unserved()
+        order.append(sched.next_task().task_id)
+        picks.append(order)
+    assert picks[0] == picks[1]
+    # X and Y tie (in flight, last served): X by id first, quantum 2 each, then turns
+    assert picks[0][:7] == ["a", "b", "c", "c", "a", "b", "c"], picks[0]
