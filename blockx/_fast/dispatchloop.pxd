@@ -127,6 +127,7 @@ cdef class DispatchLoop:
     cdef public object deadline
     cdef public object max_output
     cdef public object on_terminal
+    cdef bint c_cmds            # the command classes are callcmds' cdef classes: build them in C
     cdef object BindCall
     cdef object UnbindCall
     cdef object DispatchCallCmd

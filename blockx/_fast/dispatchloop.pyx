@@ -13,6 +13,10 @@
 cimport cython
 from collections import deque
 
+from blockx._fast.callcmds cimport (
+    BindCall as CBindCall, DispatchCallCmd as CDispatchCallCmd, UnbindCall as CUnbindCall,
+    new_bind_call, new_dispatch_call, new_unbind_call)
+
 READY = 0
 RUNNING = 1
 WAITING = 2
@@ -360,6 +364,8 @@ cdef class DispatchLoop:
         self.SubcallDone = commands["SubcallDone"]
         self.CALL_FAILED = texts["CALL_FAILED"]
         self.ERR_SUBCALL_FAILED = texts["ERR_SUBCALL_FAILED"]
+        self.c_cmds = (self.BindCall is CBindCall and self.UnbindCall is CUnbindCall
+                       and self.DispatchCallCmd is CDispatchCallCmd)
 
     # --- admission ---------------------------------------------------------------------
 
@@ -415,7 +421,10 @@ cdef class DispatchLoop:
             task.inflight += 1
             task.instance.inflight += 1
             task.flights[key] = ctx
-            out.append(BindCall(ctx.call_id, eid, task.task_id, False, ""))
+            if self.c_cmds:
+                out.append(new_bind_call(ctx.call_id, eid, task.task_id, False, ""))
+            else:
+                out.append(BindCall(ctx.call_id, eid, task.task_id, False, ""))
             while ready:
                 nxt = <CallContext?>ready.peek()
                 if nxt.key != key:
@@ -444,10 +453,17 @@ cdef class DispatchLoop:
             return []
         ctx.bound = True
         parent = ctx.parent
-        cdef list out = [self.DispatchCallCmd(call_id, ctx.executor_id, (<TaskCalls?>ctx.task).task_id,
-                                              ctx.function_id, ctx.digest, ctx.entry_selector,
-                                              ctx.args_json, ctx.budget_ms, ctx.attempt_count,
-                                              parent.call_id if parent is not None else "")]
+        parent_id = parent.call_id if parent is not None else ""
+        task_id = (<TaskCalls?>ctx.task).task_id
+        cdef list out
+        if self.c_cmds:
+            out = [new_dispatch_call(call_id, ctx.executor_id, task_id, ctx.function_id, ctx.digest,
+                                     ctx.entry_selector, ctx.args_json, ctx.budget_ms,
+                                     ctx.attempt_count, parent_id)]
+        else:
+            out = [self.DispatchCallCmd(call_id, ctx.executor_id, task_id, ctx.function_id, ctx.digest,
+                                        ctx.entry_selector, ctx.args_json, ctx.budget_ms,
+                                        ctx.attempt_count, parent_id)]
         if ctx.children:
             self.subcalls.bind_children(ctx, out)
         return out
@@ -468,7 +484,8 @@ cdef class DispatchLoop:
         if type(output_json) is not bytes:
             output_json = bytes(output_json)
         rec = <ExecutorRecord?>ctx.exec
-        cdef list out = [self.UnbindCall(call_id, ctx.executor_id)]
+        cdef list out = [new_unbind_call(call_id, ctx.executor_id) if self.c_cmds
+                         else self.UnbindCall(call_id, ctx.executor_id)]
         rec.completions += 1
         view = rec.view
         if view.runnable > 0:
