@@ -32,9 +32,17 @@ Parts (each file opens with its own rules):
                                     parking, subtree cancellation
   ExecutorTable (dispatcher_select) executor views, Filter -> Score
   TaskScheduler (dispatcher_fairness) which task admits next (instance fairness)
-The facade keeps the per-call loop (admission, bind, completion, failure) in
-its own methods so that the hot path goes through no extra call per call;
-everything else is delegated.
+  DispatchLoop (blockx/_fast/dispatchloop, compiled; twin dispatchloop_py)
+                                    the per-call steps over those parts: admission
+                                    (``dispatch``), bound, completion and the
+                                    terminal accounting (``TaskTable.set_terminal``);
+                                    it also holds the per-call records (CallContext,
+                                    TaskCalls, Batch, InstanceState, ExecutorRecord)
+                                    and the TaskScheduler so it reads them in C
+The facade's ``dispatch`` / ``handle_executor_bound`` / ``handle_call_completed``
+are the loop's bound methods (set in ``__init__``), so the hot path goes through
+no Python frame of the facade; a failed attempt, retries, subcalls and teardown
+stay in the facade and its parts.
 
 Call ids: roots of a one-shot call phase are ``f"{task_id}/{index}"``; roots
 of a streaming batch ``f"{task_id}/{batch_idx}.{row}"``; subcalls

@@ -41,9 +41,8 @@ from typing import Any
 from blockx._fast import load
 from blockx.core.dispatcher_calls import DONE, RUNNING, WAITING, CallContext, CallTable
 from blockx.core.dispatcher_commands import (
-    BatchSettled, CancelCallCmd, ConvergeTaskCalls, StopCallProduction, SubcallDone)
-from blockx.core.dispatcher_types import (
-    CALL_FAILED, ERR_CANCELLED, ERR_SUBCALL_FAILED, OUTPUT_BYTES_EXCEEDED)
+    BatchSettled, CancelCallCmd, ConvergeTaskCalls, StopCallProduction)
+from blockx.core.dispatcher_types import CALL_FAILED, ERR_CANCELLED, OUTPUT_BYTES_EXCEEDED
 
 _loop = load("dispatchloop")
 _idx = lambda b: b.idx  # noqa: E731
