@@ -13,6 +13,7 @@
 cimport cython
 from collections import deque
 
+from blockx._fast.readyqueue cimport ReadyQueue
 from blockx._fast.callcmds cimport (
     BindCall as CBindCall, DispatchCallCmd as CDispatchCallCmd, UnbindCall as CUnbindCall,
     new_bind_call, new_dispatch_call, new_unbind_call)
@@ -24,7 +25,7 @@ DONE = 3
 STATE_NAMES = ("READY", "RUNNING", "WAITING", "DONE")
 
 __all__ = ["CallContext", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
-           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop", "link_calls", "TaskScheduler"]
+           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop", "link_calls", "unlink_calls", "TaskScheduler"]
 
 cdef enum:
     _READY = 0
@@ -330,13 +331,23 @@ cdef inline int _join(CallContext leader, CallContext waiter) except -1:
 def link_calls(TaskCalls task, list calls, dict by_id):
     cdef CallContext ctx
     cdef dict pending = task.pending
-    push = task.ready.push
+    ready = task.ready
+    cdef bint compiled_queue = type(ready) is ReadyQueue
+    push = ready.push
     for c in calls:
         ctx = <CallContext?>c
         ctx.task = task
         pending[ctx.call_id] = ctx
-        push(ctx)
+        if compiled_queue:
+            (<ReadyQueue>ready).push_c(ctx)
+        else:
+            push(ctx)
         by_id[ctx.call_id] = ctx
+
+
+def unlink_calls(list calls, dict by_id):
+    for c in calls:
+        by_id.pop((<CallContext?>c).call_id, None)
 
 
 def join(CallContext leader, CallContext waiter):

@@ -28,7 +28,7 @@ DONE = 3
 STATE_NAMES = ("READY", "RUNNING", "WAITING", "DONE")
 
 __all__ = ["CallContext", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
-           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop", "link_calls", "TaskScheduler"]
+           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop", "link_calls", "unlink_calls", "TaskScheduler"]
 
 
 class CallContext:
@@ -544,6 +544,13 @@ def link_calls(task: Any, calls: list, by_id: dict) -> None:
         pending[ctx.call_id] = ctx
         push(ctx)
         by_id[ctx.call_id] = ctx
+
+
+def unlink_calls(calls: list, by_id: dict) -> None:
+    """CallTable.forget's loop: settled (or cancelled) calls leave the call table."""
+    pop = by_id.pop
+    for ctx in calls:
+        pop(ctx.call_id, None)
 
 
 def join(leader: Any, waiter: Any) -> None:

@@ -52,11 +52,9 @@ class CallTable:
         for ctx in calls:
             by_id[ctx.call_id] = ctx
 
-    def forget(self, calls: Iterable[CallContext]) -> None:
+    def forget(self, calls: list) -> None:
         """Drop settled (or cancelled) calls: later frames for them are stale."""
-        pop = self.by_id.pop
-        for ctx in calls:
-            pop(ctx.call_id, None)
+        _loop.unlink_calls(calls, self.by_id)
 
     def state_name(self, call_id: str) -> str | None:
         ctx = self.by_id.get(call_id)
