@@ -2,6 +2,7 @@ cimport cython
 
 
 @cython.final
+@cython.no_gc
 cdef class BindCall:
     cdef public object call_id
     cdef public object executor_id
@@ -11,12 +12,14 @@ cdef class BindCall:
 
 
 @cython.final
+@cython.no_gc
 cdef class UnbindCall:
     cdef public object call_id
     cdef public object executor_id
 
 
 @cython.final
+@cython.no_gc
 cdef class DispatchCallCmd:
     cdef public object call_id
     cdef public object executor_id

@@ -1,7 +1,10 @@
 # The per-call commands of the DispatcherCore (compiled; twin: callcmds_py.py,
 # dataclasses, which states the rules). Made once or twice per call, so they are
 # cdef classes the dispatch loop builds in C (new_* below, no argument tuple);
-# equality, repr and unhashability follow the twin's dataclasses.
+# equality, repr and unhashability follow the twin's dataclasses. They carry only
+# strings, bytes, ints and bools (dispatcher_commands' rule), so they can never be
+# part of a reference cycle and stay out of the cyclic GC (no_gc): millions of
+# them per minute then cost the collector nothing.
 
 cimport cython
 
@@ -9,6 +12,7 @@ __all__ = ["BindCall", "UnbindCall", "DispatchCallCmd"]
 
 
 @cython.final
+@cython.no_gc
 cdef class BindCall:
 
     def __init__(self, call_id, executor_id, task_id, is_subcall, parent_call_id):
@@ -40,6 +44,7 @@ cdef class BindCall:
 
 
 @cython.final
+@cython.no_gc
 cdef class UnbindCall:
 
     def __init__(self, call_id, executor_id):
@@ -66,6 +71,7 @@ cdef class UnbindCall:
 
 
 @cython.final
+@cython.no_gc
 cdef class DispatchCallCmd:
 
     def __init__(self, call_id, executor_id, task_id, function_id, digest, entry_selector,

@@ -43,3 +43,12 @@ def test_commands_behave_like_the_twin_dataclasses(mod, name):
     assert a == other
     with pytest.raises(TypeError):
         cls(*args[:-1])
+
+
+@pytest.mark.parametrize("name", sorted(ARGS))
+def test_compiled_commands_stay_out_of_the_cyclic_gc(name):
+    import gc
+    compiled = [m for label, m in IMPLS if label == "cython"]
+    if not compiled:
+        pytest.skip("twins only (BLOCKX_NO_EXTENSIONS=1)")
+    assert not gc.is_tracked(getattr(compiled[0], name)(*ARGS[name]))
