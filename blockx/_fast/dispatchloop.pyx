@@ -14,6 +14,8 @@ cimport cython
 from collections import deque
 
 from blockx._fast.readyqueue cimport ReadyQueue
+from blockx._fast.cachekey cimport cache_key_c
+from blockx._fast.cachekey import cache_key as _compiled_cache_key
 from blockx._fast.callcmds cimport (
     BindCall as CBindCall, DispatchCallCmd as CDispatchCallCmd, UnbindCall as CUnbindCall,
     new_bind_call, new_dispatch_call, new_unbind_call)
@@ -78,6 +80,7 @@ def make_calls(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
     cdef list out = []
     cdef Py_ssize_t i = 0
     cdef CallContext ctx
+    cdef bint c_key = cache_key is _compiled_cache_key   # types are checked below: call it in C
     for spec in calls:
         try:
             function_id, digest, args_json, entry_selector = spec
@@ -96,7 +99,7 @@ def make_calls(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
             raise ValueError(f"task {task_id}: call {i} entry_selector must be a str, "
                              f"got {entry_selector!r}")
         ctx = CallContext.__new__(CallContext)
-        ctx.call_id = prefix + str(i)
+        ctx.call_id = f"{prefix}{i}"
         ctx.task = None
         ctx.index = i
         ctx.batch_idx = batch_idx
@@ -104,7 +107,8 @@ def make_calls(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
         ctx.digest = digest
         ctx.entry_selector = entry_selector or "main"
         ctx.args_json = args_json
-        ctx.key = cache_key(function_id, digest, args_json)
+        ctx.key = (cache_key_c(function_id, digest, args_json) if c_key
+                   else cache_key(function_id, digest, args_json))
         ctx.executor_id = ""
         ctx.budget_ms = 0
         ctx.request_id = ""
