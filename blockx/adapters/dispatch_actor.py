@@ -139,56 +139,17 @@ class DispatchActor:
                     more = disp.handle_bind_failed(cmd.call_id, now)
                 else:
                     more = disp.handle_executor_bound(cmd.call_id, now, cmd.executor_id)
-                if more:
-                    self._exec(more, now)
-            elif t is DispatchCallCmd:
-                payload = {
-                    "taskId": cmd.task_id, "functionId": cmd.function_id,
-                    "functionCodeDigest": cmd.digest, "entrySelector": cmd.entry_selector,
-                    "args": _Fragment(cmd.args_json), "parentCallId": cmd.parent_call_id,
-                    "callBudgetMs": cmd.budget_ms, "attemptSeq": cmd.attempt_seq,
-                }
-                if self.audit is not None:
-                    approval, refused = self.audit.check(cmd.function_id, cmd.digest)
-                    if refused:     # never sent: the code is not approved (AUDIT_MODE=enforce)
-                        more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, AUDIT_REJECTED, False,
-                                                       refused, now)
-                        if more:
-                            self._exec(more, now)
+                    # The common answer is one DispatchCallCmd: send it here, in the
+                    # same step, rather than through another pass of this loop.
+                    if more and len(more) == 1 and type(more[0]) is DispatchCallCmd:
+                        self._execute_call(more[0], now)
                         continue
-                    if approval:
-                        payload["audit"] = approval
-                try:
-                    adapter.send_execute_call(cmd.executor_id, cmd.call_id, payload)
-                except OutboxFull as exc:
-                    more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, m.OUTBOX_FULL, True,
-                                                   f"ExecuteCall to {cmd.executor_id} not sent: {exc}", now)
-                except (ExecutorGone, OutboxClosed) as exc:
-                    more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, m.EXECUTOR_LOST, True,
-                                                   f"ExecuteCall to {cmd.executor_id} not sent: {exc}", now)
-                except FrameTooLarge as exc:
-                    more = disp.handle_call_failed(
-                        cmd.call_id, cmd.attempt_seq, ERR_ARGS_TOO_LARGE, False,
-                        f"the call's arguments do not fit in one frame: {exc}", now)
-                except CallNotBound as exc:
-                    # A stale attempt (its reservation was already released): the
-                    # dispatcher has moved on; nothing to send, nothing to feed back.
-                    log.debug("ExecuteCall %s skipped: %s", cmd.call_id, exc)
-                    continue
-                except Exception as exc:  # noqa: BLE001 - e.g. args the codec cannot encode
-                    log.exception("ExecuteCall %s to %s failed", cmd.call_id, cmd.executor_id)
-                    more = disp.handle_call_failed(
-                        cmd.call_id, cmd.attempt_seq, ERR_SEND_FAILED, False,
-                        f"ExecuteCall to {cmd.executor_id} could not be sent: {type(exc).__name__}: {exc}",
-                        now)
-                else:
-                    metrics.calls_dispatched += 1
-                    if self.traces is not None: self.traces.call_sent(cmd)  # trace hook
-                    continue
                 if more:
                     self._exec(more, now)
             elif t is UnbindCall:
                 adapter.unbind(cmd.call_id, cmd.executor_id)
+            elif t is DispatchCallCmd:
+                self._execute_call(cmd, now)
             elif t is ConvergeTaskCalls:
                 self._on_calls_converged(cmd)
             elif t is CancelCallCmd:
@@ -218,6 +179,55 @@ class DispatchActor:
                     rt.producer.cancel()
             else:  # pragma: no cover - a new command type without a branch is a bug
                 log.error("unhandled dispatch command %r", cmd)
+
+    def _execute_call(self, cmd: DispatchCallCmd, now: int) -> None:
+        """Send ExecuteCall; a failed send is fed back as the spec says."""
+        disp = self.disp
+        payload = {
+            "taskId": cmd.task_id, "functionId": cmd.function_id,
+            "functionCodeDigest": cmd.digest, "entrySelector": cmd.entry_selector,
+            "args": _Fragment(cmd.args_json), "parentCallId": cmd.parent_call_id,
+            "callBudgetMs": cmd.budget_ms, "attemptSeq": cmd.attempt_seq,
+        }
+        if self.audit is not None:
+            approval, refused = self.audit.check(cmd.function_id, cmd.digest)
+            if refused:     # never sent: the code is not approved (AUDIT_MODE=enforce)
+                more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, AUDIT_REJECTED, False,
+                                               refused, now)
+                if more:
+                    self._exec(more, now)
+                return
+            if approval:
+                payload["audit"] = approval
+        try:
+            self.adapter.send_execute_call(cmd.executor_id, cmd.call_id, payload)
+        except OutboxFull as exc:
+            more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, m.OUTBOX_FULL, True,
+                                           f"ExecuteCall to {cmd.executor_id} not sent: {exc}", now)
+        except (ExecutorGone, OutboxClosed) as exc:
+            more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, m.EXECUTOR_LOST, True,
+                                           f"ExecuteCall to {cmd.executor_id} not sent: {exc}", now)
+        except FrameTooLarge as exc:
+            more = disp.handle_call_failed(
+                cmd.call_id, cmd.attempt_seq, ERR_ARGS_TOO_LARGE, False,
+                f"the call's arguments do not fit in one frame: {exc}", now)
+        except CallNotBound as exc:
+            # A stale attempt (its reservation was already released): the
+            # dispatcher has moved on; nothing to send, nothing to feed back.
+            log.debug("ExecuteCall %s skipped: %s", cmd.call_id, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - e.g. args the codec cannot encode
+            log.exception("ExecuteCall %s to %s failed", cmd.call_id, cmd.executor_id)
+            more = disp.handle_call_failed(
+                cmd.call_id, cmd.attempt_seq, ERR_SEND_FAILED, False,
+                f"ExecuteCall to {cmd.executor_id} could not be sent: {type(exc).__name__}: {exc}",
+                now)
+        else:
+            self.metrics.calls_dispatched += 1
+            if self.traces is not None: self.traces.call_sent(cmd)  # trace hook
+            return
+        if more:
+            self._exec(more, now)
 
     def _arm_retry(self, delay_s: float, call_id: str) -> None:
         timers = self._retry_timers

@@ -32,9 +32,17 @@ Parts (each file opens with its own rules):
                                     parking, subtree cancellation
   ExecutorTable (dispatcher_select) executor views, Filter -> Score
   TaskScheduler (dispatcher_fairness) which task admits next (instance fairness)
-The facade keeps the per-call loop (admission, bind, completion, failure) in
-its own methods so that the hot path goes through no extra call per call;
-everything else is delegated.
+  DispatchLoop (blockx/_fast/dispatchloop, compiled; twin dispatchloop_py)
+                                    the per-call steps over those parts: admission
+                                    (``dispatch``), bound, completion and the
+                                    terminal accounting (``TaskTable.set_terminal``);
+                                    it also holds the per-call records (CallContext,
+                                    TaskCalls, Batch, InstanceState, ExecutorRecord)
+                                    and the TaskScheduler so it reads them in C
+The facade's ``dispatch`` / ``handle_executor_bound`` / ``handle_call_completed``
+are the loop's bound methods (set in ``__init__``), so the hot path goes through
+no Python frame of the facade; a failed attempt, retries, subcalls and teardown
+stay in the facade and its parts.
 
 Call ids: roots of a one-shot call phase are ``f"{task_id}/{index}"``; roots
 of a streaming batch ``f"{task_id}/{batch_idx}.{row}"``; subcalls
@@ -58,7 +66,8 @@ from typing import Any, Callable, Iterable
 
 from blockx._fast import load
 from blockx.core.dispatcher_calls import DONE, READY, RUNNING, WAITING, CallContext, CallTable
-from blockx.core.dispatcher_commands import BindCall, CompleteCallFromCache, DispatchCallCmd, UnbindCall
+from blockx.core.dispatcher_commands import (
+    BindCall, CompleteCallFromCache, DispatchCallCmd, SubcallDone, UnbindCall)
 from blockx.core.dispatcher_config import DispatcherConfig
 from blockx.core.dispatcher_fairness import TaskScheduler
 from blockx.core.dispatcher_intake import CallIntake, PreparedCalls
@@ -67,11 +76,27 @@ from blockx.core.dispatcher_select import ExecutorTable
 from blockx.core.dispatcher_subcalls import SubcallBinder
 from blockx.core.dispatcher_tasks import TaskTable
 from blockx.core.dispatcher_types import (
-    ERR_EXECUTOR_LOST, FAST_FAIL, ExecutorSnapshot, RetryPolicy, SubcallRejected)
+    CALL_FAILED, ERR_EXECUTOR_LOST, ERR_SUBCALL_FAILED, FAST_FAIL, ExecutorSnapshot, RetryPolicy,
+    SubcallRejected)
 
-__all__ = ["DispatcherCore"]
+__all__ = ["DispatcherCore", "wire_dispatch_loop"]
 
 _by_depth = attrgetter("depth")
+_loop_module = load("dispatchloop")
+
+
+def wire_dispatch_loop(calls: CallTable, tasks: TaskTable, sched: TaskScheduler, ex: ExecutorTable,
+                       subcalls: SubcallBinder, deadline_ms: int, max_output_bytes: int) -> Any:
+    """The per-call steps (admission, bound, completion, terminal accounting) over
+    the given parts, compiled in blockx/_fast/dispatchloop (twin: dispatchloop_py);
+    the TaskTable's set_terminal runs in it from now on."""
+    loop = _loop_module.DispatchLoop(
+        calls.by_id, tasks, sched, ex, subcalls, deadline_ms, max_output_bytes,
+        {"BindCall": BindCall, "UnbindCall": UnbindCall, "DispatchCallCmd": DispatchCallCmd,
+         "CompleteCallFromCache": CompleteCallFromCache, "SubcallDone": SubcallDone},
+        {"CALL_FAILED": CALL_FAILED, "ERR_SUBCALL_FAILED": ERR_SUBCALL_FAILED})
+    tasks.loop = loop
+    return loop
 
 
 class DispatcherCore:
@@ -98,6 +123,13 @@ class DispatcherCore:
         self._retry = RetryScheduler(rand, config.max_backoff_ms)
         self._intake = CallIntake(config, self._tasks, cache_key)
         self._deadline = config.call_deadline_ms
+        self._loop = wire_dispatch_loop(self._calls, self._tasks, self._sched, self._exec,
+                                        self._subcalls, self._deadline,
+                                        config.max_collected_output_bytes)
+        # The per-call entry points, without a facade frame (same signatures as the methods).
+        self.dispatch = self._loop.dispatch
+        self.handle_executor_bound = self._loop.executor_bound
+        self.handle_call_completed = self._loop.call_completed
 
     # --- registering calls (CallIntake) ----------------------------------------------------
 
@@ -147,64 +179,13 @@ class DispatcherCore:
     # --- admission ---------------------------------------------------------------------
 
     def dispatch(self, now: int) -> list:
-        """TryDispatchNext until nothing more can be admitted."""
-        out: list = []
-        sched = self._sched
-        next_task = sched.next_task
-        served = sched.served
-        ex = self._exec
-        views = ex.views          # mutated in place only by snapshot events
-        recs = ex.recs
-        select_fn = ex.select_fn
-        sample, max_runnable, max_inflight, mem, stall = ex.select_params()
-        deadline = self._deadline
-        while True:
-            task = next_task()
-            if task is None:
-                break
-            ready = task.ready
-            ctx = ready.pop()
-            if ctx.state != READY:
-                continue
-            key = ctx.key
-            cached = task.cache.get(key)
-            if cached is not None:
-                task.cache_hits += 1
-                out.append(CompleteCallFromCache(ctx.call_id, task.task_id, False, ""))
-                self._tasks.set_terminal(ctx, True, cached, "", "", False, 0, True, out)
-                continue
-            leader = task.flights.get(key)
-            if leader is not None and leader is not ctx:  # ctx itself leads while retrying
-                self._join(leader, ctx)
-                continue
-            i = select_fn(views, now, sample, max_runnable, max_inflight, mem, stall) if views else -1
-            if i < 0:
-                ready.push_front(ctx)
-                sched.unserved()
-                break
-            rec = recs[i]
-            ctx.state = RUNNING
-            ctx.attempt_count += 1
-            ctx.bound = False
-            ctx.budget_ms = deadline
-            view = rec.view
-            view.local_inflight += 1
-            rec.calls[ctx.call_id] = ctx
-            ctx.exec = rec
-            eid = ctx.executor_id = view.executor_id
-            task.inflight += 1
-            task.instance.inflight += 1
-            task.flights[key] = ctx
-            out.append(BindCall(ctx.call_id, eid, task.task_id, False, ""))
-            while ready:
-                nxt = ready.peek()
-                if nxt.key != key:
-                    break
-                ready.pop()
-                if nxt.state == READY:
-                    self._join(ctx, nxt)
-            served(task)
-        return out
+        """TryDispatchNext until nothing more can be admitted: per task picked by
+        the TaskScheduler, pop a READY root; a CallCache hit completes it at once,
+        a root whose key is in flight joins that leader (singleflight); else
+        select an executor (Filter -> Score) and emit BindCall, joining the
+        consecutive ready roots with the same key. (The DispatchLoop's step; the
+        instance attribute set in __init__ calls it without this frame.)"""
+        return self._loop.dispatch(now)
 
     def flush_dirty_tasks(self, now: int) -> list:
         """Stop / drain / settle / converge every task changed since the last flush."""
@@ -216,16 +197,6 @@ class DispatcherCore:
         out.extend(self.flush_dirty_tasks(now))
         return out
 
-    @staticmethod
-    def _join(leader: CallContext, waiter: CallContext) -> None:
-        """Singleflight: waiter takes leader's result (roots of one task only)."""
-        waiter.leader = leader
-        if leader.waiters is None:
-            leader.waiters = [waiter]
-        else:
-            leader.waiters.append(waiter)
-        waiter.task.cache_hits += 1
-
     # --- binding -----------------------------------------------------------------------
 
     def handle_executor_bound(self, call_id: str, now: int, executor_id: str = "") -> list:
@@ -234,21 +205,7 @@ class DispatcherCore:
         With ``executor_id`` given, a bind the core no longer wants (the call
         was cancelled meanwhile) is answered with UnbindCall so the reservation
         is not leaked."""
-        ctx = self._by_id.get(call_id)
-        if (ctx is None or ctx.state != RUNNING or ctx.bound
-                or (executor_id and ctx.executor_id != executor_id)):
-            if executor_id and (ctx is None or ctx.state == READY or ctx.state == DONE
-                                or ctx.executor_id != executor_id):
-                return [UnbindCall(call_id, executor_id)]
-            return []
-        ctx.bound = True
-        parent = ctx.parent
-        out: list = [DispatchCallCmd(call_id, ctx.executor_id, ctx.task.task_id, ctx.function_id,
-                                     ctx.digest, ctx.entry_selector, ctx.args_json, ctx.budget_ms,
-                                     ctx.attempt_count, parent.call_id if parent is not None else "")]
-        if ctx.children:
-            self._subcalls.bind_children(ctx, out)
-        return out
+        return self._loop.executor_bound(call_id, now, executor_id)
 
     def handle_bind_failed(self, call_id: str, now: int) -> list:
         """The adapter could not reserve the context. A root is re-queued at
@@ -291,37 +248,7 @@ class DispatcherCore:
                               budget_used_ms: int, now: int) -> list:
         """A CallCompleted frame. Accepted (the current, bound attempt): the
         commands start with UnbindCall(call_id). Stale or duplicated: []."""
-        ctx = self._by_id.get(call_id)
-        if ctx is None:
-            return []
-        st = ctx.state
-        if (st != RUNNING and st != WAITING) or not ctx.bound or ctx.attempt_count != attempt_seq:
-            return []
-        if type(output_json) is not bytes:
-            output_json = bytes(output_json)
-        rec = ctx.exec
-        out: list = [UnbindCall(call_id, ctx.executor_id)]
-        rec.completions += 1
-        view = rec.view
-        if view.runnable > 0:
-            view.runnable -= 1
-        tasks = self._tasks
-        if ctx.parent is None and rec.attached:
-            # TaskTable.release inlined for the common case (a root on an attached executor).
-            ctx.exec = None
-            view.local_inflight -= 1
-            del rec.calls[call_id]
-            task = ctx.task
-            task.inflight -= 1
-            task.instance.inflight -= 1
-            if task.ready and not task.in_ring:
-                self._sched.wake(task)
-            if task.stop_dispatching:
-                tasks.mark_dirty(task)
-        else:
-            tasks.release(ctx)
-        tasks.set_terminal(ctx, True, output_json, "", "", False, budget_used_ms, True, out)
-        return out
+        return self._loop.call_completed(call_id, attempt_seq, output_json, budget_used_ms, now)
 
     def handle_call_failed(self, call_id: str, attempt_seq: int, error_kind: str, retryable: bool,
                            message: str, now: int, budget_used_ms: int = 0) -> list:

@@ -16,64 +16,26 @@ Rules and theory of operation:
   is cancelled): a late frame for a call no longer in the table is ignored.
   ``by_id`` is never rebound, so the facade may keep a direct reference to it
   for its per-call lookups.
-CallContext is a plain ``__slots__`` class rather than a dataclass: one is
-created per call on the hot path and only the core touches it.
+CallContext is created per call on the hot path and only the core touches it:
+it is a compiled cdef class (blockx/_fast/dispatchloop.pyx; its twin is a plain
+``__slots__`` class), built for a whole call list by ``make_calls``.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
 
-READY = 0
-RUNNING = 1
-WAITING = 2
-DONE = 3
-STATE_NAMES = ("READY", "RUNNING", "WAITING", "DONE")
+from blockx._fast import load
 
-
-class CallContext:
-    __slots__ = (
-        "call_id", "task", "index", "batch_idx", "function_id", "digest", "entry_selector",
-        "args_json", "key", "state", "executor_id", "exec", "bound", "attempt_count",
-        "budget_ms", "parent", "depth", "request_id", "children", "waiters", "leader",
-        "retry_armed", "parked", "ok", "output", "error_kind", "error_message",
-        "retryable", "budget_used_ms",
-    )
-
-    def __init__(self, call_id: str, function_id: str, digest: str, entry_selector: str,
-                 args_json: bytes, key: bytes, index: int, batch_idx: int) -> None:
-        self.call_id = call_id
-        self.task: Any = None           # TaskCalls, set at commit
-        self.index = index              # position among the task's roots; -1 for subcalls
-        self.batch_idx = batch_idx
-        self.function_id = function_id
-        self.digest = digest
-        self.entry_selector = entry_selector
-        self.args_json = args_json
-        self.key = key
-        self.state = READY
-        self.executor_id = ""
-        self.exec: Any = None           # ExecutorRecord while bound (counted in local_inflight)
-        self.bound = False
-        self.attempt_count = 0
-        self.budget_ms = 0
-        self.parent: CallContext | None = None
-        self.depth = 0
-        self.request_id = ""
-        self.children: dict[str, CallContext] | None = None   # active subcalls
-        self.waiters: list[CallContext] | None = None         # singleflight waiters (leader only)
-        self.leader: CallContext | None = None                # set on a waiter
-        self.retry_armed = False
-        self.parked = False
-        self.ok = False
-        self.output: bytes | None = None
-        self.error_kind = ""
-        self.error_message = ""
-        self.retryable = False
-        self.budget_used_ms = 0
-
-    def __repr__(self) -> str:
-        return (f"<CallContext {self.call_id} {STATE_NAMES[self.state]} "
-                f"attempt={self.attempt_count} executor={self.executor_id!r}>")
+_loop = load("dispatchloop")
+# The state constants and CallContext live in the hot module (blockx/_fast/dispatchloop:
+# a cdef class compiled, a __slots__ class in the twin); the core re-exports them.
+READY: int = _loop.READY
+RUNNING: int = _loop.RUNNING
+WAITING: int = _loop.WAITING
+DONE: int = _loop.DONE
+STATE_NAMES: tuple = _loop.STATE_NAMES
+CallContext = _loop.CallContext
+make_calls = _loop.make_calls
 
 
 class CallTable:
@@ -90,11 +52,9 @@ class CallTable:
         for ctx in calls:
             by_id[ctx.call_id] = ctx
 
-    def forget(self, calls: Iterable[CallContext]) -> None:
+    def forget(self, calls: list) -> None:
         """Drop settled (or cancelled) calls: later frames for them are stale."""
-        pop = self.by_id.pop
-        for ctx in calls:
-            pop(ctx.call_id, None)
+        _loop.unlink_calls(calls, self.by_id)
 
     def state_name(self, call_id: str) -> str | None:
         ctx = self.by_id.get(call_id)

@@ -43,6 +43,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
+from blockx._fast import load
+
+# The three commands of every call (BindCall, DispatchCallCmd, UnbindCall) are
+# built in the compiled dispatch loop, so they live in the hot module
+# blockx/_fast/callcmds (cdef classes; twin: the same records as dataclasses):
+#   BindCall(call_id, executor_id, task_id, is_subcall, parent_call_id)
+#   UnbindCall(call_id, executor_id)
+#   DispatchCallCmd(call_id, executor_id, task_id, function_id, digest, entry_selector,
+#                   args_json, budget_ms (0 = unlimited), attempt_seq,
+#                   parent_call_id ("" for root calls))
+_cmds = load("callcmds")
+BindCall = _cmds.BindCall
+UnbindCall = _cmds.UnbindCall
+DispatchCallCmd = _cmds.DispatchCallCmd
+
 __all__ = [
     "BindCall", "UnbindCall", "CancelCallCmd", "DispatchCallCmd", "ArmCallRetry",
     "CompleteCallFromCache", "SubcallDone", "BatchSettled", "StopCallProduction",
@@ -51,40 +66,11 @@ __all__ = [
 
 
 @dataclass(slots=True)
-class BindCall:
-    call_id: str
-    executor_id: str
-    task_id: str
-    is_subcall: bool
-    parent_call_id: str
-
-
-@dataclass(slots=True)
-class UnbindCall:
-    call_id: str
-    executor_id: str
-
-
-@dataclass(slots=True)
 class CancelCallCmd:
     call_id: str
     executor_id: str
     reason: str
     attempt_seq: int
-
-
-@dataclass(slots=True)
-class DispatchCallCmd:
-    call_id: str
-    executor_id: str
-    task_id: str
-    function_id: str
-    digest: str
-    entry_selector: str
-    args_json: bytes
-    budget_ms: int          # 0 = unlimited
-    attempt_seq: int
-    parent_call_id: str     # "" for root calls
 
 
 @dataclass(slots=True)

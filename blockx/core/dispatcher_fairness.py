@@ -17,126 +17,15 @@ Theory of operation:
 """
 from __future__ import annotations
 
-from collections import deque
-from typing import Any
+from blockx._fast import load
 
 
-class InstanceState:
-    __slots__ = ("instance_id", "ring", "inflight", "last_served", "tasks")
-
-    def __init__(self, instance_id: str) -> None:
-        self.instance_id = instance_id
-        self.ring: deque = deque()   # TaskCalls records that may be dispatchable
-        self.inflight = 0            # root calls RUNNING/WAITING across the group's tasks
-        self.last_served = 0         # scheduler sequence of the group's latest bind
-        self.tasks = 0               # registered tasks in the group
+# A fairness group's record; kept in the hot module (compiled cdef class; twin:
+# a __slots__ class) because the per-call loop updates its in-flight count.
+_loop = load("dispatchloop")
+InstanceState = _loop.InstanceState
 
 
-class TaskScheduler:
-    __slots__ = ("_fair", "_quantum", "_window", "_instances", "_single", "_current", "_left",
-                 "_seq")
-
-    def __init__(self, fair: bool, quantum: int, window: int) -> None:
-        self._fair = fair
-        self._quantum = quantum
-        self._window = window
-        self._instances: dict[str, InstanceState] = {}
-        self._single = InstanceState("")
-        self._current: InstanceState | None = None
-        self._left = 0
-        self._seq = 0
-
-    def attach(self, instance_id: str) -> InstanceState:
-        """The group a new task joins."""
-        if not self._fair:
-            inst = self._single
-        else:
-            inst = self._instances.get(instance_id)
-            if inst is None:
-                inst = self._instances[instance_id] = InstanceState(instance_id)
-        inst.tasks += 1
-        return inst
-
-    def detach(self, task: Any) -> None:
-        inst = task.instance
-        if task.in_ring:
-            task.in_ring = False
-            try:
-                inst.ring.remove(task)
-            except ValueError:
-                pass
-        inst.tasks -= 1
-        if self._fair and inst.tasks <= 0:
-            self._instances.pop(inst.instance_id, None)
-            if self._current is inst:
-                self._current = None
-
-    @staticmethod
-    def wake(task: Any) -> None:
-        if not task.in_ring and not task.removed:
-            task.in_ring = True
-            task.instance.ring.append(task)
-
-    def next_task(self) -> Any:
-        """The task to admit from next, or None when no task can take a call."""
-        window = self._window
-        if not self._fair:
-            ring = self._single.ring
-            while ring:
-                t = ring[0]
-                if t.ready and not t.stop_dispatching and t.inflight < window:
-                    return t
-                ring.popleft()
-                t.in_ring = False
-            return None
-        while True:
-            inst = self._current
-            if inst is None or self._left <= 0 or not inst.ring:
-                inst = self._pick()
-                if inst is None:
-                    return None
-                self._current = inst
-                self._left = self._quantum
-            ring = inst.ring
-            while ring:
-                t = ring[0]
-                if t.ready and not t.stop_dispatching and t.inflight < window:
-                    return t
-                ring.popleft()
-                t.in_ring = False
-
-    def _pick(self) -> InstanceState | None:
-        best = None
-        for inst in self._instances.values():
-            if not inst.ring:
-                continue
-            if (best is None or inst.inflight < best.inflight
-                    or (inst.inflight == best.inflight
-                        and (inst.last_served < best.last_served
-                             or (inst.last_served == best.last_served
-                                 and inst.instance_id < best.instance_id)))):
-                best = inst
-        return best
-
-    def served(self, task: Any) -> None:
-        """task (the ring head) just got a bind: rotate it and spend quantum."""
-        inst = task.instance
-        self._seq += 1
-        inst.last_served = self._seq
-        ring = inst.ring
-        if len(ring) > 1 and ring[0] is task:
-            ring.rotate(-1)
-        self._left -= 1
-
-    def unserved(self) -> None:
-        """No executor could take the picked instance's call. A turn that has
-        not served a bind yet is void: the next round re-selects by the
-        then-current in-flight counts. A turn already under way continues."""
-        if self._left >= self._quantum:
-            self._current = None
-
-    def instance_inflight(self) -> dict[str, int]:
-        """instance_id -> root calls in flight (fair mode; for tests/metrics)."""
-        if not self._fair:
-            return {"": self._single.inflight}
-        return {i.instance_id: i.inflight for i in self._instances.values()}
+# The scheduler runs once per admission, so it lives in the hot module with the
+# per-call loop (compiled cdef class; twin: the Python class); the rules above are its.
+TaskScheduler = _loop.TaskScheduler

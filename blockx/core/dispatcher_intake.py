@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from blockx.core.dispatcher_calls import CallContext
+from blockx.core.dispatcher_calls import CallContext, make_calls
 from blockx.core.dispatcher_commands import BatchSettled
 from blockx.core.dispatcher_config import DispatcherConfig
 from blockx.core.dispatcher_retry import resolve_retry
@@ -167,29 +167,7 @@ class CallIntake:
     # --- shared ------------------------------------------------------------------------
 
     def _make_calls(self, task_id: str, prefix: str, calls: Iterable, batch_idx: int) -> list:
-        cache_key = self._cache_key
-        out: list[CallContext] = []
-        append = out.append
-        for i, spec in enumerate(calls):
-            try:
-                function_id, digest, args_json, entry_selector = spec
-            except (TypeError, ValueError):
-                raise ValueError(f"task {task_id}: call {i} must be (function_id, digest, args_json, "
-                                 f"entry_selector), got {spec!r}") from None
-            if type(function_id) is not str or not function_id:
-                raise ValueError(f"task {task_id}: call {i} needs a non-empty function_id, "
-                                 f"got {function_id!r}")
-            if type(digest) is not str:
-                raise ValueError(f"task {task_id}: call {i} digest must be a str, got {digest!r}")
-            if type(args_json) is not bytes:
-                raise ValueError(f"task {task_id}: call {i} args_json must be canonical JSON bytes, "
-                                 f"got {type(args_json).__name__}")
-            if type(entry_selector) is not str:
-                raise ValueError(f"task {task_id}: call {i} entry_selector must be a str, "
-                                 f"got {entry_selector!r}")
-            append(CallContext(f"{prefix}{i}", function_id, digest, entry_selector or "main",
-                               args_json, cache_key(function_id, digest, args_json), i, batch_idx))
-        return out
+        return make_calls(task_id, prefix, calls, batch_idx, self._cache_key)
 
 
 def _check_task(task_id: Any, policy: Any, instance_id: Any) -> str:

@@ -21,20 +21,15 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Any, Iterable
 
+from blockx._fast import load
+
 from blockx.core.dispatcher_config import DispatcherConfig
 from blockx.core.dispatcher_types import ExecutorSnapshot
 
 
-class ExecutorRecord:
-    __slots__ = ("view", "heartbeat_seq", "heartbeat_runnable", "completions", "calls", "attached")
-
-    def __init__(self, view: Any) -> None:
-        self.view = view
-        self.heartbeat_seq = -1
-        self.heartbeat_runnable = 0
-        self.completions = 0                # completions seen since heartbeat_seq
-        self.calls: dict[str, Any] = {}    # call_id -> CallContext bound here
-        self.attached = True
+# An executor's record (view, heartbeat compensation, calls bound there); kept in
+# the hot module (compiled cdef class; twin: a __slots__ class) for the per-call loop.
+ExecutorRecord = load("dispatchloop").ExecutorRecord
 
 
 class ExecutorTable:

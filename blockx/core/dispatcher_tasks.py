@@ -38,76 +38,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from blockx._fast import load
 from blockx.core.dispatcher_calls import DONE, RUNNING, WAITING, CallContext, CallTable
 from blockx.core.dispatcher_commands import (
-    BatchSettled, CancelCallCmd, ConvergeTaskCalls, StopCallProduction, SubcallDone)
-from blockx.core.dispatcher_types import (
-    CALL_FAILED, ERR_CANCELLED, ERR_SUBCALL_FAILED, OUTPUT_BYTES_EXCEEDED)
+    BatchSettled, CancelCallCmd, ConvergeTaskCalls, StopCallProduction)
+from blockx.core.dispatcher_types import CALL_FAILED, ERR_CANCELLED, OUTPUT_BYTES_EXCEEDED
 
+_loop = load("dispatchloop")
 _idx = lambda b: b.idx  # noqa: E731
 
 
-class Batch:
-    __slots__ = ("idx", "calls", "remaining")
-
-    def __init__(self, idx: int, calls: list[CallContext]) -> None:
-        self.idx = idx
-        self.calls = calls          # roots of the batch, then subcalls as they are added
-        self.remaining = len(calls)  # roots not yet DONE
-
-
-class TaskCalls:
-    """The calls of one task and what the dispatcher decided about them."""
-
-    __slots__ = (
-        "task_id", "fast_fail", "max_attempts", "base_backoff_ms", "jitter_percent",
-        "instance", "streaming", "ready", "inflight", "pending", "total", "outputs",
-        "output_bytes", "cache", "flights", "batches", "settle_ready", "next_batch_idx",
-        "unsettled", "production_open", "stop_dispatching", "stop_reason", "stop_sent",
-        "failure_code", "failure_message", "failure_retryable", "discard_outputs",
-        "converged", "removed", "in_ring", "dirty", "succeeded", "calls_failed", "call_retries",
-        "cache_hits", "first_failure", "failures_retryable",
-    )
-
-    def __init__(self, task_id: str, fast_fail: bool, max_attempts: int, base_backoff_ms: int,
-                 jitter_percent: int, instance: Any, streaming: bool, ready: Any) -> None:
-        self.task_id = task_id
-        self.fast_fail = fast_fail
-        self.max_attempts = max_attempts
-        self.base_backoff_ms = base_backoff_ms
-        self.jitter_percent = jitter_percent
-        self.instance = instance                 # InstanceState (fairness bucket)
-        self.streaming = streaming
-        self.ready = ready                       # ReadyQueue of READY roots
-        self.inflight = 0                        # roots RUNNING or WAITING
-        self.pending: dict[str, CallContext] = {}  # roots not yet DONE
-        self.total = 0                           # roots committed (TotalCount)
-        self.outputs: list[bytes | None] = []    # by root index; None = no output
-        self.output_bytes = 0
-        self.cache: dict[bytes, bytes] = {}      # CallCache: key -> successful output
-        self.flights: dict[bytes, CallContext] = {}  # Singleflight: key -> leader root
-        self.batches: dict[int, Batch] = {}
-        self.settle_ready: list[Batch] = []      # batches whose roots are all DONE
-        self.next_batch_idx = 0
-        self.unsettled = 0                       # committed batches not yet settled
-        self.production_open = streaming         # producer may still commit batches
-        self.stop_dispatching = False
-        self.stop_reason = ""
-        self.stop_sent = False
-        self.failure_code = ""
-        self.failure_message = ""
-        self.failure_retryable = False
-        self.discard_outputs = False
-        self.converged = False
-        self.removed = False
-        self.in_ring = False
-        self.dirty = False
-        self.succeeded = 0                       # roots DONE with an output
-        self.calls_failed = 0                    # roots that failed (not drained / cancelled)
-        self.call_retries = 0
-        self.cache_hits = 0
-        self.first_failure = ""                  # description of the first root failure
-        self.failures_retryable = True           # every root failure so far was retryable
+# Batch and TaskCalls are plain records kept in the hot module (compiled cdef
+# classes; twin: __slots__ classes) so the per-call loop reads them in C.
+Batch = _loop.Batch
+TaskCalls = _loop.TaskCalls
 
 
 class TaskTable:
@@ -126,6 +70,7 @@ class TaskTable:
         self._ReadyQueue = ready_queue
         self._max_output = max_output_bytes
         self.subcalls: Any = None
+        self.loop: Any = None           # the DispatchLoop, wired by the DispatcherCore
 
     # --- registration ------------------------------------------------------------------
 
@@ -142,14 +87,10 @@ class TaskTable:
     def register(self, task: TaskCalls, calls: list[CallContext], batch_idx: int) -> None:
         """Link a committed batch into its task and queue its calls."""
         offset = task.total
-        pending = task.pending
-        push = task.ready.push
-        for ctx in calls:
-            ctx.task = task
-            ctx.index += offset
-            pending[ctx.call_id] = ctx
-            push(ctx)
-        self._calls.add_all(calls)
+        if offset:
+            for ctx in calls:
+                ctx.index += offset
+        _loop.link_calls(task, calls, self._calls.by_id)
         n = len(calls)
         task.total = offset + n
         task.outputs.extend([None] * n)
@@ -197,80 +138,15 @@ class TaskTable:
         """The single accounting point for DONE (spec setCallTerminal); idempotent.
 
         ``counted``: a real failure (calls_failed, FAST_FAIL) rather than a drain
-        or cancellation. ``notify``: a subcall resumes its parent (SubcallDone)."""
-        if ctx.state == DONE:
-            return
-        ctx.state = DONE
-        ctx.output = output
-        ctx.budget_used_ms = budget_used_ms
-        ctx.retry_armed = False
-        if ok:
-            ctx.ok = True
-        else:
-            ctx.error_kind = kind
-            ctx.error_message = message
-            ctx.retryable = retryable
-        if ctx.parked:
-            self.subcalls.unpark(ctx)
-        if ctx.children:
-            self.subcalls.cancel_subtree(ctx, "parent call ended", out)
-        task = ctx.task
-        parent = ctx.parent
-        if parent is not None:
-            siblings = parent.children
-            if siblings:
-                siblings.pop(ctx.call_id, None)
-            if ok:
-                task.cache[ctx.key] = output
-            if notify and (parent.state == RUNNING or parent.state == WAITING):
-                if ok:
-                    out.append(SubcallDone(ctx.call_id, parent.call_id, parent.executor_id,
-                                           ctx.request_id, True, output, "", "", False,
-                                           budget_used_ms, parent.attempt_count, ""))
-                else:
-                    out.append(SubcallDone(
-                        ctx.call_id, parent.call_id, parent.executor_id, ctx.request_id, False,
-                        None, ERR_SUBCALL_FAILED,
-                        f"subcall {ctx.function_id} ({ctx.call_id}) failed: {kind}: {message}",
-                        retryable, budget_used_ms, parent.attempt_count, kind))
-            return
-        del task.pending[ctx.call_id]
-        key = ctx.key
-        if ok:
-            task.succeeded += 1
-            task.cache[key] = output
-            if not task.discard_outputs:
-                task.outputs[ctx.index] = output
-                task.output_bytes += len(output)
-                if self._max_output and task.output_bytes > self._max_output:
-                    self._output_exceeded(task)
-        elif counted:
-            task.calls_failed += 1
-            task.failures_retryable = task.failures_retryable and retryable
-            if not task.first_failure:
-                task.first_failure = (f"call {ctx.call_id} (function {ctx.function_id}) failed "
-                                      f"after {ctx.attempt_count} attempt(s): {kind}: {message}")
-            if task.fast_fail and not task.failure_code:
-                task.failure_code = CALL_FAILED
-                task.failure_message = task.first_failure
-                task.failure_retryable = retryable
-                self.stop(task, "call failed")
-        if task.flights.get(key) is ctx:
-            del task.flights[key]
-        waiters = ctx.waiters
-        if waiters:
-            ctx.waiters = None
-            for w in waiters:
-                self.set_terminal(w, ok, output, kind, message, retryable, 0, counted, out)
-        batch = task.batches[ctx.batch_idx]
-        batch.remaining -= 1
-        if batch.remaining == 0:
-            task.settle_ready.append(batch)
-        if not task.dirty:
-            task.dirty = True
-            self._dirty.append(task)
+        or cancellation. ``notify``: a subcall resumes its parent (SubcallDone).
+        A subcall's result goes to its parent (SubcallDone) and the task's
+        CallCache; a root's updates the task's outputs, failure and singleflight
+        waiters (same result), its batch, and marks the task dirty. The steps
+        run in the DispatchLoop (blockx/_fast/dispatchloop), wired by the core."""
+        self.loop.set_terminal(ctx, ok, output, kind, message, retryable, budget_used_ms, counted,
+                               out, notify)
 
-    def _output_exceeded(self, task: TaskCalls) -> None:
+    def output_exceeded(self, task: TaskCalls) -> None:
         if not task.failure_code:
             task.failure_code = OUTPUT_BYTES_EXCEEDED
             task.failure_message = (f"collected outputs reached {task.output_bytes} bytes, over "

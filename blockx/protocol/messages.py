@@ -486,6 +486,11 @@ def _completed_fast(envelope: Any, accept: frozenset | None) -> dict | None:
     return p
 
 
+# For a receiver's per-frame loop (the Worker's executor connection): the CallCompleted
+# fast path alone; None means "take validate()" (it names the problem, if any).
+validate_completed_fast = _completed_fast
+
+
 def _validate(envelope: Any, accept: frozenset | None = None) -> dict:
     if type(envelope) is not dict:
         raise ProtocolError(f"envelope must be an object, got {_json_type_name(envelope)}")

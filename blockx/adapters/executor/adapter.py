@@ -231,13 +231,18 @@ class ExecutorAdapter:
         return conn
 
     def bind(self, call_id: str, executor_id: str) -> None:
+        conn = self._conns.get(executor_id)
+        # The per-call path: one folded check-and-reserve; a refusal is explained below.
+        if conn is None or not conn.reservations.try_reserve(call_id, conn.capacity):
+            self._refuse_bind(call_id, executor_id)
+
+    def _refuse_bind(self, call_id: str, executor_id: str) -> None:
+        """Raise the BindError that says why bind() could not reserve."""
         conn = self._conn_for_bind(call_id, executor_id)
-        if conn.free_contexts <= 0:
-            raise BindError(
-                f"cannot bind call {call_id!r}: executor {executor_id!r} has no free context "
-                f"({len(conn.reservations)} reserved of {conn.capacity})",
-                call_id=call_id, executor_id=executor_id, reason="no_context")
-        conn.reservations.reserve(call_id)
+        raise BindError(
+            f"cannot bind call {call_id!r}: executor {executor_id!r} has no free context "
+            f"({len(conn.reservations)} reserved of {conn.capacity})",
+            call_id=call_id, executor_id=executor_id, reason="no_context")
 
     def bind_subcall(self, call_id: str, parent_call_id: str, executor_id: str) -> None:
         """Subcalls always run beside their parent: no capacity check, but the

@@ -43,6 +43,16 @@ class Reservations:
     def reserve(self, call_id: str) -> None:
         self._attempts[call_id] = NOT_DISPATCHED
 
+    def try_reserve(self, call_id: str, capacity: int) -> bool:
+        """Reserve when the call holds no reservation here and fewer than
+        ``capacity`` contexts are reserved (the bind's checks folded into one
+        step for the per-call path); False leaves the table unchanged."""
+        attempts = self._attempts
+        if call_id in attempts or len(attempts) >= capacity:
+            return False
+        attempts[call_id] = NOT_DISPATCHED
+        return True
+
     def is_live(self, call_id: str) -> bool:
         """Reserved and not draining."""
         return call_id in self._attempts and call_id not in self._draining

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from blockx._fast import load
+from blockx.core.dispatcher import wire_dispatch_loop
 from blockx.core.dispatcher_calls import RUNNING, CallContext, CallTable
 from blockx.core.dispatcher_config import DispatcherConfig
 from blockx.core.dispatcher_fairness import TaskScheduler
@@ -24,6 +25,8 @@ class Parts:
         self.subcalls = SubcallBinder(self.calls, self.tasks, self.exec, self.cache_key,
                                       cfg.max_subcall_depth)
         self.tasks.subcalls = self.subcalls
+        self.loop = wire_dispatch_loop(self.calls, self.tasks, self.sched, self.exec, self.subcalls,
+                                       cfg.call_deadline_ms, max_output)
         self.exec.update([ExecutorSnapshot(e, True, 0, 8) for e in executors])
 
     def task(self, task_id: str, n: int, fast_fail: bool = True):

@@ -48,14 +48,13 @@ class DispatcherMachine(RuleBasedStateMachine):
         # Count every root's transitions into DONE at the single accounting point.
         self.done_counts: dict[str, int] = {}
         core = self.h.core
-        set_terminal = core._tasks.set_terminal
 
-        def counting(ctx, *args, **kwargs):
-            if ctx.state != DONE and ctx.parent is None:
+        def counting(ctx):      # the DispatchLoop calls it as ctx enters DONE
+            assert ctx.state != DONE
+            if ctx.parent is None:
                 self.done_counts[ctx.call_id] = self.done_counts.get(ctx.call_id, 0) + 1
-            return set_terminal(ctx, *args, **kwargs)
 
-        core._tasks.set_terminal = counting
+        core._loop.on_terminal = counting
 
     # --- rules ---------------------------------------------------------------------
 

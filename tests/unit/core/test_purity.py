@@ -40,3 +40,32 @@ def test_core_module_imports_nothing_impure(path):
 def test_purity_checker_catches_a_forbidden_import():
     tree = ast.parse("def f():\n    import time\n    from asyncio import sleep\n")
     assert {n for n, _ in _imports(tree)} == {"time", "asyncio"}
+
+
+FAST = CORE.parent / "_fast"
+
+
+def _loaded_hot_modules():
+    """Names of the blockx._fast modules the core loads (``load("name")``)."""
+    names = set()
+    for path in core_modules():
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "load"
+                    and node.args and isinstance(node.args[0], ast.Constant)):
+                names.add(node.args[0].value)
+    return sorted(names)
+
+
+def test_the_core_loads_its_hot_modules_by_name():
+    assert {"dispatchloop", "readyqueue", "scoring", "cachekey"} <= set(_loaded_hot_modules())
+
+
+@pytest.mark.parametrize("name", _loaded_hot_modules())
+def test_twins_of_the_hot_modules_the_core_uses_are_pure(name):
+    """The core runs their code too: the same rule holds for the twin (the
+    compiled module is built from the same logic)."""
+    path = FAST / f"{name}_py.py"
+    assert path.exists(), f"the core loads blockx._fast.{name} but {path.name} is missing"
+    tree = ast.parse(path.read_text(), filename=str(path))
+    bad = [(n, line) for n, line in _imports(tree) if n in FORBIDDEN or n == "__import__"]
+    assert not bad, f"{path.name} imports {bad}: the core's hot modules must stay Sans-IO"

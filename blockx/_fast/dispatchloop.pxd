@@ -1,0 +1,141 @@
+cimport cython
+
+
+@cython.final
+cdef class CallContext:
+    cdef public object call_id
+    cdef public object task
+    cdef public Py_ssize_t index
+    cdef public Py_ssize_t batch_idx
+    cdef public object function_id
+    cdef public object digest
+    cdef public object entry_selector
+    cdef public object args_json
+    cdef public object key
+    cdef public int state
+    cdef public object executor_id
+    cdef public object exec
+    cdef public bint bound
+    cdef public long long attempt_count
+    cdef public object budget_ms
+    cdef public object parent
+    cdef public int depth
+    cdef public object request_id
+    cdef public object children
+    cdef public object waiters
+    cdef public object leader
+    cdef public bint retry_armed
+    cdef public bint parked
+    cdef public bint ok
+    cdef public object output
+    cdef public object error_kind
+    cdef public object error_message
+    cdef public object retryable
+    cdef public object budget_used_ms
+
+
+@cython.final
+cdef class Batch:
+    cdef public Py_ssize_t idx
+    cdef public object calls
+    cdef public Py_ssize_t remaining
+
+
+@cython.final
+cdef class InstanceState:
+    cdef public object instance_id
+    cdef public object ring
+    cdef public Py_ssize_t inflight
+    cdef public Py_ssize_t last_served
+    cdef public Py_ssize_t tasks
+
+
+@cython.final
+cdef class TaskScheduler:
+    cdef bint _fair
+    cdef Py_ssize_t _quantum
+    cdef Py_ssize_t _window
+    cdef dict _instances
+    cdef InstanceState _single
+    cdef InstanceState _current
+    cdef Py_ssize_t _left
+    cdef Py_ssize_t _seq
+
+    cdef object next_task_c(self)
+    cdef int served_c(self, TaskCalls task) except -1
+    cdef int wake_c(self, TaskCalls task) except -1
+
+
+@cython.final
+cdef class TaskCalls:
+    cdef public object task_id
+    cdef public bint fast_fail
+    cdef public object max_attempts
+    cdef public object base_backoff_ms
+    cdef public object jitter_percent
+    cdef public InstanceState instance
+    cdef public bint streaming
+    cdef public object ready
+    cdef public Py_ssize_t inflight
+    cdef public dict pending
+    cdef public Py_ssize_t total
+    cdef public list outputs
+    cdef public long long output_bytes
+    cdef public dict cache
+    cdef public dict flights
+    cdef public dict batches
+    cdef public list settle_ready
+    cdef public Py_ssize_t next_batch_idx
+    cdef public Py_ssize_t unsettled
+    cdef public bint production_open
+    cdef public bint stop_dispatching
+    cdef public object stop_reason
+    cdef public bint stop_sent
+    cdef public object failure_code
+    cdef public object failure_message
+    cdef public object failure_retryable
+    cdef public bint discard_outputs
+    cdef public bint converged
+    cdef public bint removed
+    cdef public bint in_ring
+    cdef public bint dirty
+    cdef public Py_ssize_t succeeded
+    cdef public Py_ssize_t calls_failed
+    cdef public Py_ssize_t call_retries
+    cdef public Py_ssize_t cache_hits
+    cdef public object first_failure
+    cdef public object failures_retryable
+
+
+@cython.final
+cdef class ExecutorRecord:
+    cdef public object view
+    cdef public object heartbeat_seq
+    cdef public object heartbeat_runnable
+    cdef public Py_ssize_t completions
+    cdef public dict calls
+    cdef public bint attached
+
+
+@cython.final
+cdef class DispatchLoop:
+    cdef public dict by_id
+    cdef public object tasks
+    cdef public TaskScheduler sched
+    cdef public object ex
+    cdef public object subcalls
+    cdef public object deadline
+    cdef public object max_output
+    cdef public object on_terminal
+    cdef bint c_cmds            # the command classes are callcmds' cdef classes: build them in C
+    cdef object BindCall
+    cdef object UnbindCall
+    cdef object DispatchCallCmd
+    cdef object CompleteCallFromCache
+    cdef object SubcallDone
+    cdef object CALL_FAILED
+    cdef object ERR_SUBCALL_FAILED
+
+    cdef int _set_terminal(self, CallContext ctx, bint ok, object output, object kind,
+                           object message, object retryable, object budget_used_ms,
+                           bint counted, list out, bint notify) except -1

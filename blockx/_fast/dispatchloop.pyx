@@ -1,0 +1,613 @@
+# cython: always_allow_keywords=False
+# The DispatcherCore's per-call state and per-call loop (compiled; twin:
+# dispatchloop_py.py, which documents what it holds and its rules).
+#
+# The records are cdef classes so that the loop reads and writes their fields
+# in C, and their counters and flags live inline (no int object per index).
+# Values that come from executor frames or the config (budgets, retryable,
+# attempts policy) stay Python objects so the compiled and twin versions accept
+# exactly the same values. Object fields take part in the cyclic GC (a context
+# points at its task, which lists the context). The loop's code is the twin's,
+# statement for statement, with types: keep the two in step.
+
+cimport cython
+from collections import deque
+
+from blockx._fast.readyqueue cimport ReadyQueue
+from blockx._fast.cachekey cimport cache_key_c
+from blockx._fast.cachekey import cache_key as _compiled_cache_key
+from blockx._fast.callcmds cimport (
+    BindCall as CBindCall, DispatchCallCmd as CDispatchCallCmd, UnbindCall as CUnbindCall,
+    new_bind_call, new_dispatch_call, new_unbind_call)
+
+READY = 0
+RUNNING = 1
+WAITING = 2
+DONE = 3
+STATE_NAMES = ("READY", "RUNNING", "WAITING", "DONE")
+
+__all__ = ["CallContext", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
+           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop", "link_calls", "unlink_calls", "TaskScheduler"]
+
+cdef enum:
+    _READY = 0
+    _RUNNING = 1
+    _WAITING = 2
+    _DONE = 3
+
+
+@cython.final
+cdef class CallContext:
+
+    def __init__(self, call_id, function_id, digest, entry_selector, args_json, key,
+                 Py_ssize_t index, Py_ssize_t batch_idx):
+        self.call_id = call_id
+        self.task = None
+        self.index = index
+        self.batch_idx = batch_idx
+        self.function_id = function_id
+        self.digest = digest
+        self.entry_selector = entry_selector
+        self.args_json = args_json
+        self.key = key
+        self.state = 0
+        self.executor_id = ""
+        self.exec = None
+        self.bound = False
+        self.attempt_count = 0
+        self.budget_ms = 0
+        self.parent = None
+        self.depth = 0
+        self.request_id = ""
+        self.children = None
+        self.waiters = None
+        self.leader = None
+        self.retry_armed = False
+        self.parked = False
+        self.ok = False
+        self.output = None
+        self.error_kind = ""
+        self.error_message = ""
+        self.retryable = False
+        self.budget_used_ms = 0
+
+    def __repr__(self):
+        return (f"<CallContext {self.call_id} {STATE_NAMES[self.state]} "
+                f"attempt={self.attempt_count} executor={self.executor_id!r}>")
+
+
+def make_calls(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
+    cdef list out = []
+    cdef Py_ssize_t i = 0
+    cdef CallContext ctx
+    cdef bint c_key = cache_key is _compiled_cache_key   # types are checked below: call it in C
+    for spec in calls:
+        try:
+            function_id, digest, args_json, entry_selector = spec
+        except (TypeError, ValueError):
+            raise ValueError(f"task {task_id}: call {i} must be (function_id, digest, args_json, "
+                             f"entry_selector), got {spec!r}") from None
+        if type(function_id) is not str or not function_id:
+            raise ValueError(f"task {task_id}: call {i} needs a non-empty function_id, "
+                             f"got {function_id!r}")
+        if type(digest) is not str:
+            raise ValueError(f"task {task_id}: call {i} digest must be a str, got {digest!r}")
+        if type(args_json) is not bytes:
+            raise ValueError(f"task {task_id}: call {i} args_json must be canonical JSON bytes, "
+                             f"got {type(args_json).__name__}")
+        if type(entry_selector) is not str:
+            raise ValueError(f"task {task_id}: call {i} entry_selector must be a str, "
+                             f"got {entry_selector!r}")
+        ctx = CallContext.__new__(CallContext)
+        ctx.call_id = f"{prefix}{i}"
+        ctx.task = None
+        ctx.index = i
+        ctx.batch_idx = batch_idx
+        ctx.function_id = function_id
+        ctx.digest = digest
+        ctx.entry_selector = entry_selector or "main"
+        ctx.args_json = args_json
+        ctx.key = (cache_key_c(function_id, digest, args_json) if c_key
+                   else cache_key(function_id, digest, args_json))
+        ctx.executor_id = ""
+        ctx.budget_ms = 0
+        ctx.request_id = ""
+        ctx.error_kind = ""
+        ctx.error_message = ""
+        ctx.retryable = False
+        ctx.budget_used_ms = 0
+        out.append(ctx)
+        i += 1
+    return out
+
+
+@cython.final
+cdef class Batch:
+
+    def __init__(self, Py_ssize_t idx, calls):
+        self.idx = idx
+        self.calls = calls
+        self.remaining = len(calls)
+
+
+@cython.final
+cdef class InstanceState:
+
+    def __init__(self, instance_id):
+        self.instance_id = instance_id
+        self.ring = deque()
+        self.inflight = 0
+        self.last_served = 0
+        self.tasks = 0
+
+
+@cython.final
+cdef class TaskScheduler:
+    # The rules are in blockx/core/dispatcher_fairness.py; the code is the twin's.
+
+    def __init__(self, fair, Py_ssize_t quantum, Py_ssize_t window):
+        self._fair = fair
+        self._quantum = quantum
+        self._window = window
+        self._instances = {}
+        self._single = InstanceState("")
+        self._current = None
+        self._left = 0
+        self._seq = 0
+
+    def attach(self, instance_id):
+        """The group a new task joins."""
+        cdef InstanceState inst
+        if not self._fair:
+            inst = self._single
+        else:
+            inst = self._instances.get(instance_id)
+            if inst is None:
+                inst = self._instances[instance_id] = InstanceState(instance_id)
+        inst.tasks += 1
+        return inst
+
+    def detach(self, TaskCalls task):
+        cdef InstanceState inst = task.instance
+        if task.in_ring:
+            task.in_ring = False
+            try:
+                inst.ring.remove(task)
+            except ValueError:
+                pass
+        inst.tasks -= 1
+        if self._fair and inst.tasks <= 0:
+            self._instances.pop(inst.instance_id, None)
+            if self._current is inst:
+                self._current = None
+
+    cdef int wake_c(self, TaskCalls task) except -1:
+        if not task.in_ring and not task.removed:
+            task.in_ring = True
+            task.instance.ring.append(task)
+        return 0
+
+    def wake(self, TaskCalls task):
+        self.wake_c(task)
+
+    cdef object next_task_c(self):
+        cdef Py_ssize_t window = self._window
+        cdef TaskCalls t
+        cdef InstanceState inst
+        if not self._fair:
+            ring = self._single.ring
+            while ring:
+                t = <TaskCalls?>ring[0]
+                if t.ready and not t.stop_dispatching and t.inflight < window:
+                    return t
+                ring.popleft()
+                t.in_ring = False
+            return None
+        while True:
+            inst = self._current
+            if inst is None or self._left <= 0 or not inst.ring:
+                inst = self._pick()
+                if inst is None:
+                    return None
+                self._current = inst
+                self._left = self._quantum
+            ring = inst.ring
+            while ring:
+                t = <TaskCalls?>ring[0]
+                if t.ready and not t.stop_dispatching and t.inflight < window:
+                    return t
+                ring.popleft()
+                t.in_ring = False
+
+    def next_task(self):
+        """The task to admit from next, or None when no task can take a call."""
+        return self.next_task_c()
+
+    def _pick(self):
+        cdef InstanceState best = None
+        cdef InstanceState inst
+        for i in self._instances.values():
+            inst = <InstanceState?>i
+            if not inst.ring:
+                continue
+            if (best is None or inst.inflight < best.inflight
+                    or (inst.inflight == best.inflight
+                        and (inst.last_served < best.last_served
+                             or (inst.last_served == best.last_served
+                                 and inst.instance_id < best.instance_id)))):
+                best = inst
+        return best
+
+    cdef int served_c(self, TaskCalls task) except -1:
+        cdef InstanceState inst = task.instance
+        self._seq += 1
+        inst.last_served = self._seq
+        ring = inst.ring
+        if len(ring) > 1 and ring[0] is task:
+            ring.rotate(-1)
+        self._left -= 1
+        return 0
+
+    def served(self, TaskCalls task):
+        """task (the ring head) just got a bind: rotate it and spend quantum."""
+        self.served_c(task)
+
+    def unserved(self):
+        """No executor could take the picked instance's call. A turn that has
+        not served a bind yet is void: the next round re-selects by the
+        then-current in-flight counts. A turn already under way continues."""
+        if self._left >= self._quantum:
+            self._current = None
+
+    def instance_inflight(self):
+        """instance_id -> root calls in flight (fair mode; for tests/metrics)."""
+        if not self._fair:
+            return {"": self._single.inflight}
+        return {i.instance_id: i.inflight for i in self._instances.values()}
+
+
+@cython.final
+cdef class TaskCalls:
+
+    def __init__(self, task_id, fast_fail, max_attempts, base_backoff_ms, jitter_percent,
+                 InstanceState instance, streaming, ready):
+        self.task_id = task_id
+        self.fast_fail = fast_fail
+        self.max_attempts = max_attempts
+        self.base_backoff_ms = base_backoff_ms
+        self.jitter_percent = jitter_percent
+        self.instance = instance
+        self.streaming = streaming
+        self.ready = ready
+        self.inflight = 0
+        self.pending = {}
+        self.total = 0
+        self.outputs = []
+        self.output_bytes = 0
+        self.cache = {}
+        self.flights = {}
+        self.batches = {}
+        self.settle_ready = []
+        self.next_batch_idx = 0
+        self.unsettled = 0
+        self.production_open = streaming
+        self.stop_dispatching = False
+        self.stop_reason = ""
+        self.stop_sent = False
+        self.failure_code = ""
+        self.failure_message = ""
+        self.failure_retryable = False
+        self.discard_outputs = False
+        self.converged = False
+        self.removed = False
+        self.in_ring = False
+        self.dirty = False
+        self.succeeded = 0
+        self.calls_failed = 0
+        self.call_retries = 0
+        self.cache_hits = 0
+        self.first_failure = ""
+        self.failures_retryable = True
+
+
+@cython.final
+cdef class ExecutorRecord:
+
+    def __init__(self, view):
+        self.view = view
+        self.heartbeat_seq = -1
+        self.heartbeat_runnable = 0
+        self.completions = 0
+        self.calls = {}
+        self.attached = True
+
+
+cdef inline int _join(CallContext leader, CallContext waiter) except -1:
+    waiter.leader = leader
+    if leader.waiters is None:
+        leader.waiters = [waiter]
+    else:
+        leader.waiters.append(waiter)
+    (<TaskCalls?>waiter.task).cache_hits += 1
+    return 0
+
+
+def link_calls(TaskCalls task, list calls, dict by_id):
+    cdef CallContext ctx
+    cdef dict pending = task.pending
+    ready = task.ready
+    cdef bint compiled_queue = type(ready) is ReadyQueue
+    push = ready.push
+    for c in calls:
+        ctx = <CallContext?>c
+        ctx.task = task
+        pending[ctx.call_id] = ctx
+        if compiled_queue:
+            (<ReadyQueue>ready).push_c(ctx)
+        else:
+            push(ctx)
+        by_id[ctx.call_id] = ctx
+
+
+def unlink_calls(list calls, dict by_id):
+    for c in calls:
+        by_id.pop((<CallContext?>c).call_id, None)
+
+
+def join(CallContext leader, CallContext waiter):
+    """Singleflight: waiter takes leader's result (roots of one task only)."""
+    _join(leader, waiter)
+
+
+@cython.final
+cdef class DispatchLoop:
+
+    def __init__(self, dict by_id, tasks, TaskScheduler sched, ex, subcalls, deadline, max_output,
+                 dict commands, dict texts):
+        self.by_id = by_id
+        self.tasks = tasks
+        self.sched = sched
+        self.ex = ex
+        self.subcalls = subcalls
+        self.deadline = deadline
+        self.max_output = max_output
+        self.on_terminal = None
+        self.BindCall = commands["BindCall"]
+        self.UnbindCall = commands["UnbindCall"]
+        self.DispatchCallCmd = commands["DispatchCallCmd"]
+        self.CompleteCallFromCache = commands["CompleteCallFromCache"]
+        self.SubcallDone = commands["SubcallDone"]
+        self.CALL_FAILED = texts["CALL_FAILED"]
+        self.ERR_SUBCALL_FAILED = texts["ERR_SUBCALL_FAILED"]
+        self.c_cmds = (self.BindCall is CBindCall and self.UnbindCall is CUnbindCall
+                       and self.DispatchCallCmd is CDispatchCallCmd)
+
+    # --- admission ---------------------------------------------------------------------
+
+    def dispatch(self, now):
+        cdef list out = []
+        cdef CallContext ctx, nxt
+        cdef TaskCalls task
+        cdef ExecutorRecord rec
+        cdef Py_ssize_t i
+        cdef TaskScheduler sched = self.sched
+        ex = self.ex
+        cdef list views = ex.views
+        cdef list recs = ex.recs
+        select_fn = ex.select_fn
+        sample, max_runnable, max_inflight, mem, stall = ex.select_params()
+        deadline = self.deadline
+        BindCall = self.BindCall
+        while True:
+            t = sched.next_task_c()
+            if t is None:
+                break
+            task = <TaskCalls?>t
+            ready = task.ready
+            ctx = <CallContext?>ready.pop()
+            if ctx.state != _READY:
+                continue
+            key = ctx.key
+            cached = task.cache.get(key)
+            if cached is not None:
+                task.cache_hits += 1
+                out.append(self.CompleteCallFromCache(ctx.call_id, task.task_id, False, ""))
+                self._set_terminal(ctx, True, cached, "", "", False, 0, True, out, True)
+                continue
+            leader = task.flights.get(key)
+            if leader is not None and leader is not ctx:  # ctx itself leads while retrying
+                _join(<CallContext?>leader, ctx)
+                continue
+            i = select_fn(views, now, sample, max_runnable, max_inflight, mem, stall) if views else -1
+            if i < 0:
+                ready.push_front(ctx)
+                sched.unserved()
+                break
+            rec = <ExecutorRecord?>recs[i]
+            ctx.state = _RUNNING
+            ctx.attempt_count += 1
+            ctx.bound = False
+            ctx.budget_ms = deadline
+            view = rec.view
+            view.local_inflight += 1
+            rec.calls[ctx.call_id] = ctx
+            ctx.exec = rec
+            eid = ctx.executor_id = view.executor_id
+            task.inflight += 1
+            task.instance.inflight += 1
+            task.flights[key] = ctx
+            if self.c_cmds:
+                out.append(new_bind_call(ctx.call_id, eid, task.task_id, False, ""))
+            else:
+                out.append(BindCall(ctx.call_id, eid, task.task_id, False, ""))
+            while ready:
+                nxt = <CallContext?>ready.peek()
+                if nxt.key != key:
+                    break
+                ready.pop()
+                if nxt.state == _READY:
+                    _join(ctx, nxt)
+            sched.served_c(task)
+        return out
+
+    # --- binding -----------------------------------------------------------------------
+
+    def executor_bound(self, call_id, now, executor_id=""):
+        cdef CallContext ctx
+        c = self.by_id.get(call_id)
+        if c is None:
+            if executor_id:
+                return [self.UnbindCall(call_id, executor_id)]
+            return []
+        ctx = <CallContext?>c
+        if (ctx.state != _RUNNING or ctx.bound
+                or (executor_id and ctx.executor_id != executor_id)):
+            if executor_id and (ctx.state == _READY or ctx.state == _DONE
+                                or ctx.executor_id != executor_id):
+                return [self.UnbindCall(call_id, executor_id)]
+            return []
+        ctx.bound = True
+        parent = ctx.parent
+        parent_id = parent.call_id if parent is not None else ""
+        task_id = (<TaskCalls?>ctx.task).task_id
+        cdef list out
+        if self.c_cmds:
+            out = [new_dispatch_call(call_id, ctx.executor_id, task_id, ctx.function_id, ctx.digest,
+                                     ctx.entry_selector, ctx.args_json, ctx.budget_ms,
+                                     ctx.attempt_count, parent_id)]
+        else:
+            out = [self.DispatchCallCmd(call_id, ctx.executor_id, task_id, ctx.function_id, ctx.digest,
+                                        ctx.entry_selector, ctx.args_json, ctx.budget_ms,
+                                        ctx.attempt_count, parent_id)]
+        if ctx.children:
+            self.subcalls.bind_children(ctx, out)
+        return out
+
+    # --- completion --------------------------------------------------------------------
+
+    def call_completed(self, call_id, attempt_seq, output_json, budget_used_ms, now):
+        cdef CallContext ctx
+        cdef ExecutorRecord rec
+        cdef TaskCalls task
+        c = self.by_id.get(call_id)
+        if c is None:
+            return []
+        ctx = <CallContext?>c
+        cdef int st = ctx.state
+        if (st != _RUNNING and st != _WAITING) or not ctx.bound or ctx.attempt_count != attempt_seq:
+            return []
+        if type(output_json) is not bytes:
+            output_json = bytes(output_json)
+        rec = <ExecutorRecord?>ctx.exec
+        cdef list out = [new_unbind_call(call_id, ctx.executor_id) if self.c_cmds
+                         else self.UnbindCall(call_id, ctx.executor_id)]
+        rec.completions += 1
+        view = rec.view
+        if view.runnable > 0:
+            view.runnable -= 1
+        tasks = self.tasks
+        if ctx.parent is None and rec.attached:
+            # TaskTable.release inlined for the common case (a root on an attached executor).
+            ctx.exec = None
+            view.local_inflight -= 1
+            del rec.calls[call_id]
+            task = <TaskCalls?>ctx.task
+            task.inflight -= 1
+            task.instance.inflight -= 1
+            if task.ready and not task.in_ring:
+                self.sched.wake_c(task)
+            if task.stop_dispatching:
+                tasks.mark_dirty(task)
+        else:
+            tasks.release(ctx)
+        self._set_terminal(ctx, True, output_json, "", "", False, budget_used_ms, True, out, True)
+        return out
+
+    # --- terminal accounting (TaskTable.set_terminal) -----------------------------------
+
+    def set_terminal(self, CallContext ctx, ok, output, kind, message, retryable, budget_used_ms,
+                     counted, list out, notify=True):
+        self._set_terminal(ctx, ok, output, kind, message, retryable, budget_used_ms, counted,
+                           out, notify)
+
+    @cython.boundscheck(True)
+    @cython.wraparound(True)
+    cdef int _set_terminal(self, CallContext ctx, bint ok, object output, object kind,
+                           object message, object retryable, object budget_used_ms,
+                           bint counted, list out, bint notify) except -1:
+        cdef TaskCalls task
+        cdef CallContext parent, w
+        cdef Batch batch
+        if ctx.state == _DONE:
+            return 0
+        if self.on_terminal is not None:
+            self.on_terminal(ctx)
+        ctx.state = _DONE
+        ctx.output = output
+        ctx.budget_used_ms = budget_used_ms
+        ctx.retry_armed = False
+        if ok:
+            ctx.ok = True
+        else:
+            ctx.error_kind = kind
+            ctx.error_message = message
+            ctx.retryable = retryable
+        if ctx.parked:
+            self.subcalls.unpark(ctx)
+        if ctx.children:
+            self.subcalls.cancel_subtree(ctx, "parent call ended", out)
+        task = <TaskCalls?>ctx.task
+        if ctx.parent is not None:
+            parent = <CallContext?>ctx.parent
+            siblings = parent.children
+            if siblings:
+                siblings.pop(ctx.call_id, None)
+            if ok:
+                task.cache[ctx.key] = output
+            if notify and (parent.state == _RUNNING or parent.state == _WAITING):
+                if ok:
+                    out.append(self.SubcallDone(ctx.call_id, parent.call_id, parent.executor_id,
+                                                ctx.request_id, True, output, "", "", False,
+                                                budget_used_ms, parent.attempt_count, ""))
+                else:
+                    out.append(self.SubcallDone(
+                        ctx.call_id, parent.call_id, parent.executor_id, ctx.request_id, False,
+                        None, self.ERR_SUBCALL_FAILED,
+                        f"subcall {ctx.function_id} ({ctx.call_id}) failed: {kind}: {message}",
+                        retryable, budget_used_ms, parent.attempt_count, kind))
+            return 0
+        del task.pending[ctx.call_id]
+        key = ctx.key
+        if ok:
+            task.succeeded += 1
+            task.cache[key] = output
+            if not task.discard_outputs:
+                task.outputs[ctx.index] = output
+                task.output_bytes += len(output)
+                if self.max_output and task.output_bytes > self.max_output:
+                    self.tasks.output_exceeded(task)
+        elif counted:
+            task.calls_failed += 1
+            task.failures_retryable = task.failures_retryable and retryable
+            if not task.first_failure:
+                task.first_failure = (f"call {ctx.call_id} (function {ctx.function_id}) failed "
+                                      f"after {ctx.attempt_count} attempt(s): {kind}: {message}")
+            if task.fast_fail and not task.failure_code:
+                task.failure_code = self.CALL_FAILED
+                task.failure_message = task.first_failure
+                task.failure_retryable = retryable
+                self.tasks.stop(task, "call failed")
+        if task.flights.get(key) is ctx:
+            del task.flights[key]
+        waiters = ctx.waiters
+        if waiters:
+            ctx.waiters = None
+            for w in waiters:
+                self._set_terminal(w, ok, output, kind, message, retryable, 0, counted, out, True)
+        batch = <Batch?>task.batches[ctx.batch_idx]
+        batch.remaining -= 1
+        if batch.remaining == 0:
+            task.settle_ready.append(batch)
+        if not task.dirty:
+            self.tasks.mark_dirty(task)
+        return 0

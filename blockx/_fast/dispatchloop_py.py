@@ -1,0 +1,563 @@
+"""The DispatcherCore's per-call state and per-call loop; pure-Python twin of
+dispatchloop.pyx (test oracle and benchmark baseline).
+
+What it holds:
+- the records the core's parts keep per call, task, batch, instance and
+  executor (CallContext, TaskCalls, Batch, InstanceState, ExecutorRecord): plain
+  state, owned and documented by the core module that uses each
+  (dispatcher_calls, dispatcher_tasks, dispatcher_fairness, dispatcher_select);
+- ``make_calls``, which validates one call list and builds its contexts (no side
+  effects, so the core may run it off its actor);
+- ``DispatchLoop``, the per-call steps of the DispatcherCore (admission, bound,
+  completion, terminal accounting). It works on the core's parts, which it is
+  given at construction, and follows the rules stated in blockx/core/dispatcher.py
+  and dispatcher_tasks.py (it is that code, moved here so that it can be
+  compiled); anything off the per-call path stays in the parts.
+Rules: Sans-IO like the core (no clock, no IO, no randomness); both
+implementations take and return the same values and raise the same errors.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable, Iterable
+
+READY = 0
+RUNNING = 1
+WAITING = 2
+DONE = 3
+STATE_NAMES = ("READY", "RUNNING", "WAITING", "DONE")
+
+__all__ = ["CallContext", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
+           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop", "link_calls", "unlink_calls", "TaskScheduler"]
+
+
+class CallContext:
+    __slots__ = (
+        "call_id", "task", "index", "batch_idx", "function_id", "digest", "entry_selector",
+        "args_json", "key", "state", "executor_id", "exec", "bound", "attempt_count",
+        "budget_ms", "parent", "depth", "request_id", "children", "waiters", "leader",
+        "retry_armed", "parked", "ok", "output", "error_kind", "error_message",
+        "retryable", "budget_used_ms",
+    )
+
+    def __init__(self, call_id: str, function_id: str, digest: str, entry_selector: str,
+                 args_json: bytes, key: bytes, index: int, batch_idx: int) -> None:
+        self.call_id = call_id
+        self.task: Any = None           # TaskCalls, set at commit
+        self.index = index              # position among the task's roots; -1 for subcalls
+        self.batch_idx = batch_idx
+        self.function_id = function_id
+        self.digest = digest
+        self.entry_selector = entry_selector
+        self.args_json = args_json
+        self.key = key
+        self.state = READY
+        self.executor_id = ""
+        self.exec: Any = None           # ExecutorRecord while bound (counted in local_inflight)
+        self.bound = False
+        self.attempt_count = 0
+        self.budget_ms = 0
+        self.parent: CallContext | None = None
+        self.depth = 0
+        self.request_id = ""
+        self.children: dict[str, CallContext] | None = None   # active subcalls
+        self.waiters: list[CallContext] | None = None         # singleflight waiters (leader only)
+        self.leader: CallContext | None = None                # set on a waiter
+        self.retry_armed = False
+        self.parked = False
+        self.ok = False
+        self.output: bytes | None = None
+        self.error_kind = ""
+        self.error_message = ""
+        self.retryable = False
+        self.budget_used_ms = 0
+
+    def __repr__(self) -> str:
+        return (f"<CallContext {self.call_id} {STATE_NAMES[self.state]} "
+                f"attempt={self.attempt_count} executor={self.executor_id!r}>")
+
+
+def make_calls(task_id: str, prefix: str, calls: Iterable, batch_idx: int,
+               cache_key: Callable[[str, str, bytes], bytes]) -> list:
+    """The contexts of one call list: ids ``prefix + str(i)``, cache keys by
+    ``cache_key``. Each spec is (function_id, digest, args_json, entry_selector)
+    with canonical args_json bytes; an invalid spec raises ValueError naming it."""
+    out: list[CallContext] = []
+    append = out.append
+    for i, spec in enumerate(calls):
+        try:
+            function_id, digest, args_json, entry_selector = spec
+        except (TypeError, ValueError):
+            raise ValueError(f"task {task_id}: call {i} must be (function_id, digest, args_json, "
+                             f"entry_selector), got {spec!r}") from None
+        if type(function_id) is not str or not function_id:
+            raise ValueError(f"task {task_id}: call {i} needs a non-empty function_id, "
+                             f"got {function_id!r}")
+        if type(digest) is not str:
+            raise ValueError(f"task {task_id}: call {i} digest must be a str, got {digest!r}")
+        if type(args_json) is not bytes:
+            raise ValueError(f"task {task_id}: call {i} args_json must be canonical JSON bytes, "
+                             f"got {type(args_json).__name__}")
+        if type(entry_selector) is not str:
+            raise ValueError(f"task {task_id}: call {i} entry_selector must be a str, "
+                             f"got {entry_selector!r}")
+        append(CallContext(f"{prefix}{i}", function_id, digest, entry_selector or "main",
+                           args_json, cache_key(function_id, digest, args_json), i, batch_idx))
+    return out
+
+
+class Batch:
+    __slots__ = ("idx", "calls", "remaining")
+
+    def __init__(self, idx: int, calls: list) -> None:
+        self.idx = idx
+        self.calls = calls          # roots of the batch, then subcalls as they are added
+        self.remaining = len(calls)  # roots not yet DONE
+
+
+class TaskCalls:
+    """The calls of one task and what the dispatcher decided about them."""
+
+    __slots__ = (
+        "task_id", "fast_fail", "max_attempts", "base_backoff_ms", "jitter_percent",
+        "instance", "streaming", "ready", "inflight", "pending", "total", "outputs",
+        "output_bytes", "cache", "flights", "batches", "settle_ready", "next_batch_idx",
+        "unsettled", "production_open", "stop_dispatching", "stop_reason", "stop_sent",
+        "failure_code", "failure_message", "failure_retryable", "discard_outputs",
+        "converged", "removed", "in_ring", "dirty", "succeeded", "calls_failed", "call_retries",
+        "cache_hits", "first_failure", "failures_retryable",
+    )
+
+    def __init__(self, task_id: str, fast_fail: bool, max_attempts: int, base_backoff_ms: int,
+                 jitter_percent: int, instance: Any, streaming: bool, ready: Any) -> None:
+        self.task_id = task_id
+        self.fast_fail = fast_fail
+        self.max_attempts = max_attempts
+        self.base_backoff_ms = base_backoff_ms
+        self.jitter_percent = jitter_percent
+        self.instance = instance                 # InstanceState (fairness bucket)
+        self.streaming = streaming
+        self.ready = ready                       # ReadyQueue of READY roots
+        self.inflight = 0                        # roots RUNNING or WAITING
+        self.pending: dict = {}                  # roots not yet DONE, by call id
+        self.total = 0                           # roots committed (TotalCount)
+        self.outputs: list = []                  # by root index; None = no output
+        self.output_bytes = 0
+        self.cache: dict = {}                    # CallCache: key -> successful output
+        self.flights: dict = {}                  # Singleflight: key -> leader root
+        self.batches: dict = {}
+        self.settle_ready: list = []             # batches whose roots are all DONE
+        self.next_batch_idx = 0
+        self.unsettled = 0                       # committed batches not yet settled
+        self.production_open = streaming         # producer may still commit batches
+        self.stop_dispatching = False
+        self.stop_reason = ""
+        self.stop_sent = False
+        self.failure_code = ""
+        self.failure_message = ""
+        self.failure_retryable = False
+        self.discard_outputs = False
+        self.converged = False
+        self.removed = False
+        self.in_ring = False
+        self.dirty = False
+        self.succeeded = 0                       # roots DONE with an output
+        self.calls_failed = 0                    # roots that failed (not drained / cancelled)
+        self.call_retries = 0
+        self.cache_hits = 0
+        self.first_failure = ""                  # description of the first root failure
+        self.failures_retryable = True           # every root failure so far was retryable
+
+
+class InstanceState:
+    __slots__ = ("instance_id", "ring", "inflight", "last_served", "tasks")
+
+    def __init__(self, instance_id: str) -> None:
+        self.instance_id = instance_id
+        self.ring = deque()          # deque of TaskCalls records that may be dispatchable
+        self.inflight = 0            # root calls RUNNING/WAITING across the group's tasks
+        self.last_served = 0         # scheduler sequence of the group's latest bind
+        self.tasks = 0               # registered tasks in the group
+
+
+# The TaskScheduler's rules are in blockx/core/dispatcher_fairness.py (it re-exports it).
+class TaskScheduler:
+    __slots__ = ("_fair", "_quantum", "_window", "_instances", "_single", "_current", "_left",
+                 "_seq")
+
+    def __init__(self, fair: bool, quantum: int, window: int) -> None:
+        self._fair = fair
+        self._quantum = quantum
+        self._window = window
+        self._instances: dict[str, InstanceState] = {}
+        self._single = InstanceState("")
+        self._current: InstanceState | None = None
+        self._left = 0
+        self._seq = 0
+
+    def attach(self, instance_id: str) -> InstanceState:
+        """The group a new task joins."""
+        if not self._fair:
+            inst = self._single
+        else:
+            inst = self._instances.get(instance_id)
+            if inst is None:
+                inst = self._instances[instance_id] = InstanceState(instance_id)
+        inst.tasks += 1
+        return inst
+
+    def detach(self, task: Any) -> None:
+        inst = task.instance
+        if task.in_ring:
+            task.in_ring = False
+            try:
+                inst.ring.remove(task)
+            except ValueError:
+                pass
+        inst.tasks -= 1
+        if self._fair and inst.tasks <= 0:
+            self._instances.pop(inst.instance_id, None)
+            if self._current is inst:
+                self._current = None
+
+    @staticmethod
+    def wake(task: Any) -> None:
+        if not task.in_ring and not task.removed:
+            task.in_ring = True
+            task.instance.ring.append(task)
+
+    def next_task(self) -> Any:
+        """The task to admit from next, or None when no task can take a call."""
+        window = self._window
+        if not self._fair:
+            ring = self._single.ring
+            while ring:
+                t = ring[0]
+                if t.ready and not t.stop_dispatching and t.inflight < window:
+                    return t
+                ring.popleft()
+                t.in_ring = False
+            return None
+        while True:
+            inst = self._current
+            if inst is None or self._left <= 0 or not inst.ring:
+                inst = self._pick()
+                if inst is None:
+                    return None
+                self._current = inst
+                self._left = self._quantum
+            ring = inst.ring
+            while ring:
+                t = ring[0]
+                if t.ready and not t.stop_dispatching and t.inflight < window:
+                    return t
+                ring.popleft()
+                t.in_ring = False
+
+    def _pick(self) -> InstanceState | None:
+        best = None
+        for inst in self._instances.values():
+            if not inst.ring:
+                continue
+            if (best is None or inst.inflight < best.inflight
+                    or (inst.inflight == best.inflight
+                        and (inst.last_served < best.last_served
+                             or (inst.last_served == best.last_served
+                                 and inst.instance_id < best.instance_id)))):
+                best = inst
+        return best
+
+    def served(self, task: Any) -> None:
+        """task (the ring head) just got a bind: rotate it and spend quantum."""
+        inst = task.instance
+        self._seq += 1
+        inst.last_served = self._seq
+        ring = inst.ring
+        if len(ring) > 1 and ring[0] is task:
+            ring.rotate(-1)
+        self._left -= 1
+
+    def unserved(self) -> None:
+        """No executor could take the picked instance's call. A turn that has
+        not served a bind yet is void: the next round re-selects by the
+        then-current in-flight counts. A turn already under way continues."""
+        if self._left >= self._quantum:
+            self._current = None
+
+    def instance_inflight(self) -> dict[str, int]:
+        """instance_id -> root calls in flight (fair mode; for tests/metrics)."""
+        if not self._fair:
+            return {"": self._single.inflight}
+        return {i.instance_id: i.inflight for i in self._instances.values()}
+
+
+class ExecutorRecord:
+    __slots__ = ("view", "heartbeat_seq", "heartbeat_runnable", "completions", "calls", "attached")
+
+    def __init__(self, view: Any) -> None:
+        self.view = view
+        self.heartbeat_seq = -1
+        self.heartbeat_runnable = 0
+        self.completions = 0                # completions seen since heartbeat_seq
+        self.calls: dict = {}               # call_id -> CallContext bound here
+        self.attached = True
+
+
+class DispatchLoop:
+    """The DispatcherCore's per-call steps over its parts (see the module doc).
+
+    ``commands`` maps the command names the steps emit (BindCall, UnbindCall,
+    DispatchCallCmd, CompleteCallFromCache, SubcallDone) to their classes, and
+    ``texts`` the failure code and error kind strings they use (CALL_FAILED,
+    ERR_SUBCALL_FAILED): the core owns both, this module sits below it."""
+
+    __slots__ = ("by_id", "tasks", "sched", "ex", "subcalls", "deadline", "max_output", "on_terminal",
+                 "BindCall", "UnbindCall", "DispatchCallCmd", "CompleteCallFromCache",
+                 "SubcallDone", "CALL_FAILED", "ERR_SUBCALL_FAILED")
+
+    def __init__(self, by_id: dict, tasks: Any, sched: Any, ex: Any, subcalls: Any,
+                 deadline: int, max_output: int, commands: dict, texts: dict) -> None:
+        self.by_id = by_id
+        self.tasks = tasks
+        self.sched = sched
+        self.ex = ex
+        self.subcalls = subcalls
+        self.deadline = deadline
+        self.max_output = max_output
+        # Called with each context as it enters DONE, before its accounting (tests
+        # count transitions with it); None in production.
+        self.on_terminal: Any = None
+        self.BindCall = commands["BindCall"]
+        self.UnbindCall = commands["UnbindCall"]
+        self.DispatchCallCmd = commands["DispatchCallCmd"]
+        self.CompleteCallFromCache = commands["CompleteCallFromCache"]
+        self.SubcallDone = commands["SubcallDone"]
+        self.CALL_FAILED = texts["CALL_FAILED"]
+        self.ERR_SUBCALL_FAILED = texts["ERR_SUBCALL_FAILED"]
+
+    # --- admission ---------------------------------------------------------------------
+
+    def dispatch(self, now: int) -> list:
+        """TryDispatchNext until nothing more can be admitted."""
+        out: list = []
+        sched = self.sched
+        next_task = sched.next_task
+        served = sched.served
+        ex = self.ex
+        views = ex.views          # mutated in place only by snapshot events
+        recs = ex.recs
+        select_fn = ex.select_fn
+        sample, max_runnable, max_inflight, mem, stall = ex.select_params()
+        deadline = self.deadline
+        BindCall = self.BindCall
+        while True:
+            task = next_task()
+            if task is None:
+                break
+            ready = task.ready
+            ctx = ready.pop()
+            if ctx.state != READY:
+                continue
+            key = ctx.key
+            cached = task.cache.get(key)
+            if cached is not None:
+                task.cache_hits += 1
+                out.append(self.CompleteCallFromCache(ctx.call_id, task.task_id, False, ""))
+                self.set_terminal(ctx, True, cached, "", "", False, 0, True, out)
+                continue
+            leader = task.flights.get(key)
+            if leader is not None and leader is not ctx:  # ctx itself leads while retrying
+                join(leader, ctx)
+                continue
+            i = select_fn(views, now, sample, max_runnable, max_inflight, mem, stall) if views else -1
+            if i < 0:
+                ready.push_front(ctx)
+                sched.unserved()
+                break
+            rec = recs[i]
+            ctx.state = RUNNING
+            ctx.attempt_count += 1
+            ctx.bound = False
+            ctx.budget_ms = deadline
+            view = rec.view
+            view.local_inflight += 1
+            rec.calls[ctx.call_id] = ctx
+            ctx.exec = rec
+            eid = ctx.executor_id = view.executor_id
+            task.inflight += 1
+            task.instance.inflight += 1
+            task.flights[key] = ctx
+            out.append(BindCall(ctx.call_id, eid, task.task_id, False, ""))
+            while ready:
+                nxt = ready.peek()
+                if nxt.key != key:
+                    break
+                ready.pop()
+                if nxt.state == READY:
+                    join(ctx, nxt)
+            served(task)
+        return out
+
+    # --- binding -----------------------------------------------------------------------
+
+    def executor_bound(self, call_id: str, now: int, executor_id: str = "") -> list:
+        """handle_executor_bound (see DispatcherCore; same signature)."""
+        ctx = self.by_id.get(call_id)
+        if (ctx is None or ctx.state != RUNNING or ctx.bound
+                or (executor_id and ctx.executor_id != executor_id)):
+            if executor_id and (ctx is None or ctx.state == READY or ctx.state == DONE
+                                or ctx.executor_id != executor_id):
+                return [self.UnbindCall(call_id, executor_id)]
+            return []
+        ctx.bound = True
+        parent = ctx.parent
+        out: list = [self.DispatchCallCmd(call_id, ctx.executor_id, ctx.task.task_id, ctx.function_id,
+                                          ctx.digest, ctx.entry_selector, ctx.args_json, ctx.budget_ms,
+                                          ctx.attempt_count, parent.call_id if parent is not None else "")]
+        if ctx.children:
+            self.subcalls.bind_children(ctx, out)
+        return out
+
+    # --- completion --------------------------------------------------------------------
+
+    def call_completed(self, call_id: str, attempt_seq: int, output_json: bytes,
+                       budget_used_ms: int, now: int) -> list:
+        """handle_call_completed (see DispatcherCore; same signature)."""
+        ctx = self.by_id.get(call_id)
+        if ctx is None:
+            return []
+        st = ctx.state
+        if (st != RUNNING and st != WAITING) or not ctx.bound or ctx.attempt_count != attempt_seq:
+            return []
+        if type(output_json) is not bytes:
+            output_json = bytes(output_json)
+        rec = ctx.exec
+        out: list = [self.UnbindCall(call_id, ctx.executor_id)]
+        rec.completions += 1
+        view = rec.view
+        if view.runnable > 0:
+            view.runnable -= 1
+        tasks = self.tasks
+        if ctx.parent is None and rec.attached:
+            # TaskTable.release inlined for the common case (a root on an attached executor).
+            ctx.exec = None
+            view.local_inflight -= 1
+            del rec.calls[call_id]
+            task = ctx.task
+            task.inflight -= 1
+            task.instance.inflight -= 1
+            if task.ready and not task.in_ring:
+                self.sched.wake(task)
+            if task.stop_dispatching:
+                tasks.mark_dirty(task)
+        else:
+            tasks.release(ctx)
+        self.set_terminal(ctx, True, output_json, "", "", False, budget_used_ms, True, out)
+        return out
+
+    # --- terminal accounting (TaskTable.set_terminal) -----------------------------------
+
+    def set_terminal(self, ctx: Any, ok: bool, output: Any, kind: str, message: str,
+                     retryable: Any, budget_used_ms: Any, counted: bool, out: list,
+                     notify: bool = True) -> None:
+        if ctx.state == DONE:
+            return
+        if self.on_terminal is not None:
+            self.on_terminal(ctx)
+        ctx.state = DONE
+        ctx.output = output
+        ctx.budget_used_ms = budget_used_ms
+        ctx.retry_armed = False
+        if ok:
+            ctx.ok = True
+        else:
+            ctx.error_kind = kind
+            ctx.error_message = message
+            ctx.retryable = retryable
+        if ctx.parked:
+            self.subcalls.unpark(ctx)
+        if ctx.children:
+            self.subcalls.cancel_subtree(ctx, "parent call ended", out)
+        task = ctx.task
+        parent = ctx.parent
+        if parent is not None:
+            siblings = parent.children
+            if siblings:
+                siblings.pop(ctx.call_id, None)
+            if ok:
+                task.cache[ctx.key] = output
+            if notify and (parent.state == RUNNING or parent.state == WAITING):
+                if ok:
+                    out.append(self.SubcallDone(ctx.call_id, parent.call_id, parent.executor_id,
+                                                ctx.request_id, True, output, "", "", False,
+                                                budget_used_ms, parent.attempt_count, ""))
+                else:
+                    out.append(self.SubcallDone(
+                        ctx.call_id, parent.call_id, parent.executor_id, ctx.request_id, False,
+                        None, self.ERR_SUBCALL_FAILED,
+                        f"subcall {ctx.function_id} ({ctx.call_id}) failed: {kind}: {message}",
+                        retryable, budget_used_ms, parent.attempt_count, kind))
+            return
+        del task.pending[ctx.call_id]
+        key = ctx.key
+        if ok:
+            task.succeeded += 1
+            task.cache[key] = output
+            if not task.discard_outputs:
+                task.outputs[ctx.index] = output
+                task.output_bytes += len(output)
+                if self.max_output and task.output_bytes > self.max_output:
+                    self.tasks.output_exceeded(task)
+        elif counted:
+            task.calls_failed += 1
+            task.failures_retryable = task.failures_retryable and retryable
+            if not task.first_failure:
+                task.first_failure = (f"call {ctx.call_id} (function {ctx.function_id}) failed "
+                                      f"after {ctx.attempt_count} attempt(s): {kind}: {message}")
+            if task.fast_fail and not task.failure_code:
+                task.failure_code = self.CALL_FAILED
+                task.failure_message = task.first_failure
+                task.failure_retryable = retryable
+                self.tasks.stop(task, "call failed")
+        if task.flights.get(key) is ctx:
+            del task.flights[key]
+        waiters = ctx.waiters
+        if waiters:
+            ctx.waiters = None
+            for w in waiters:
+                self.set_terminal(w, ok, output, kind, message, retryable, 0, counted, out)
+        batch = task.batches[ctx.batch_idx]
+        batch.remaining -= 1
+        if batch.remaining == 0:
+            task.settle_ready.append(batch)
+        if not task.dirty:
+            self.tasks.mark_dirty(task)
+
+
+def link_calls(task: Any, calls: list, by_id: dict) -> None:
+    """TaskTable.register's per-call part: the committed calls join their task's
+    pending roots and ready queue, and the call table."""
+    pending = task.pending
+    push = task.ready.push
+    for ctx in calls:
+        ctx.task = task
+        pending[ctx.call_id] = ctx
+        push(ctx)
+        by_id[ctx.call_id] = ctx
+
+
+def unlink_calls(calls: list, by_id: dict) -> None:
+    """CallTable.forget's loop: settled (or cancelled) calls leave the call table."""
+    pop = by_id.pop
+    for ctx in calls:
+        pop(ctx.call_id, None)
+
+
+def join(leader: Any, waiter: Any) -> None:
+    """Singleflight: waiter takes leader's result (roots of one task only)."""
+    waiter.leader = leader
+    if leader.waiters is None:
+        leader.waiters = [waiter]
+    else:
+        leader.waiters.append(waiter)
+    waiter.task.cache_hits += 1
