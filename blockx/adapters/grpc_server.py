@@ -234,8 +234,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, (
                 f"task {tid!r} has no trace on this worker: it holds a slot but was not submitted yet"
                 if snap.state == TaskState.ALLOCATED else
-                f"task {tid!r} has no trace on this worker: it ran before tracing was on, or was refused "
-                "before it started"))
+                f"task {tid!r} has no trace on this worker any more: ended traces are kept within "
+                f"TRACE_RETAINED_MAX_EVENTS ({traces.retained_max_events} events) and the oldest are evicted "
+                "first (raise it, or fetch traces sooner); or the task was refused before it started"))
         body = orjson.dumps(chrome_trace(tr, traces.now()))
         self._count("GetTaskTrace", "OK")
         return pb.TaskTrace(

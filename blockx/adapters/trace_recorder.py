@@ -21,7 +21,12 @@ commits, executor losses) are dropped past the cap and counted in ``truncated``.
 Lifetime. A trace lives from the task's activation to the purge of its retained
 result: the Orchestrator calls ``forget_purged`` after the core's timers, and a
 trace is dropped once the core no longer knows its task (resultRetentionMs after
-the end), so the store never holds more traces than the core holds tasks.
+the end), so the store never holds more traces than the core holds tasks. Ended
+traces also share a budget, ``retained_max_events`` (TRACE_RETAINED_MAX_EVENTS):
+each counts its events, at least RETAINED_FLOOR_EVENTS for its fixed overhead
+(~2 KB), and past the budget the oldest ended traces are evicted first (counted
+in ``evicted``) - otherwise thousands of short tasks a second, retained for the
+default 300 s, would hold gigabytes. A running task's trace is never evicted.
 
 Events as ``TaskTrace.events`` decodes them, by kind (index 0) and time in us (index 1):
 
@@ -53,6 +58,11 @@ IO_WAIT, IO_DONE, SUBCALL, RETRY, LOST = _tb.IO_WAIT, _tb.IO_DONE, _tb.SUBCALL, 
 CALL_KINDS, PINNED_KINDS, PINNED_RESERVE = _tb.CALL_KINDS, _tb.PINNED_KINDS, _tb.PINNED_RESERVE
 DEFAULT_MAX_EVENTS = 10_000
 MIN_MAX_EVENTS = 100
+# An ended trace weighs at least this many events in the retained budget: its
+# TaskTrace, string table and buffer cost about 2 KB even for a one-call task,
+# the size of ~32 event rows (64 bytes each).
+RETAINED_FLOOR_EVENTS = 32
+DEFAULT_RETAINED_MAX_EVENTS = 2_000_000     # ~128 MB of rows: ~60k short tasks or 200 full 10k-event traces
 
 _monotonic_ns = time.monotonic_ns
 
@@ -64,13 +74,22 @@ class TraceStore:
     already forgotten). A Worker with tracing off has no TraceStore at all: its
     hooks are guarded by ``if traces is not None``."""
 
-    def __init__(self, max_events: int = DEFAULT_MAX_EVENTS, clock_ns: Callable[[], int] = _monotonic_ns) -> None:
+    def __init__(self, max_events: int = DEFAULT_MAX_EVENTS, clock_ns: Callable[[], int] = _monotonic_ns, *,
+                 retained_max_events: int = DEFAULT_RETAINED_MAX_EVENTS) -> None:
         if max_events < MIN_MAX_EVENTS:
             raise ValueError(f"max_events must be >= {MIN_MAX_EVENTS}, got {max_events}")
+        if retained_max_events < RETAINED_FLOOR_EVENTS:
+            raise ValueError(f"retained_max_events must be >= {RETAINED_FLOOR_EVENTS} (one ended trace), "
+                             f"got {retained_max_events}")
         self.max_events = max_events
+        self.retained_max_events = retained_max_events
         self._clock_ns = clock_ns
         self._tasks: dict[str, TaskTrace] = {}
-        self._ended: deque[TaskTrace] = deque()    # ended tasks' traces, in end order (retention is FIFO)
+        # ended tasks' traces with their weight in the budget, in end order
+        # (retention and eviction are both FIFO)
+        self._ended: deque[tuple[TaskTrace, int]] = deque()
+        self.retained_events = 0        # the weights of the traces in _ended
+        self.evicted = 0                # ended traces dropped to stay within the budget
         # The two hooks every call goes through, compiled: bound straight to the
         # recorder, so a hook is one call. Its now_us is the trace clock.
         calls = self._calls = CallRecorder(self._tasks)
@@ -125,7 +144,20 @@ class TraceStore:
         tr.add_task_event((TASK_END, self._now(), state, result.failure_code, result.failure_message,
                            tuple(result.plugin_results)))
         tr.trim()
-        self._ended.append(tr)
+        weight = max(len(tr), RETAINED_FLOOR_EVENTS)
+        self._ended.append((tr, weight))
+        self.retained_events += weight
+        if self.retained_events > self.retained_max_events:
+            self._evict()
+
+    def _evict(self) -> None:
+        ended, tasks = self._ended, self._tasks
+        while self.retained_events > self.retained_max_events and ended:
+            tr, weight = ended.popleft()
+            self.retained_events -= weight
+            if tasks.get(tr.task_id) is tr:
+                del tasks[tr.task_id]
+                self.evicted += 1
 
     def forget_purged(self, known: Callable[[str], object]) -> int:
         """Drop the traces of ended tasks the core has forgotten (``known(task_id)``
@@ -134,7 +166,7 @@ class TraceStore:
         ended, tasks = self._ended, self._tasks
         n = 0
         while ended:
-            tr = ended[0]
+            tr, weight = ended[0]
             tid = tr.task_id
             if tasks.get(tid) is tr:
                 if known(tid) is not None:
@@ -142,6 +174,7 @@ class TraceStore:
                 del tasks[tid]
                 n += 1
             ended.popleft()
+            self.retained_events -= weight
         return n
 
     def _task_of_call(self, call_id: str) -> TaskTrace | None:

@@ -240,6 +240,9 @@ class WorkerFullConfig:
                              doc="record a bounded timeline per task, served by GetTaskTrace; false: none")
     trace_max_events_per_task: int = _f(10_000, env="TRACE_MAX_EVENTS_PER_TASK",
                                         doc="cap of one task's trace; past it its calls are sampled")
+    trace_retained_max_events: int = _f(2_000_000, env="TRACE_RETAINED_MAX_EVENTS",
+                                        doc="budget of events of ended tasks' traces (each counts >= 32); "
+                                            "past it the oldest ended traces are evicted")
     # --- end task traces ---
 
     # The deployment of the profile this config was loaded for (not a JSON key):

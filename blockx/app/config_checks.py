@@ -18,7 +18,7 @@ import os
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from blockx.adapters.trace_recorder import MIN_MAX_EVENTS as MIN_TRACE_EVENTS
+from blockx.adapters.trace_recorder import MIN_MAX_EVENTS as MIN_TRACE_EVENTS, RETAINED_FLOOR_EVENTS
 from blockx.app.addresses import split_host_port
 from blockx.app.config_fields import env_vars_of, json_name
 from blockx.core.config import ADMISSION_RULES, CONFIG_RULES, deadline_problem, retention_problem
@@ -60,6 +60,7 @@ APP_RULES = (
     Rule("shadow_submit_sample_rate", 0, 1, kind=float),
     Rule("memory_diagnostics_interval_ms", 0, note="0 disables the memory diagnostics log line"),  # issue 15
     Rule("trace_max_events_per_task", MIN_TRACE_EVENTS, note="events kept per task trace"),   # task traces
+    Rule("trace_retained_max_events", RETAINED_FLOOR_EVENTS, note="one ended trace"),            # task traces
 )
 IO_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 0, note="0 = phaseIoTimeoutMs"))
 SQL_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 1), Rule("max_rows", 1))

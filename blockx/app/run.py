@@ -208,7 +208,9 @@ class Worker:
             metrics=metrics, shadow=shadow, stall_timeout_ms=dcfg.effective_stall_timeout_ms,
             phase_io_timeout_ms=cfg.phase_io_timeout_ms, on_ready=self._on_ready,
             audit=self._audit_gate(metrics),
-            traces=TraceStore(cfg.trace_max_events_per_task) if cfg.trace_enabled else None)
+            traces=TraceStore(cfg.trace_max_events_per_task,
+                              retained_max_events=cfg.trace_retained_max_events)
+            if cfg.trace_enabled else None)
         metrics.executors_healthy_fn = self.adapter.healthy_count   # live at scrape time
         metrics.outbox_depth_fn = self.adapter.max_outbox_backlog
         # issue 15 part 4: executors' RSS / CPU and the readiness flags, read at scrape time

@@ -196,3 +196,51 @@ def test_waits_from_odd_frames_are_skipped_not_raised():
     store.io_wait({"taskId": "t", "backend": 3}, "t/0", "x")
     assert [e[0] for e in store.get("t").events] == [TASK_START, IO_WAIT]
     assert store.get("t").events[1][2:] == ("t/0", 0, "3")
+
+
+def test_ended_traces_are_bounded_by_the_retained_budget_oldest_first():
+    # Defect: at ~7k one-call tasks/s and the default 300 s retention, ended traces
+    # (~2 KB each) would have held gigabytes. Ended traces now share a budget of
+    # events (each counted at least RETAINED_FLOOR_EVENTS for its fixed overhead).
+    from blockx.adapters.trace_recorder import RETAINED_FLOOR_EVENTS
+    budget = RETAINED_FLOOR_EVENTS * 50
+    store = TraceStore(1000, retained_max_events=budget)
+    for i in range(500):
+        tid = f"t{i}"
+        store.task_started(tid)
+        store.task_ended(tid, "SUCCEEDED", TaskResult(TaskState.SUCCEEDED))
+    assert len(store) == 50 and store.evicted == 450
+    assert store.get("t449") is None and store.get("t450") is not None and store.get("t499") is not None
+    assert store.retained_events <= budget
+    # a running task's trace is never evicted, however many end after it
+    store.task_started("running")
+    for i in range(500, 700):
+        store.task_started(f"t{i}")
+        store.task_ended(f"t{i}", "SUCCEEDED", TaskResult(TaskState.SUCCEEDED))
+    assert store.get("running") is not None and len(store) == 51
+    # the purge path keeps the accounting: forgetting every ended task empties the budget
+    assert store.forget_purged(lambda t: None) == 50
+    assert store.retained_events == 0 and len(store) == 1
+
+
+def test_a_big_ended_trace_counts_its_events_against_the_budget():
+    from blockx.adapters.trace_recorder import RETAINED_FLOOR_EVENTS
+    store = TraceStore(1000, retained_max_events=RETAINED_FLOOR_EVENTS * 40)
+    store.task_started("big")
+    for i in range(400):       # 800 events, under the per-task cap of 1000
+        store.call_sent(sent("big", f"big/{i}"))
+        store.call_done(frame("big"), f"big/{i}", "exec-0", "")
+    store.task_ended("big", "SUCCEEDED", TaskResult(TaskState.SUCCEEDED))
+    assert store.retained_events >= 800 > RETAINED_FLOOR_EVENTS * 40 // 2
+    for i in range(30):      # small ones after it push the big, oldest one out
+        store.task_started(f"s{i}")
+        store.task_ended(f"s{i}", "SUCCEEDED", TaskResult(TaskState.SUCCEEDED))
+    assert store.get("big") is None and store.get("s29") is not None
+    assert store.retained_events <= RETAINED_FLOOR_EVENTS * 40
+
+
+def test_a_retained_budget_below_one_trace_is_refused():
+    import pytest
+    from blockx.adapters.trace_recorder import RETAINED_FLOOR_EVENTS
+    with pytest.raises(ValueError, match="retained_max_events"):
+        TraceStore(1000, retained_max_events=RETAINED_FLOOR_EVENTS - 1)

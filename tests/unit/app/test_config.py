@@ -71,6 +71,7 @@ SPEC_ENV_VARS = {
     "AUDIT_ALLOWLIST_ETCD_PREFIX": "auditAllowlistEtcdPrefix",
     # task traces (issue 15)
     "TRACE_ENABLED": "traceEnabled", "TRACE_MAX_EVENTS_PER_TASK": "traceMaxEventsPerTask",
+    "TRACE_RETAINED_MAX_EVENTS": "traceRetainedMaxEvents",
 }
 
 
@@ -242,6 +243,7 @@ ENV_CASES = [
     ("LOG_LEVEL", "debug", "debug"),
     ("TRACE_ENABLED", "false", False),
     ("TRACE_MAX_EVENTS_PER_TASK", "500", 500),
+    ("TRACE_RETAINED_MAX_EVENTS", "100000", 100000),
 ]
 
 
@@ -485,6 +487,8 @@ VIOLATIONS = [
     (dict(executor_heartbeat_timeout_ms=0), "executorHeartbeatTimeoutMs must be > 0"),
     (dict(trace_max_events_per_task=99),
      "traceMaxEventsPerTask (TRACE_MAX_EVENTS_PER_TASK) must be >= 100 (events kept per task trace) (got 99)"),
+    (dict(trace_retained_max_events=31),
+     "traceRetainedMaxEvents (TRACE_RETAINED_MAX_EVENTS) must be >= 32 (one ended trace) (got 31)"),
     (dict(function_snapshot_retention_ms=1000),
      "functionSnapshotRetentionMs (FUNCTION_SNAPSHOT_RETENTION_MS) (1000) must be 0 (= maxTaskTimeoutMs + 10s) "
      "or >= worker.maxTaskTimeoutMs"),
