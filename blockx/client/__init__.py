@@ -14,11 +14,13 @@
 
 Everything goes over one TaskSession stream per worker. Refusals raise typed
 exceptions (NoSlot, Unavailable, InvalidArgument, InvalidSlot, NotFound,
-SlotUncertain) with the Worker's message; a broken session raises SessionBroken.
+SlotUncertain; TracingOff from trace()) with the Worker's message; a broken session
+raises SessionBroken.
 """
 from blockx.client.cluster import Cluster
 from blockx.client.errors import (
-    BlockxError, InvalidArgument, InvalidSlot, NoSlot, NotFound, SessionBroken, SlotUncertain, Unavailable,
+    BlockxError, InvalidArgument, InvalidSlot, NoSlot, NotFound, SessionBroken, SlotUncertain, TracingOff,
+    Unavailable,
 )
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskProgress, TaskUpdate
 from blockx.client.registry import RegistryView, WorkerInfo
@@ -30,7 +32,7 @@ from blockx.client.worker_client import WorkerClient
 
 __all__ = [
     "BlockxError", "ClientTLS", "Cluster", "InvalidArgument", "InvalidSlot", "NoSlot", "NotFound", "SessionBroken",
-    "SlotLease", "RegistryView", "SlotUncertain", "SyncWorkerClient", "TaskOutcome", "TaskProgress", "TaskTrace", "TaskUpdate", "Unavailable",
+    "SlotLease", "RegistryView", "SlotUncertain", "SyncWorkerClient", "TaskOutcome", "TaskProgress", "TaskTrace", "TaskUpdate", "TracingOff", "Unavailable",
     "WorkerClient", "WorkerInfo",
     "build_task", "call_list_payload", "connect",
 ]

@@ -2,7 +2,8 @@
 
 A refused request (on a session or a unary RPC) raises the exception of its
 code: ``NoSlot`` (RESOURCE_EXHAUSTED), ``Unavailable``, ``InvalidArgument``,
-``InvalidSlot`` (FAILED_PRECONDITION), ``NotFound``, ``SlotUncertain`` (ABORTED).
+``InvalidSlot`` (FAILED_PRECONDITION), ``NotFound``, ``SlotUncertain`` (ABORTED);
+``trace()`` raises ``TracingOff`` (FAILED_PRECONDITION) on a worker that records no traces.
 A session that broke (the Worker went away, or ended it) raises
 ``SessionBroken`` for every request still waiting and every later one.
 """
@@ -47,6 +48,12 @@ class NotFound(BlockxError):
 
 class SlotUncertain(BlockxError):
     code = grpc.StatusCode.ABORTED
+
+
+class TracingOff(BlockxError):
+    """GetTaskTrace on a worker that records no traces (TRACE_ENABLED=false).
+    Its own class, not InvalidSlot: the same status code, a different remedy."""
+    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class SessionBroken(Unavailable):

@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 
 from blockx.client.bounded import as_completed_bounded
-from blockx.client.errors import NoSlot, SessionBroken, Unavailable, error_for, from_rpc_error
+from blockx.client.errors import NoSlot, SessionBroken, TracingOff, Unavailable, error_for, from_rpc_error
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate, state_name
 from blockx.client.tasks import build_task
 from blockx.client.tls import TLS_FROM_ENV, ClientTLS, aio_channel
@@ -286,7 +286,7 @@ class WorkerClient:
         """The task's trace (GetTaskTrace, a unary call on this client's channel):
         ``(await c.trace(tid)).write("trace.json")``, then open it in Perfetto.
         NotFound for an unknown task (or one whose result was purged),
-        InvalidSlot (FAILED_PRECONDITION) when the worker runs with tracing off."""
+        TracingOff (FAILED_PRECONDITION) when the worker runs with tracing off."""
         if self._channel is None:
             raise SessionBroken("the client is not connected: use `async with WorkerClient(addr)` "
                                 "or await connect()", grpc.StatusCode.FAILED_PRECONDITION)
@@ -294,6 +294,8 @@ class WorkerClient:
             msg = await pb_grpc.WorkerServiceStub(self._channel).GetTaskTrace(
                 pb.GetTaskTraceRequest(task_id=task_id), timeout=timeout_s)
         except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                raise TracingOff(exc.details() or "") from None
             raise from_rpc_error(exc) from None
         return TaskTrace.from_pb(msg, self.addr)
 
