@@ -361,15 +361,13 @@ def validate(envelope: Any, accept: frozenset | None = None) -> dict:
     """Check a decoded envelope and its payload; return the payload (defaults
     filled). `accept` limits the message types this side takes, e.g.
     EXECUTOR_TO_WORKER on the Worker. Raises ProtocolError."""
-    payload = _completed_fast(envelope, accept)
-    if payload is not None:
-        return payload
-    payload = _execute_fast(envelope, accept)
-    if payload is not None:
-        return payload
-    payload = _wait_resume_fast(envelope, accept)
-    if payload is not None:
-        return payload
+    if type(envelope) is dict:
+        mt = envelope.get("messageType")
+        fast = _FAST_PATHS.get(mt) if type(mt) is str else None
+        if fast is not None:
+            payload = fast(envelope, accept)
+            if payload is not None:
+                return payload
     return _validate(envelope, accept)
 
 
@@ -489,6 +487,12 @@ def _completed_fast(envelope: Any, accept: frozenset | None) -> dict | None:
 # For a receiver's per-frame loop (the Worker's executor connection): the CallCompleted
 # fast path alone; None means "take validate()" (it names the problem, if any).
 validate_completed_fast = _completed_fast
+
+# validate()'s fast path per message type: each accepts exactly what `_validate`
+# would, or returns None and the general path names the problem. A frame tries
+# only its own type's (a ResumeCall used to fail two other fast paths first).
+_FAST_PATHS = {CALL_COMPLETED: _completed_fast, EXECUTE_CALL: _execute_fast,
+               CALL_WAITING: _wait_resume_fast, RESUME_CALL: _wait_resume_fast}
 
 
 def _validate(envelope: Any, accept: frozenset | None = None) -> dict:
