@@ -132,7 +132,7 @@ class ExecutorEvents:
 
     def _on_subcall_request(self, rt, executor_id, call_id, request_id, attempt, p, now):
         disp = self.disp
-        cmds = disp.handle_call_waiting(call_id, attempt, now) or []
+        cmds = disp.handle_call_waiting(call_id, attempt, now)
         function_id = p["functionId"]
         error = None
         if rt is None or rt.view is None:
@@ -148,7 +148,7 @@ class ExecutorEvents:
                                            int(p.get("grantedBudgetMs", 0)), now)
             if isinstance(child, str):
                 if self.traces is not None: self.traces.subcall(p.get("taskId"), call_id, child)  # trace hook
-                return cmds + more
+                return cmds + more if cmds else more
             if child.stale:
                 return cmds        # from an attempt that is no longer current: nobody waits for it
             error = (child.error_kind, child.message, child.retryable)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from blockx._fast import load
 from blockx._fast.errors import ProtocolError
 
 # --- message types -----------------------------------------------------------------
@@ -361,135 +362,28 @@ def validate(envelope: Any, accept: frozenset | None = None) -> dict:
     """Check a decoded envelope and its payload; return the payload (defaults
     filled). `accept` limits the message types this side takes, e.g.
     EXECUTOR_TO_WORKER on the Worker. Raises ProtocolError."""
-    payload = _completed_fast(envelope, accept)
-    if payload is not None:
-        return payload
-    payload = _execute_fast(envelope, accept)
-    if payload is not None:
-        return payload
-    payload = _wait_resume_fast(envelope, accept)
+    payload = _route_fast(envelope, accept)   # only the envelope's own type's fast path
     if payload is not None:
         return payload
     return _validate(envelope, accept)
 
 
-def _wait_resume_fast(envelope: Any, accept: frozenset | None) -> dict | None:
-    """The frames of every IO / subcall round trip: a well-formed CallWaiting(io |
-    subcall) (the Worker's side) or a ResumeCall carrying a result of an io /
-    subcall wait (the executor's side), accepted with exactly the result
-    `_validate` would give. Anything unusual returns None and takes the general
-    path, which names the problem."""
-    if type(envelope) is not dict:
-        return None
-    mt = envelope.get("messageType")
-    if mt != CALL_WAITING and mt != RESUME_CALL:
-        return None
-    if accept is not None and mt not in accept:
-        return None
-    p = envelope.get("payload")
-    call_id = envelope.get("callId")
-    request_id = envelope.get("requestId")
-    if (type(p) is not dict or type(call_id) is not str or not call_id
-            or type(request_id) is not str or not request_id):
-        return None
-    if mt == RESUME_CALL:
-        kind = p.get("resumeKind")
-        if (kind != WAIT_IO and kind != WAIT_SUBCALL) or type(kind) is not str \
-                or "result" not in p or p.get("error") is not None:
-            return None
-        used = p.get("budgetUsedMs")
-        if used is None:
-            p["budgetUsedMs"] = 0
-        elif type(used) is not int:
-            return None
-        return p
-    if type(p.get("taskId")) is not str or type(p.get("attemptSeq")) is not int:
-        return None
-    kind = p.get("waitKind")
-    if kind == WAIT_IO and type(kind) is str:
-        if type(p.get("backend")) is not str or "request" not in p:
-            return None
-        return p
-    if kind == WAIT_SUBCALL and type(kind) is str:
-        ancestry = p.get("ancestry")
-        if (type(p.get("functionId")) is not str or type(p.get("args")) is not list
-                or type(p.get("grantedBudgetMs")) is not int or type(ancestry) is not list):
-            return None
-        for item in ancestry:
-            if type(item) is not str:
-                return None
-        return p
-    return None
-
-
-def _execute_fast(envelope: Any, accept: frozenset | None) -> dict | None:
-    """The executor's hottest inbound frame: a well-formed ExecuteCall, accepted
-    with exactly the result `_validate` would give. Anything unusual returns None
-    and takes the general path, which names the problem."""
-    if type(envelope) is not dict or envelope.get("messageType") != EXECUTE_CALL:
-        return None
-    if accept is not None and EXECUTE_CALL not in accept:
-        return None
-    p = envelope.get("payload")
-    call_id = envelope.get("callId")
-    request_id = envelope.get("requestId")
-    if (type(p) is not dict or type(call_id) is not str or not call_id
-            or (request_id is not None and type(request_id) is not str)
-            or type(p.get("taskId")) is not str or type(p.get("functionId")) is not str
-            or type(p.get("functionCodeDigest")) is not str or type(p.get("args")) is not list
-            or type(p.get("attemptSeq")) is not int):
-        return None
-    entry = p.get("entrySelector")
-    parent = p.get("parentCallId")
-    budget = p.get("callBudgetMs")
-    if ((entry is not None and type(entry) is not str) or (parent is not None and type(parent) is not str)
-            or (budget is not None and type(budget) is not int)):
-        return None
-    if request_id is None:
-        envelope["requestId"] = ""
-    if entry is None:
-        p["entrySelector"] = DEFAULT_ENTRY_SELECTOR
-    if parent is None:
-        p["parentCallId"] = ""
-    if budget is None:
-        p["callBudgetMs"] = 0
-    return p
-
-
-def _completed_fast(envelope: Any, accept: frozenset | None) -> dict | None:
-    """The common case of the hottest inbound frame: a well-formed CallCompleted,
-    accepted with exactly the result `_validate` would give (~3x cheaper). Anything
-    unusual returns None and takes the general path, which names the problem."""
-    if type(envelope) is not dict or envelope.get("messageType") != CALL_COMPLETED:
-        return None
-    if accept is not None and CALL_COMPLETED not in accept:
-        return None
-    p = envelope.get("payload")
-    call_id = envelope.get("callId")
-    request_id = envelope.get("requestId")
-    if (type(p) is not dict or type(call_id) is not str or not call_id
-            or (request_id is not None and type(request_id) is not str)
-            or type(p.get("taskId")) is not str or type(p.get("attemptSeq")) is not int
-            or "output" not in p or type(p.get("budgetUsedMs")) is not int):
-        return None
-    started = p.get("startedAtMs")
-    duration = p.get("durationMs")
-    if (started is not None and type(started) is not int) or \
-            (duration is not None and type(duration) is not int):
-        return None
-    if request_id is None:
-        envelope["requestId"] = ""
-    if started is None:
-        p["startedAtMs"] = 0
-    if duration is None:
-        p["durationMs"] = 0
-    return p
+# The fast paths of the frames of every call and round trip (CallCompleted,
+# ExecuteCall, CallWaiting io / subcall, ResumeCall io / subcall with a result):
+# compiled, with their pure-Python twin (blockx/_fast/framecheck*). Each returns
+# the payload exactly as `_validate` would leave it, or None for anything unusual
+# (the general path then names the problem).
+_checks = load("framecheck").FrameChecks(EXECUTE_CALL, RESUME_CALL, CALL_WAITING, CALL_COMPLETED,
+                                          WAIT_IO, WAIT_SUBCALL, DEFAULT_ENTRY_SELECTOR)
+_wait_resume_fast = _checks.wait_resume
+_execute_fast = _checks.execute
+_completed_fast = _checks.completed
+_route_fast = _checks.route
 
 
 # For a receiver's per-frame loop (the Worker's executor connection): the CallCompleted
 # fast path alone; None means "take validate()" (it names the problem, if any).
 validate_completed_fast = _completed_fast
-
 
 def _validate(envelope: Any, accept: frozenset | None = None) -> dict:
     if type(envelope) is not dict:
@@ -520,4 +414,4 @@ def _validate(envelope: Any, accept: frozenset | None = None) -> dict:
 
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {
-    "annotations", "Any", "Literal", "NotRequired", "TypedDict"}]
+    "annotations", "Any", "Literal", "NotRequired", "TypedDict", "load"}]

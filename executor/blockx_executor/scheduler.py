@@ -256,10 +256,11 @@ class Scheduler:
             call.raw_digest))
 
     def on_resume(self, call_id: str, rid: str, p: dict, sidecar) -> None:
-        fetch = self.fetches.pop((call_id, rid), None)
-        if fetch is not None:
-            self.on_code(fetch[0], fetch[1], p)
-            return
+        if self.fetches:    # a code fetch is rare; most resumes answer an io / subcall wait
+            fetch = self.fetches.pop((call_id, rid), None)
+            if fetch is not None:
+                self.on_code(fetch[0], fetch[1], p)
+                return
         call = self.calls.get(call_id)
         if call is None or call.state != WAITING or call.request_id != rid:
             log.debug("dropping late ResumeCall %s/%s", call_id, rid)

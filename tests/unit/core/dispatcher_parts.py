@@ -14,7 +14,7 @@ from blockx.core.dispatcher_types import ExecutorSnapshot
 
 class Parts:
     def __init__(self, config: DispatcherConfig | None = None, max_output: int = 0,
-                 executors=("e1",)) -> None:
+                 executors=("e1",), binder=SubcallBinder) -> None:
         cfg = config or DispatcherConfig()
         self.cache_key = load("cachekey").cache_key
         self.calls = CallTable()
@@ -22,7 +22,7 @@ class Parts:
         self.sched = TaskScheduler(False, 1, cfg.task_max_inflight_calls)
         self.tasks = TaskTable(self.calls, self.exec, self.sched, load("readyqueue").ReadyQueue,
                                max_output)
-        self.subcalls = SubcallBinder(self.calls, self.tasks, self.exec, self.cache_key,
+        self.subcalls = binder(self.calls, self.tasks, self.exec, self.cache_key,
                                       cfg.max_subcall_depth)
         self.tasks.subcalls = self.subcalls
         self.loop = wire_dispatch_loop(self.calls, self.tasks, self.sched, self.exec, self.subcalls,

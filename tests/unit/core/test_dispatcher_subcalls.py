@@ -1,12 +1,21 @@
 """SubcallBinder on its own: refusals, binding beside the parent, parking and
 unparking, cached answers, subtree cancellation."""
 import orjson
+import pytest
 
 from blockx.core.dispatcher_calls import DONE, RUNNING
 from blockx.core.dispatcher_commands import BindCall, CancelCallCmd, CompleteCallFromCache, SubcallDone
 from blockx.core.dispatcher_types import ExecutorSnapshot, SubcallRejected
 
+from blockx._fast import implementations
 from tests.unit.core.dispatcher_parts import Parts
+
+
+@pytest.fixture(params=implementations("subcallbind"), ids=lambda impl: impl[0])
+def binder(request):
+    """Each SubcallBinder this run builds: compiled and twin (the twin alone
+    under BLOCKX_NO_EXTENSIONS=1)."""
+    return request.param[1].SubcallBinder
 
 
 def _add(p, parent, fn="g", arg=1, executor="e1", request_id="r"):
@@ -14,16 +23,16 @@ def _add(p, parent, fn="g", arg=1, executor="e1", request_id="r"):
                           "main")
 
 
-def test_a_parent_that_is_not_running_refuses_as_stale():
-    p = Parts()
+def test_a_parent_that_is_not_running_refuses_as_stale(binder):
+    p = Parts(binder=binder)
     _, (a,) = p.task("t", 1)
     res, cmds = _add(p, a)
     assert isinstance(res, SubcallRejected) and res.stale and cmds == []
     assert res.reason == "PARENT_NOT_ACTIVE"
 
 
-def test_a_child_binds_beside_its_parent_without_selection():
-    p = Parts(executors=("e1", "e2"))
+def test_a_child_binds_beside_its_parent_without_selection(binder):
+    p = Parts(executors=("e1", "e2"), binder=binder)
     _, (a,) = p.task("t", 1)
     p.run(a, "e2")
     res, cmds = _add(p, a, executor="e1")              # not where the parent runs
@@ -37,8 +46,8 @@ def test_a_child_binds_beside_its_parent_without_selection():
     assert _add(p, a, arg=2, executor="e2")[0] == "t/0/sub-2"   # the counter is binder-wide
 
 
-def test_a_child_of_an_unhealthy_executor_parks_until_a_snapshot_frees_it():
-    p = Parts()
+def test_a_child_of_an_unhealthy_executor_parks_until_a_snapshot_frees_it(binder):
+    p = Parts(binder=binder)
     _, (a,) = p.task("t", 1)
     p.run(a)
     p.exec.view("e1").healthy = False
@@ -54,8 +63,8 @@ def test_a_child_of_an_unhealthy_executor_parks_until_a_snapshot_frees_it():
     assert not child.parked and p.subcalls.parked == {}
 
 
-def test_a_cached_result_answers_at_once():
-    p = Parts()
+def test_a_cached_result_answers_at_once(binder):
+    p = Parts(binder=binder)
     task, (a,) = p.task("t", 1)
     p.run(a)
     key = p.cache_key("g", "d", orjson.dumps([1]))
@@ -66,8 +75,8 @@ def test_a_cached_result_answers_at_once():
     assert p.calls.by_id[child_id].state == DONE and task.cache_hits == 1
 
 
-def test_a_cycle_and_a_too_deep_child_are_refused():
-    p = Parts()
+def test_a_cycle_and_a_too_deep_child_are_refused(binder):
+    p = Parts(binder=binder)
     _, (a,) = p.task("t", 1)                            # a is f(0)
     p.run(a)
     res, _ = _add(p, a, fn="f", arg=0)
@@ -80,8 +89,8 @@ def test_a_cycle_and_a_too_deep_child_are_refused():
     assert res.reason == "DEPTH_EXCEEDED"
 
 
-def test_cancel_subtree_cancels_running_children_quietly():
-    p = Parts()
+def test_cancel_subtree_cancels_running_children_quietly(binder):
+    p = Parts(binder=binder)
     _, (a,) = p.task("t", 1)
     p.run(a)
     running_id, _ = _add(p, a, arg=1)

@@ -404,3 +404,26 @@ _DROP = object()
 def test_wait_and_resume_fast_path_leaves_near_misses_to_the_general_validator(env, accept):
     assert _outcome(m.validate, env, accept) == _outcome(m._validate, env, accept)
     assert _outcome(m._validate, env, accept)[0] == "error"
+
+
+@pytest.mark.parametrize("mt", [["CallWaiting"], {"a": 1}, 7, None])
+def test_a_message_type_that_is_not_a_string_is_a_protocol_error(mt):
+    env = {"messageType": mt, "callId": "c", "requestId": "r", "payload": {}}
+    with pytest.raises(ProtocolError, match="unknown messageType"):
+        m.validate(env)
+
+
+def test_each_frame_type_takes_its_own_fast_path_with_the_general_result():
+    # validate() routes by messageType: the fast path of another type never sees it,
+    # and its answer is the one the general path gives.
+    import copy
+    frames = [
+        m.execute_call("c", "t", "f", "d", [1], 1),
+        m.resume_call_result("c", "r", m.WAIT_SUBCALL, {"x": 1}, 3),
+        m.call_waiting_subcall("c", "r", "t", 1, "f", [1, 2], 0, ["p"]),
+        m.call_completed("c", "t", 1, 5, 0),
+    ]
+    for env in frames:
+        env = orjson.loads(orjson.dumps(env))
+        slow = copy.deepcopy(env)
+        assert m.validate(env) == m._validate(slow)
