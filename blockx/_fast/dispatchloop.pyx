@@ -11,6 +11,8 @@
 # statement for statement, with types: keep the two in step.
 
 cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from array import array
 from collections import deque
 
 from blockx._fast.readyqueue cimport ReadyQueue
@@ -27,7 +29,8 @@ DONE = 3
 STATE_NAMES = ("READY", "RUNNING", "WAITING", "DONE")
 
 __all__ = ["CallContext", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
-           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop", "link_calls", "unlink_calls", "TaskScheduler"]
+           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop", "link_calls", "unlink_calls", "TaskScheduler",
+           "CallBlock", "make_block", "take_call"]
 
 cdef enum:
     _READY = 0
@@ -76,28 +79,33 @@ cdef class CallContext:
                 f"attempt={self.attempt_count} executor={self.executor_id!r}>")
 
 
+cdef tuple _check_spec(task_id, Py_ssize_t i, spec):
+    try:
+        function_id, digest, args_json, entry_selector = spec
+    except (TypeError, ValueError):
+        raise ValueError(f"task {task_id}: call {i} must be (function_id, digest, args_json, "
+                         f"entry_selector), got {spec!r}") from None
+    if type(function_id) is not str or not function_id:
+        raise ValueError(f"task {task_id}: call {i} needs a non-empty function_id, "
+                         f"got {function_id!r}")
+    if type(digest) is not str:
+        raise ValueError(f"task {task_id}: call {i} digest must be a str, got {digest!r}")
+    if type(args_json) is not bytes:
+        raise ValueError(f"task {task_id}: call {i} args_json must be canonical JSON bytes, "
+                         f"got {type(args_json).__name__}")
+    if type(entry_selector) is not str:
+        raise ValueError(f"task {task_id}: call {i} entry_selector must be a str, "
+                         f"got {entry_selector!r}")
+    return function_id, digest, args_json, entry_selector
+
+
 def make_calls(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
     cdef list out = []
     cdef Py_ssize_t i = 0
     cdef CallContext ctx
     cdef bint c_key = cache_key is _compiled_cache_key   # types are checked below: call it in C
     for spec in calls:
-        try:
-            function_id, digest, args_json, entry_selector = spec
-        except (TypeError, ValueError):
-            raise ValueError(f"task {task_id}: call {i} must be (function_id, digest, args_json, "
-                             f"entry_selector), got {spec!r}") from None
-        if type(function_id) is not str or not function_id:
-            raise ValueError(f"task {task_id}: call {i} needs a non-empty function_id, "
-                             f"got {function_id!r}")
-        if type(digest) is not str:
-            raise ValueError(f"task {task_id}: call {i} digest must be a str, got {digest!r}")
-        if type(args_json) is not bytes:
-            raise ValueError(f"task {task_id}: call {i} args_json must be canonical JSON bytes, "
-                             f"got {type(args_json).__name__}")
-        if type(entry_selector) is not str:
-            raise ValueError(f"task {task_id}: call {i} entry_selector must be a str, "
-                             f"got {entry_selector!r}")
+        function_id, digest, args_json, entry_selector = _check_spec(task_id, i, spec)
         ctx = CallContext.__new__(CallContext)
         ctx.call_id = f"{prefix}{i}"
         ctx.task = None
@@ -119,6 +127,97 @@ def make_calls(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
         out.append(ctx)
         i += 1
     return out
+
+
+@cython.final
+cdef class CallBlock:
+    # The compact queued form of one committed call list (twin: dispatchloop_py.CallBlock,
+    # which documents it).
+
+    def __init__(self, prefix, Py_ssize_t batch_idx, list fns, fidx, bytes args, offs, cache_key):
+        self.prefix = prefix
+        self.batch_idx = batch_idx
+        self.n = len(fidx)
+        self.pos = 0
+        self.base = 0
+        self.fns = fns
+        self.fidx = fidx
+        self.args = args
+        self.offs = offs
+        self.cache_key = cache_key
+        self.batch = None
+        self.c_key = cache_key is _compiled_cache_key
+
+    def __len__(self):
+        return self.n
+
+
+def make_block(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
+    cdef list fns = []
+    cdef dict table = {}
+    fidx = array("I")
+    offs = array("q", [0])
+    cdef list parts = []
+    cdef long long size = 0
+    cdef Py_ssize_t i = 0
+    fidx_append = fidx.append
+    offs_append = offs.append
+    for spec in calls:
+        function_id, digest, args_json, entry_selector = _check_spec(task_id, i, spec)
+        fn = (function_id, digest, entry_selector or "main")
+        k = table.get(fn)
+        if k is None:
+            k = table[fn] = len(fns)
+            fns.append(fn)
+        fidx_append(k)
+        parts.append(args_json)
+        size += len(<bytes>args_json)
+        offs_append(size)
+        i += 1
+    return CallBlock(prefix, batch_idx, fns, fidx, b"".join(parts), offs, cache_key)
+
+
+cdef CallContext _take(TaskCalls task, dict by_id):
+    cdef CallBlock block = <CallBlock?>task.blocks[0]
+    cdef Py_ssize_t i = block.pos
+    block.pos = i + 1
+    if block.pos == block.n:
+        task.blocks.popleft()
+    cdef tuple fn = <tuple>block.fns[<Py_ssize_t>block.fidx[i]]
+    function_id = fn[0]
+    digest = fn[1]
+    offs = block.offs
+    cdef long long a = offs[i]
+    cdef long long b = offs[i + 1]
+    args_json = PyBytes_FromStringAndSize(PyBytes_AS_STRING(block.args) + a, b - a)
+    cdef CallContext ctx = CallContext.__new__(CallContext)
+    call_id = ctx.call_id = f"{block.prefix}{i}"
+    ctx.task = task
+    ctx.index = block.base + i
+    ctx.batch_idx = block.batch_idx
+    ctx.function_id = function_id
+    ctx.digest = digest
+    ctx.entry_selector = fn[2]
+    ctx.args_json = args_json
+    ctx.key = (cache_key_c(function_id, digest, args_json) if block.c_key
+               else block.cache_key(function_id, digest, args_json))
+    ctx.executor_id = ""
+    ctx.budget_ms = 0
+    ctx.request_id = ""
+    ctx.error_kind = ""
+    ctx.error_message = ""
+    ctx.retryable = False
+    ctx.budget_used_ms = 0
+    task.queued -= 1
+    task.pending[call_id] = ctx
+    (<Batch?>block.batch).calls.append(ctx)
+    by_id[call_id] = ctx
+    return ctx
+
+
+def take_call(TaskCalls task, dict by_id):
+    """Admit the task's next never-admitted queued call (twin documents it)."""
+    return _take(task, by_id)
 
 
 @cython.final
@@ -198,7 +297,7 @@ cdef class TaskScheduler:
             ring = self._single.ring
             while ring:
                 t = <TaskCalls?>ring[0]
-                if t.ready and not t.stop_dispatching and t.inflight < window:
+                if (t.ready or t.queued) and not t.stop_dispatching and t.inflight < window:
                     return t
                 ring.popleft()
                 t.in_ring = False
@@ -214,7 +313,7 @@ cdef class TaskScheduler:
             ring = inst.ring
             while ring:
                 t = <TaskCalls?>ring[0]
-                if t.ready and not t.stop_dispatching and t.inflight < window:
+                if (t.ready or t.queued) and not t.stop_dispatching and t.inflight < window:
                     return t
                 ring.popleft()
                 t.in_ring = False
@@ -279,6 +378,8 @@ cdef class TaskCalls:
         self.instance = instance
         self.streaming = streaming
         self.ready = ready
+        self.blocks = deque()
+        self.queued = 0
         self.inflight = 0
         self.pending = {}
         self.total = 0
@@ -398,13 +499,14 @@ cdef class DispatchLoop:
         sample, max_runnable, max_inflight, mem, stall = ex.select_params()
         deadline = self.deadline
         BindCall = self.BindCall
+        cdef dict by_id = self.by_id
         while True:
             t = sched.next_task_c()
             if t is None:
                 break
             task = <TaskCalls?>t
             ready = task.ready
-            ctx = <CallContext?>ready.pop()
+            ctx = <CallContext?>ready.pop() if ready else _take(task, by_id)
             if ctx.state != _READY:
                 continue
             key = ctx.key
@@ -440,8 +542,14 @@ cdef class DispatchLoop:
                 out.append(new_bind_call(ctx.call_id, eid, task.task_id, False, ""))
             else:
                 out.append(BindCall(ctx.call_id, eid, task.task_id, False, ""))
-            while ready:
-                nxt = <CallContext?>ready.peek()
+            while True:
+                if ready:
+                    nxt = <CallContext?>ready.peek()
+                elif task.queued:
+                    nxt = _take(task, by_id)
+                    ready.push(nxt)
+                else:
+                    break
                 if nxt.key != key:
                     break
                 ready.pop()
@@ -514,7 +622,7 @@ cdef class DispatchLoop:
             task = <TaskCalls?>ctx.task
             task.inflight -= 1
             task.instance.inflight -= 1
-            if task.ready and not task.in_ring:
+            if (task.ready or task.queued) and not task.in_ring:
                 self.sched.wake_c(task)
             if task.stop_dispatching:
                 tasks.mark_dirty(task)
