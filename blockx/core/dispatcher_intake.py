@@ -80,8 +80,8 @@ class CallIntake:
         """Validate and pack a one-shot call list. No side effects."""
         policy = _check_task(task_id, policy, instance_id)
         resolved = resolve_retry(retry, self.config)
-        ctxs = self._make_calls(task_id, f"{task_id}/", calls, 0)
-        return PreparedCalls(task_id, False, 0, policy, resolved, instance_id, ctxs)
+        block = self._pack(task_id, f"{task_id}/", calls, 0)
+        return PreparedCalls(task_id, False, 0, policy, resolved, instance_id, block)
 
     def commit_call_phase(self, prepared: PreparedCalls, now: int) -> list:
         if prepared.streaming:
@@ -112,16 +112,16 @@ class CallIntake:
             raise ValueError(f"task_id must be a non-empty str, got {task_id!r}")
         if type(batch_idx) is not int or batch_idx < 0:
             raise ValueError(f"task {task_id}: batch_idx must be an integer >= 0, got {batch_idx!r}")
-        ctxs = self._make_calls(task_id, f"{task_id}/{batch_idx}.", calls, batch_idx)
+        block = self._pack(task_id, f"{task_id}/{batch_idx}.", calls, batch_idx)
         cfg = self.config
-        if len(ctxs) > cfg.batch_max_rows:
-            raise ValueError(f"task {task_id}: batch {batch_idx} has {len(ctxs)} calls, over "
+        if len(block) > cfg.batch_max_rows:
+            raise ValueError(f"task {task_id}: batch {batch_idx} has {len(block)} calls, over "
                              f"batchMaxRows {cfg.batch_max_rows}")
-        size = len(ctxs.args)
+        size = len(block.args)
         if size > cfg.batch_max_args_bytes:
             raise ValueError(f"task {task_id}: batch {batch_idx} carries {size} bytes of args, over "
                              f"batchMaxArgsBytes {cfg.batch_max_args_bytes}")
-        return PreparedCalls(task_id, True, batch_idx, "", (0, 0, 0), "", ctxs)
+        return PreparedCalls(task_id, True, batch_idx, "", (0, 0, 0), "", block)
 
     def commit_call_batch(self, prepared: PreparedCalls, now: int) -> list:
         if not prepared.streaming:
@@ -172,7 +172,7 @@ class CallIntake:
 
     # --- shared ------------------------------------------------------------------------
 
-    def _make_calls(self, task_id: str, prefix: str, calls: Iterable, batch_idx: int) -> Any:
+    def _pack(self, task_id: str, prefix: str, calls: Iterable, batch_idx: int) -> Any:
         return _loop.make_block(task_id, prefix, calls, batch_idx, self._cache_key)
 
 
