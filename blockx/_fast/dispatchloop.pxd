@@ -36,16 +36,16 @@ cdef class CallContext:
 
 @cython.final
 cdef class CallBlock:
-    cdef public object prefix
-    cdef public Py_ssize_t batch_idx
-    cdef public Py_ssize_t n
-    cdef public Py_ssize_t pos
+    cdef readonly object prefix
+    cdef readonly Py_ssize_t batch_idx
+    cdef readonly Py_ssize_t n
+    cdef readonly Py_ssize_t pos        # read in C as an index into fidx/offs: not writable
     cdef public Py_ssize_t base
-    cdef public list fns
-    cdef public object fidx
-    cdef public bytes args
-    cdef public object offs
-    cdef public object cache_key
+    cdef readonly list fns
+    cdef readonly object fidx
+    cdef readonly bytes args
+    cdef readonly object offs
+    cdef readonly object cache_key
     cdef public object batch
     cdef bint c_key
 

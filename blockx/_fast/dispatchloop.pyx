@@ -11,6 +11,7 @@
 # statement for statement, with types: keep the two in step.
 
 cimport cython
+from cpython cimport array as carray
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from array import array
 from collections import deque
@@ -135,46 +136,79 @@ cdef class CallBlock:
     # which documents it).
 
     def __init__(self, prefix, Py_ssize_t batch_idx, list fns, fidx, bytes args, offs, cache_key):
-        self.prefix = prefix
-        self.batch_idx = batch_idx
-        self.n = len(fidx)
-        self.pos = 0
-        self.base = 0
-        self.fns = fns
-        self.fidx = fidx
-        self.args = args
-        self.offs = offs
-        self.cache_key = cache_key
-        self.batch = None
-        self.c_key = cache_key is _compiled_cache_key
+        # take_call reads fidx and offs as C arrays: a block made here (not by
+        # make_block) is checked in full, once.
+        if (type(fidx) is not array or fidx.typecode != "I" or type(offs) is not array
+                or offs.typecode != "q" or len(offs) != len(fidx) + 1):
+            raise TypeError("CallBlock needs fidx = array('I') and offs = array('q') of one more")
+        if (offs[0] != 0 or offs[len(fidx)] != len(args) or (len(fidx) and max(fidx) >= len(fns))
+                or any(offs[j] > offs[j + 1] for j in range(len(fidx)))):
+            raise ValueError("CallBlock: fidx or offs out of range")
+        _init_block(self, prefix, batch_idx, fns, fidx, args, offs, cache_key)
 
     def __len__(self):
         return self.n
 
 
+cdef int _init_block(CallBlock self, prefix, Py_ssize_t batch_idx, list fns, fidx, bytes args,
+                     offs, cache_key) except -1:
+    self.prefix = prefix
+    self.batch_idx = batch_idx
+    self.n = len(fidx)
+    self.pos = 0
+    self.base = 0
+    self.fns = fns
+    self.fidx = fidx
+    self.args = args
+    self.offs = offs
+    self.cache_key = cache_key
+    self.batch = None
+    self.c_key = cache_key is _compiled_cache_key
+    return 0
+
+
 def make_block(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
     cdef list fns = []
     cdef dict table = {}
-    fidx = array("I")
-    offs = array("q", [0])
+    cdef carray.array fidx = array("I")
+    cdef carray.array offs = array("q", [0])
     cdef list parts = []
     cdef long long size = 0
     cdef Py_ssize_t i = 0
-    fidx_append = fidx.append
-    offs_append = offs.append
+    cdef unsigned int k = 0
+    cdef tuple spec_t
+    last_fid = last_digest = last_entry = None
     for spec in calls:
-        function_id, digest, args_json, entry_selector = _check_spec(task_id, i, spec)
-        fn = (function_id, digest, entry_selector or "main")
-        k = table.get(fn)
-        if k is None:
-            k = table[fn] = len(fns)
-            fns.append(fn)
-        fidx_append(k)
+        if type(spec) is tuple and len(<tuple>spec) == 4:
+            spec_t = <tuple>spec
+            function_id = spec_t[0]
+            digest = spec_t[1]
+            args_json = spec_t[2]
+            entry_selector = spec_t[3]
+            if (type(function_id) is not str or not function_id or type(digest) is not str
+                    or type(args_json) is not bytes or type(entry_selector) is not str):
+                _check_spec(task_id, i, spec)   # raises the error that names the bad field
+        else:
+            function_id, digest, args_json, entry_selector = _check_spec(task_id, i, spec)
+        # Calls of one list mostly share their function: skip the table for a repeat.
+        if not (digest is last_digest and entry_selector is last_entry and function_id == last_fid):
+            fn = (function_id, digest, entry_selector or "main")
+            kk = table.get(fn)
+            if kk is None:
+                kk = table[fn] = len(fns)
+                fns.append(fn)
+            k = kk
+            last_fid, last_digest, last_entry = function_id, digest, entry_selector
+        carray.resize_smart(fidx, i + 1)
+        fidx.data.as_uints[i] = k
         parts.append(args_json)
         size += len(<bytes>args_json)
-        offs_append(size)
+        carray.resize_smart(offs, i + 2)
+        offs.data.as_longlongs[i + 1] = size
         i += 1
-    return CallBlock(prefix, batch_idx, fns, fidx, b"".join(parts), offs, cache_key)
+    cdef CallBlock block = CallBlock.__new__(CallBlock)
+    _init_block(block, prefix, batch_idx, fns, fidx, b"".join(parts), offs, cache_key)
+    return block
 
 
 cdef CallContext _take(TaskCalls task, dict by_id):
@@ -183,13 +217,12 @@ cdef CallContext _take(TaskCalls task, dict by_id):
     block.pos = i + 1
     if block.pos == block.n:
         task.blocks.popleft()
-    cdef tuple fn = <tuple>block.fns[<Py_ssize_t>block.fidx[i]]
+    cdef tuple fn = <tuple>block.fns[(<carray.array>block.fidx).data.as_uints[i]]
     function_id = fn[0]
     digest = fn[1]
-    offs = block.offs
+    cdef long long* offs = (<carray.array>block.offs).data.as_longlongs
     cdef long long a = offs[i]
-    cdef long long b = offs[i + 1]
-    args_json = PyBytes_FromStringAndSize(PyBytes_AS_STRING(block.args) + a, b - a)
+    args_json = PyBytes_FromStringAndSize(PyBytes_AS_STRING(block.args) + a, offs[i + 1] - a)
     cdef CallContext ctx = CallContext.__new__(CallContext)
     call_id = ctx.call_id = f"{block.prefix}{i}"
     ctx.task = task

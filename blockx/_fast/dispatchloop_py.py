@@ -132,20 +132,33 @@ class CallBlock:
 
     def __init__(self, prefix: str, batch_idx: int, fns: list, fidx: Any, args: bytes,
                  offs: Any, cache_key: Callable[[str, str, bytes], bytes]) -> None:
-        self.prefix = prefix
-        self.batch_idx = batch_idx
-        self.n = len(fidx)
-        self.pos = 0                    # rows before pos have been taken
-        self.base = 0
-        self.fns = fns
-        self.fidx = fidx                # array('I'): row -> index into fns
-        self.args = args                # every row's args_json, concatenated
-        self.offs = offs                # array('q') of n + 1 offsets into args
-        self.cache_key = cache_key
-        self.batch: Any = None
+        # The compiled take_call reads fidx and offs as C arrays: a block made here
+        # (not by make_block) is checked in full, once.
+        if (type(fidx) is not array or fidx.typecode != "I" or type(offs) is not array
+                or offs.typecode != "q" or len(offs) != len(fidx) + 1):
+            raise TypeError("CallBlock needs fidx = array('I') and offs = array('q') of one more")
+        if (offs[0] != 0 or offs[len(fidx)] != len(args) or (len(fidx) and max(fidx) >= len(fns))
+                or any(offs[j] > offs[j + 1] for j in range(len(fidx)))):
+            raise ValueError("CallBlock: fidx or offs out of range")
+        _init_block(self, prefix, batch_idx, fns, fidx, args, offs, cache_key)
 
     def __len__(self) -> int:
         return self.n
+
+
+def _init_block(self: CallBlock, prefix: str, batch_idx: int, fns: list, fidx: Any, args: bytes,
+                offs: Any, cache_key: Callable[[str, str, bytes], bytes]) -> None:
+    self.prefix = prefix
+    self.batch_idx = batch_idx
+    self.n = len(fidx)
+    self.pos = 0                    # rows before pos have been taken
+    self.base = 0
+    self.fns = fns
+    self.fidx = fidx                # array('I'): row -> index into fns
+    self.args = args                # every row's args_json, concatenated
+    self.offs = offs                # array('q') of n + 1 offsets into args
+    self.cache_key = cache_key
+    self.batch: Any = None
 
 
 def make_block(task_id: str, prefix: str, calls: Iterable, batch_idx: int,
@@ -171,7 +184,9 @@ def make_block(task_id: str, prefix: str, calls: Iterable, batch_idx: int,
         size += len(args_json)
         offs.append(size)
         i += 1
-    return CallBlock(prefix, batch_idx, fns, fidx, b"".join(parts), offs, cache_key)
+    block = CallBlock.__new__(CallBlock)
+    _init_block(block, prefix, batch_idx, fns, fidx, b"".join(parts), offs, cache_key)
+    return block
 
 
 def take_call(task: Any, by_id: dict) -> Any:

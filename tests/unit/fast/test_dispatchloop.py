@@ -3,6 +3,7 @@ run against the compiled module and its twin: the same defaults, the same ids,
 keys and indexes, the same errors."""
 
 import gc
+from array import array
 import weakref
 
 import pytest
@@ -199,3 +200,22 @@ def test_the_scheduler_takes_turns_like_the_twin(mod):
     assert picks[0] == picks[1]
     # X and Y tie (in flight, last served): X by id first, quantum 2 each, then turns
     assert picks[0][:7] == ["a", "b", "c", "c", "a", "b", "c"], picks[0]
+
+
+def test_a_block_made_by_hand_is_checked_and_its_cursor_is_not_writable_in_c(mod):
+    fns = [("f", D, "main")]
+    ok = mod.CallBlock("t/", 0, fns, array("I", [0, 0]), b"[1][2]", array("q", [0, 3, 6]), cache_key)
+    assert len(ok) == 2 and (ok.pos, ok.base, ok.batch) == (0, 0, None)
+    with pytest.raises(TypeError):
+        mod.CallBlock("t/", 0, fns, [0], b"[1]", array("q", [0, 3]), cache_key)
+    with pytest.raises(TypeError):
+        mod.CallBlock("t/", 0, fns, array("I", [0]), b"[1]", array("q", [0]), cache_key)
+    for fidx, args, offs in ((array("I", [1]), b"[1]", [0, 3]),             # no function 1
+                             (array("I", [0]), b"[1]", [0, 9]),             # past the buffer
+                             (array("I", [0, 0]), b"[1][2]", [0, 7, 6]),    # backwards
+                             (array("I", [0]), b"[1]", [1, 3])):            # not from 0
+        with pytest.raises(ValueError):
+            mod.CallBlock("t/", 0, fns, fidx, args, array("q", offs), cache_key)
+    if mod is not IMPLS[-1][1]:
+        with pytest.raises(AttributeError):
+            ok.pos = 5
