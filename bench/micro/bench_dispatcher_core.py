@@ -1,6 +1,7 @@
 """DispatcherCore: one call's way through the Sans-IO scheduler, as the adapter
 drives it, measured per call over tasks of 16 distinct calls on a pool of 8
-executors: prepare + commit the call phase, dispatch (ReadyQueue pop, cache
+executors: prepare + commit the call phase (packing it into the compact queue),
+dispatch (the call's context, id and cache key made at admission, cache
 key lookups, executor scoring, BindCall), executor bound (DispatchCallCmd),
 call completed (UnbindCall, CallCache, singleflight), the epilogue that
 converges the task, and remove_task.

@@ -35,6 +35,22 @@ cdef class CallContext:
 
 
 @cython.final
+cdef class CallBlock:
+    cdef readonly object prefix
+    cdef readonly Py_ssize_t batch_idx
+    cdef readonly Py_ssize_t n
+    cdef readonly Py_ssize_t pos        # read in C as an index into fidx/offs: not writable
+    cdef public Py_ssize_t base
+    cdef readonly list fns
+    cdef readonly object fidx
+    cdef readonly bytes args
+    cdef readonly object offs
+    cdef readonly object cache_key
+    cdef public object batch
+    cdef bint c_key
+
+
+@cython.final
 cdef class Batch:
     cdef public Py_ssize_t idx
     cdef public object calls
@@ -76,6 +92,8 @@ cdef class TaskCalls:
     cdef public InstanceState instance
     cdef public bint streaming
     cdef public object ready
+    cdef public object blocks
+    cdef public Py_ssize_t queued
     cdef public Py_ssize_t inflight
     cdef public dict pending
     cdef public Py_ssize_t total

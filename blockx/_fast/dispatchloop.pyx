@@ -11,6 +11,9 @@
 # statement for statement, with types: keep the two in step.
 
 cimport cython
+from cpython cimport array as carray
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from array import array
 from collections import deque
 
 from blockx._fast.readyqueue cimport ReadyQueue
@@ -27,7 +30,8 @@ DONE = 3
 STATE_NAMES = ("READY", "RUNNING", "WAITING", "DONE")
 
 __all__ = ["CallContext", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
-           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop", "link_calls", "unlink_calls", "TaskScheduler"]
+           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop", "link_calls", "unlink_calls", "TaskScheduler",
+           "CallBlock", "make_block", "take_call"]
 
 cdef enum:
     _READY = 0
@@ -76,28 +80,33 @@ cdef class CallContext:
                 f"attempt={self.attempt_count} executor={self.executor_id!r}>")
 
 
+cdef tuple _check_spec(task_id, Py_ssize_t i, spec):
+    try:
+        function_id, digest, args_json, entry_selector = spec
+    except (TypeError, ValueError):
+        raise ValueError(f"task {task_id}: call {i} must be (function_id, digest, args_json, "
+                         f"entry_selector), got {spec!r}") from None
+    if type(function_id) is not str or not function_id:
+        raise ValueError(f"task {task_id}: call {i} needs a non-empty function_id, "
+                         f"got {function_id!r}")
+    if type(digest) is not str:
+        raise ValueError(f"task {task_id}: call {i} digest must be a str, got {digest!r}")
+    if type(args_json) is not bytes:
+        raise ValueError(f"task {task_id}: call {i} args_json must be canonical JSON bytes, "
+                         f"got {type(args_json).__name__}")
+    if type(entry_selector) is not str:
+        raise ValueError(f"task {task_id}: call {i} entry_selector must be a str, "
+                         f"got {entry_selector!r}")
+    return function_id, digest, args_json, entry_selector
+
+
 def make_calls(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
     cdef list out = []
     cdef Py_ssize_t i = 0
     cdef CallContext ctx
     cdef bint c_key = cache_key is _compiled_cache_key   # types are checked below: call it in C
     for spec in calls:
-        try:
-            function_id, digest, args_json, entry_selector = spec
-        except (TypeError, ValueError):
-            raise ValueError(f"task {task_id}: call {i} must be (function_id, digest, args_json, "
-                             f"entry_selector), got {spec!r}") from None
-        if type(function_id) is not str or not function_id:
-            raise ValueError(f"task {task_id}: call {i} needs a non-empty function_id, "
-                             f"got {function_id!r}")
-        if type(digest) is not str:
-            raise ValueError(f"task {task_id}: call {i} digest must be a str, got {digest!r}")
-        if type(args_json) is not bytes:
-            raise ValueError(f"task {task_id}: call {i} args_json must be canonical JSON bytes, "
-                             f"got {type(args_json).__name__}")
-        if type(entry_selector) is not str:
-            raise ValueError(f"task {task_id}: call {i} entry_selector must be a str, "
-                             f"got {entry_selector!r}")
+        function_id, digest, args_json, entry_selector = _check_spec(task_id, i, spec)
         ctx = CallContext.__new__(CallContext)
         ctx.call_id = f"{prefix}{i}"
         ctx.task = None
@@ -119,6 +128,129 @@ def make_calls(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
         out.append(ctx)
         i += 1
     return out
+
+
+@cython.final
+cdef class CallBlock:
+    # The compact queued form of one committed call list (twin: dispatchloop_py.CallBlock,
+    # which documents it).
+
+    def __init__(self, prefix, Py_ssize_t batch_idx, list fns, fidx, bytes args, offs, cache_key):
+        # take_call reads fidx and offs as C arrays: a block made here (not by
+        # make_block) is checked in full, once.
+        if (type(fidx) is not array or fidx.typecode != "I" or type(offs) is not array
+                or offs.typecode != "q" or len(offs) != len(fidx) + 1):
+            raise TypeError("CallBlock needs fidx = array('I') and offs = array('q') of one more")
+        if (offs[0] != 0 or offs[len(fidx)] != len(args) or (len(fidx) and max(fidx) >= len(fns))
+                or any(offs[j] > offs[j + 1] for j in range(len(fidx)))):
+            raise ValueError("CallBlock: fidx or offs out of range")
+        _init_block(self, prefix, batch_idx, fns, fidx, args, offs, cache_key)
+
+    def __len__(self):
+        return self.n
+
+
+cdef int _init_block(CallBlock self, prefix, Py_ssize_t batch_idx, list fns, fidx, bytes args,
+                     offs, cache_key) except -1:
+    self.prefix = prefix
+    self.batch_idx = batch_idx
+    self.n = len(fidx)
+    self.pos = 0
+    self.base = 0
+    self.fns = fns
+    self.fidx = fidx
+    self.args = args
+    self.offs = offs
+    self.cache_key = cache_key
+    self.batch = None
+    self.c_key = cache_key is _compiled_cache_key
+    return 0
+
+
+def make_block(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
+    cdef list fns = []
+    cdef dict table = {}
+    cdef carray.array fidx = array("I")
+    cdef carray.array offs = array("q", [0])
+    cdef list parts = []
+    cdef long long size = 0
+    cdef Py_ssize_t i = 0
+    cdef unsigned int k = 0
+    cdef tuple spec_t
+    last_fid = last_digest = last_entry = None
+    for spec in calls:
+        if type(spec) is tuple and len(<tuple>spec) == 4:
+            spec_t = <tuple>spec
+            function_id = spec_t[0]
+            digest = spec_t[1]
+            args_json = spec_t[2]
+            entry_selector = spec_t[3]
+            if (type(function_id) is not str or not function_id or type(digest) is not str
+                    or type(args_json) is not bytes or type(entry_selector) is not str):
+                _check_spec(task_id, i, spec)   # raises the error that names the bad field
+        else:
+            function_id, digest, args_json, entry_selector = _check_spec(task_id, i, spec)
+        # Calls of one list mostly share their function: skip the table for a repeat.
+        if not (digest is last_digest and entry_selector is last_entry and function_id == last_fid):
+            fn = (function_id, digest, entry_selector or "main")
+            kk = table.get(fn)
+            if kk is None:
+                kk = table[fn] = len(fns)
+                fns.append(fn)
+            k = kk
+            last_fid, last_digest, last_entry = function_id, digest, entry_selector
+        carray.resize_smart(fidx, i + 1)
+        fidx.data.as_uints[i] = k
+        parts.append(args_json)
+        size += len(<bytes>args_json)
+        carray.resize_smart(offs, i + 2)
+        offs.data.as_longlongs[i + 1] = size
+        i += 1
+    cdef CallBlock block = CallBlock.__new__(CallBlock)
+    _init_block(block, prefix, batch_idx, fns, fidx, b"".join(parts), offs, cache_key)
+    return block
+
+
+cdef CallContext _take(TaskCalls task, dict by_id):
+    cdef CallBlock block = <CallBlock?>task.blocks[0]
+    cdef Py_ssize_t i = block.pos
+    block.pos = i + 1
+    if block.pos == block.n:
+        task.blocks.popleft()
+    cdef tuple fn = <tuple>block.fns[(<carray.array>block.fidx).data.as_uints[i]]
+    function_id = fn[0]
+    digest = fn[1]
+    cdef long long* offs = (<carray.array>block.offs).data.as_longlongs
+    cdef long long a = offs[i]
+    args_json = PyBytes_FromStringAndSize(PyBytes_AS_STRING(block.args) + a, offs[i + 1] - a)
+    cdef CallContext ctx = CallContext.__new__(CallContext)
+    call_id = ctx.call_id = f"{block.prefix}{i}"
+    ctx.task = task
+    ctx.index = block.base + i
+    ctx.batch_idx = block.batch_idx
+    ctx.function_id = function_id
+    ctx.digest = digest
+    ctx.entry_selector = fn[2]
+    ctx.args_json = args_json
+    ctx.key = (cache_key_c(function_id, digest, args_json) if block.c_key
+               else block.cache_key(function_id, digest, args_json))
+    ctx.executor_id = ""
+    ctx.budget_ms = 0
+    ctx.request_id = ""
+    ctx.error_kind = ""
+    ctx.error_message = ""
+    ctx.retryable = False
+    ctx.budget_used_ms = 0
+    task.queued -= 1
+    task.pending[call_id] = ctx
+    (<Batch?>block.batch).calls.append(ctx)
+    by_id[call_id] = ctx
+    return ctx
+
+
+def take_call(TaskCalls task, dict by_id):
+    """Admit the task's next never-admitted queued call (twin documents it)."""
+    return _take(task, by_id)
 
 
 @cython.final
@@ -198,7 +330,7 @@ cdef class TaskScheduler:
             ring = self._single.ring
             while ring:
                 t = <TaskCalls?>ring[0]
-                if t.ready and not t.stop_dispatching and t.inflight < window:
+                if (t.ready or t.queued) and not t.stop_dispatching and t.inflight < window:
                     return t
                 ring.popleft()
                 t.in_ring = False
@@ -214,7 +346,7 @@ cdef class TaskScheduler:
             ring = inst.ring
             while ring:
                 t = <TaskCalls?>ring[0]
-                if t.ready and not t.stop_dispatching and t.inflight < window:
+                if (t.ready or t.queued) and not t.stop_dispatching and t.inflight < window:
                     return t
                 ring.popleft()
                 t.in_ring = False
@@ -279,6 +411,8 @@ cdef class TaskCalls:
         self.instance = instance
         self.streaming = streaming
         self.ready = ready
+        self.blocks = deque()
+        self.queued = 0
         self.inflight = 0
         self.pending = {}
         self.total = 0
@@ -398,13 +532,14 @@ cdef class DispatchLoop:
         sample, max_runnable, max_inflight, mem, stall = ex.select_params()
         deadline = self.deadline
         BindCall = self.BindCall
+        cdef dict by_id = self.by_id
         while True:
             t = sched.next_task_c()
             if t is None:
                 break
             task = <TaskCalls?>t
             ready = task.ready
-            ctx = <CallContext?>ready.pop()
+            ctx = <CallContext?>ready.pop() if ready else _take(task, by_id)
             if ctx.state != _READY:
                 continue
             key = ctx.key
@@ -440,8 +575,14 @@ cdef class DispatchLoop:
                 out.append(new_bind_call(ctx.call_id, eid, task.task_id, False, ""))
             else:
                 out.append(BindCall(ctx.call_id, eid, task.task_id, False, ""))
-            while ready:
-                nxt = <CallContext?>ready.peek()
+            while True:
+                if ready:
+                    nxt = <CallContext?>ready.peek()
+                elif task.queued:
+                    nxt = _take(task, by_id)
+                    ready.push(nxt)
+                else:
+                    break
                 if nxt.key != key:
                     break
                 ready.pop()
@@ -514,7 +655,7 @@ cdef class DispatchLoop:
             task = <TaskCalls?>ctx.task
             task.inflight -= 1
             task.instance.inflight -= 1
-            if task.ready and not task.in_ring:
+            if (task.ready or task.queued) and not task.in_ring:
                 self.sched.wake_c(task)
             if task.stop_dispatching:
                 tasks.mark_dirty(task)

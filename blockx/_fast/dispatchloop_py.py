@@ -6,8 +6,11 @@ What it holds:
   executor (CallContext, TaskCalls, Batch, InstanceState, ExecutorRecord): plain
   state, owned and documented by the core module that uses each
   (dispatcher_calls, dispatcher_tasks, dispatcher_fairness, dispatcher_select);
-- ``make_calls``, which validates one call list and builds its contexts (no side
-  effects, so the core may run it off its actor);
+- ``make_calls``, which validates one call list and builds its contexts, and
+  ``make_block``, which validates one call list into its compact queued form, a
+  CallBlock (no side effects, so the core may run either off its actor);
+- ``take_call``, which turns a task's next never-admitted queued call into its
+  CallContext (the only place a queued call gets one);
 - ``DispatchLoop``, the per-call steps of the DispatcherCore (admission, bound,
   completion, terminal accounting). It works on the core's parts, which it is
   given at construction, and follows the rules stated in blockx/core/dispatcher.py
@@ -18,6 +21,7 @@ implementations take and return the same values and raise the same errors.
 """
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from typing import Any, Callable, Iterable
 
@@ -28,7 +32,8 @@ DONE = 3
 STATE_NAMES = ("READY", "RUNNING", "WAITING", "DONE")
 
 __all__ = ["CallContext", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
-           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop", "link_calls", "unlink_calls", "TaskScheduler"]
+           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop", "link_calls", "unlink_calls", "TaskScheduler",
+           "CallBlock", "make_block", "take_call"]
 
 
 class CallContext:
@@ -85,25 +90,127 @@ def make_calls(task_id: str, prefix: str, calls: Iterable, batch_idx: int,
     out: list[CallContext] = []
     append = out.append
     for i, spec in enumerate(calls):
-        try:
-            function_id, digest, args_json, entry_selector = spec
-        except (TypeError, ValueError):
-            raise ValueError(f"task {task_id}: call {i} must be (function_id, digest, args_json, "
-                             f"entry_selector), got {spec!r}") from None
-        if type(function_id) is not str or not function_id:
-            raise ValueError(f"task {task_id}: call {i} needs a non-empty function_id, "
-                             f"got {function_id!r}")
-        if type(digest) is not str:
-            raise ValueError(f"task {task_id}: call {i} digest must be a str, got {digest!r}")
-        if type(args_json) is not bytes:
-            raise ValueError(f"task {task_id}: call {i} args_json must be canonical JSON bytes, "
-                             f"got {type(args_json).__name__}")
-        if type(entry_selector) is not str:
-            raise ValueError(f"task {task_id}: call {i} entry_selector must be a str, "
-                             f"got {entry_selector!r}")
+        function_id, digest, args_json, entry_selector = _check_spec(task_id, i, spec)
         append(CallContext(f"{prefix}{i}", function_id, digest, entry_selector or "main",
                            args_json, cache_key(function_id, digest, args_json), i, batch_idx))
     return out
+
+
+def _check_spec(task_id: str, i: int, spec: Any) -> tuple:
+    try:
+        function_id, digest, args_json, entry_selector = spec
+    except (TypeError, ValueError):
+        raise ValueError(f"task {task_id}: call {i} must be (function_id, digest, args_json, "
+                         f"entry_selector), got {spec!r}") from None
+    if type(function_id) is not str or not function_id:
+        raise ValueError(f"task {task_id}: call {i} needs a non-empty function_id, "
+                         f"got {function_id!r}")
+    if type(digest) is not str:
+        raise ValueError(f"task {task_id}: call {i} digest must be a str, got {digest!r}")
+    if type(args_json) is not bytes:
+        raise ValueError(f"task {task_id}: call {i} args_json must be canonical JSON bytes, "
+                         f"got {type(args_json).__name__}")
+    if type(entry_selector) is not str:
+        raise ValueError(f"task {task_id}: call {i} entry_selector must be a str, "
+                         f"got {entry_selector!r}")
+    return function_id, digest, args_json, entry_selector
+
+
+class CallBlock:
+    """The compact queued form of one committed call list (a one-shot phase or one
+    streaming batch): calls that were never admitted hold no object of their own.
+
+    Per call it keeps an index into ``fns`` (the distinct (function_id, digest,
+    entry_selector) of the list), and its canonical args as a slice of one bytes
+    buffer (``offs[i]:offs[i+1]``). Its CallContext, call id
+    (``prefix + str(row)``) and cache key are made by ``take_call`` when the
+    call is admitted; calls are taken in row order. ``base`` (the task index of
+    row 0) and ``batch`` are set when the block is registered with its task."""
+
+    __slots__ = ("prefix", "batch_idx", "n", "pos", "base", "fns", "fidx", "args", "offs",
+                 "cache_key", "batch")
+
+    def __init__(self, prefix: str, batch_idx: int, fns: list, fidx: Any, args: bytes,
+                 offs: Any, cache_key: Callable[[str, str, bytes], bytes]) -> None:
+        # The compiled take_call reads fidx and offs as C arrays: a block made here
+        # (not by make_block) is checked in full, once.
+        if (type(fidx) is not array or fidx.typecode != "I" or type(offs) is not array
+                or offs.typecode != "q" or len(offs) != len(fidx) + 1):
+            raise TypeError("CallBlock needs fidx = array('I') and offs = array('q') of one more")
+        if (offs[0] != 0 or offs[len(fidx)] != len(args) or (len(fidx) and max(fidx) >= len(fns))
+                or any(offs[j] > offs[j + 1] for j in range(len(fidx)))):
+            raise ValueError("CallBlock: fidx or offs out of range")
+        _init_block(self, prefix, batch_idx, fns, fidx, args, offs, cache_key)
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def _init_block(self: CallBlock, prefix: str, batch_idx: int, fns: list, fidx: Any, args: bytes,
+                offs: Any, cache_key: Callable[[str, str, bytes], bytes]) -> None:
+    self.prefix = prefix
+    self.batch_idx = batch_idx
+    self.n = len(fidx)
+    self.pos = 0                    # rows before pos have been taken
+    self.base = 0
+    self.fns = fns
+    self.fidx = fidx                # array('I'): row -> index into fns
+    self.args = args                # every row's args_json, concatenated
+    self.offs = offs                # array('q') of n + 1 offsets into args
+    self.cache_key = cache_key
+    self.batch: Any = None
+
+
+def make_block(task_id: str, prefix: str, calls: Iterable, batch_idx: int,
+               cache_key: Callable[[str, str, bytes], bytes]) -> CallBlock:
+    """The compact queued form of one call list, validated like ``make_calls``
+    (same specs, same errors); ids and keys come later, at admission."""
+    fns: list = []
+    table: dict = {}
+    fidx = array("I")
+    offs = array("q", [0])
+    parts: list = []
+    size = 0
+    i = 0
+    for spec in calls:
+        function_id, digest, args_json, entry_selector = _check_spec(task_id, i, spec)
+        fn = (function_id, digest, entry_selector or "main")
+        k = table.get(fn)
+        if k is None:
+            k = table[fn] = len(fns)
+            fns.append(fn)
+        fidx.append(k)
+        parts.append(args_json)
+        size += len(args_json)
+        offs.append(size)
+        i += 1
+    block = CallBlock.__new__(CallBlock)
+    _init_block(block, prefix, batch_idx, fns, fidx, b"".join(parts), offs, cache_key)
+    return block
+
+
+def take_call(task: Any, by_id: dict) -> Any:
+    """Admit the task's next never-admitted queued call: build its context (id,
+    cache key, task index), list it in pending, its batch and the call table.
+    The caller knows ``task.queued > 0``."""
+    block = task.blocks[0]
+    i = block.pos
+    block.pos = i + 1
+    if block.pos == block.n:
+        task.blocks.popleft()
+    function_id, digest, entry_selector = block.fns[block.fidx[i]]
+    offs = block.offs
+    args_json = block.args[offs[i]:offs[i + 1]]
+    call_id = f"{block.prefix}{i}"
+    ctx = CallContext(call_id, function_id, digest, entry_selector, args_json,
+                      block.cache_key(function_id, digest, args_json), block.base + i,
+                      block.batch_idx)
+    ctx.task = task
+    task.queued -= 1
+    task.pending[call_id] = ctx
+    block.batch.calls.append(ctx)
+    by_id[call_id] = ctx
+    return ctx
 
 
 class Batch:
@@ -111,8 +218,8 @@ class Batch:
 
     def __init__(self, idx: int, calls: list) -> None:
         self.idx = idx
-        self.calls = calls          # roots of the batch, then subcalls as they are added
-        self.remaining = len(calls)  # roots not yet DONE
+        self.calls = calls          # roots of the batch as they are admitted, and subcalls
+        self.remaining = len(calls)  # roots not yet DONE (the register sets it for a block)
 
 
 class TaskCalls:
@@ -120,7 +227,7 @@ class TaskCalls:
 
     __slots__ = (
         "task_id", "fast_fail", "max_attempts", "base_backoff_ms", "jitter_percent",
-        "instance", "streaming", "ready", "inflight", "pending", "total", "outputs",
+        "instance", "streaming", "ready", "blocks", "queued", "inflight", "pending", "total", "outputs",
         "output_bytes", "cache", "flights", "batches", "settle_ready", "next_batch_idx",
         "unsettled", "production_open", "stop_dispatching", "stop_reason", "stop_sent",
         "failure_code", "failure_message", "failure_retryable", "discard_outputs",
@@ -137,7 +244,9 @@ class TaskCalls:
         self.jitter_percent = jitter_percent
         self.instance = instance                 # InstanceState (fairness bucket)
         self.streaming = streaming
-        self.ready = ready                       # ReadyQueue of READY roots
+        self.ready = ready                       # ReadyQueue of READY roots with a context
+        self.blocks: deque = deque()             # CallBlocks with roots never admitted, in order
+        self.queued = 0                          # roots in blocks (they come after ready's)
         self.inflight = 0                        # roots RUNNING or WAITING
         self.pending: dict = {}                  # roots not yet DONE, by call id
         self.total = 0                           # roots committed (TotalCount)
@@ -233,7 +342,7 @@ class TaskScheduler:
             ring = self._single.ring
             while ring:
                 t = ring[0]
-                if t.ready and not t.stop_dispatching and t.inflight < window:
+                if (t.ready or t.queued) and not t.stop_dispatching and t.inflight < window:
                     return t
                 ring.popleft()
                 t.in_ring = False
@@ -249,7 +358,7 @@ class TaskScheduler:
             ring = inst.ring
             while ring:
                 t = ring[0]
-                if t.ready and not t.stop_dispatching and t.inflight < window:
+                if (t.ready or t.queued) and not t.stop_dispatching and t.inflight < window:
                     return t
                 ring.popleft()
                 t.in_ring = False
@@ -350,12 +459,13 @@ class DispatchLoop:
         sample, max_runnable, max_inflight, mem, stall = ex.select_params()
         deadline = self.deadline
         BindCall = self.BindCall
+        by_id = self.by_id
         while True:
             task = next_task()
             if task is None:
                 break
             ready = task.ready
-            ctx = ready.pop()
+            ctx = ready.pop() if ready else take_call(task, by_id)
             if ctx.state != READY:
                 continue
             key = ctx.key
@@ -388,8 +498,14 @@ class DispatchLoop:
             task.instance.inflight += 1
             task.flights[key] = ctx
             out.append(BindCall(ctx.call_id, eid, task.task_id, False, ""))
-            while ready:
-                nxt = ready.peek()
+            while True:
+                if ready:
+                    nxt = ready.peek()
+                elif task.queued:
+                    nxt = take_call(task, by_id)
+                    ready.push(nxt)
+                else:
+                    break
                 if nxt.key != key:
                     break
                 ready.pop()
@@ -446,7 +562,7 @@ class DispatchLoop:
             task = ctx.task
             task.inflight -= 1
             task.instance.inflight -= 1
-            if task.ready and not task.in_ring:
+            if (task.ready or task.queued) and not task.in_ring:
                 self.sched.wake(task)
             if task.stop_dispatching:
                 tasks.mark_dirty(task)

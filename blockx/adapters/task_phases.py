@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from blockx.core import failure_codes as fc
 from blockx.core.dispatcher_commands import ConvergeTaskCalls
@@ -250,18 +250,18 @@ class TaskPhases:
 
     # ---- Calls -------------------------------------------------------------------
 
-    def _resolve(self, rt, specs) -> list:
+    def _resolve(self, rt, specs) -> Iterator[tuple]:
+        """The dispatcher's (function_id, digest, args_json, entry_selector) of each
+        spec, as a generator the dispatcher packs into its compact queued form, so
+        no per-call tuple list is built. Every distinct function id is resolved
+        here first, in list order (a FunctionNotFound names the first unknown one)."""
         view = rt.view
-        out = []
-        append = out.append
-        cache: dict[str, tuple[str, str]] = {}
+        table: dict[str, tuple[str, str]] = {}
         for s in specs:
             fid = s.function_id
-            r = cache.get(fid)
-            if r is None:
-                r = cache[fid] = view.resolve(fid)
-            append((fid, r[0], s.args_json, r[1]))
-        return out
+            if fid not in table:
+                table[fid] = view.resolve(fid)
+        return _with_digests(table, specs)
 
     def _start_calls(self, rt, cmd: StartCallPhase) -> PhaseOutcome | None:
         """Hand the phase's calls (or the stream) to the dispatcher; a failure
@@ -275,13 +275,20 @@ class TaskPhases:
             rt.credits = asyncio.Semaphore(self.stream_cfg.max_outstanding_batches)
             rt.producer = self.actor.spawn(self._produce(rt))
             return None
+        specs = cmd.calls or []
         try:
-            calls = self._resolve(rt, cmd.calls or [])
+            calls = self._resolve(rt, specs)
         except Exception as exc:  # noqa: BLE001 - FunctionNotFound
             return PhaseOutcome.failure(fc.CALL_FAILED, str(exc))
         prepared = self.disp.prepare_call_phase(rt.task_id, calls, cmd.call_failure_policy, retry,
                                                 cmd.instance_id)
-        if self.traces is not None: self.traces.calls_queued(rt.task_id, len(calls))  # trace hook
+        # The dispatcher holds the calls in its compact form now. The builder's list
+        # is also referenced by the core's record of the task (its builder outcome
+        # and this StartCallPhase) for the task's whole life: empty it, so a queued
+        # call is not kept twice (the core never reads it again).
+        if type(specs) is list:
+            specs.clear()
+        if self.traces is not None: self.traces.calls_queued(rt.task_id, len(prepared))  # trace hook
         self.actor.post(lambda n: self.disp.commit_call_phase(prepared, n))
         return None
 
@@ -337,7 +344,7 @@ class TaskPhases:
                         self._fail_calls(rt, fc.CALL_FAILED, str(exc))
                         return
                     prepared = self.disp.prepare_call_batch(tid, idx, calls)
-                    if self.traces is not None: self.traces.calls_queued(tid, len(calls), idx)  # trace hook
+                    if self.traces is not None: self.traces.calls_queued(tid, len(prepared), idx)  # trace hook
                     self.actor.post(lambda n, p=prepared: self.disp.commit_call_batch(p, n))
                     idx += 1
                     await asyncio.sleep(0)   # let executors' frames in between batches
@@ -398,6 +405,13 @@ async def _as_async(it):
     """A synchronous batch iterator, awaited like an async stream's."""
     for batch in it:
         yield batch
+
+
+def _with_digests(table: dict, specs) -> Iterator[tuple]:
+    for s in specs:
+        fid = s.function_id
+        digest, entry = table[fid]
+        yield (fid, digest, s.args_json, entry)
 
 
 def _calls_outcome(conv) -> PhaseOutcome:

@@ -4,7 +4,8 @@ Worker's memory, the Python counterpart of the spec's memory_diagnostics.go
 (Go runtime stats and RSS there; the interpreter's GC counts and RSS here).
 
 Fields: `rss_bytes` (this process), `queued_calls` (roots waiting for an
-executor), `calls_held` (call contexts the dispatcher holds), `active_tasks`,
+executor), `calls_held` (call contexts the dispatcher holds: admitted calls and
+subcalls; a queued call gets one only when it is admitted), `active_tasks`,
 `retained_results` (terminal results kept for resultRetentionMs),
 `code_snapshots` (function code epochs retained), `executors_rss_bytes`
 ({executor id: RSS} from their latest heartbeats) and its sum

@@ -341,10 +341,16 @@ class DispatcherCore:
     # --- introspection (tests, metrics, debugging; read-only) ------------------------------
 
     def call_state(self, call_id: str) -> str | None:
-        return self._calls.state_name(call_id)
+        state = self._calls.state_name(call_id)
+        if state is None and self._tasks.is_queued(call_id):
+            return "READY"          # queued compactly, never admitted
+        return state
 
     def call_attempts(self, call_id: str) -> int | None:
-        return self._calls.attempts(call_id)
+        attempts = self._calls.attempts(call_id)
+        if attempts is None and self._tasks.is_queued(call_id):
+            return 0
+        return attempts
 
     def has_task(self, task_id: str) -> bool:
         return task_id in self._tasks
@@ -366,7 +372,7 @@ class DispatcherCore:
         if t is None:
             return None
         total = t.total
-        return (0 if t.production_open else total, total - len(t.pending), t.calls_failed, t.call_retries)
+        return (0 if t.production_open else total, total - len(t.pending) - t.queued, t.calls_failed, t.call_retries)
     # ---- end progress ----
 
     def executor_view(self, executor_id: str) -> Any:
@@ -394,7 +400,7 @@ class DispatcherCore:
     def queued_call_count(self) -> int:
         """Roots READY and waiting for an executor, across tasks (memory
         diagnostics; O(tasks), never on the hot path)."""
-        return sum(len(t.ready) for t in self._tasks.by_id.values())
+        return sum(len(t.ready) + t.queued for t in self._tasks.by_id.values())
 
     @property
     def task_count(self) -> int:

@@ -12,13 +12,16 @@ Rules and theory of operation:
   list of a singleflight leader (``leader`` set), the retry timer
   (``retry_armed``), or, for subcalls, the SubcallBinder's parking
   (``parked``).
-- The CallTable holds a call from commit until its batch settles (or its task
-  is cancelled): a late frame for a call no longer in the table is ignored.
+- A root gets its context when it is admitted (``take_call`` makes it from the
+  task's compact queue, see dispatcher_tasks); the CallTable holds a call from
+  then until its batch settles (or its task is cancelled): a frame for a call
+  not in the table (never admitted, or forgotten) is ignored.
   ``by_id`` is never rebound, so the facade may keep a direct reference to it
   for its per-call lookups.
 CallContext is created per call on the hot path and only the core touches it:
 it is a compiled cdef class (blockx/_fast/dispatchloop.pyx; its twin is a plain
-``__slots__`` class), built for a whole call list by ``make_calls``.
+``__slots__`` class), built one at a time by ``take_call`` as roots are admitted
+(``make_calls`` builds a whole list of them, for tests and tools).
 """
 from __future__ import annotations
 

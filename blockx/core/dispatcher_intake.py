@@ -5,9 +5,12 @@ CommitCallBatch), and the batch credit window.
 
 Rules:
 - ``prepare_*`` has no side effects on the core (it reads only the config and
-  the cachekey function), so the adapter may run it off the actor; it computes
-  every call id and cache key and validates the input. ``commit_*`` links the
-  prepared calls into the core and must run on the actor.
+  the cachekey function), so the adapter may run it off the actor; it validates
+  the input and packs it into its compact queued form (a CallBlock: per call a
+  function index and a slice of one args buffer; see dispatcher_tasks), so the
+  caller's call list is not kept. ``commit_*`` queues the prepared calls in the
+  core and must run on the actor. A call's id and cache key are made when it is
+  admitted.
 - A one-shot phase is one batch (index 0) that never emits BatchSettled.
 - Streaming: the producer commits batches 0, 1, 2, ... in order and may hold at
   most ``max_outstanding_batches`` committed-but-unsettled batches. A batch
@@ -28,34 +31,37 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from blockx.core.dispatcher_calls import CallContext, make_calls
+from blockx._fast import load
 from blockx.core.dispatcher_commands import BatchSettled
 from blockx.core.dispatcher_config import DispatcherConfig
 from blockx.core.dispatcher_retry import resolve_retry
 from blockx.core.dispatcher_tasks import TaskTable
 from blockx.core.dispatcher_types import CONTINUE, FAST_FAIL, POLICIES, RetryPolicy
 
+_loop = load("dispatchloop")
+
 
 class PreparedCalls:
-    """Result of prepare_call_phase / prepare_call_batch: call contexts with
-    ids and cache keys computed, not yet visible to the core."""
+    """Result of prepare_call_phase / prepare_call_batch: the validated calls in
+    their compact queued form (a CallBlock), not yet visible to the core."""
 
     __slots__ = ("task_id", "streaming", "batch_idx", "policy", "retry", "instance_id",
-                 "calls", "committed")
+                 "calls", "count", "committed")
 
     def __init__(self, task_id: str, streaming: bool, batch_idx: int, policy: str,
-                 retry: tuple[int, int, int], instance_id: str, calls: list[CallContext]) -> None:
+                 retry: tuple[int, int, int], instance_id: str, calls: Any) -> None:
         self.task_id = task_id
         self.streaming = streaming
         self.batch_idx = batch_idx
         self.policy = policy
         self.retry = retry              # (max_attempts, base_backoff_ms, jitter_percent), resolved
         self.instance_id = instance_id
-        self.calls = calls
+        self.calls = calls              # CallBlock; None once committed (the task owns it)
+        self.count = len(calls)
         self.committed = False
 
     def __len__(self) -> int:
-        return len(self.calls)
+        return self.count
 
 
 class CallIntake:
@@ -71,11 +77,11 @@ class CallIntake:
     def prepare_call_phase(self, task_id: str, calls: Iterable, policy: str = FAST_FAIL,
                            retry: RetryPolicy | tuple | None = None,
                            instance_id: str = "") -> PreparedCalls:
-        """Build the call contexts of a one-shot call list. No side effects."""
+        """Validate and pack a one-shot call list. No side effects."""
         policy = _check_task(task_id, policy, instance_id)
         resolved = resolve_retry(retry, self.config)
-        ctxs = self._make_calls(task_id, f"{task_id}/", calls, 0)
-        return PreparedCalls(task_id, False, 0, policy, resolved, instance_id, ctxs)
+        block = self._pack(task_id, f"{task_id}/", calls, 0)
+        return PreparedCalls(task_id, False, 0, policy, resolved, instance_id, block)
 
     def commit_call_phase(self, prepared: PreparedCalls, now: int) -> list:
         if prepared.streaming:
@@ -85,7 +91,8 @@ class CallIntake:
         task = self._tasks.new(prepared.task_id, prepared.policy == FAST_FAIL, prepared.retry,
                                prepared.instance_id, False)
         prepared.committed = True
-        self._tasks.register(task, prepared.calls, 0)
+        calls, prepared.calls = prepared.calls, None
+        self._tasks.register_block(task, calls, 0)
         return []
 
     # --- streaming ---------------------------------------------------------------------
@@ -100,23 +107,21 @@ class CallIntake:
         return []
 
     def prepare_call_batch(self, task_id: str, batch_idx: int, calls: Iterable) -> PreparedCalls:
-        """Build the call contexts of one streaming batch. No side effects."""
+        """Validate and pack one streaming batch. No side effects."""
         if type(task_id) is not str or not task_id:
             raise ValueError(f"task_id must be a non-empty str, got {task_id!r}")
         if type(batch_idx) is not int or batch_idx < 0:
             raise ValueError(f"task {task_id}: batch_idx must be an integer >= 0, got {batch_idx!r}")
-        ctxs = self._make_calls(task_id, f"{task_id}/{batch_idx}.", calls, batch_idx)
+        block = self._pack(task_id, f"{task_id}/{batch_idx}.", calls, batch_idx)
         cfg = self.config
-        if len(ctxs) > cfg.batch_max_rows:
-            raise ValueError(f"task {task_id}: batch {batch_idx} has {len(ctxs)} calls, over "
+        if len(block) > cfg.batch_max_rows:
+            raise ValueError(f"task {task_id}: batch {batch_idx} has {len(block)} calls, over "
                              f"batchMaxRows {cfg.batch_max_rows}")
-        size = 0
-        for c in ctxs:
-            size += len(c.args_json)
+        size = len(block.args)
         if size > cfg.batch_max_args_bytes:
             raise ValueError(f"task {task_id}: batch {batch_idx} carries {size} bytes of args, over "
                              f"batchMaxArgsBytes {cfg.batch_max_args_bytes}")
-        return PreparedCalls(task_id, True, batch_idx, "", (0, 0, 0), "", ctxs)
+        return PreparedCalls(task_id, True, batch_idx, "", (0, 0, 0), "", block)
 
     def commit_call_batch(self, prepared: PreparedCalls, now: int) -> list:
         if not prepared.streaming:
@@ -143,7 +148,8 @@ class CallIntake:
             raise ValueError(f"task {task.task_id}: batch {idx} exceeds the credit window of "
                              f"{window} unsettled batches; wait for BatchSettled")
         prepared.committed = True
-        self._tasks.register(task, prepared.calls, idx)
+        calls, prepared.calls = prepared.calls, None
+        self._tasks.register_block(task, calls, idx)
         return []
 
     def production_done(self, task_id: str, now: int) -> list:
@@ -166,8 +172,8 @@ class CallIntake:
 
     # --- shared ------------------------------------------------------------------------
 
-    def _make_calls(self, task_id: str, prefix: str, calls: Iterable, batch_idx: int) -> list:
-        return make_calls(task_id, prefix, calls, batch_idx, self._cache_key)
+    def _pack(self, task_id: str, prefix: str, calls: Iterable, batch_idx: int) -> Any:
+        return _loop.make_block(task_id, prefix, calls, batch_idx, self._cache_key)
 
 
 def _check_task(task_id: Any, policy: Any, instance_id: Any) -> str:

@@ -28,9 +28,16 @@ Rules and theory of operation:
 - The admission window counts roots RUNNING/WAITING (``inflight``); ``release``
   undoes a bind's accounting and wakes the task in the TaskScheduler when it
   regains room.
-- Roots live in ``TaskCalls.pending`` until DONE; every call (roots and the
-  subcalls that inherit their batch) is listed in its Batch so a settled batch
-  frees all of them at once.
+- A committed call list is queued compactly (a CallBlock in ``TaskCalls.blocks``,
+  counted in ``TaskCalls.queued``): a root gets its CallContext, call id and
+  cache key only when it is admitted (``take_call``), and from then on lives in
+  ``TaskCalls.pending`` until DONE. Contexts in the ready queue (retries, a call
+  put back when no executor could take it) go before the blocks. A root not yet
+  DONE is therefore in ``pending`` or counted in ``queued``; the drain gives the
+  never-admitted ones their context to cancel them like any other root.
+- Every admitted call (roots and the subcalls that inherit their batch) is
+  listed in its Batch so a settled batch frees all of them at once; the Batch
+  counts its roots from the start, admitted or not.
 - A task stays registered after converging (late events for it are ignored)
   until ``cancel`` (``remove_task`` / ``cancel_task``).
 """
@@ -84,8 +91,31 @@ class TaskTable:
         self.by_id[task_id] = task
         return task
 
+    def register_block(self, task: TaskCalls, block: Any, batch_idx: int) -> None:
+        """Queue a committed call list (a CallBlock) in its task, compactly."""
+        offset = task.total
+        n = len(block)
+        batch = Batch(batch_idx, [])
+        batch.remaining = n
+        block.base = offset
+        block.batch = batch
+        if n:
+            task.blocks.append(block)
+            task.queued += n
+        task.total = offset + n
+        task.outputs.extend([None] * n)
+        task.batches[batch_idx] = batch
+        task.unsettled += 1
+        task.next_batch_idx = batch_idx + 1
+        if n == 0:
+            task.settle_ready.append(batch)
+        self.mark_dirty(task)
+        if n:
+            self._sched.wake(task)
+
     def register(self, task: TaskCalls, calls: list[CallContext], batch_idx: int) -> None:
-        """Link a committed batch into its task and queue its calls."""
+        """Link a batch of ready-made contexts into its task and queue them (the
+        intake queues call lists compactly with ``register_block``)."""
         offset = task.total
         if offset:
             for ctx in calls:
@@ -125,7 +155,7 @@ class TaskTable:
             task = ctx.task
             task.inflight -= 1
             task.instance.inflight -= 1
-            if task.ready and not task.in_ring:
+            if (task.ready or task.queued) and not task.in_ring:
                 self._sched.wake(task)
             if task.stop_dispatching:
                 self.mark_dirty(task)
@@ -174,11 +204,11 @@ class TaskTable:
             if task.production_open and not task.stop_sent:
                 task.stop_sent = True
                 out.append(StopCallProduction(task.task_id, task.stop_reason))
-            if task.inflight == 0 and task.pending:
+            if task.inflight == 0 and (task.pending or task.queued):
                 self._drain(task, out)
         if task.settle_ready:
             self._settle(task, out)
-        if (not task.converged and not task.pending
+        if (not task.converged and not task.pending and not task.queued
                 and (not task.production_open or task.stop_dispatching)):
             self._converge(task, out)
 
@@ -189,6 +219,11 @@ class TaskTable:
         for ctx in list(task.pending.values()):
             if ctx.state != DONE:
                 self.set_terminal(ctx, False, None, ERR_CANCELLED, reason, False, 0, False, out)
+        by_id = self._calls.by_id
+        take = _loop.take_call
+        while task.queued:
+            self.set_terminal(take(task, by_id), False, None, ERR_CANCELLED, reason, False, 0,
+                              False, out)
 
     def _settle(self, task: TaskCalls, out: list) -> None:
         batches = task.settle_ready
@@ -249,6 +284,8 @@ class TaskTable:
                     subcalls.unpark(c)
         task.batches.clear()
         task.ready.clear()
+        task.blocks.clear()
+        task.queued = 0
         self._sched.detach(task)
         return out
 
@@ -258,9 +295,23 @@ class TaskTable:
         t = self.by_id.get(task_id)
         return 0 if t is None else t.inflight
 
+    def is_queued(self, call_id: str) -> bool:
+        """Whether call_id names a root queued in a CallBlock and never admitted
+        (introspection; O(blocks of its task))."""
+        task = self.by_id.get(call_id.rpartition("/")[0])
+        if task is None:
+            return False
+        for block in task.blocks:
+            prefix = block.prefix
+            if call_id.startswith(prefix):
+                row = call_id[len(prefix):]
+                if row.isdigit() and block.pos <= int(row) < block.n and str(int(row)) == row:
+                    return True
+        return False
+
     def ready_count(self, task_id: str) -> int:
         t = self.by_id.get(task_id)
-        return 0 if t is None else len(t.ready)
+        return 0 if t is None else len(t.ready) + t.queued
 
     def __contains__(self, task_id: str) -> bool:
         return task_id in self.by_id

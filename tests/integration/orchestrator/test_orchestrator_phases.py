@@ -103,3 +103,18 @@ async def test_repeated_submit_is_idempotent(make_harness):
     assert after.state == TaskState.SUCCEEDED and outputs(after) == outputs(done) == [3]
     await settle()
     assert len(h.fake.executes) == 1
+
+
+async def test_the_builders_calls_are_not_kept_once_the_dispatcher_queued_them(make_harness):
+    h = await make_harness()
+    h.submit("q", [("add", [i, 0]) for i in range(3)])
+    await h.executed(1)
+    ctx = h.core.get_task_context("q")
+    # The core's record keeps the builder outcome for the task's life; the dispatcher
+    # holds the queued calls in its own compact form, so the builder's list is empty.
+    assert ctx.builder_outcome.calls == []
+    assert h.disp.task_progress("q") == (3, 0, 0, 0)
+    await h.executed(3)
+    for i in (2, 0, 1):
+        h.fake.complete(f"q/{i}", i)
+    assert outputs(await h.terminal("q")) == [0, 1, 2]

@@ -264,6 +264,26 @@ def test_fast_fail_stops_dispatching_and_drains_once_inflight_reaches_zero():
     assert len(of_type(h.log, BindCall)) == 2
 
 
+def test_queued_calls_get_a_context_only_when_admitted_and_are_still_counted():
+    h = Harness(DispatcherConfig(task_max_inflight_calls=2))
+    h.submit("t", [spec("f", i) for i in range(6)])
+    # Two admitted, and t/2 made to compare its key with t/1's (it waits at the front).
+    assert list(h.live) == ["t/0", "t/1"] and h.core.call_count == 3
+    assert (h.core.queued_call_count, h.core.task_ready("t")) == (4, 4)
+    assert (h.core.call_state("t/5"), h.core.call_attempts("t/5")) == ("READY", 0)
+    assert h.core.call_state("t/6") is None and h.core.call_state("t/05") is None
+    assert h.core.task_progress("t") == (6, 0, 0, 0)
+    h.complete("t/0")
+    assert list(h.live) == ["t/1", "t/2"] and h.core.task_progress("t") == (6, 1, 0, 0)
+    h.fail("t/1", "USER_ERROR", False, "boom")
+    h.complete("t/2")
+    # FAST_FAIL drained the never-admitted t/3..t/5 as CANCELLED (not counted as failed).
+    c = h.converged["t"]
+    assert not c.ok and c.call_count == 6 and c.calls_failed == 1
+    assert h.core.task_progress("t") == (6, 6, 1, 0) and h.core.queued_call_count == 0
+    assert h.core.call_state("t/5") is None and h.core.call_count == 0
+
+
 def test_fast_fail_does_not_retry_inflight_failures_after_the_stop():
     h = Harness()
     h.submit("t", [spec("f", 1), spec("f", 2)])

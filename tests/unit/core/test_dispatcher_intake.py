@@ -2,12 +2,16 @@
 the TaskTable, and the stream's order and credit window are enforced."""
 import pytest
 
+from blockx._fast import load
+
 from blockx.core.dispatcher_commands import BatchSettled
 from blockx.core.dispatcher_config import DispatcherConfig
 from blockx.core.dispatcher_intake import CallIntake
 
 from tests.unit.core.dispatcher_parts import Parts
 from tests.unit.core.test_dispatcher_harness import spec
+
+_loop = load("dispatchloop")
 
 
 def _intake(**cfg):
@@ -19,11 +23,19 @@ def _intake(**cfg):
 def test_prepare_touches_nothing_and_commit_registers_with_the_task_table():
     p, intake = _intake()
     prepared = intake.prepare_call_phase("t", [spec("f", 1), spec("g", 2)], "CONTINUE")
-    assert [c.call_id for c in prepared.calls] == ["t/0", "t/1"]
+    assert len(prepared) == 2
     assert len(p.tasks) == 0 and len(p.calls) == 0
     assert intake.commit_call_phase(prepared, 0) == []
+    assert prepared.calls is None       # the task owns the queued calls now
     task = p.tasks.by_id["t"]
-    assert (task.fast_fail, task.total, list(p.calls.by_id)) == (False, 2, ["t/0", "t/1"])
+    # Queued compactly: no context, id or key until a call is admitted.
+    assert (task.fast_fail, task.total, task.queued, len(p.calls)) == (False, 2, 2, 0)
+    taken = [_loop.take_call(task, p.calls.by_id), _loop.take_call(task, p.calls.by_id)]
+    assert [(c.call_id, c.index, c.function_id, c.args_json) for c in taken] == [
+        ("t/0", 0, "f", b"[1]"), ("t/1", 1, "g", b"[2]")]
+    assert [c.key for c in taken] == [p.cache_key("f", "d0", b"[1]"), p.cache_key("g", "d0", b"[2]")]
+    assert list(p.calls.by_id) == ["t/0", "t/1"] and list(task.pending) == ["t/0", "t/1"]
+    assert task.queued == 0 and not task.blocks
     with pytest.raises(ValueError, match="already committed"):
         intake.commit_call_phase(prepared, 0)
 
@@ -37,6 +49,10 @@ def test_stream_batches_come_in_order_within_the_credit_window():
     intake.commit_call_batch(intake.prepare_call_batch("s", 0, [spec("f", 0)]), 0)
     intake.commit_call_batch(intake.prepare_call_batch("s", 1, [spec("f", 1)]), 0)
     assert intake.batch_credits("s") == 0
+    task = p.tasks.by_id["s"]
+    assert task.queued == 2 and len(p.calls) == 0
+    taken = [_loop.take_call(task, p.calls.by_id) for _ in range(2)]
+    assert [(c.call_id, c.index, c.batch_idx) for c in taken] == [("s/0.0", 0, 0), ("s/1.0", 1, 1)]
     assert list(p.calls.by_id) == ["s/0.0", "s/1.0"]
     with pytest.raises(ValueError, match="exceeds the credit window of 2"):
         intake.commit_call_batch(intake.prepare_call_batch("s", 2, [spec("f", 2)]), 0)

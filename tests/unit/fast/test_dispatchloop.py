@@ -1,7 +1,9 @@
-"""CallContext and make_calls, run against the compiled module and its twin:
-the same defaults, the same ids, keys and indexes, the same errors."""
+"""CallContext, make_calls and the compact queued form (make_block / take_call),
+run against the compiled module and its twin: the same defaults, the same ids,
+keys and indexes, the same errors."""
 
 import gc
+from array import array
 import weakref
 
 import pytest
@@ -73,6 +75,57 @@ def test_make_calls_names_the_bad_spec(mod, spec, message):
     with pytest.raises(ValueError) as err:
         mod.make_calls("t", "t/", [("f", D, b"[]", "main"), spec], 0, cache_key)
     assert str(err.value) == f"task t: {message}"
+    with pytest.raises(ValueError) as err:
+        mod.make_block("t", "t/", [("f", D, b"[]", "main"), spec], 0, cache_key)
+    assert str(err.value) == f"task t: {message}"
+
+
+def _queued_task(mod, block, base=0, batch_idx=0):
+    """A task holding one registered block (what TaskTable.register_block does)."""
+    task = mod.TaskCalls("t", True, 3, 0, 0, mod.InstanceState(""), False, None)
+    batch = mod.Batch(batch_idx, [])
+    batch.remaining = len(block)
+    block.base, block.batch = base, batch
+    task.blocks.append(block)
+    task.queued += len(block)
+    return task, batch
+
+
+@pytest.mark.parametrize("key_fn", [cache_key, lambda f, d, a: f.encode() + b"|" + a],
+                         ids=["compiled-key", "python-key"])
+def test_take_call_builds_what_make_calls_builds(mod, key_fn):
+    specs = [("f", D, b"[1]", "main"), ("g", D, b"[2,\"x\"]", ""), ("f", D, b"[]", "other"),
+             ("f", D, b"[1]", "main")]
+    block = mod.make_block("t", "t/4.", iter(specs), 4, key_fn)
+    assert len(block) == 4 and block.fns == [("f", D, "main"), ("g", D, "main"), ("f", D, "other")]
+    assert list(block.fidx) == [0, 1, 2, 0] and block.args == b'[1][2,"x"][][1]'
+    task, batch = _queued_task(mod, block, base=10, batch_idx=4)
+    by_id: dict = {}
+    taken = [mod.take_call(task, by_id) for _ in specs]
+    want = mod.make_calls("t", "t/4.", specs, 4, key_fn)
+    fields = ("call_id", "function_id", "digest", "entry_selector", "args_json", "key", "batch_idx",
+              "state", "attempt_count", "executor_id", "budget_ms", "request_id", "error_kind",
+              "error_message", "retryable", "budget_used_ms", "parent", "waiters")
+    for got, exp in zip(taken, want):
+        assert type(got) is mod.CallContext and got.task is task
+        assert [getattr(got, f) for f in fields] == [getattr(exp, f) for f in fields]
+    assert [c.index for c in taken] == [10, 11, 12, 13]
+    assert list(by_id) == list(task.pending) == ["t/4.0", "t/4.1", "t/4.2", "t/4.3"]
+    assert batch.calls == taken and batch.remaining == 4
+    assert task.queued == 0 and not task.blocks and block.pos == 4
+
+
+def test_blocks_are_taken_in_order_and_an_empty_list_is_an_empty_block(mod):
+    a = mod.make_block("t", "t/0.", [("f", D, b"[0]", "main")], 0, cache_key)
+    b = mod.make_block("t", "t/1.", [("f", D, b"[1]", "main"), ("f", D, b"[2]", "main")], 1, cache_key)
+    task, _ = _queued_task(mod, a)
+    task.blocks.append(b)
+    task.queued += 2
+    b.base, b.batch = 1, mod.Batch(1, [])
+    ids = [mod.take_call(task, {}).call_id for _ in range(3)]
+    assert ids == ["t/0.0", "t/1.0", "t/1.1"] and task.queued == 0
+    empty = mod.make_block("t", "t/", iter([]), 0, cache_key)
+    assert len(empty) == 0 and empty.args == b"" and list(empty.offs) == [0]
 
 
 def test_a_context_cycle_is_collected(mod):
@@ -147,3 +200,22 @@ def test_the_scheduler_takes_turns_like_the_twin(mod):
     assert picks[0] == picks[1]
     # X and Y tie (in flight, last served): X by id first, quantum 2 each, then turns
     assert picks[0][:7] == ["a", "b", "c", "c", "a", "b", "c"], picks[0]
+
+
+def test_a_block_made_by_hand_is_checked_and_its_cursor_is_not_writable_in_c(mod):
+    fns = [("f", D, "main")]
+    ok = mod.CallBlock("t/", 0, fns, array("I", [0, 0]), b"[1][2]", array("q", [0, 3, 6]), cache_key)
+    assert len(ok) == 2 and (ok.pos, ok.base, ok.batch) == (0, 0, None)
+    with pytest.raises(TypeError):
+        mod.CallBlock("t/", 0, fns, [0], b"[1]", array("q", [0, 3]), cache_key)
+    with pytest.raises(TypeError):
+        mod.CallBlock("t/", 0, fns, array("I", [0]), b"[1]", array("q", [0]), cache_key)
+    for fidx, args, offs in ((array("I", [1]), b"[1]", [0, 3]),             # no function 1
+                             (array("I", [0]), b"[1]", [0, 9]),             # past the buffer
+                             (array("I", [0, 0]), b"[1][2]", [0, 7, 6]),    # backwards
+                             (array("I", [0]), b"[1]", [1, 3])):            # not from 0
+        with pytest.raises(ValueError):
+            mod.CallBlock("t/", 0, fns, fidx, args, array("q", offs), cache_key)
+    if mod is not IMPLS[-1][1]:
+        with pytest.raises(AttributeError):
+            ok.pos = 5
