@@ -111,7 +111,6 @@ def test_cli_watch_prints_progress_json_lines_when_not_a_terminal(slow_worker):
     assert len(mid) >= 2 and mid == sorted(mid) and all(d < 60 for d in mid)
 
 
-@pytest.mark.skipif(__import__("shutil").which("tmux") is None, reason="tmux is not installed (make tmux)")
 def test_cli_submit_draws_a_progress_bar_on_a_terminal(slow_worker, tmp_path):
     import re
     import sys

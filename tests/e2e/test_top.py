@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -15,8 +14,7 @@ import time
 
 import pytest
 
-pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (make tmux)")]
+pytestmark = pytest.mark.e2e      # `make test` installs tmux (make tmux): a missing tmux fails, not skips
 
 BLOCKX = pathlib.Path(sys.executable).with_name("blockx")
 

@@ -63,7 +63,8 @@ def test_a_task_with_a_retry_subcalls_and_io_has_each_event_in_order_on_its_lane
     assert flaky1["args"]["outcome"] == "USER_ERROR" and flaky2["args"]["outcome"] == "ok"
     retry = [e for e in doc["traceEvents"] if e["ph"] == "i" and e["name"] == "retry"]
     assert len(retry) == 1 and retry[0]["tid"] == flaky1["tid"]
-    assert retry[0]["args"]["reason"] == "USER_ERROR" and retry[0]["args"]["backoffMs"] >= 0
+    # the default policy: base 10 ms, jitter floor(10 * 5% * r) == 0 for every r in [0, 1)
+    assert retry[0]["args"]["reason"] == "USER_ERROR" and retry[0]["args"]["backoffMs"] == 10
     assert flaky1["ts"] + flaky1["dur"] == retry[0]["ts"] <= flaky2["ts"]
     queued = next(e for e in doc["traceEvents"] if e["name"] == "calls queued")
     assert queued["args"]["count"] == 3 and queued["ts"] <= min(root["ts"], echo["ts"], flaky1["ts"])
