@@ -100,32 +100,39 @@ cdef tuple _check_spec(task_id, Py_ssize_t i, spec):
     return function_id, digest, args_json, entry_selector
 
 
+cdef inline CallContext _new_context(str call_id, function_id, digest, entry_selector, args_json, key,
+                                     Py_ssize_t index, Py_ssize_t batch_idx):
+    # CallContext.__init__ without a Python call: the one place a root's context is made
+    # (make_calls, and _take at admission); the twin calls its constructor.
+    cdef CallContext ctx = CallContext.__new__(CallContext)
+    ctx.call_id = call_id
+    ctx.task = None
+    ctx.index = index
+    ctx.batch_idx = batch_idx
+    ctx.function_id = function_id
+    ctx.digest = digest
+    ctx.entry_selector = entry_selector
+    ctx.args_json = args_json
+    ctx.key = key
+    ctx.executor_id = ""
+    ctx.budget_ms = 0
+    ctx.request_id = ""
+    ctx.error_kind = ""
+    ctx.error_message = ""
+    ctx.retryable = False
+    ctx.budget_used_ms = 0
+    return ctx
+
+
 def make_calls(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
     cdef list out = []
     cdef Py_ssize_t i = 0
-    cdef CallContext ctx
     cdef bint c_key = cache_key is _compiled_cache_key   # types are checked below: call it in C
     for spec in calls:
         function_id, digest, args_json, entry_selector = _check_spec(task_id, i, spec)
-        ctx = CallContext.__new__(CallContext)
-        ctx.call_id = f"{prefix}{i}"
-        ctx.task = None
-        ctx.index = i
-        ctx.batch_idx = batch_idx
-        ctx.function_id = function_id
-        ctx.digest = digest
-        ctx.entry_selector = entry_selector or "main"
-        ctx.args_json = args_json
-        ctx.key = (cache_key_c(function_id, digest, args_json) if c_key
-                   else cache_key(function_id, digest, args_json))
-        ctx.executor_id = ""
-        ctx.budget_ms = 0
-        ctx.request_id = ""
-        ctx.error_kind = ""
-        ctx.error_message = ""
-        ctx.retryable = False
-        ctx.budget_used_ms = 0
-        out.append(ctx)
+        out.append(_new_context(f"{prefix}{i}", function_id, digest, entry_selector or "main", args_json,
+                                cache_key_c(function_id, digest, args_json) if c_key
+                                else cache_key(function_id, digest, args_json), i, batch_idx))
         i += 1
     return out
 
@@ -223,24 +230,12 @@ cdef CallContext _take(TaskCalls task, dict by_id):
     cdef long long* offs = (<carray.array>block.offs).data.as_longlongs
     cdef long long a = offs[i]
     args_json = PyBytes_FromStringAndSize(PyBytes_AS_STRING(block.args) + a, offs[i + 1] - a)
-    cdef CallContext ctx = CallContext.__new__(CallContext)
-    call_id = ctx.call_id = f"{block.prefix}{i}"
+    call_id = f"{block.prefix}{i}"
+    cdef CallContext ctx = _new_context(call_id, function_id, digest, fn[2], args_json,
+                                        cache_key_c(function_id, digest, args_json) if block.c_key
+                                        else block.cache_key(function_id, digest, args_json),
+                                        block.base + i, block.batch_idx)
     ctx.task = task
-    ctx.index = block.base + i
-    ctx.batch_idx = block.batch_idx
-    ctx.function_id = function_id
-    ctx.digest = digest
-    ctx.entry_selector = fn[2]
-    ctx.args_json = args_json
-    ctx.key = (cache_key_c(function_id, digest, args_json) if block.c_key
-               else block.cache_key(function_id, digest, args_json))
-    ctx.executor_id = ""
-    ctx.budget_ms = 0
-    ctx.request_id = ""
-    ctx.error_kind = ""
-    ctx.error_message = ""
-    ctx.retryable = False
-    ctx.budget_used_ms = 0
     task.queued -= 1
     task.pending[call_id] = ctx
     (<Batch?>block.batch).calls.append(ctx)
