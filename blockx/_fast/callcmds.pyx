@@ -13,6 +13,7 @@ __all__ = ["BindCall", "UnbindCall", "DispatchCallCmd"]
 
 @cython.final
 @cython.no_gc
+@cython.freelist(64)
 cdef class BindCall:
 
     def __init__(self, call_id, executor_id, task_id, is_subcall, parent_call_id):
@@ -45,6 +46,7 @@ cdef class BindCall:
 
 @cython.final
 @cython.no_gc
+@cython.freelist(64)
 cdef class UnbindCall:
 
     def __init__(self, call_id, executor_id):
@@ -72,6 +74,7 @@ cdef class UnbindCall:
 
 @cython.final
 @cython.no_gc
+@cython.freelist(64)
 cdef class DispatchCallCmd:
 
     def __init__(self, call_id, executor_id, task_id, function_id, digest, entry_selector,

@@ -17,6 +17,8 @@ from array import array
 from collections import deque
 
 from blockx._fast.readyqueue cimport ReadyQueue
+from blockx._fast.scoring cimport ExecutorView, select_index
+from blockx._fast.scoring import select_executor as _compiled_select
 from blockx._fast.cachekey cimport cache_key_c
 from blockx._fast.cachekey import cache_key as _compiled_cache_key
 from blockx._fast.callcmds cimport (
@@ -40,7 +42,39 @@ cdef enum:
     _DONE = 3
 
 
+# The ready queue is the compiled ReadyQueue except in parity tests (its twin):
+# these read and change the compiled one in C.
+cdef inline Py_ssize_t _qlen(object q) except -1:
+    if type(q) is ReadyQueue:
+        return (<ReadyQueue>q)._count
+    return len(q)
+
+
+cdef inline object _qpop(object q):
+    if type(q) is ReadyQueue:
+        return (<ReadyQueue>q).pop_c()
+    return q.pop()
+
+
+cdef inline object _qpeek(object q):
+    cdef ReadyQueue rq
+    if type(q) is ReadyQueue:
+        rq = <ReadyQueue>q
+        return rq._buf[rq._head] if rq._count else None
+    return q.peek()
+
+
+cdef inline int _qpush(object q, object item) except -1:
+    if type(q) is ReadyQueue:
+        return (<ReadyQueue>q).push_c(item)
+    q.push(item)
+    return 0
+
+
+# A freelist: contexts come and go by the million; reusing their memory skips
+# the allocator on the per-call path.
 @cython.final
+@cython.freelist(256)
 cdef class CallContext:
 
     def __init__(self, call_id, function_id, digest, entry_selector, args_json, key,
@@ -186,7 +220,8 @@ def make_block(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
     cdef tuple spec_t
     last_fid = last_digest = last_entry = None
     for spec in calls:
-        if type(spec) is tuple and len(<tuple>spec) == 4:
+        # CallSpec is a NamedTuple: a tuple subclass, read as a tuple.
+        if isinstance(spec, tuple) and len(<tuple>spec) == 4:
             spec_t = <tuple>spec
             function_id = spec_t[0]
             digest = spec_t[1]
@@ -325,7 +360,7 @@ cdef class TaskScheduler:
             ring = self._single.ring
             while ring:
                 t = <TaskCalls?>ring[0]
-                if (t.ready or t.queued) and not t.stop_dispatching and t.inflight < window:
+                if (_qlen(t.ready) or t.queued) and not t.stop_dispatching and t.inflight < window:
                     return t
                 ring.popleft()
                 t.in_ring = False
@@ -341,7 +376,7 @@ cdef class TaskScheduler:
             ring = inst.ring
             while ring:
                 t = <TaskCalls?>ring[0]
-                if (t.ready or t.queued) and not t.stop_dispatching and t.inflight < window:
+                if (_qlen(t.ready) or t.queued) and not t.stop_dispatching and t.inflight < window:
                     return t
                 ring.popleft()
                 t.in_ring = False
@@ -518,6 +553,7 @@ cdef class DispatchLoop:
         cdef CallContext ctx, nxt
         cdef TaskCalls task
         cdef ExecutorRecord rec
+        cdef ExecutorView cview
         cdef Py_ssize_t i
         cdef TaskScheduler sched = self.sched
         ex = self.ex
@@ -525,6 +561,13 @@ cdef class DispatchLoop:
         cdef list recs = ex.recs
         select_fn = ex.select_fn
         sample, max_runnable, max_inflight, mem, stall = ex.select_params()
+        # The compiled scoring's views are ExecutorViews: select and count in C.
+        cdef bint c_sel = select_fn is _compiled_select
+        cdef long long c_now = 0, c_run = 0, c_inf = 0, c_mem = 0, c_stall = 0
+        cdef Py_ssize_t c_sample = 0
+        if c_sel:
+            c_now, c_sample, c_run, c_inf, c_mem, c_stall = (now, sample, max_runnable,
+                                                              max_inflight, mem, stall)
         deadline = self.deadline
         BindCall = self.BindCall
         cdef dict by_id = self.by_id
@@ -534,7 +577,7 @@ cdef class DispatchLoop:
                 break
             task = <TaskCalls?>t
             ready = task.ready
-            ctx = <CallContext?>ready.pop() if ready else _take(task, by_id)
+            ctx = <CallContext?>_qpop(ready) if _qlen(ready) else _take(task, by_id)
             if ctx.state != _READY:
                 continue
             key = ctx.key
@@ -548,7 +591,12 @@ cdef class DispatchLoop:
             if leader is not None and leader is not ctx:  # ctx itself leads while retrying
                 _join(<CallContext?>leader, ctx)
                 continue
-            i = select_fn(views, now, sample, max_runnable, max_inflight, mem, stall) if views else -1
+            if not views:
+                i = -1
+            elif c_sel:
+                i = select_index(views, c_now, c_sample, c_run, c_inf, c_mem, c_stall)
+            else:
+                i = select_fn(views, now, sample, max_runnable, max_inflight, mem, stall)
             if i < 0:
                 ready.push_front(ctx)
                 sched.unserved()
@@ -559,10 +607,16 @@ cdef class DispatchLoop:
             ctx.bound = False
             ctx.budget_ms = deadline
             view = rec.view
-            view.local_inflight += 1
+            if c_sel:
+                cview = <ExecutorView?>view
+                cview.local_inflight += 1
+                eid = cview.executor_id
+            else:
+                view.local_inflight += 1
+                eid = view.executor_id
+            ctx.executor_id = eid
             rec.calls[ctx.call_id] = ctx
             ctx.exec = rec
-            eid = ctx.executor_id = view.executor_id
             task.inflight += 1
             task.instance.inflight += 1
             task.flights[key] = ctx
@@ -571,16 +625,16 @@ cdef class DispatchLoop:
             else:
                 out.append(BindCall(ctx.call_id, eid, task.task_id, False, ""))
             while True:
-                if ready:
-                    nxt = <CallContext?>ready.peek()
+                if _qlen(ready):
+                    nxt = <CallContext?>_qpeek(ready)
                 elif task.queued:
                     nxt = _take(task, by_id)
-                    ready.push(nxt)
+                    _qpush(ready, nxt)
                 else:
                     break
                 if nxt.key != key:
                     break
-                ready.pop()
+                _qpop(ready)
                 if nxt.state == _READY:
                     _join(ctx, nxt)
             sched.served_c(task)
@@ -639,18 +693,26 @@ cdef class DispatchLoop:
                          else self.UnbindCall(call_id, ctx.executor_id)]
         rec.completions += 1
         view = rec.view
-        if view.runnable > 0:
+        cdef ExecutorView cview = None
+        if type(view) is ExecutorView:
+            cview = <ExecutorView>view
+            if cview.runnable > 0:
+                cview.runnable -= 1
+        elif view.runnable > 0:
             view.runnable -= 1
         tasks = self.tasks
         if ctx.parent is None and rec.attached:
             # TaskTable.release inlined for the common case (a root on an attached executor).
             ctx.exec = None
-            view.local_inflight -= 1
+            if cview is not None:
+                cview.local_inflight -= 1
+            else:
+                view.local_inflight -= 1
             del rec.calls[call_id]
             task = <TaskCalls?>ctx.task
             task.inflight -= 1
             task.instance.inflight -= 1
-            if (task.ready or task.queued) and not task.in_ring:
+            if (_qlen(task.ready) or task.queued) and not task.in_ring:
                 self.sched.wake_c(task)
             if task.stop_dispatching:
                 tasks.mark_dirty(task)

@@ -80,6 +80,22 @@ def test_make_calls_names_the_bad_spec(mod, spec, message):
     assert str(err.value) == f"task t: {message}"
 
 
+def test_make_block_reads_callspecs_and_tuple_subclasses_like_plain_tuples(mod):
+    # Builders hand over CallSpec (a NamedTuple): the compiled pack reads it as a
+    # tuple, with the same checks and the same errors as the twin.
+    from blockx.core.dispatcher_types import CallSpec
+    specs = [CallSpec("f", D, b"[1]"), CallSpec("g", D, b"[2]", "other"), ("f", D, b"[3]", "main")]
+    block = mod.make_block("t", "t/", specs, 0, cache_key)
+    assert block.fns == [("f", D, "main"), ("g", D, "other")]
+    assert list(block.fidx) == [0, 1, 0] and block.args == b"[1][2][3]"
+    for bad, message in [(CallSpec("", D, b"[]"), "call 1 needs a non-empty function_id, got ''"),
+                         (CallSpec("f", D, "[]"), "call 1 args_json must be canonical JSON bytes, got str"),
+                         (CallSpec("f", D, b"[]", None), "call 1 entry_selector must be a str, got None")]:
+        with pytest.raises(ValueError) as err:
+            mod.make_block("t", "t/", [specs[0], bad], 0, cache_key)
+        assert str(err.value) == f"task t: {message}"
+
+
 def _queued_task(mod, block, base=0, batch_idx=0):
     """A task holding one registered block (what TaskTable.register_block does)."""
     task = mod.TaskCalls("t", True, 3, 0, 0, mod.InstanceState(""), False, None)
