@@ -182,13 +182,26 @@ cdef class CallBlock:
         if (type(fidx) is not array or fidx.typecode != "I" or type(offs) is not array
                 or offs.typecode != "q" or len(offs) != len(fidx) + 1):
             raise TypeError("CallBlock needs fidx = array('I') and offs = array('q') of one more")
-        if (offs[0] != 0 or offs[len(fidx)] != len(args) or (len(fidx) and max(fidx) >= len(fns))
-                or any(offs[j] > offs[j + 1] for j in range(len(fidx)))):
+        if not _block_in_range(fidx, offs, len(fns), len(args)):
             raise ValueError("CallBlock: fidx or offs out of range")
         _init_block(self, prefix, batch_idx, fns, fidx, args, offs, cache_key)
 
     def __len__(self):
         return self.n
+
+
+cdef bint _block_in_range(carray.array fidx, carray.array offs, Py_ssize_t nfns,
+                          Py_ssize_t nargs):
+    # offs starts at 0, never decreases and ends at len(args); every fidx < len(fns).
+    cdef Py_ssize_t j, n = len(fidx)
+    cdef unsigned int* f = fidx.data.as_uints
+    cdef long long* o = offs.data.as_longlongs
+    if o[0] != 0 or o[n] != nargs:
+        return False
+    for j in range(n):
+        if f[j] >= nfns or o[j] > o[j + 1]:
+            return False
+    return True
 
 
 cdef int _init_block(CallBlock self, prefix, Py_ssize_t batch_idx, list fns, fidx, bytes args,

@@ -13,6 +13,7 @@ import logging
 import time
 from typing import Any, Callable, Iterator
 
+from blockx._fast import load
 from blockx.core import failure_codes as fc
 from blockx.core.dispatcher_commands import ConvergeTaskCalls
 from blockx.core.types import (
@@ -23,6 +24,7 @@ from blockx.plugins.builder_api import (MAX_EAGER_CALLS, BuildContext, BuilderEr
                                         is_streaming)
 from blockx.plugins.writer_api import PluginContext
 
+PackedCalls = load("calllist").PackedCalls   # the callList builder's packed call list
 log = logging.getLogger("blockx.phases")
 
 
@@ -276,17 +278,27 @@ class TaskPhases:
             rt.producer = self.actor.spawn(self._produce(rt))
             return None
         specs = cmd.calls or []
+        packed = type(specs) is PackedCalls
         try:
-            calls = self._resolve(rt, specs)
+            if packed:      # callList: the builder's arrays become the queue as they are
+                view = rt.view
+                fns = [(fid, *view.resolve(fid)) for fid in specs.fids]
+            else:
+                calls = self._resolve(rt, specs)
         except Exception as exc:  # noqa: BLE001 - FunctionNotFound
             return PhaseOutcome.failure(fc.CALL_FAILED, str(exc))
-        prepared = self.disp.prepare_call_phase(rt.task_id, calls, cmd.call_failure_policy, retry,
-                                                cmd.instance_id)
+        if packed:
+            prepared = self.disp.prepare_packed_call_phase(
+                rt.task_id, fns, specs.fidx, specs.args, specs.offs, cmd.call_failure_policy, retry,
+                cmd.instance_id)
+        else:
+            prepared = self.disp.prepare_call_phase(rt.task_id, calls, cmd.call_failure_policy, retry,
+                                                    cmd.instance_id)
         # The dispatcher holds the calls in its compact form now. The builder's list
         # is also referenced by the core's record of the task (its builder outcome
         # and this StartCallPhase) for the task's whole life: empty it, so a queued
         # call is not kept twice (the core never reads it again).
-        if type(specs) is list:
+        if type(specs) is list or packed:
             specs.clear()
         if self.traces is not None: self.traces.calls_queued(rt.task_id, len(prepared))  # trace hook
         self.actor.post(lambda n: self.disp.commit_call_phase(prepared, n))

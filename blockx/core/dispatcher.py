@@ -140,6 +140,14 @@ class DispatcherCore:
         it may run off the actor."""
         return self._intake.prepare_call_phase(task_id, calls, policy, retry, instance_id)
 
+    def prepare_packed_call_phase(self, task_id: str, fns: list, fidx: Any, args: bytes, offs: Any,
+                                  policy: str = FAST_FAIL, retry: RetryPolicy | tuple | None = None,
+                                  instance_id: str = "") -> PreparedCalls:
+        """prepare_call_phase for a call list already packed (CallIntake documents
+        the arrays): they become the queue without a per-call pass."""
+        return self._intake.prepare_packed_call_phase(task_id, fns, fidx, args, offs, policy, retry,
+                                                      instance_id)
+
     def commit_call_phase(self, prepared: PreparedCalls, now: int) -> list:
         return self._intake.commit_call_phase(prepared, now)
 

@@ -83,6 +83,29 @@ class CallIntake:
         block = self._pack(task_id, f"{task_id}/", calls, 0)
         return PreparedCalls(task_id, False, 0, policy, resolved, instance_id, block)
 
+    def prepare_packed_call_phase(self, task_id: str, fns: list, fidx: Any, args: bytes, offs: Any,
+                                  policy: str = FAST_FAIL, retry: RetryPolicy | tuple | None = None,
+                                  instance_id: str = "") -> PreparedCalls:
+        """A one-shot call list already packed (the callList builder's form, its
+        function ids resolved): ``fns`` the distinct (function_id, digest,
+        entry_selector), ``fidx`` array('I') per call an index into fns, ``args``
+        the concatenated canonical args and ``offs`` array('q') of len(fidx) + 1
+        offsets into it. The arrays become the queue as they are (no per-call
+        pass); they are checked whole. No side effects."""
+        policy = _check_task(task_id, policy, instance_id)
+        resolved = resolve_retry(retry, self.config)
+        if type(fns) is not list:
+            raise ValueError(f"task {task_id}: fns must be a list of (function_id, digest, "
+                             f"entry_selector), got {type(fns).__name__}")
+        table = [_check_function(task_id, j, fn) for j, fn in enumerate(fns)]
+        if type(args) is not bytes:
+            raise ValueError(f"task {task_id}: args must be bytes, got {type(args).__name__}")
+        try:
+            block = _loop.CallBlock(f"{task_id}/", 0, table, fidx, args, offs, self._cache_key)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"task {task_id}: packed call list: {exc}") from None
+        return PreparedCalls(task_id, False, 0, policy, resolved, instance_id, block)
+
     def commit_call_phase(self, prepared: PreparedCalls, now: int) -> list:
         if prepared.streaming:
             raise ValueError(f"task {prepared.task_id}: a prepared batch goes to commit_call_batch")
@@ -174,6 +197,15 @@ class CallIntake:
 
     def _pack(self, task_id: str, prefix: str, calls: Iterable, batch_idx: int) -> Any:
         return _loop.make_block(task_id, prefix, calls, batch_idx, self._cache_key)
+
+
+def _check_function(task_id: str, j: int, fn: Any) -> tuple[str, str, str]:
+    """One entry of a packed list's function table, entry selector defaulted."""
+    if (type(fn) is not tuple or len(fn) != 3 or type(fn[0]) is not str or not fn[0]
+            or type(fn[1]) is not str or type(fn[2]) is not str):
+        raise ValueError(f"task {task_id}: function {j} must be (function_id, digest, "
+                         f"entry_selector) with a non-empty function_id, got {fn!r}")
+    return (fn[0], fn[1], fn[2] or "main")
 
 
 def _check_task(task_id: Any, policy: Any, instance_id: Any) -> str:

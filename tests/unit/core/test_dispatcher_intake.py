@@ -67,3 +67,42 @@ def test_a_batch_of_a_stopped_or_ended_task_is_settled_or_dropped_at_once():
     assert late.committed and len(p.calls) == 0
     gone = intake.prepare_call_batch("x", 0, [spec("f", 0)])
     assert intake.commit_call_batch(gone, 0) == [] and gone.committed
+
+
+def test_a_packed_call_list_queues_its_arrays_as_they_are_and_admits_like_a_spec_list():
+    from array import array
+    p, intake = _intake()
+    fns = [("f", "d0", ""), ("g", "d1", "other")]
+    fidx, offs, args = array("I", [0, 1, 0]), array("q", [0, 3, 6, 8]), b"[1][2][]"
+    prepared = intake.prepare_packed_call_phase("t", fns, fidx, args, offs, "CONTINUE")
+    assert len(prepared) == 3 and len(p.tasks) == 0      # no side effects before commit
+    block = prepared.calls
+    assert block.fidx is fidx and block.offs is offs and block.args is args   # not copied
+    assert block.fns == [("f", "d0", "main"), ("g", "d1", "other")]          # entry defaulted
+    intake.commit_call_phase(prepared, 0)
+    task = p.tasks.by_id["t"]
+    taken = [_loop.take_call(task, p.calls.by_id) for _ in range(3)]
+    assert [(c.call_id, c.index, c.function_id, c.digest, c.entry_selector, c.args_json, c.key)
+            for c in taken] == [
+        ("t/0", 0, "f", "d0", "main", b"[1]", p.cache_key("f", "d0", b"[1]")),
+        ("t/1", 1, "g", "d1", "other", b"[2]", p.cache_key("g", "d1", b"[2]")),
+        ("t/2", 2, "f", "d0", "main", b"[]", p.cache_key("f", "d0", b"[]"))]
+
+
+@pytest.mark.parametrize("fns, fidx, args, offs, message", [
+    ([("", "d", "")], [0], b"[]", [0, 2], "function 0 must be (function_id, digest, entry_selector)"),
+    ([("f", None, "")], [0], b"[]", [0, 2], "function 0 must be"),
+    (("f", "d", ""), [0], b"[]", [0, 2], "fns must be a list"),
+    ([("f", "d", "")], [1], b"[]", [0, 2], "packed call list: CallBlock: fidx or offs out of range"),
+    ([("f", "d", "")], [0, 0], b"[][]", [0, 3, 2], "packed call list: CallBlock: fidx or offs out of range"),
+    ([("f", "d", "")], [0], b"[]", [0, 3], "packed call list: CallBlock: fidx or offs out of range"),
+    ([("f", "d", "")], [0], b"[]", [0], "packed call list: CallBlock needs fidx = array('I')"),
+    ([("f", "d", "")], [0], "[]", [0, 2], "args must be bytes, got str"),
+])
+def test_a_bad_packed_call_list_is_refused_whole_with_the_task_named(fns, fidx, args, offs, message):
+    from array import array
+    p, intake = _intake()
+    with pytest.raises(ValueError) as err:
+        intake.prepare_packed_call_phase("t", fns, array("I", fidx), args, array("q", offs))
+    assert str(err.value).startswith("task t: ") and message in str(err.value)
+    assert len(p.tasks) == 0
