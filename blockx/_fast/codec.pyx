@@ -113,6 +113,134 @@ cpdef bytes encode_frame(object envelope, object sidecar=None):
     return out
 
 
+cdef extern from "Python.h":
+    bint PyUnicode_IS_ASCII(object s)
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+
+cdef object _Fragment = orjson.Fragment
+
+# The fixed text of an ExecuteCall envelope, between its fields (encode_execute_call).
+cdef bytes _X0 = b'{"messageType":"ExecuteCall","callId":"'
+cdef bytes _X1 = b'","requestId":"","payload":{"taskId":"'
+cdef bytes _X2 = b'","functionId":"'
+cdef bytes _X3 = b'","functionCodeDigest":"'
+cdef bytes _X4 = b'","entrySelector":"'
+cdef bytes _X5 = b'","args":'
+cdef bytes _X6 = b',"parentCallId":"'
+cdef bytes _X7 = b'","callBudgetMs":'
+cdef bytes _X8 = b',"attemptSeq":'
+cdef bytes _X9 = b'}}'
+
+
+cdef inline Py_ssize_t _plain(object s, const char** out) except -2:
+    # len(s) when s is a str orjson writes as-is between quotes (printable ASCII
+    # without '"' or backslash), else -1.
+    cdef Py_ssize_t n, i
+    cdef const char* p
+    cdef unsigned char c
+    if type(s) is not str or not PyUnicode_IS_ASCII(s):
+        return -1
+    p = PyUnicode_AsUTF8AndSize(s, &n)
+    for i in range(n):
+        c = <unsigned char>p[i]
+        if c < 0x20 or c > 0x7e or c == 0x22 or c == 0x5c:
+            return -1
+    out[0] = p
+    return n
+
+
+cdef inline Py_ssize_t _digits(object v, char* buf) except -2:
+    # The decimal text of a non-negative exact int below 10**18 into buf (20
+    # bytes), right-aligned; its length, or -1 for anything else.
+    cdef long long x
+    cdef Py_ssize_t k = 20
+    if type(v) is not int or v < 0 or v >= 1000000000000000000:
+        return -1
+    x = v
+    while True:
+        k -= 1
+        buf[k] = <char>(48 + x % 10)
+        x //= 10
+        if x == 0:
+            break
+    return 20 - k
+
+
+cdef inline unsigned char* _put(unsigned char* q, bytes b) noexcept:
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(b)
+    memcpy(q, PyBytes_AS_STRING(b), n)
+    return q + n
+
+
+cdef inline unsigned char* _putn(unsigned char* q, const char* p, Py_ssize_t n) noexcept:
+    memcpy(q, p, n)
+    return q + n
+
+
+cpdef bytes encode_execute_call(object call_id, object task_id, object function_id, object digest,
+                                object entry_selector, object args_json, object parent_call_id,
+                                object budget_ms, object attempt_seq):
+    """The ExecuteCall frame of one call, byte for byte encode_frame's (the twin
+    documents it), written from a template; any field outside the template's
+    plain shapes goes through encode_frame itself."""
+    cdef const char* ps[6]
+    cdef Py_ssize_t ns[6]
+    cdef char bbuf[20]
+    cdef char abuf[20]
+    cdef Py_ssize_t nb, na, blen, i
+    cdef bytes out
+    cdef unsigned char* q
+    ns[0] = _plain(call_id, &ps[0])
+    ns[1] = _plain(task_id, &ps[1])
+    ns[2] = _plain(function_id, &ps[2])
+    ns[3] = _plain(digest, &ps[3])
+    ns[4] = _plain(entry_selector, &ps[4])
+    ns[5] = _plain(parent_call_id, &ps[5])
+    nb = _digits(budget_ms, bbuf)
+    na = _digits(attempt_seq, abuf)
+    if (ns[0] < 0 or ns[1] < 0 or ns[2] < 0 or ns[3] < 0 or ns[4] < 0 or ns[5] < 0
+            or nb < 0 or na < 0 or type(args_json) is not bytes):
+        return encode_frame({"messageType": "ExecuteCall", "callId": call_id, "requestId": "",
+                             "payload": {"taskId": task_id, "functionId": function_id,
+                                         "functionCodeDigest": digest,
+                                         "entrySelector": entry_selector,
+                                         "args": _Fragment(args_json),
+                                         "parentCallId": parent_call_id,
+                                         "callBudgetMs": budget_ms, "attemptSeq": attempt_seq}})
+    blen = (PyBytes_GET_SIZE(_X0) + PyBytes_GET_SIZE(_X1) + PyBytes_GET_SIZE(_X2)
+            + PyBytes_GET_SIZE(_X3) + PyBytes_GET_SIZE(_X4) + PyBytes_GET_SIZE(_X5)
+            + PyBytes_GET_SIZE(_X6) + PyBytes_GET_SIZE(_X7) + PyBytes_GET_SIZE(_X8)
+            + PyBytes_GET_SIZE(_X9) + PyBytes_GET_SIZE(<bytes>args_json) + nb + na)
+    for i in range(6):
+        blen += ns[i]
+    if blen > _MAX:
+        raise _too_large_body(blen)
+    out = PyBytes_FromStringAndSize(NULL, 4 + blen)
+    q = <unsigned char*>PyBytes_AS_STRING(out)
+    _put_be32(q, <uint32_t>blen)
+    q += 4
+    q = _put(q, _X0)
+    q = _putn(q, ps[0], ns[0])
+    q = _put(q, _X1)
+    q = _putn(q, ps[1], ns[1])
+    q = _put(q, _X2)
+    q = _putn(q, ps[2], ns[2])
+    q = _put(q, _X3)
+    q = _putn(q, ps[3], ns[3])
+    q = _put(q, _X4)
+    q = _putn(q, ps[4], ns[4])
+    q = _put(q, _X5)
+    q = _put(q, <bytes>args_json)
+    q = _put(q, _X6)
+    q = _putn(q, ps[5], ns[5])
+    q = _put(q, _X7)
+    q = _putn(q, bbuf + 20 - nb, nb)
+    q = _put(q, _X8)
+    q = _putn(q, abuf + 20 - na, na)
+    _put(q, _X9)
+    return out
+
+
 cpdef bytes encode_frames(object items):
     """Many frames, back to back, in one buffer: `items` is an iterable of
     (envelope, sidecar-or-None)."""

@@ -69,6 +69,19 @@ def encode_frame(envelope: dict, sidecar=None) -> bytes:
     return b"".join((_pack_u32(n), MAGIC, _pack_u32(len(body)), body, sidecar))
 
 
+def encode_execute_call(call_id: str, task_id: str, function_id: str, digest: str,
+                        entry_selector: str, args_json: bytes, parent_call_id: str,
+                        budget_ms: int, attempt_seq: int) -> bytes:
+    """The ExecuteCall frame of one call, byte for byte what encode_frame gives
+    for its envelope (keys in this order, args_json spliced verbatim, requestId
+    empty): the dispatcher's per-call send, without building the two dicts.
+    Raises FrameTooLarge like encode_frame."""
+    return encode_frame({"messageType": "ExecuteCall", "callId": call_id, "requestId": "", "payload": {
+        "taskId": task_id, "functionId": function_id, "functionCodeDigest": digest,
+        "entrySelector": entry_selector, "args": orjson.Fragment(args_json),
+        "parentCallId": parent_call_id, "callBudgetMs": budget_ms, "attemptSeq": attempt_seq}})
+
+
 def encode_frames(items) -> bytes:
     """Many frames, back to back, in one buffer: `items` is an iterable of
     (envelope, sidecar-or-None)."""
@@ -242,4 +255,5 @@ class FrameDecoder:
             raise TruncatedFrame(msg)
 
 
-__all__ = ["MAX_FRAME_BYTES", "MAGIC", "encode_frame", "encode_frames", "FrameDecoder"]
+__all__ = ["MAX_FRAME_BYTES", "MAGIC", "encode_frame", "encode_frames", "encode_execute_call",
+           "FrameDecoder"]

@@ -183,12 +183,7 @@ class DispatchActor:
     def _execute_call(self, cmd: DispatchCallCmd, now: int) -> None:
         """Send ExecuteCall; a failed send is fed back as the spec says."""
         disp = self.disp
-        payload = {
-            "taskId": cmd.task_id, "functionId": cmd.function_id,
-            "functionCodeDigest": cmd.digest, "entrySelector": cmd.entry_selector,
-            "args": _Fragment(cmd.args_json), "parentCallId": cmd.parent_call_id,
-            "callBudgetMs": cmd.budget_ms, "attemptSeq": cmd.attempt_seq,
-        }
+        payload = None      # None: the command goes out as it is (send_dispatched_call)
         if self.audit is not None:
             approval, refused = self.audit.check(cmd.function_id, cmd.digest)
             if refused:     # never sent: the code is not approved (AUDIT_MODE=enforce)
@@ -198,9 +193,17 @@ class DispatchActor:
                     self._exec(more, now)
                 return
             if approval:
-                payload["audit"] = approval
+                payload = {
+                    "taskId": cmd.task_id, "functionId": cmd.function_id,
+                    "functionCodeDigest": cmd.digest, "entrySelector": cmd.entry_selector,
+                    "args": _Fragment(cmd.args_json), "parentCallId": cmd.parent_call_id,
+                    "callBudgetMs": cmd.budget_ms, "attemptSeq": cmd.attempt_seq, "audit": approval,
+                }
         try:
-            self.adapter.send_execute_call(cmd.executor_id, cmd.call_id, payload)
+            if payload is None:
+                self.adapter.send_dispatched_call(cmd)
+            else:
+                self.adapter.send_execute_call(cmd.executor_id, cmd.call_id, payload)
         except OutboxFull as exc:
             more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, m.OUTBOX_FULL, True,
                                            f"ExecuteCall to {cmd.executor_id} not sent: {exc}", now)

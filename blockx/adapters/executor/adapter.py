@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 from blockx.protocol import messages
 
-from .connection import ExecutorConnection, encode_frame
+from .connection import ExecutorConnection, encode_execute_call, encode_frame
 from .counters import counters_for
 from .errors import BindError, CallNotBound, ExecutorGone, OutboxClosed
 from .listener import bind_listener, unlink_if_ours
@@ -280,6 +280,24 @@ class ExecutorAdapter:
         """Queue an ExecuteCall; never blocks. Raises ExecutorGone, CallNotBound,
         OutboxFull (retryable; the reservation stays, unbind or retry), or the
         codec's FrameTooLarge / TypeError for a payload that cannot be sent."""
+        conn = self._execute_conn(executor_id, call_id)
+        frame = encode_frame(
+            {"messageType": EXECUTE_CALL, "callId": call_id, "requestId": "", "payload": payload})
+        self._queue_execute(conn, call_id, payload.get("attemptSeq", 0), frame)
+
+    def send_dispatched_call(self, cmd) -> None:
+        """send_execute_call for a dispatcher's DispatchCallCmd as it is (no field
+        to add): the same frame, written by the codec from its template without
+        building the envelope. Same errors."""
+        call_id = cmd.call_id
+        conn = self._execute_conn(cmd.executor_id, call_id)
+        frame = encode_execute_call(call_id, cmd.task_id, cmd.function_id, cmd.digest,
+                                    cmd.entry_selector, cmd.args_json, cmd.parent_call_id,
+                                    cmd.budget_ms, cmd.attempt_seq)
+        self._queue_execute(conn, call_id, cmd.attempt_seq, frame)
+
+    def _execute_conn(self, executor_id: str, call_id: str):
+        """The connection of a call bound there and not dispatched yet."""
         conn = self._conns.get(executor_id)
         if conn is None:
             raise ExecutorGone(executor_id)
@@ -293,14 +311,15 @@ class ExecutorAdapter:
             else:
                 why = f"attempt {dispatched} was already dispatched (bind again for a new attempt)"
             raise CallNotBound(call_id, executor_id, why)
-        frame = encode_frame(
-            {"messageType": EXECUTE_CALL, "callId": call_id, "requestId": "", "payload": payload})
+        return conn
+
+    def _queue_execute(self, conn, call_id: str, attempt_seq: int, frame: bytes) -> None:
         if conn.batch is not None:      # negotiated: a burst leaves as one frame (batch_sender.py)
             conn.batch.add(frame)
-            res.record_dispatch(call_id, payload.get("attemptSeq", 0))
+            conn.reservations.record_dispatch(call_id, attempt_seq)
             return
         conn.outbox.enqueue(frame)
-        res.record_dispatch(call_id, payload.get("attemptSeq", 0))
+        conn.reservations.record_dispatch(call_id, attempt_seq)
         counters = self.counters
         counters.uds_frames_out += 1
         counters.uds_bytes_out += len(frame)

@@ -40,6 +40,7 @@ _codec = load("codec")
 _Outbox = load("outbox").Outbox
 FrameDecoder = _codec.FrameDecoder
 encode_frame = _codec.encode_frame
+encode_execute_call = _codec.encode_execute_call
 
 HEARTBEAT_ACK_FRAME = encode_frame(messages.heartbeat_ack())
 

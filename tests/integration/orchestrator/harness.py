@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import orjson
 
+from blockx._fast import load
 from blockx.adapters.admission import Admission
 from blockx.adapters.executor.errors import BindError, ExecutorGone
 from blockx.adapters.executor.snapshot import ExecutorSnapshotData
@@ -121,6 +122,9 @@ class Cancel:
     attempt_seq: int
 
 
+_codec = load("codec")
+
+
 def _wire(payload: dict) -> dict:
     # What the frame carries: orjson splices Fragments (call args) verbatim.
     return orjson.loads(orjson.dumps(payload))
@@ -209,6 +213,14 @@ class FakeAdapter:
             if exc is not None:
                 raise exc
         self.executes.append(Sent(executor_id, call_id, _wire(payload)))
+
+    def send_dispatched_call(self, cmd) -> None:
+        # The real adapter's frame for the command, as the executor would read it.
+        frame = _codec.encode_execute_call(cmd.call_id, cmd.task_id, cmd.function_id, cmd.digest,
+                                           cmd.entry_selector, cmd.args_json, cmd.parent_call_id,
+                                           cmd.budget_ms, cmd.attempt_seq)
+        (envelope, _), = _codec.FrameDecoder().feed(frame)
+        self.send_execute_call(cmd.executor_id, envelope["callId"], envelope["payload"])
 
     async def send_resume_call(self, executor_id: str, call_id: str, request_id: str,
                                payload: dict, sidecar: bytes | None = None) -> None:

@@ -390,3 +390,38 @@ def test_hypothesis_round_trip_all_implementations(items, split_seed):
         if len(data) < 3000:
             dec = mod.FrameDecoder()
             assert feed_all(dec, data, [1] * len(data)) == want
+
+
+def _execute_call_by_dict(codec, c, t, f, d, e, a, p, b, at):
+    return codec.encode_frame({"messageType": "ExecuteCall", "callId": c, "requestId": "", "payload": {
+        "taskId": t, "functionId": f, "functionCodeDigest": d, "entrySelector": e,
+        "args": orjson.Fragment(a), "parentCallId": p, "callBudgetMs": b, "attemptSeq": at}})
+
+
+@pytest.mark.parametrize("fields", [
+    ("t/0", "t", "add1", "d" * 64, "main", b"[1]", "", 120000, 1),
+    ("t/1.7", "task with spaces", "f", "", "other", b'[{"a":1}]', "t/0", 0, 3),
+    ('q"uote/0', "back\\slash", "tab\tfn", "d", "main", b"[]", "", 5, 1),      # escaped by orjson
+    ("é/0", "t\x00", "f\x7f", "d", "main", b"[]", "p\n", 1, 2),                 # non-ASCII, controls, DEL
+    ("t/0", "t", "f", "d", "main", b"[]", "", 10**18, 1),                      # past the template's ints
+    ("t/0", "t", "f", "d", "main", b"[]", "", -1, 1),
+    ("t/0", "t", "f", "d", "main", b"[]", "", True, 1),                        # bool is not an int here
+    ("t/0", "t", "f", "d", "main", "[]", "", 7, 1),                            # str args (a Fragment takes it)
+])
+def test_execute_call_frames_are_byte_identical_to_encode_frame(codec, fields):
+    want = _execute_call_by_dict(codec, *fields)
+    assert codec.encode_execute_call(*fields) == want
+    assert list(codec.FrameDecoder().feed(want))[0][0]["payload"]["attemptSeq"] == fields[8]
+
+
+@given(st.lists(st.text(max_size=12), min_size=6, max_size=6),
+       st.integers(min_value=0, max_value=2**63 - 1), st.integers(min_value=0, max_value=2**63 - 1))
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_execute_call_template_matches_encode_frame_for_any_text(codec, texts, budget, attempt):
+    fields = (texts[0], texts[1], texts[2], texts[3], texts[4], b"[0]", texts[5], budget, attempt)
+    assert codec.encode_execute_call(*fields) == _execute_call_by_dict(codec, *fields)
+
+
+def test_an_execute_call_over_the_frame_limit_is_refused(codec):
+    with pytest.raises(errors.FrameTooLarge):
+        codec.encode_execute_call("t/0", "t", "f", "d", "main", b"[" + b"1" * MAX + b"]", "", 1, 1)
