@@ -24,7 +24,7 @@ orchestrator drains that stream in the Builder phase, up to MAX_EAGER_CALLS."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -98,7 +98,10 @@ class AsyncCallStream(Protocol):
 class CallBuilder(Protocol):
     name: str
 
-    def build(self, payload: bytes, ctx: Any) -> list[CallSpec]:
+    def build(self, payload: bytes, ctx: Any) -> Sequence[CallSpec]:
+        """The task's calls in order: a list of CallSpec, or a PackedCalls
+        (blockx/_fast/calllist: the same calls packed in arrays, which the Calls
+        phase hands to the dispatcher without a pass per call; callList does)."""
         ...
 
 
