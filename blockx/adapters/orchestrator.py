@@ -143,13 +143,14 @@ class Orchestrator:
 
     def _on_task_terminal(self, cmd: ConvergeTask) -> None:
         tid = cmd.task_id
+        state = cmd.state.name                   # an enum's name is a property: read it once
         final = self.progress.final(tid)         # before the dispatcher forgets the task
         rt = self._runtimes.pop(tid, None)
         if rt is not None:
             rt.ended = True
             # In-flight calls (and their subcall subtrees) get CancelCall; the
             # dispatcher forgets the task.
-            self.post(lambda n: self.disp.cancel_task(tid, f"task {cmd.state.name}", n))
+            self.post(lambda n: self.disp.cancel_task(tid, f"task {state}", n))
             if rt.producer is not None and not rt.producer.done():
                 rt.producer.cancel()
             elif rt.producer is None and rt.stream is not None:
@@ -172,10 +173,10 @@ class Orchestrator:
                 except Exception:  # noqa: BLE001
                     log.exception("releasing the code view of %s failed", tid)
         res = cmd.result
-        if self.traces is not None: self.traces.task_ended(tid, cmd.state.name, res)  # trace hook
+        if self.traces is not None: self.traces.task_ended(tid, state, res)  # trace hook
         st = res.statistic
-        self.metrics.task_terminal(cmd.state.name, res.failure_code)
-        log_event(log, "task_finished", task_id=tid, state=cmd.state.name, failure_code=res.failure_code,
+        self.metrics.task_terminal(state, res.failure_code)
+        log_event(log, "task_finished", task_id=tid, state=state, failure_code=res.failure_code,
                   failure_message=res.failure_message, retryable=res.retryable,
                   accepted_at_ms=st.accepted_at_ms, finished_at_ms=st.finished_at_ms,
                   builder_ms=st.builder_ms, calls_ms=st.calls_ms, plugin_ms=st.plugin_ms,
