@@ -116,3 +116,39 @@ def test_the_compiled_module_and_its_twin_keep_the_same_trace():
     a, b = run_task(cy, 3000, 300), run_task(py, 3000, 300)
     assert a.events == b.events
     assert (a.sample_every, a.dropped, a.truncated) == (b.sample_every, b.dropped, b.truncated)
+
+
+def test_a_trimmed_trace_is_sealed_and_a_late_event_still_records(tb):
+    import gc
+    tr = run_task(tb, 30, 10_000)
+    before = tr.events
+    tr.trim()
+    assert tr.events == before                      # sealing changes nothing that is read
+    # A late answer of a cancelled call, after the task ended: recorded like any other.
+    rec = tb.CallRecorder({"t": tr})
+    rec.call_done({"taskId": "t", "attemptSeq": 2}, "t/3/sub-9", "exec-late", "CANCELLED")
+    tr.add_task_event((tb.TASK_END, 99, "FAILED", "X", "late", ()))
+    after = tr.events
+    assert after[:len(before)] == before and len(after) == len(before) + 2
+    assert after[-2][2:] == ("t/3/sub-9", "exec-late", 2, "CANCELLED", 0)
+    assert after[-1] == (tb.TASK_END, 99, "FAILED", "X", "late", ())
+    tr.trim()
+    assert tr.events == after
+
+
+def test_retained_compiled_traces_add_nothing_for_the_cyclic_gc_to_scan():
+    # Ended traces are retained by the thousand; each used to keep a list, a dict
+    # and a list tracked by the GC, so every full collection scanned them all.
+    import gc
+    if len(IMPLS) < 2:
+        pytest.skip("the compiled module is not loaded (twin run)")
+    tb = IMPLS[0][1]
+    gc.collect()
+    n0 = len(gc.get_objects())
+    traces = [run_task(tb, 3, 1_000) for _ in range(300)]
+    for tr in traces:
+        tr.trim()
+    gc.collect()
+    gc.collect()    # a tuple of tuples is untracked once its items were, one pass later
+    assert len(gc.get_objects()) - n0 < 30
+    assert not gc.is_tracked(traces[0])
