@@ -2,6 +2,7 @@ cimport cython
 
 
 @cython.final
+@cython.no_gc
 cdef class TaskTrace:
     cdef public str task_id
     cdef public Py_ssize_t limit
@@ -14,10 +15,11 @@ cdef class TaskTrace:
     cdef long long* _rows        # n rows of ROW int64, malloc'd: no Python object per event
     cdef Py_ssize_t _n
     cdef Py_ssize_t _cap
-    cdef list _strings
-    cdef dict _string_ix
-    cdef list _extras
+    cdef object _strings         # list while recording; a tuple once sealed (trim)
+    cdef object _string_ix       # dict while recording; None once sealed
+    cdef object _extras          # list while recording; a tuple once sealed
 
+    cdef int _unseal(self) except -1
     cdef long long str_c(self, object s) except -1
     cdef long long key_c(self, str call_id) except? -3
     cdef str call_str(self, long long key)

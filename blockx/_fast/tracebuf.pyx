@@ -106,6 +106,7 @@ cdef inline long long _int_or_zero(object v):
 
 
 @cython.final
+@cython.no_gc
 cdef class TaskTrace:
 
     def __cinit__(self):
@@ -140,16 +141,26 @@ cdef class TaskTrace:
 
     # ---- keys --------------------------------------------------------------------
 
+    cdef int _unseal(self) except -1:
+        # A late event after trim() (a cancelled call's answer): recording resumes.
+        if self._string_ix is None:
+            self._strings = list(self._strings)
+            self._string_ix = {v: i for i, v in enumerate(self._strings)}
+            self._extras = list(self._extras)
+        return 0
+
     cdef long long str_c(self, object s) except -1:
         # Names come from executor frames too: whatever they hold, recording never raises.
         if type(s) is not str:
             s = str(s)
-        cdef PyObject* found = PyDict_GetItem(self._string_ix, s)
+        if self._string_ix is None:
+            self._unseal()
+        cdef PyObject* found = PyDict_GetItem(<dict>self._string_ix, s)
         if found is not NULL:
             return <long long><object>found
         cdef long long i = len(self._strings)
-        self._string_ix[s] = i
-        self._strings.append(s)
+        (<dict>self._string_ix)[s] = i
+        (<list>self._strings).append(s)
         return i
 
     cdef long long key_c(self, str call_id) except? -3:
@@ -255,7 +266,9 @@ cdef class TaskTrace:
                 self.dropped += 1
                 self.truncated += 1
                 return
-        self._extras.append(ev)
+        if self._string_ix is None:
+            self._unseal()
+        (<list>self._extras).append(ev)
         self.append_c(kind, ev[1], len(self._extras) - 1, 0, 0, 0, 0)
 
     cdef int compact_c(self) except -1:
@@ -296,19 +309,28 @@ cdef class TaskTrace:
 
     def trim(self):
         """The task ended: give back the buffer's unused room (a retained trace
-        of a one-call task is a few hundred bytes of rows)."""
+        of a one-call task is a few hundred bytes of rows), and seal it: its
+        names and task events become tuples and the name index is dropped, so a
+        retained trace holds no container the cyclic GC must scan (the trace is
+        no_gc: it references only strings, ints and tuples of them). A late
+        event unseals it."""
         cdef long long* rows
         if self._rows is not NULL and self._cap > self._n:
             rows = <long long*>PyMem_Realloc(self._rows, max(self._n, 1) * _ROW * sizeof(long long))
             if rows is not NULL:
                 self._rows = rows
                 self._cap = max(self._n, 1)
+        if self._string_ix is not None:
+            self._strings = tuple(self._strings)
+            self._string_ix = None
+            self._extras = tuple(self._extras)
 
     # ---- reading ---------------------------------------------------------------------
 
     @property
     def events(self):
-        cdef list out = [], s = self._strings
+        cdef list out = []
+        s = self._strings
         cdef long long* row
         cdef long long kind, t, a, b, c, d, e
         cdef Py_ssize_t r

@@ -121,6 +121,8 @@ class TaskTrace:
     def _str(self, s) -> int:
         if type(s) is not str:          # names come from executor frames too: recording never raises
             s = str(s)
+        if self._string_ix is None:
+            self._unseal()
         i = self._string_ix.get(s)
         if i is None:
             i = self._string_ix[s] = len(self._strings)
@@ -212,6 +214,8 @@ class TaskTrace:
                 self.dropped += 1
                 self.truncated += 1
                 return
+        if self._string_ix is None:
+            self._unseal()
         self._extras.append(ev)
         self._rows.extend((kind, ev[1], len(self._extras) - 1, 0, 0, 0, 0, 0))
 
@@ -246,8 +250,21 @@ class TaskTrace:
         self.sample_every = k
 
     def trim(self) -> None:
-        """The task ended: give back unused room (an array('q') grows by over-allocation)."""
+        """The task ended: give back unused room (an array('q') grows by
+        over-allocation), and seal the trace: names and task events become
+        tuples and the name index is dropped, so a retained trace holds no
+        container the cyclic GC must scan. A late event unseals it."""
         self._rows = array("q", self._rows)
+        if self._string_ix is not None:
+            self._strings = tuple(self._strings)
+            self._string_ix = None
+            self._extras = tuple(self._extras)
+
+    def _unseal(self) -> None:
+        """A late event after trim() (a cancelled call's answer): recording resumes."""
+        self._strings = list(self._strings)
+        self._string_ix = {v: i for i, v in enumerate(self._strings)}
+        self._extras = list(self._extras)
 
     # ---- reading ---------------------------------------------------------------------
 
