@@ -97,7 +97,9 @@ class CallIntake:
         if type(fns) is not list:
             raise ValueError(f"task {task_id}: fns must be a list of (function_id, digest, "
                              f"entry_selector), got {type(fns).__name__}")
-        table = [_check_function(task_id, j, fn) for j, fn in enumerate(fns)]
+        table = []
+        for fn in fns:
+            table.append(_check_function(task_id, len(table), fn))
         if type(args) is not bytes:
             raise ValueError(f"task {task_id}: args must be bytes, got {type(args).__name__}")
         try:
