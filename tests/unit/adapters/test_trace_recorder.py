@@ -2,6 +2,8 @@
 with call sampling, and the lifetime tied to the core's retained result."""
 from __future__ import annotations
 
+import pytest
+
 from blockx.adapters.trace_recorder import (
     DONE, IO_DONE, IO_WAIT, LOST, PHASE, QUEUED, RETRY, SENT, SUBCALL, TASK_END, TASK_START, TraceStore,
 )
@@ -244,3 +246,29 @@ def test_a_retained_budget_below_one_trace_is_refused():
     from blockx.adapters.trace_recorder import RETAINED_FLOOR_EVENTS
     with pytest.raises(ValueError, match="retained_max_events"):
         TraceStore(1000, retained_max_events=RETAINED_FLOOR_EVENTS - 1)
+
+
+def test_retained_traces_leave_nothing_for_the_cyclic_gc_to_scan():
+    # Thousands of ended traces are retained at once: each tracked object they kept
+    # (an event tuple, a (trace, weight) pair) counted towards the next collection
+    # and was scanned by it. With the compiled buffers they keep none.
+    import gc
+
+    from blockx._fast import NO_EXTENSIONS
+    if NO_EXTENSIONS:
+        pytest.skip("the twin's TaskTrace is a plain (tracked) object")
+    store = TraceStore(10_000, Clock())
+    gc.collect()
+    n0 = len(gc.get_objects())
+    for i in range(300):
+        tid = f"t{i}"
+        store.task_started(tid)
+        for cmd in phases(tid):
+            store.phase_started(cmd)
+        store.calls_queued(tid, 1)
+        store.call_sent(sent(tid, f"{tid}/0"))
+        store.call_done(frame(tid), f"{tid}/0", "exec-0", "")
+        store.task_ended(tid, "SUCCEEDED", TaskResult(TaskState.SUCCEEDED))
+    gc.collect()
+    assert len(store) == 300
+    assert len(gc.get_objects()) - n0 < 30
