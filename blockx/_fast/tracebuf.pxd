@@ -10,6 +10,7 @@ cdef class TaskTrace:
     cdef public long long dropped
     cdef public long long truncated
     cdef public bint ended
+    cdef public long long retained_weight   # its weight in the store's retained budget, once ended
     cdef Py_ssize_t _root_from
     cdef str _prefix
     cdef long long* _rows        # n rows of ROW int64, malloc'd: no Python object per event

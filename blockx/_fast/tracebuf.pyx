@@ -21,6 +21,7 @@ CALL_KINDS = frozenset((SENT, DONE, IO_WAIT, IO_DONE, SUBCALL, RETRY))
 PINNED_KINDS = frozenset((TASK_START, TASK_END, PHASE))
 PINNED_RESERVE = 8
 ROW = 8
+ENC_INT, ENC_STR, ENC_EMPTY = 0, 1, 2
 NONE = -1
 STREAM_FLAG = 1 << 61
 
@@ -33,12 +34,47 @@ cdef enum:
     _SUBCALL = 8
     _RETRY = 9
     _PIN_HI = 2       # TASK_START, TASK_END, PHASE are pinned
+    _ENC_INT = 0      # how a task-level event's field sits in its row (twin: ENC_*)
+    _ENC_STR = 1
+    _ENC_EMPTY = 2
     _MAX_DIGITS = 15
 
 cdef long long _STREAM_FLAG = 1LL << 61
 cdef long long _MAX_B = 1LL << 29
 cdef long long _MAX_R = 1LL << 32
 cdef long long _LIM = 1LL << 62
+
+
+cdef long long _task_encoding(tuple ev) except -1:
+    # The row flag of a task-level event its row can hold (twin: _task_encoding).
+    cdef Py_ssize_t n = len(ev) - 2, i
+    cdef long long flag
+    if n < 0 or n > 5:
+        return 0
+    flag = 1 | (n << 1)
+    for i in range(n):
+        v = ev[2 + i]
+        if type(v) is str:
+            flag |= (<long long>_ENC_STR) << (4 + 2 * i)
+        elif type(v) is int:
+            if not (-_LIM < v < _LIM):
+                return 0
+        elif type(v) is tuple and len(<tuple>v) == 0:
+            flag |= (<long long>_ENC_EMPTY) << (4 + 2 * i)
+        else:
+            return 0
+    return flag
+
+
+cdef tuple _task_decoded(long long* row, strings):
+    cdef long long flag = row[7], code, v
+    cdef Py_ssize_t i
+    cdef list out = [row[0], row[1]]
+    for i in range((flag >> 1) & 7):
+        code = (flag >> (4 + 2 * i)) & 3
+        v = row[2 + i]
+        out.append(strings[v] if code == _ENC_STR else () if code == _ENC_EMPTY else v)
+    return tuple(out)
 
 
 cdef inline bint _is_call_kind(long long k):
@@ -121,6 +157,7 @@ cdef class TaskTrace:
         self.dropped = 0
         self.truncated = 0
         self.ended = False
+        self.retained_weight = 0
         self._root_from = len(task_id) + 1
         self._prefix = task_id + "/"
         self._strings = []
@@ -266,6 +303,22 @@ cdef class TaskTrace:
                 self.dropped += 1
                 self.truncated += 1
                 return
+        cdef long long flag = _task_encoding(ev)
+        cdef long long f[5]
+        cdef Py_ssize_t i
+        cdef long long code
+        if flag:
+            for i in range(5):
+                f[i] = 0
+            for i in range(len(ev) - 2):
+                code = (flag >> (4 + 2 * i)) & 3
+                if code == _ENC_STR:
+                    f[i] = self.str_c(ev[2 + i])
+                elif code == _ENC_INT:
+                    f[i] = ev[2 + i]
+            self.append_c(kind, ev[1], f[0], f[1], f[2], f[3], f[4])
+            self._rows[(self._n - 1) * _ROW + 7] = flag
+            return
         if self._string_ix is None:
             self._unseal()
         (<list>self._extras).append(ev)
@@ -349,6 +402,8 @@ cdef class TaskTrace:
                 out.append((kind, t, self.call_str(a), self.call_str(b)))
             elif kind == _RETRY:
                 out.append((kind, t, self.call_str(a), c, d != 0))
+            elif row[7]:
+                out.append(_task_decoded(row, s))
             else:
                 out.append(self._extras[a])
         return out

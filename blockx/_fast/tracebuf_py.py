@@ -14,9 +14,13 @@ failure kinds and IO backends, few distinct values each, go to the string table
 too. Retaining one small object per call (a tuple, a call id string from a
 decoded frame) would pin a malloc pool per call among the short-lived objects
 around it: a Worker with traces on grew by tens of MB and ran slower for it.
-Task-level events (phases, queue commits, the end) are rare and keep their
-Python tuple in ``extras``. ``events`` decodes the rows into tuples (export
-only):
+Task-level events (the start, phases, queue commits, the end, a lost
+executor) are encoded in their row too when their fields are strings, ints or
+the empty tuple (the pad slot says how); any other keeps its Python tuple in
+``extras``. So a retained trace keeps no tuple per event: thousands of ended
+traces are retained at once, and every tracked object they held counted towards
+the cyclic GC's next collection. ``events`` decodes the rows into tuples
+(export only):
 
 - SENT ``(k, t, call_id, executor_id, attempt, parent_call_id, function_id)``
 - DONE ``(k, t, call_id, executor_id, attempt, error_kind, budget_used_ms)``
@@ -38,6 +42,9 @@ PINNED_KINDS = frozenset((TASK_START, TASK_END, PHASE))
 # Room kept under the cap for the pinned events.
 PINNED_RESERVE = 8
 ROW = 8
+# How a task-level event's field sits in its row (see _task_encoding).
+ENC_INT, ENC_STR, ENC_EMPTY = 0, 1, 2
+_LIM = 1 << 62
 NONE = -1                      # no call (a root call's parent)
 STREAM_FLAG = 1 << 61          # a streamed root "<b>.<r>": flag | b << 32 | r
 _MAX_B = 1 << 29
@@ -92,8 +99,8 @@ def _int_or_zero(v) -> int:
 class TaskTrace:
     """One task's events, bounded. Owned by the TraceStore; read by trace_export."""
 
-    __slots__ = ("task_id", "limit", "sample_every", "dropped", "truncated", "ended", "_root_from", "_prefix",
-                 "_rows", "_strings", "_string_ix", "_extras")
+    __slots__ = ("task_id", "limit", "sample_every", "dropped", "truncated", "ended", "retained_weight",
+                 "_root_from", "_prefix", "_rows", "_strings", "_string_ix", "_extras")
 
     def __init__(self, task_id: str, max_events: int) -> None:
         self.task_id = task_id
@@ -102,6 +109,7 @@ class TaskTrace:
         self.dropped = 0                           # events not kept (sampling or the cap)
         self.truncated = 0                         # of those, task-level events past the cap
         self.ended = False
+        self.retained_weight = 0                   # its weight in the store's retained budget, once ended
         self._root_from = len(task_id) + 1         # root call ids are "<task_id>/<index>"
         self._prefix = task_id + "/"
         self._rows = array("q")
@@ -214,6 +222,17 @@ class TaskTrace:
                 self.dropped += 1
                 self.truncated += 1
                 return
+        flag = _task_encoding(ev)
+        if flag:
+            f = [0, 0, 0, 0, 0]
+            for i in range(len(ev) - 2):
+                code = (flag >> (4 + 2 * i)) & 3
+                if code == ENC_STR:
+                    f[i] = self._str(ev[2 + i])
+                elif code == ENC_INT:
+                    f[i] = ev[2 + i]
+            self._rows.extend((kind, ev[1], f[0], f[1], f[2], f[3], f[4], flag))
+            return
         if self._string_ix is None:
             self._unseal()
         self._extras.append(ev)
@@ -287,9 +306,45 @@ class TaskTrace:
                 out.append((kind, t, cs(a), cs(b)))
             elif kind == RETRY:
                 out.append((kind, t, cs(a), c, bool(d)))
+            elif rows[base + 7]:
+                out.append(_task_decoded(rows, base, s))
             else:
                 out.append(self._extras[a])
         return out
+
+
+def _task_encoding(ev: tuple) -> int:
+    """The row flag of a task-level event its row can hold (0: keep the tuple):
+    after kind and t at most 5 fields, each a str (a string-table index), an int
+    of |v| < 2**62, or the empty tuple. Bit 0 set, bits 1-3 the field count, then
+    2 bits a field (ENC_INT / ENC_STR / ENC_EMPTY)."""
+    n = len(ev) - 2
+    if not 0 <= n <= 5:
+        return 0
+    flag = 1 | (n << 1)
+    for i in range(n):
+        v = ev[2 + i]
+        tv = type(v)
+        if tv is str:
+            flag |= ENC_STR << (4 + 2 * i)
+        elif tv is int:
+            if not -_LIM < v < _LIM:
+                return 0
+        elif tv is tuple and not v:
+            flag |= ENC_EMPTY << (4 + 2 * i)
+        else:
+            return 0
+    return flag
+
+
+def _task_decoded(rows, base: int, strings) -> tuple:
+    flag = rows[base + 7]
+    out = [rows[base], rows[base + 1]]
+    for i in range((flag >> 1) & 7):
+        code = (flag >> (4 + 2 * i)) & 3
+        v = rows[base + 2 + i]
+        out.append(strings[v] if code == ENC_STR else () if code == ENC_EMPTY else v)
+    return tuple(out)
 
 
 class CallRecorder:

@@ -87,7 +87,7 @@ class TraceStore:
         self._tasks: dict[str, TaskTrace] = {}
         # ended tasks' traces with their weight in the budget, in end order
         # (retention and eviction are both FIFO)
-        self._ended: deque[tuple[TaskTrace, int]] = deque()
+        self._ended: deque[TaskTrace] = deque()   # ended traces, oldest first (weight: tr.retained_weight)
         self.retained_events = 0        # the weights of the traces in _ended
         self.evicted = 0                # ended traces dropped to stay within the budget
         # The two hooks every call goes through, compiled: bound straight to the
@@ -144,8 +144,8 @@ class TraceStore:
         tr.add_task_event((TASK_END, self._now(), state, result.failure_code, result.failure_message,
                            tuple(result.plugin_results)))
         tr.trim()
-        weight = max(len(tr), RETAINED_FLOOR_EVENTS)
-        self._ended.append((tr, weight))
+        weight = tr.retained_weight = max(len(tr), RETAINED_FLOOR_EVENTS)
+        self._ended.append(tr)
         self.retained_events += weight
         if self.retained_events > self.retained_max_events:
             self._evict()
@@ -153,8 +153,8 @@ class TraceStore:
     def _evict(self) -> None:
         ended, tasks = self._ended, self._tasks
         while self.retained_events > self.retained_max_events and ended:
-            tr, weight = ended.popleft()
-            self.retained_events -= weight
+            tr = ended.popleft()
+            self.retained_events -= tr.retained_weight
             if tasks.get(tr.task_id) is tr:
                 del tasks[tr.task_id]
                 self.evicted += 1
@@ -166,7 +166,7 @@ class TraceStore:
         ended, tasks = self._ended, self._tasks
         n = 0
         while ended:
-            tr, weight = ended[0]
+            tr = ended[0]
             tid = tr.task_id
             if tasks.get(tid) is tr:
                 if known(tid) is not None:
@@ -174,7 +174,7 @@ class TraceStore:
                 del tasks[tid]
                 n += 1
             ended.popleft()
-            self.retained_events -= weight
+            self.retained_events -= tr.retained_weight
         return n
 
     def _task_of_call(self, call_id: str) -> TaskTrace | None:

@@ -152,3 +152,40 @@ def test_retained_compiled_traces_add_nothing_for_the_cyclic_gc_to_scan():
     gc.collect()    # a tuple of tuples is untracked once its items were, one pass later
     assert len(gc.get_objects()) - n0 < 30
     assert not gc.is_tracked(traces[0])
+
+
+@pytest.mark.parametrize("ev", [
+    (0, 5),
+    (2, 7, "builder", "callList"),
+    (3, 9, 100_000, -1),
+    (1, 11, "SUCCEEDED", "", "", ()),
+    (10, 12, "exec-1", "heartbeat timeout"),
+    (1, 13, "FAILED", "CALL_FAILED", "boom", ("plugin result",)),   # a non-empty tuple: kept as is
+    (2, 14, "plugin", None),                                         # None: kept as is
+    (3, 15, True, 2),                                                # a bool is not an int here
+    (3, 16, 1 << 62, 0),                                             # past the row's ints
+    (2, 17, "a", "b", "c", "d", "e", "f"),                           # six fields: kept as is
+    (2, 18, 1.5, [1]),
+])
+def test_task_level_events_read_back_exactly_as_given(tb, ev):
+    tr = tb.TaskTrace("t", 100)
+    tr.add_task_event(ev)
+    tr.add_task_event((0, 1))
+    assert tr.events == [ev, (0, 1)]
+    tr.trim()
+    assert tr.events == [ev, (0, 1)]
+    assert [type(x) for x in tr.events[0]] == [type(x) for x in ev]
+
+
+def test_compiled_and_twin_encode_task_events_alike():
+    if len(IMPLS) < 2:
+        pytest.skip("the compiled module is not loaded (twin run)")
+    evs = [(0, 1), (2, 2, "builder", "callList"), (3, 3, 7, -1), (2, 4, "plugin", None),
+           (1, 5, "SUCCEEDED", "", "", ()), (10, 6, "exec-0", "gone")]
+    out = []
+    for _, mod in IMPLS:
+        tr = mod.TaskTrace("t", 100)
+        for ev in evs:
+            tr.add_task_event(ev)
+        out.append(tr.events)
+    assert out[0] == out[1] == evs
