@@ -119,7 +119,9 @@ cdef extern from "Python.h":
 
 cdef object _Fragment = orjson.Fragment
 
-# The fixed text of an ExecuteCall envelope, between its fields (encode_execute_call).
+# Frames written from a template (encode_execute_call, encode_call_completed):
+# the fixed text of the envelope between its fields, then the fields as plain
+# strings (written between quotes as they are), non-negative ints or raw JSON.
 cdef bytes _X0 = b'{"messageType":"ExecuteCall","callId":"'
 cdef bytes _X1 = b'","requestId":"","payload":{"taskId":"'
 cdef bytes _X2 = b'","functionId":"'
@@ -130,32 +132,45 @@ cdef bytes _X6 = b',"parentCallId":"'
 cdef bytes _X7 = b'","callBudgetMs":'
 cdef bytes _X8 = b',"attemptSeq":'
 cdef bytes _X9 = b'}}'
+cdef bytes _C0 = b'{"messageType":"CallCompleted","callId":"'
+cdef bytes _C1 = b'","requestId":"","payload":{"taskId":"'
+cdef bytes _C2 = b'","attemptSeq":'
+cdef bytes _C3 = b',"output":'
+cdef bytes _C4 = b',"budgetUsedMs":'
+cdef bytes _C5 = b',"startedAtMs":'
+cdef bytes _C6 = b',"durationMs":'
 
 
-cdef inline Py_ssize_t _plain(object s, const char** out) except -2:
-    # len(s) when s is a str orjson writes as-is between quotes (printable ASCII
-    # without '"' or backslash), else -1.
+cdef struct _Seg:
+    const char* p
+    Py_ssize_t n
+
+
+cdef inline bint _plain(object s, _Seg* seg) except -1:
+    # seg = s when s is a str orjson writes as-is between quotes (printable ASCII
+    # without '"' or backslash); False for anything else.
     cdef Py_ssize_t n, i
     cdef const char* p
     cdef unsigned char c
     if type(s) is not str or not PyUnicode_IS_ASCII(s):
-        return -1
+        return False
     p = PyUnicode_AsUTF8AndSize(s, &n)
     for i in range(n):
         c = <unsigned char>p[i]
         if c < 0x20 or c > 0x7e or c == 0x22 or c == 0x5c:
-            return -1
-    out[0] = p
-    return n
+            return False
+    seg.p = p
+    seg.n = n
+    return True
 
 
-cdef inline Py_ssize_t _digits(object v, char* buf) except -2:
-    # The decimal text of a non-negative exact int below 10**18 into buf (20
-    # bytes), right-aligned; its length, or -1 for anything else.
+cdef inline bint _digits(object v, char* buf, _Seg* seg) except -1:
+    # seg = the decimal text of a non-negative exact int below 10**18, written
+    # right-aligned into buf (20 bytes); False for anything else.
     cdef long long x
     cdef Py_ssize_t k = 20
     if type(v) is not int or v < 0 or v >= 1000000000000000000:
-        return -1
+        return False
     x = v
     while True:
         k -= 1
@@ -163,18 +178,39 @@ cdef inline Py_ssize_t _digits(object v, char* buf) except -2:
         x //= 10
         if x == 0:
             break
-    return 20 - k
+    seg.p = buf + k
+    seg.n = 20 - k
+    return True
 
 
-cdef inline unsigned char* _put(unsigned char* q, bytes b) noexcept:
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(b)
-    memcpy(q, PyBytes_AS_STRING(b), n)
-    return q + n
+cdef inline void _lit(bytes b, _Seg* seg) noexcept:
+    seg.p = PyBytes_AS_STRING(b)
+    seg.n = PyBytes_GET_SIZE(b)
 
 
-cdef inline unsigned char* _putn(unsigned char* q, const char* p, Py_ssize_t n) noexcept:
-    memcpy(q, p, n)
-    return q + n
+cdef inline bint _raw(object b, _Seg* seg) noexcept:
+    if type(b) is not bytes:
+        return False
+    seg.p = PyBytes_AS_STRING(b)
+    seg.n = PyBytes_GET_SIZE(b)
+    return True
+
+
+cdef bytes _frame_of(_Seg* segs, Py_ssize_t count):
+    # One frame: the length prefix, then the segments back to back.
+    cdef Py_ssize_t blen = 0, i
+    for i in range(count):
+        blen += segs[i].n
+    if blen > _MAX:
+        raise _too_large_body(blen)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, 4 + blen)
+    cdef unsigned char* q = <unsigned char*>PyBytes_AS_STRING(out)
+    _put_be32(q, <uint32_t>blen)
+    q += 4
+    for i in range(count):
+        memcpy(q, segs[i].p, segs[i].n)
+        q += segs[i].n
+    return out
 
 
 cpdef bytes encode_execute_call(object call_id, object task_id, object function_id, object digest,
@@ -183,62 +219,58 @@ cpdef bytes encode_execute_call(object call_id, object task_id, object function_
     """The ExecuteCall frame of one call, byte for byte encode_frame's (the twin
     documents it), written from a template; any field outside the template's
     plain shapes goes through encode_frame itself."""
-    cdef const char* ps[6]
-    cdef Py_ssize_t ns[6]
+    cdef _Seg g[19]
     cdef char bbuf[20]
     cdef char abuf[20]
-    cdef Py_ssize_t nb, na, blen, i
-    cdef bytes out
-    cdef unsigned char* q
-    ns[0] = _plain(call_id, &ps[0])
-    ns[1] = _plain(task_id, &ps[1])
-    ns[2] = _plain(function_id, &ps[2])
-    ns[3] = _plain(digest, &ps[3])
-    ns[4] = _plain(entry_selector, &ps[4])
-    ns[5] = _plain(parent_call_id, &ps[5])
-    nb = _digits(budget_ms, bbuf)
-    na = _digits(attempt_seq, abuf)
-    if (ns[0] < 0 or ns[1] < 0 or ns[2] < 0 or ns[3] < 0 or ns[4] < 0 or ns[5] < 0
-            or nb < 0 or na < 0 or type(args_json) is not bytes):
-        return encode_frame({"messageType": "ExecuteCall", "callId": call_id, "requestId": "",
-                             "payload": {"taskId": task_id, "functionId": function_id,
-                                         "functionCodeDigest": digest,
-                                         "entrySelector": entry_selector,
-                                         "args": _Fragment(args_json),
-                                         "parentCallId": parent_call_id,
-                                         "callBudgetMs": budget_ms, "attemptSeq": attempt_seq}})
-    blen = (PyBytes_GET_SIZE(_X0) + PyBytes_GET_SIZE(_X1) + PyBytes_GET_SIZE(_X2)
-            + PyBytes_GET_SIZE(_X3) + PyBytes_GET_SIZE(_X4) + PyBytes_GET_SIZE(_X5)
-            + PyBytes_GET_SIZE(_X6) + PyBytes_GET_SIZE(_X7) + PyBytes_GET_SIZE(_X8)
-            + PyBytes_GET_SIZE(_X9) + PyBytes_GET_SIZE(<bytes>args_json) + nb + na)
-    for i in range(6):
-        blen += ns[i]
-    if blen > _MAX:
-        raise _too_large_body(blen)
-    out = PyBytes_FromStringAndSize(NULL, 4 + blen)
-    q = <unsigned char*>PyBytes_AS_STRING(out)
-    _put_be32(q, <uint32_t>blen)
-    q += 4
-    q = _put(q, _X0)
-    q = _putn(q, ps[0], ns[0])
-    q = _put(q, _X1)
-    q = _putn(q, ps[1], ns[1])
-    q = _put(q, _X2)
-    q = _putn(q, ps[2], ns[2])
-    q = _put(q, _X3)
-    q = _putn(q, ps[3], ns[3])
-    q = _put(q, _X4)
-    q = _putn(q, ps[4], ns[4])
-    q = _put(q, _X5)
-    q = _put(q, <bytes>args_json)
-    q = _put(q, _X6)
-    q = _putn(q, ps[5], ns[5])
-    q = _put(q, _X7)
-    q = _putn(q, bbuf + 20 - nb, nb)
-    q = _put(q, _X8)
-    q = _putn(q, abuf + 20 - na, na)
-    _put(q, _X9)
-    return out
+    _lit(_X0, &g[0])
+    _lit(_X1, &g[2])
+    _lit(_X2, &g[4])
+    _lit(_X3, &g[6])
+    _lit(_X4, &g[8])
+    _lit(_X5, &g[10])
+    _lit(_X6, &g[12])
+    _lit(_X7, &g[14])
+    _lit(_X8, &g[16])
+    _lit(_X9, &g[18])
+    if (_plain(call_id, &g[1]) and _plain(task_id, &g[3]) and _plain(function_id, &g[5])
+            and _plain(digest, &g[7]) and _plain(entry_selector, &g[9]) and _raw(args_json, &g[11])
+            and _plain(parent_call_id, &g[13]) and _digits(budget_ms, bbuf, &g[15])
+            and _digits(attempt_seq, abuf, &g[17])):
+        return _frame_of(g, 19)
+    return encode_frame({"messageType": "ExecuteCall", "callId": call_id, "requestId": "",
+                         "payload": {"taskId": task_id, "functionId": function_id,
+                                     "functionCodeDigest": digest, "entrySelector": entry_selector,
+                                     "args": _Fragment(args_json), "parentCallId": parent_call_id,
+                                     "callBudgetMs": budget_ms, "attemptSeq": attempt_seq}})
+
+
+cpdef bytes encode_call_completed(object call_id, object task_id, object attempt_seq,
+                                  object output_json, object budget_used_ms, object started_at_ms,
+                                  object duration_ms):
+    """The CallCompleted frame of one call (the executor's answer), byte for byte
+    encode_frame's (the twin documents it), written from a template; any field
+    outside the template's plain shapes goes through encode_frame itself."""
+    cdef _Seg g[15]
+    cdef char abuf[20]
+    cdef char ubuf[20]
+    cdef char sbuf[20]
+    cdef char dbuf[20]
+    _lit(_C0, &g[0])
+    _lit(_C1, &g[2])
+    _lit(_C2, &g[4])
+    _lit(_C3, &g[6])
+    _lit(_C4, &g[8])
+    _lit(_C5, &g[10])
+    _lit(_C6, &g[12])
+    _lit(_X9, &g[14])
+    if (_plain(call_id, &g[1]) and _plain(task_id, &g[3]) and _digits(attempt_seq, abuf, &g[5])
+            and _raw(output_json, &g[7]) and _digits(budget_used_ms, ubuf, &g[9])
+            and _digits(started_at_ms, sbuf, &g[11]) and _digits(duration_ms, dbuf, &g[13])):
+        return _frame_of(g, 15)
+    return encode_frame({"messageType": "CallCompleted", "callId": call_id, "requestId": "",
+                         "payload": {"taskId": task_id, "attemptSeq": attempt_seq,
+                                     "output": _Fragment(output_json), "budgetUsedMs": budget_used_ms,
+                                     "startedAtMs": started_at_ms, "durationMs": duration_ms}})
 
 
 cpdef bytes encode_frames(object items):

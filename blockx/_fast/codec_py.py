@@ -82,6 +82,17 @@ def encode_execute_call(call_id: str, task_id: str, function_id: str, digest: st
         "parentCallId": parent_call_id, "callBudgetMs": budget_ms, "attemptSeq": attempt_seq}})
 
 
+def encode_call_completed(call_id: str, task_id: str, attempt_seq: int, output_json: bytes,
+                          budget_used_ms: int, started_at_ms: int, duration_ms: int) -> bytes:
+    """The CallCompleted frame of one call (the executor's answer), byte for byte
+    what encode_frame gives for its envelope (keys in this order, output_json
+    spliced verbatim, requestId empty), without building the two dicts. Raises
+    FrameTooLarge like encode_frame."""
+    return encode_frame({"messageType": "CallCompleted", "callId": call_id, "requestId": "", "payload": {
+        "taskId": task_id, "attemptSeq": attempt_seq, "output": orjson.Fragment(output_json),
+        "budgetUsedMs": budget_used_ms, "startedAtMs": started_at_ms, "durationMs": duration_ms}})
+
+
 def encode_frames(items) -> bytes:
     """Many frames, back to back, in one buffer: `items` is an iterable of
     (envelope, sidecar-or-None)."""
@@ -256,4 +267,4 @@ class FrameDecoder:
 
 
 __all__ = ["MAX_FRAME_BYTES", "MAGIC", "encode_frame", "encode_frames", "encode_execute_call",
-           "FrameDecoder"]
+           "encode_call_completed", "FrameDecoder"]

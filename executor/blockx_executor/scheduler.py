@@ -95,6 +95,7 @@ class Scheduler:
         self.conn = conn
         self.audited: set[str] = set()   # digests whose audit approval was logged
         self.encode_frame = codec.encode_frame
+        self.encode_completed = codec.encode_call_completed   # CallCompleted from a template
         self.decoder = codec.FrameDecoder()
         self.max_frame_bytes = codec.MAX_FRAME_BYTES
         self.max_inflight = max_inflight
@@ -560,11 +561,10 @@ class Scheduler:
             outcome = _failed(BudgetExceeded.error_kind, False, call.budget_message(used_ns),
                               stack, local_vars)
         if outcome[0] == "ok":
-            env = m.call_completed(call.call_id, call.task_id, call.attempt_seq,
-                                   _Fragment(outcome[1]), used_ms, call.started_at_ms,
-                                   (_monotonic_ns() - call.started_ns) // 1_000_000)
             try:
-                self.conn.queue(self.encode_frame(env))
+                self.conn.queue(self.encode_completed(
+                    call.call_id, call.task_id, call.attempt_seq, outcome[1], used_ms,
+                    call.started_at_ms, (_monotonic_ns() - call.started_ns) // 1_000_000))
                 return
             except FrameTooLarge:
                 outcome = _failed("OUTPUT_TOO_LARGE", False, (

@@ -425,3 +425,37 @@ def test_execute_call_template_matches_encode_frame_for_any_text(codec, texts, b
 def test_an_execute_call_over_the_frame_limit_is_refused(codec):
     with pytest.raises(errors.FrameTooLarge):
         codec.encode_execute_call("t/0", "t", "f", "d", "main", b"[" + b"1" * MAX + b"]", "", 1, 1)
+
+
+def _call_completed_by_dict(codec, c, t, a, out, u, s, d):
+    return codec.encode_frame({"messageType": "CallCompleted", "callId": c, "requestId": "", "payload": {
+        "taskId": t, "attemptSeq": a, "output": orjson.Fragment(out), "budgetUsedMs": u,
+        "startedAtMs": s, "durationMs": d}})
+
+
+@pytest.mark.parametrize("fields", [
+    ("t/0", "t", 1, b"42", 0, 1764590000000, 0),
+    ("t/1.7/sub-3", "task with spaces", 3, b'{"a":[1,null]}', 12, 0, 5),
+    ('q"uote/0', "back\\slash", 1, b"null", 0, 0, 0),       # escaped by orjson
+    ("é/0", "t\x00", 2, b'"x"', 1, 2, 3),                      # non-ASCII, a control
+    ("t/0", "t", 1, b"1", -1, 0, 0),                            # a negative int
+    ("t/0", "t", True, b"1", 0, 0, 0),                          # bool is not an int here
+    ("t/0", "t", 1, b"1", 0, 10**18, 0),                        # past the template's ints
+    ("t/0", "t", 1, "1", 0, 0, 0),                              # str output (a Fragment takes it)
+])
+def test_call_completed_frames_are_byte_identical_to_encode_frame(codec, fields):
+    want = _call_completed_by_dict(codec, *fields)
+    assert codec.encode_call_completed(*fields) == want
+
+
+@given(st.text(max_size=12), st.text(max_size=12), st.integers(min_value=0, max_value=2**63 - 1),
+       st.integers(min_value=0, max_value=2**63 - 1))
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_call_completed_template_matches_encode_frame_for_any_text(codec, call_id, task_id, used, started):
+    fields = (call_id, task_id, 1, b"[0]", used, started, 7)
+    assert codec.encode_call_completed(*fields) == _call_completed_by_dict(codec, *fields)
+
+
+def test_a_call_completed_over_the_frame_limit_is_refused(codec):
+    with pytest.raises(errors.FrameTooLarge):
+        codec.encode_call_completed("t/0", "t", 1, b'"' + b"x" * MAX + b'"', 0, 0, 0)
