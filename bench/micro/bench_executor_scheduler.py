@@ -19,7 +19,10 @@ CHUNK = 64
 ADD = "def main(a, b):\n    return a + b\n"
 
 
-def setup():
+def executor_in_process(functions: dict) -> dict:
+    """An executor Scheduler over a socketpair with `functions` (id -> source) in
+    its code cache: {"s", "peer" (the Worker's end, non-blocking), "codec", "m",
+    "digests", "twins"}. Shared with bench_executor_subcall."""
     sys.path.insert(0, os.path.join(REPO_ROOT, "executor"))
     import socket
 
@@ -33,10 +36,17 @@ def setup():
     a, b = socket.socketpair()
     b.setblocking(False)
     s = Scheduler(Connection(a), codec, max_inflight=4096, max_runnable=128)
-    digest = source_digest(ADD)
-    s.code.add("add", digest, ADD, digest)
-    return {"s": s, "peer": b, "codec": codec, "m": m, "digest": digest, "seq": [0],
-            "twins": fast.NO_EXTENSIONS}
+    digests = {}
+    for fid, src in functions.items():
+        digests[fid] = source_digest(src)
+        s.code.add(fid, digests[fid], src, digests[fid])
+    return {"s": s, "peer": b, "codec": codec, "m": m, "digests": digests, "twins": fast.NO_EXTENSIONS}
+
+
+def setup():
+    state = executor_in_process({"add": ADD})
+    state.update(digest=state["digests"]["add"], seq=[0])
+    return state
 
 
 def _side(expect_twins):

@@ -10,11 +10,10 @@ Time per subcall; "compiled vs twin" is the codec under BLOCKX_NO_EXTENSIONS=1
 (twin_env). The scheduler itself is Python, so the ratio is informational
 (check=False): the figure to watch is the compiled side's time per subcall."""
 
-import os
-import sys
 from time import perf_counter
 
-from bench.micro import REPO_ROOT, register
+from bench.micro import register
+from bench.micro.bench_executor_scheduler import executor_in_process
 
 REQUIRES = ("executor/blockx_executor/scheduler.py",)
 PARENTS = 16
@@ -28,25 +27,9 @@ CHILD = "def main(i):\n    return i\n"
 
 
 def setup():
-    sys.path.insert(0, os.path.join(REPO_ROOT, "executor"))
-    import socket
-
-    import blockx._fast as fast
-    from blockx.protocol import messages as m
-    from blockx_executor.code_cache import source_digest
-    from blockx_executor.scheduler import Scheduler
-    from blockx_executor.transport import Connection
-
-    codec = fast.load("codec")
-    a, b = socket.socketpair()
-    b.setblocking(False)
-    s = Scheduler(Connection(a), codec, max_inflight=4096, max_runnable=128)
-    digests = {}
-    for fid, src in (("parent", PARENT), ("child", CHILD)):
-        digests[fid] = source_digest(src)
-        s.code.add(fid, digests[fid], src, digests[fid])
-    state = {"s": s, "peer": b, "codec": codec, "m": m, "digests": digests, "dec": codec.FrameDecoder(),
-             "waits": [], "seq": [0], "twins": fast.NO_EXTENSIONS}
+    state = executor_in_process({"parent": PARENT, "child": CHILD})
+    s, codec, m, digests = state["s"], state["codec"], state["m"], state["digests"]
+    state.update(dec=codec.FrameDecoder(), waits=[], seq=[0])
     # The parents never return (unlimited budget, a loop of 10**12 subcalls): each
     # run answers some of their waits.
     starts = b"".join(codec.encode_frame(m.execute_call(f"p{j}", "t", "parent", digests["parent"], [10**12], 1))
