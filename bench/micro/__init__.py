@@ -36,6 +36,19 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 TimeFn = Callable[[Any, int], float]
 
 
+
+def sides(run: TimeFn) -> tuple[TimeFn, TimeFn]:
+    """(compiled_fn, twin_fn) for a twin_env benchmark whose state carries
+    "twins" (blockx._fast.NO_EXTENSIONS in the worker that set it up): each
+    side runs `run` and refuses to measure the wrong build."""
+    def side(expect_twins: bool) -> TimeFn:
+        def timed(state, loops):
+            if state["twins"] != expect_twins:
+                raise RuntimeError(f"expected BLOCKX_NO_EXTENSIONS={int(expect_twins)} in this worker")
+            return run(state, loops)
+        return timed
+    return side(False), side(True)
+
 @dataclass
 class Bench:
     name: str

@@ -13,7 +13,7 @@ BLOCKX_NO_EXTENSIONS=1 (twin_env)."""
 
 from time import perf_counter
 
-from bench.micro import register
+from bench.micro import register, sides
 
 REQUIRES = ("blockx/core/dispatcher.py", "blockx/_fast/dispatchloop_py.py")
 CALLS = 16
@@ -36,13 +36,6 @@ def setup():
             "Converge": ConvergeTaskCalls, "twins": fast.NO_EXTENSIONS}
 
 
-def _side(expect_twins):
-    """The time function for one side; refuses to measure the wrong build."""
-    def timed(state, loops):
-        if state["twins"] != expect_twins:
-            raise RuntimeError(f"expected BLOCKX_NO_EXTENSIONS={int(expect_twins)} in this worker")
-        return run(state, loops)
-    return timed
 
 
 def run(state, loops):
@@ -77,5 +70,5 @@ def run(state, loops):
     return elapsed / CALLS
 
 
-register(f"DispatcherCore dispatch -> complete (per call, {CALLS}-call tasks)", setup, _side(False), _side(True),
+register(f"DispatcherCore dispatch -> complete (per call, {CALLS}-call tasks)", setup, *sides(run),
          twin_env=True, requires=REQUIRES)

@@ -12,7 +12,7 @@ import os
 import sys
 from time import perf_counter
 
-from bench.micro import REPO_ROOT, register
+from bench.micro import REPO_ROOT, register, sides
 
 REQUIRES = ("executor/blockx_executor/scheduler.py",)
 CHUNK = 64
@@ -49,12 +49,6 @@ def setup():
     return state
 
 
-def _side(expect_twins):
-    def timed(state, loops):
-        if state["twins"] != expect_twins:
-            raise RuntimeError(f"expected BLOCKX_NO_EXTENSIONS={int(expect_twins)} in this worker")
-        return run(state, loops)
-    return timed
 
 
 def run(state, loops):
@@ -82,5 +76,5 @@ def run(state, loops):
     return elapsed
 
 
-register("executor chunk of 64 calls that never suspend", setup, _side(False), _side(True), twin_env=True,
+register("executor chunk of 64 calls that never suspend", setup, *sides(run), twin_env=True,
          requires=REQUIRES, check=False)

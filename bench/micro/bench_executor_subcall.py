@@ -12,7 +12,7 @@ Time per subcall; "compiled vs twin" is the codec under BLOCKX_NO_EXTENSIONS=1
 
 from time import perf_counter
 
-from bench.micro import register
+from bench.micro import register, sides
 from bench.micro.bench_executor_scheduler import executor_in_process
 
 REQUIRES = ("executor/blockx_executor/scheduler.py",)
@@ -67,12 +67,6 @@ def _read(state) -> list:
     return done
 
 
-def _side(expect_twins):
-    def timed(state, loops):
-        if state["twins"] != expect_twins:
-            raise RuntimeError(f"expected BLOCKX_NO_EXTENSIONS={int(expect_twins)} in this worker")
-        return run(state, loops)
-    return timed
 
 
 def run(state, loops):
@@ -103,5 +97,5 @@ def run(state, loops):
     return elapsed
 
 
-register("executor subcall round trip (parent waits, child runs, parent resumes)", setup, _side(False),
-         _side(True), twin_env=True, requires=REQUIRES, check=False)
+register("executor subcall round trip (parent waits, child runs, parent resumes)", setup, *sides(run),
+         twin_env=True, requires=REQUIRES, check=False)

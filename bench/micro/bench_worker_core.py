@@ -10,7 +10,7 @@ the per-task cost of the core and to catch a hot path added to it later."""
 
 from time import perf_counter
 
-from bench.micro import register
+from bench.micro import register, sides
 
 REQUIRES = ("blockx/core/worker.py",)
 
@@ -35,13 +35,6 @@ def setup():
     }
 
 
-def _side(expect_twins):
-    """The time function for one side; refuses to measure the wrong build."""
-    def timed(state, loops):
-        if state["twins"] != expect_twins:
-            raise RuntimeError(f"expected BLOCKX_NO_EXTENSIONS={int(expect_twins)} in this worker")
-        return run(state, loops)
-    return timed
 
 
 def run(state, loops):
@@ -78,5 +71,5 @@ def run(state, loops):
     return elapsed
 
 
-register("WorkerCore submit -> terminal", setup, _side(False), _side(True), twin_env=True, requires=REQUIRES,
+register("WorkerCore submit -> terminal", setup, *sides(run), twin_env=True, requires=REQUIRES,
          check=False)
