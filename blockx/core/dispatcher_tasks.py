@@ -102,16 +102,7 @@ class TaskTable:
         if n:
             task.blocks.append(block)
             task.queued += n
-        task.total = offset + n
-        task.outputs.extend([None] * n)
-        task.batches[batch_idx] = batch
-        task.unsettled += 1
-        task.next_batch_idx = batch_idx + 1
-        if n == 0:
-            task.settle_ready.append(batch)
-        self.mark_dirty(task)
-        if n:
-            self._sched.wake(task)
+        self._add_batch(task, batch, n)
 
     def register(self, task: TaskCalls, calls: list[CallContext], batch_idx: int) -> None:
         """Link a batch of ready-made contexts into its task and queue them (the
@@ -121,13 +112,17 @@ class TaskTable:
             for ctx in calls:
                 ctx.index += offset
         _loop.link_calls(task, calls, self._calls.by_id)
-        n = len(calls)
-        task.total = offset + n
+        self._add_batch(task, Batch(batch_idx, calls), len(calls))
+
+    def _add_batch(self, task: TaskCalls, batch: Batch, n: int) -> None:
+        """The task's side of a new batch of n calls (queued or linked by the
+        caller): room for their outputs, the batch on the settle and credit
+        accounting, and a turn in the scheduler."""
+        task.total += n
         task.outputs.extend([None] * n)
-        batch = Batch(batch_idx, calls)
-        task.batches[batch_idx] = batch
+        task.batches[batch.idx] = batch
         task.unsettled += 1
-        task.next_batch_idx = batch_idx + 1
+        task.next_batch_idx = batch.idx + 1
         if n == 0:
             task.settle_ready.append(batch)
         self.mark_dirty(task)
