@@ -226,6 +226,12 @@ class FakeAdapter:
                                payload: dict, sidecar: bytes | None = None) -> None:
         if self.resume_gate is not None:
             await self.resume_gate.wait()
+        self._record_resume(executor_id, call_id, request_id, payload, sidecar)
+
+    def _record_resume(self, executor_id: str, call_id: str, request_id: str, payload: dict,
+                       sidecar: bytes | None) -> None:
+        """Both resume forms: traced, an injected fault raised, a gone executor
+        refused, else recorded as the executor would read it."""
         self.trace.append(("resume", call_id, executor_id, request_id))
         if self.resume_faults:
             exc = self.resume_faults.popleft()
@@ -245,14 +251,7 @@ class FakeAdapter:
         if self.resume_outbox_full or self.resume_gate is not None:
             self.trace.append(("resume_refused", call_id, executor_id, request_id))
             return False
-        self.trace.append(("resume", call_id, executor_id, request_id))
-        if self.resume_faults:
-            exc = self.resume_faults.popleft()
-            if exc is not None:
-                raise exc
-        if executor_id not in self.executors:
-            raise ExecutorGone(executor_id)
-        self.resumes.append(Resume(executor_id, call_id, request_id, _wire(payload), sidecar))
+        self._record_resume(executor_id, call_id, request_id, payload, sidecar)
         self._unflushed.setdefault(executor_id, []).append(waiter)
         asyncio.get_running_loop().call_soon(self._flush_resumes, executor_id)
         return True
