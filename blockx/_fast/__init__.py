@@ -32,3 +32,16 @@ def implementations(name: str):
         out.append(("cython", importlib.import_module(f"blockx._fast.{name}")))
     out.append(("python", importlib.import_module(f"blockx._fast.{name}_py")))
     return out
+
+
+def compiled(name: str):
+    """The compiled module `name` whatever BLOCKX_NO_EXTENSIONS says: for tests of
+    a property only the compiled module has (kept out of the cyclic GC), or that
+    compare it with its twin. `make build` builds it before either test run."""
+    return importlib.import_module(f"blockx._fast.{name}")
+
+
+def twin(name: str):
+    """The pure-Python twin of hot module `name`."""
+    return importlib.import_module(f"blockx._fast.{name}_py")
+

@@ -3,7 +3,7 @@ repr and (un)hashability as the twin's dataclasses."""
 
 import pytest
 
-from blockx._fast import implementations
+from blockx._fast import compiled, implementations
 
 IMPLS = implementations("callcmds")
 ARGS = {
@@ -48,7 +48,4 @@ def test_commands_behave_like_the_twin_dataclasses(mod, name):
 @pytest.mark.parametrize("name", sorted(ARGS))
 def test_compiled_commands_stay_out_of_the_cyclic_gc(name):
     import gc
-    compiled = [m for label, m in IMPLS if label == "cython"]
-    if not compiled:
-        pytest.skip("twins only (BLOCKX_NO_EXTENSIONS=1)")
-    assert not gc.is_tracked(getattr(compiled[0], name)(*ARGS[name]))
+    assert not gc.is_tracked(getattr(compiled("callcmds"), name)(*ARGS[name]))

@@ -3,7 +3,7 @@ cap, whole-call sampling, compaction, the per-call hooks, and parity (the same
 events in, the same trace out)."""
 import pytest
 
-from blockx._fast import implementations
+from blockx._fast import compiled, implementations, twin
 from blockx.core.dispatcher_commands import DispatchCallCmd
 
 IMPLS = implementations("tracebuf")
@@ -110,16 +110,13 @@ def test_odd_values_from_a_frame_are_recorded_as_text_never_raised(tb):
 
 
 def test_the_compiled_module_and_its_twin_keep_the_same_trace():
-    if len(IMPLS) < 2:
-        pytest.skip("only the twin is in use (BLOCKX_NO_EXTENSIONS=1)")
-    (_, cy), (_, py) = IMPLS
+    cy, py = compiled("tracebuf"), twin("tracebuf")
     a, b = run_task(cy, 3000, 300), run_task(py, 3000, 300)
     assert a.events == b.events
     assert (a.sample_every, a.dropped, a.truncated) == (b.sample_every, b.dropped, b.truncated)
 
 
 def test_a_trimmed_trace_is_sealed_and_a_late_event_still_records(tb):
-    import gc
     tr = run_task(tb, 30, 10_000)
     before = tr.events
     tr.trim()
@@ -140,9 +137,7 @@ def test_retained_compiled_traces_add_nothing_for_the_cyclic_gc_to_scan():
     # Ended traces are retained by the thousand; each used to keep a list, a dict
     # and a list tracked by the GC, so every full collection scanned them all.
     import gc
-    if len(IMPLS) < 2:
-        pytest.skip("the compiled module is not loaded (twin run)")
-    tb = IMPLS[0][1]
+    tb = compiled("tracebuf")
     gc.collect()
     n0 = len(gc.get_objects())
     traces = [run_task(tb, 3, 1_000) for _ in range(300)]
@@ -178,12 +173,10 @@ def test_task_level_events_read_back_exactly_as_given(tb, ev):
 
 
 def test_compiled_and_twin_encode_task_events_alike():
-    if len(IMPLS) < 2:
-        pytest.skip("the compiled module is not loaded (twin run)")
     evs = [(0, 1), (2, 2, "builder", "callList"), (3, 3, 7, -1), (2, 4, "plugin", None),
            (1, 5, "SUCCEEDED", "", "", ()), (10, 6, "exec-0", "gone")]
     out = []
-    for _, mod in IMPLS:
+    for mod in (compiled("tracebuf"), twin("tracebuf")):
         tr = mod.TaskTrace("t", 100)
         for ev in evs:
             tr.add_task_event(ev)
