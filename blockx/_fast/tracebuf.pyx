@@ -39,7 +39,9 @@ cdef enum:
     _ENC_EMPTY = 2
     _MAX_DIGITS = 15
 
+SUB_FLAG = 1 << 62
 cdef long long _STREAM_FLAG = 1LL << 61
+cdef long long _SUB_FLAG = 1LL << 62
 cdef long long _MAX_B = 1LL << 29
 cdef long long _MAX_R = 1LL << 32
 cdef long long _LIM = 1LL << 62
@@ -125,6 +127,39 @@ cdef long long _parse_root(str s, Py_ssize_t start, bint stop_at_slash, Py_ssize
     return a
 
 
+cdef long long _sub_key(str s, long long root, Py_ssize_t end):
+    """The twin's sub_key: SUB_FLAG | root << 32 | n when s[end:] is exactly
+    "/sub-<n>" (canonical decimal, n < 2**32) after a plain root < _MAX_B; else -1."""
+    cdef Py_ssize_t n = len(s), i = end + 5, digits = n - end - 5
+    cdef long long v = 0
+    cdef Py_UCS4 ch
+    if root < 0 or root >= _MAX_B or digits < 1 or digits > 10:
+        return -1
+    if not (s[end] == u'/' and s[end + 1] == u's' and s[end + 2] == u'u' and s[end + 3] == u'b'
+            and s[end + 4] == u'-'):
+        return -1
+    if digits > 1 and s[i] == u'0':
+        return -1
+    while i < n:
+        ch = s[i]
+        if ch < u'0' or ch > u'9':
+            return -1
+        v = v * 10 + (<long long>ch - 48)
+        i += 1
+    if v >= _MAX_R:
+        return -1
+    return _SUB_FLAG | (root << 32) | v
+
+
+def sub_key(str s, long long root, Py_ssize_t end):
+    return _sub_key(s, root, end)
+
+
+cdef inline long long _root_bits(long long key):
+    # What sampling looks at in a key >= 0: the root's own key (a subcall's root index).
+    return (key >> 32) & (_MAX_B - 1) if key & _SUB_FLAG else key
+
+
 def parse_root(str s, Py_ssize_t start, bint stop_at_slash):
     cdef Py_ssize_t end = 0
     cdef long long key = _parse_root(s, start, stop_at_slash, &end)
@@ -207,8 +242,13 @@ cdef class TaskTrace:
             return NONE
         if PyUnicode_Tailmatch(call_id, self._prefix, 0, n, -1):
             key = _parse_root(call_id, self._root_from, True, &end)
-            if key >= 0 and end == n:
-                return key
+            if key >= 0:
+                if end == n:
+                    return key
+                if not key & _STREAM_FLAG:
+                    key = _sub_key(call_id, key, end)
+                    if key >= 0:
+                        return key
         return -self.str_c(call_id) - 2
 
     cdef str call_str(self, long long key):
@@ -216,6 +256,8 @@ cdef class TaskTrace:
             return ""
         if key < 0:
             return self._strings[-key - 2]
+        if key & _SUB_FLAG:
+            return f"{self.task_id}/{(key >> 32) & (_MAX_B - 1)}/sub-{key & (_MAX_R - 1)}"
         if key & _STREAM_FLAG:
             return f"{self.task_id}/{(key >> 32) & (_MAX_B - 1)}.{key & (_MAX_R - 1)}"
         return f"{self.task_id}/{key}"
@@ -242,7 +284,7 @@ cdef class TaskTrace:
     cdef bint keeps_row_c(self, Py_ssize_t r) except -1:
         cdef long long key = self._rows[r * _ROW + 2]
         if key >= 0:
-            return (key & (self.sample_every - 1)) == 0
+            return (_root_bits(key) & (self.sample_every - 1)) == 0
         return self.keeps_c(self.call_str(key))
 
     # ---- recording -------------------------------------------------------------------
@@ -441,3 +483,15 @@ cdef class CallRecorder:
             return
         tr.append_c(_DONE, self.now_us, tr.key_c(call_id), tr.str_c(executor_id), _int_or_zero(p.get("attemptSeq")),
                     tr.str_c(error_kind), _int_or_zero(p.get("budgetUsedMs", 0)))
+
+    def subcall(self, task_id, parent_call_id, child_call_id):
+        if type(task_id) is not str or type(parent_call_id) is not str or type(child_call_id) is not str:
+            return
+        cdef PyObject* found = PyDict_GetItem(self.tasks, task_id)
+        if found is NULL:
+            return
+        cdef TaskTrace tr = <TaskTrace>found
+        if tr.sample_every != 1 and not tr.keeps_c(parent_call_id):
+            tr.dropped += 1
+            return
+        tr.append_c(_SUBCALL, self.now_us, tr.key_c(parent_call_id), tr.key_c(child_call_id), 0, 0, 0)

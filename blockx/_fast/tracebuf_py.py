@@ -8,8 +8,9 @@ accepted), which is why this is a hot path.
 Memory rule: recording allocates no Python object per event. Events are rows
 of 8 int64 in one growable buffer (here an ``array('q')``; compiled: a C
 buffer). A call id is an int key: a root call of the task ("<task>/<i>", or
-"<task>/<b>.<r>" for a streamed batch) is parsed into its index, anything else
-(a subcall id) goes to the trace's string table; executor ids, function ids,
+"<task>/<b>.<r>" for a streamed batch) is parsed into its index, a root's direct
+subcall ("<task>/<i>/sub-<n>", the SubcallBinder's form) into SUB_FLAG | i << 32 | n,
+anything else (a deeper subcall) goes to the trace's string table; executor ids, function ids,
 failure kinds and IO backends, few distinct values each, go to the string table
 too. Retaining one small object per call (a tuple, a call id string from a
 decoded frame) would pin a malloc pool per call among the short-lived objects
@@ -47,9 +48,32 @@ ENC_INT, ENC_STR, ENC_EMPTY = 0, 1, 2
 _LIM = 1 << 62
 NONE = -1                      # no call (a root call's parent)
 STREAM_FLAG = 1 << 61          # a streamed root "<b>.<r>": flag | b << 32 | r
+SUB_FLAG = 1 << 62             # a root's subcall "<i>/sub-<n>": flag | i << 32 | n (i < _MAX_B, n < _MAX_R)
 _MAX_B = 1 << 29
 _MAX_R = 1 << 32
 _MAX_DIGITS = 15
+_SUB = "/sub-"
+
+
+def sub_key(s: str, root: int, end: int) -> int:
+    """The key of ``s`` when, after its root index ``root`` (a plain one) ending at
+    ``end``, it is exactly "/sub-<n>" (canonical decimal, n < 2**32); else -1."""
+    if root < 0 or root >= _MAX_B or not s.startswith(_SUB, end):
+        return -1
+    digits = s[end + len(_SUB):]
+    if not digits or len(digits) > 10 or (len(digits) > 1 and digits[0] == "0"):
+        return -1
+    if not all("0" <= ch <= "9" for ch in digits):
+        return -1
+    n = int(digits)
+    if n >= _MAX_R:
+        return -1
+    return SUB_FLAG | (root << 32) | n
+
+
+def _root_bits(key: int) -> int:
+    """What sampling looks at in a key >= 0: the root's own key (a subcall's root index)."""
+    return (key >> 32) & (_MAX_B - 1) if key & SUB_FLAG else key
 
 
 def parse_root(s: str, start: int, stop_at_slash: bool) -> tuple[int, int]:
@@ -143,8 +167,13 @@ class TaskTrace:
             return NONE
         if call_id.startswith(self._prefix):
             key, end = parse_root(call_id, self._root_from, True)
-            if key >= 0 and end == len(call_id):
-                return key
+            if key >= 0:
+                if end == len(call_id):
+                    return key
+                if not key & STREAM_FLAG:
+                    key = sub_key(call_id, key, end)
+                    if key >= 0:
+                        return key
         return -self._str(call_id) - 2
 
     def _call_str(self, key: int) -> str:
@@ -152,6 +181,8 @@ class TaskTrace:
             return ""
         if key < 0:
             return self._strings[-key - 2]
+        if key & SUB_FLAG:
+            return f"{self.task_id}/{(key >> 32) & (_MAX_B - 1)}/sub-{key & (_MAX_R - 1)}"
         if key & STREAM_FLAG:
             return f"{self.task_id}/{(key >> 32) & (_MAX_B - 1)}.{key & (_MAX_R - 1)}"
         return f"{self.task_id}/{key}"
@@ -180,7 +211,7 @@ class TaskTrace:
         rows = self._rows
         key = rows[base + 2]
         if key >= 0:
-            return not (key & (self.sample_every - 1))
+            return not (_root_bits(key) & (self.sample_every - 1))
         return self.keeps(self._call_str(key))
 
     # ---- recording -------------------------------------------------------------------
@@ -382,3 +413,15 @@ class CallRecorder:
             return
         tr._append(DONE, self.now_us, tr._key(call_id), tr._str(executor_id), _int_or_zero(p.get("attemptSeq")),
                    tr._str(error_kind), _int_or_zero(p.get("budgetUsedMs", 0)))
+
+    def subcall(self, task_id, parent_call_id: str, child_call_id: str) -> None:
+        """A call asked for a subcall (SUBCALL event); ``task_id`` as a frame gave it."""
+        if type(task_id) is not str or type(parent_call_id) is not str or type(child_call_id) is not str:
+            return
+        tr = self.tasks.get(task_id)
+        if tr is None:
+            return
+        if tr.sample_every != 1 and not tr.keeps(parent_call_id):
+            tr.dropped += 1
+            return
+        tr._append(SUBCALL, self.now_us, tr._key(parent_call_id), tr._key(child_call_id), 0, 0, 0)

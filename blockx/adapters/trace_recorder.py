@@ -90,12 +90,13 @@ class TraceStore:
         self._ended: deque[TaskTrace] = deque()   # ended traces, oldest first (weight: tr.retained_weight)
         self.retained_events = 0        # the weights of the traces in _ended
         self.evicted = 0                # ended traces dropped to stay within the budget
-        # The two hooks every call goes through, compiled: bound straight to the
-        # recorder, so a hook is one call. Its now_us is the trace clock.
+        # The hooks every call (and every subcall) goes through, compiled: bound
+        # straight to the recorder, so a hook is one call. Its now_us is the trace clock.
         calls = self._calls = CallRecorder(self._tasks)
         calls.now_us = clock_ns() // 1000
         self.call_sent = calls.call_sent          # (DispatchCallCmd) -> None
         self.call_done = calls.call_done          # (payload, call_id, executor_id, error_kind) -> None
+        self.subcall = calls.subcall              # (task_id, parent_call_id, child_call_id) -> None
 
     # ---- clock -------------------------------------------------------------------
 
@@ -236,11 +237,6 @@ class TraceStore:
         tr = self._task(task_id)
         if tr is not None and type(call_id) is str:
             tr.add_call_event((IO_DONE, self._now(), call_id, ok))
-
-    def subcall(self, task_id: str, parent_call_id: str, child_call_id: str) -> None:
-        tr = self._task(task_id)
-        if tr is not None:
-            tr.add_call_event((SUBCALL, self._calls.now_us, parent_call_id, child_call_id))
 
     def executor_lost(self, executor_id: str, reason: str) -> None:
         """Every running task learns it: attempts still open on it end here."""

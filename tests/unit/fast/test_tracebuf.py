@@ -182,3 +182,65 @@ def test_compiled_and_twin_encode_task_events_alike():
             tr.add_task_event(ev)
         out.append(tr.events)
     assert out[0] == out[1] == evs
+
+
+SUBCALL_IDS = [
+    "t/3/sub-1", "t/0/sub-0", "t/3/sub-4294967295",           # a root's subcall: encoded in the row
+    "t/3/sub-4294967296", "t/3/sub-007", "t/3/sub-", "t/3/sub-1x", "t/3/sub-1/sub-2",
+    "t/3/subx1", "t/2.5/sub-1", f"t/{1 << 29}/sub-1", "t/03/sub-1", "u/3/sub-1",   # anything else: by name
+]
+
+
+@pytest.mark.parametrize("child", SUBCALL_IDS)
+def test_subcall_ids_read_back_exactly_whatever_their_form(tb, child):
+    tasks = {}
+    rec = tb.CallRecorder(tasks)
+    tr = tasks["t"] = tb.TaskTrace("t", 1000)
+    rec.now_us = 7
+    rec.subcall("t", "t/3", child)
+    rec.call_sent(cmd("t", child, parent="t/3"))
+    rec.call_done({"taskId": "t", "attemptSeq": 1}, child, "exec-0", "")
+    assert tr.events == [(tb.SUBCALL, 7, "t/3", child), (tb.SENT, 7, child, "exec-0", 1, "t/3", "f"),
+                         (tb.DONE, 7, child, "exec-0", 1, "", 0)]
+    tr.trim()
+    assert tr.events[0] == (tb.SUBCALL, 7, "t/3", child)
+
+
+def test_a_roots_subcall_key_is_its_root_and_sequence_and_nothing_else(tb):
+    assert tb.sub_key("t/3/sub-12", 3, 3) == tb.SUB_FLAG | (3 << 32) | 12
+    for s, root, end in [("t/3/sub-012", 3, 3), ("t/3/sub-", 3, 3), ("t/3/sub-4294967296", 3, 3),
+                         ("t/3/sub-1/sub-2", 3, 3), ("t/3/sup-1", 3, 3), (f"t/{1 << 29}/sub-1", 1 << 29, 11)]:
+        assert tb.sub_key(s, root, end) == -1, s
+
+
+def test_subcalls_are_sampled_with_their_root(tb):
+    tasks = {}
+    rec = tb.CallRecorder(tasks)
+    tr = tasks["t"] = tb.TaskTrace("t", 200)
+    seq = 0
+    for r in range(100):
+        for _ in range(5):
+            seq += 1
+            child = f"t/{r}/sub-{seq}"
+            rec.subcall("t", f"t/{r}", child)
+            rec.call_sent(cmd("t", child, parent=f"t/{r}"))
+            rec.call_done({"taskId": "t", "attemptSeq": 1}, child, "exec-0", "")
+    assert tr.sampled and len(tr.events) <= 200
+    roots = {tr.root_of(e[2]) for e in tr.events}
+    assert roots and all(tr.keeps(r) for r in roots)
+    per_root = {}
+    for e in tr.events:
+        per_root[tr.root_of(e[2])] = per_root.get(tr.root_of(e[2]), 0) + 1
+    assert all(n == 15 for n in per_root.values())      # a kept root keeps all its subcalls' events
+    assert tr.dropped == 1500 - len(tr.events)
+
+
+def test_the_subcall_hook_ignores_unknown_tasks_and_non_string_ids(tb):
+    tasks = {}
+    rec = tb.CallRecorder(tasks)
+    tasks["t"] = tb.TaskTrace("t", 100)
+    rec.subcall("other", "other/0", "other/0/sub-1")
+    rec.subcall(["t"], "t/0", "t/0/sub-1")
+    rec.subcall("t", 0, "t/0/sub-1")
+    rec.subcall("t", "t/0", None)
+    assert tasks["t"].events == []
