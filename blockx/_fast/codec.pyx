@@ -119,7 +119,8 @@ cdef extern from "Python.h":
 
 cdef object _Fragment = orjson.Fragment
 
-# Frames written from a template (encode_execute_call, encode_call_completed):
+# Frames written from a template (encode_execute_call, encode_call_completed,
+# encode_resume_result):
 # the fixed text of the envelope between its fields, then the fields as plain
 # strings (written between quotes as they are), non-negative ints or raw JSON.
 cdef bytes _X0 = b'{"messageType":"ExecuteCall","callId":"'
@@ -139,6 +140,10 @@ cdef bytes _C3 = b',"output":'
 cdef bytes _C4 = b',"budgetUsedMs":'
 cdef bytes _C5 = b',"startedAtMs":'
 cdef bytes _C6 = b',"durationMs":'
+cdef bytes _R0 = b'{"messageType":"ResumeCall","callId":"'
+cdef bytes _R1 = b'","requestId":"'
+cdef bytes _R2 = b'","payload":{"resumeKind":"'
+cdef bytes _R3 = b'","result":'
 
 
 cdef struct _Seg:
@@ -271,6 +276,28 @@ cpdef bytes encode_call_completed(object call_id, object task_id, object attempt
                          "payload": {"taskId": task_id, "attemptSeq": attempt_seq,
                                      "output": _Fragment(output_json), "budgetUsedMs": budget_used_ms,
                                      "startedAtMs": started_at_ms, "durationMs": duration_ms}})
+
+
+cpdef bytes encode_resume_result(object call_id, object request_id, object resume_kind,
+                                 object result_json, object budget_used_ms):
+    """The ResumeCall frame that answers a wait with a result and no sidecar (a
+    subcall's output, an IO result), byte for byte encode_frame's (the twin
+    documents it), written from a template; any field outside the template's
+    plain shapes goes through encode_frame itself."""
+    cdef _Seg g[11]
+    cdef char ubuf[20]
+    _lit(_R0, &g[0])
+    _lit(_R1, &g[2])
+    _lit(_R2, &g[4])
+    _lit(_R3, &g[6])
+    _lit(_C4, &g[8])
+    _lit(_X9, &g[10])
+    if (_plain(call_id, &g[1]) and _plain(request_id, &g[3]) and _plain(resume_kind, &g[5])
+            and _raw(result_json, &g[7]) and _digits(budget_used_ms, ubuf, &g[9])):
+        return _frame_of(g, 11)
+    return encode_frame({"messageType": "ResumeCall", "callId": call_id, "requestId": request_id,
+                         "payload": {"resumeKind": resume_kind, "result": _Fragment(result_json),
+                                     "budgetUsedMs": budget_used_ms}})
 
 
 cpdef bytes encode_frames(object items):

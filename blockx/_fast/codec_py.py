@@ -93,6 +93,16 @@ def encode_call_completed(call_id: str, task_id: str, attempt_seq: int, output_j
         "budgetUsedMs": budget_used_ms, "startedAtMs": started_at_ms, "durationMs": duration_ms}})
 
 
+def encode_resume_result(call_id: str, request_id: str, resume_kind: str, result_json: bytes,
+                         budget_used_ms: int) -> bytes:
+    """The ResumeCall frame that answers a wait with a result and no sidecar (a
+    subcall's output, an IO result): byte for byte what encode_frame gives for
+    its envelope (keys in this order, result_json spliced verbatim), without
+    building the two dicts. Raises FrameTooLarge like encode_frame."""
+    return encode_frame({"messageType": "ResumeCall", "callId": call_id, "requestId": request_id, "payload": {
+        "resumeKind": resume_kind, "result": orjson.Fragment(result_json), "budgetUsedMs": budget_used_ms}})
+
+
 def encode_frames(items) -> bytes:
     """Many frames, back to back, in one buffer: `items` is an iterable of
     (envelope, sidecar-or-None)."""
@@ -267,4 +277,4 @@ class FrameDecoder:
 
 
 __all__ = ["MAX_FRAME_BYTES", "MAGIC", "encode_frame", "encode_frames", "encode_execute_call",
-           "encode_call_completed", "FrameDecoder"]
+           "encode_call_completed", "encode_resume_result", "FrameDecoder"]

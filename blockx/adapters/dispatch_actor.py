@@ -269,13 +269,14 @@ class DispatchActor:
 
     def _send_subcall_resume(self, cmd: SubcallDone) -> None:
         if cmd.ok:
-            payload = {"resumeKind": m.WAIT_SUBCALL, "result": _Fragment(cmd.output_json or b"null"),
-                       "budgetUsedMs": cmd.budget_used_ms}
-        else:
-            payload = {"resumeKind": m.WAIT_SUBCALL,
-                       "error": {"errorKind": cmd.error_kind, "errorMessage": cmd.error_message,
-                                 "retryable": cmd.retryable, "childErrorKind": cmd.child_error_kind},
-                       "budgetUsedMs": cmd.budget_used_ms}
+            self.send_resume_result(cmd.parent_executor_id, cmd.parent_call_id, cmd.request_id,
+                                    cmd.parent_attempt_seq, m.WAIT_SUBCALL, cmd.output_json or b"null",
+                                    cmd.budget_used_ms)
+            return
+        payload = {"resumeKind": m.WAIT_SUBCALL,
+                   "error": {"errorKind": cmd.error_kind, "errorMessage": cmd.error_message,
+                             "retryable": cmd.retryable, "childErrorKind": cmd.child_error_kind},
+                   "budgetUsedMs": cmd.budget_used_ms}
         self.send_resume(cmd.parent_executor_id, cmd.parent_call_id, cmd.request_id,
                          cmd.parent_attempt_seq, payload, None)
 
@@ -286,14 +287,31 @@ class DispatchActor:
         through `post`. A full outbox falls back to the awaiting `resume`. A send
         that fails synthesizes a retryable RESUME_SEND_FAILED failure of the
         waiting attempt, exactly as `resume` does."""
+        if self._posted(self.adapter.post_resume_call, executor_id, call_id, attempt_seq,
+                        (executor_id, call_id, request_id, payload, sidecar)) is False:
+            self.spawn(self.resume(executor_id, call_id, request_id, attempt_seq, payload, sidecar))
+
+    def send_resume_result(self, executor_id: str, call_id: str, request_id: str, attempt_seq: int,
+                           resume_kind: str, result_json: bytes, budget_used_ms: int) -> None:
+        """send_resume of {"resumeKind", "result": result_json (raw JSON),
+        "budgetUsedMs"} without a sidecar, its frame written from the codec's
+        template (adapter.post_resume_result)."""
+        if self._posted(self.adapter.post_resume_result, executor_id, call_id, attempt_seq,
+                        (executor_id, call_id, request_id, resume_kind, result_json, budget_used_ms)) is False:
+            self.spawn(self.resume(executor_id, call_id, request_id, attempt_seq,
+                                   {"resumeKind": resume_kind, "result": _Fragment(result_json),
+                                    "budgetUsedMs": budget_used_ms}, None))
+
+    def _posted(self, post: Callable, executor_id: str, call_id: str, attempt_seq: int,
+                args: tuple) -> bool | None:
+        """post(*args, waiter): True queued, False refused (the outbox is full);
+        None when it raised, which is reported as RESUME_SEND_FAILED."""
         waiter = _ResumeWaiter(self, executor_id, call_id, attempt_seq)
         try:
-            queued = self.adapter.post_resume_call(executor_id, call_id, request_id, payload, sidecar, waiter)
+            return post(*args, waiter)
         except Exception as exc:  # noqa: BLE001 - ExecutorGone, or a payload that cannot be encoded
             self._resume_failed(executor_id, call_id, attempt_seq, exc)
-            return
-        if not queued:
-            self.spawn(self.resume(executor_id, call_id, request_id, attempt_seq, payload, sidecar))
+            return None
 
     async def resume(self, executor_id: str, call_id: str, request_id: str, attempt_seq: int,
                       payload: dict, sidecar: bytes | None) -> None:

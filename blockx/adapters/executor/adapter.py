@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 from blockx.protocol import messages
 
-from .connection import ExecutorConnection, encode_execute_call, encode_frame
+from .connection import ExecutorConnection, encode_execute_call, encode_frame, encode_resume_result
 from .counters import counters_for
 from .errors import BindError, CallNotBound, ExecutorGone, OutboxClosed
 from .listener import bind_listener, unlink_if_ours
@@ -352,14 +352,34 @@ class ExecutorAdapter:
         if the connection closes first; see Outbox.enqueue_notify). Returns
         False, queueing nothing, when the outbox is full: then await
         send_resume_call. Raises ExecutorGone, or the codec's errors."""
+        outbox = self._resume_outbox(executor_id)
+        if outbox is None:
+            return False
+        frame = encode_frame({"messageType": RESUME_CALL, "callId": call_id,
+                              "requestId": request_id, "payload": payload}, sidecar)
+        return self._post_resume(executor_id, outbox, frame, waiter)
+
+    def post_resume_result(self, executor_id: str, call_id: str, request_id: str, resume_kind: str,
+                           result_json: bytes, budget_used_ms: int, waiter) -> bool:
+        """post_resume_call of the payload {"resumeKind": resume_kind, "result":
+        result_json (raw JSON), "budgetUsedMs": budget_used_ms} without a sidecar
+        (a subcall's output): the same frame, written by the codec from its
+        template without building the envelope. Same answers and errors."""
+        outbox = self._resume_outbox(executor_id)
+        if outbox is None:
+            return False
+        frame = encode_resume_result(call_id, request_id, resume_kind, result_json, budget_used_ms)
+        return self._post_resume(executor_id, outbox, frame, waiter)
+
+    def _resume_outbox(self, executor_id: str):
+        """The executor's outbox, or None when it is full (the awaiting send waits for room)."""
         conn = self._conns.get(executor_id)
         if conn is None:
             raise ExecutorGone(executor_id)
         outbox = conn.outbox
-        if len(outbox) >= outbox.depth:
-            return False
-        frame = encode_frame({"messageType": RESUME_CALL, "callId": call_id,
-                              "requestId": request_id, "payload": payload}, sidecar)
+        return None if len(outbox) >= outbox.depth else outbox
+
+    def _post_resume(self, executor_id: str, outbox, frame: bytes, waiter) -> bool:
         try:
             outbox.enqueue_notify(frame, waiter)
         except OutboxClosed as exc:

@@ -41,6 +41,7 @@ _Outbox = load("outbox").Outbox
 FrameDecoder = _codec.FrameDecoder
 encode_frame = _codec.encode_frame
 encode_execute_call = _codec.encode_execute_call
+encode_resume_result = _codec.encode_resume_result
 
 HEARTBEAT_ACK_FRAME = encode_frame(messages.heartbeat_ack())
 

@@ -441,6 +441,21 @@ async def test_post_resume_call_queues_at_once_and_tells_the_waiter_once_written
         adapter.post_resume_call("exec-9", "c1", "r7", payload, None, Told())
 
 
+async def test_post_resume_result_sends_the_frame_post_resume_call_would(env):
+    adapter, handler, attach, connect = env
+    fake = await attach("exec-0")
+    told = [Told(), Told()]
+    assert adapter.post_resume_result("exec-0", "c1", "r7", m.WAIT_SUBCALL, b'{"n":[1,2]}', 12, told[0]) is True
+    payload = {"resumeKind": m.WAIT_SUBCALL, "result": {"n": [1, 2]}, "budgetUsedMs": 12}
+    assert adapter.post_resume_call("exec-0", "c1", "r7", payload, None, told[1]) is True
+    await wait_until(lambda: told[1].outcome, what="both written")
+    assert told[0].outcome == ("written",)
+    templated, general = await fake.wait_frames(m.RESUME_CALL, 2)
+    assert templated == general and templated[0]["payload"] == payload and templated[1] is None
+    with pytest.raises(ExecutorGone):
+        adapter.post_resume_result("exec-9", "c1", "r7", m.WAIT_SUBCALL, b"1", 0, Told())
+
+
 async def test_post_resume_call_refuses_when_the_outbox_is_full(sock_dir):
     adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"), outbox_depth=2)
     handler = adapter.handler = RecordingHandler()
@@ -455,6 +470,7 @@ async def test_post_resume_call_refuses_when_the_outbox_is_full(sock_dir):
         assert adapter.post_resume_call("exec-0", "c1", "r1", payload, None, told[0])
         assert adapter.post_resume_call("exec-0", "c2", "r2", payload, None, told[1])
         assert adapter.post_resume_call("exec-0", "c3", "r3", payload, None, told[2]) is False
+        assert adapter.post_resume_result("exec-0", "c3", "r3", m.WAIT_IO, b"1", 0, told[2]) is False
         await wait_until(lambda: told[1].outcome, what="the two queued ones written")
         assert told[2].outcome is None                   # nothing was queued for it
         await adapter.send_resume_call("exec-0", "c3", "r3", payload)   # the awaiting fallback

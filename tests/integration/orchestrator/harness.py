@@ -256,6 +256,13 @@ class FakeAdapter:
         asyncio.get_running_loop().call_soon(self._flush_resumes, executor_id)
         return True
 
+    def post_resume_result(self, executor_id: str, call_id: str, request_id: str, resume_kind: str,
+                           result_json: bytes, budget_used_ms: int, waiter) -> bool:
+        """ExecutorAdapter.post_resume_result: post_resume_call of the payload it stands for."""
+        return self.post_resume_call(executor_id, call_id, request_id, {
+            "resumeKind": resume_kind, "result": orjson.Fragment(result_json), "budgetUsedMs": budget_used_ms},
+            None, waiter)
+
     def _flush_resumes(self, executor_id: str) -> None:
         for waiter in self._unflushed.pop(executor_id, []):
             if not waiter.done():

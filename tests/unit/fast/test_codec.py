@@ -459,3 +459,35 @@ def test_call_completed_template_matches_encode_frame_for_any_text(codec, call_i
 def test_a_call_completed_over_the_frame_limit_is_refused(codec):
     with pytest.raises(errors.FrameTooLarge):
         codec.encode_call_completed("t/0", "t", 1, b'"' + b"x" * MAX + b'"', 0, 0, 0)
+
+
+def _resume_result_by_dict(codec, c, r, k, result, u):
+    return codec.encode_frame({"messageType": "ResumeCall", "callId": c, "requestId": r, "payload": {
+        "resumeKind": k, "result": orjson.Fragment(result), "budgetUsedMs": u}})
+
+
+@pytest.mark.parametrize("fields", [
+    ("t/0", "7", "subcall", b"42", 0),
+    ("t/1.7/sub-3", "12", "io", b'{"a":[1,null]}', 12),
+    ('q"uote/0', "back\\slash", "subcall", b"null", 0),       # escaped by orjson
+    ("é/0", "r\x00", "io", b'"x"', 1),                          # non-ASCII, a control
+    ("t/0", "1", "subcall", b"1", -1),                          # a negative int
+    ("t/0", "1", "subcall", b"1", True),                        # bool is not an int here
+    ("t/0", "1", "subcall", b"1", 10**18),                      # past the template's ints
+    ("t/0", "1", "subcall", "1", 0),                            # str result (a Fragment takes it)
+])
+def test_resume_result_frames_are_byte_identical_to_encode_frame(codec, fields):
+    want = _resume_result_by_dict(codec, *fields)
+    assert codec.encode_resume_result(*fields) == want
+
+
+@given(st.text(max_size=12), st.text(max_size=12), st.text(max_size=8), st.integers(min_value=0, max_value=2**63 - 1))
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_resume_result_template_matches_encode_frame_for_any_text(codec, call_id, request_id, kind, used):
+    fields = (call_id, request_id, kind, b"[0]", used)
+    assert codec.encode_resume_result(*fields) == _resume_result_by_dict(codec, *fields)
+
+
+def test_a_resume_result_over_the_frame_limit_is_refused(codec):
+    with pytest.raises(errors.FrameTooLarge):
+        codec.encode_resume_result("t/0", "1", "subcall", b'"' + b"x" * MAX + b'"', 0)
