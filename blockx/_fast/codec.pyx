@@ -120,7 +120,7 @@ cdef extern from "Python.h":
 cdef object _Fragment = orjson.Fragment
 
 # Frames written from a template (encode_execute_call, encode_call_completed,
-# encode_resume_result):
+# encode_resume_result, encode_call_waiting_subcall):
 # the fixed text of the envelope between its fields, then the fields as plain
 # strings (written between quotes as they are), non-negative ints or raw JSON.
 cdef bytes _X0 = b'{"messageType":"ExecuteCall","callId":"'
@@ -144,6 +144,11 @@ cdef bytes _R0 = b'{"messageType":"ResumeCall","callId":"'
 cdef bytes _R1 = b'","requestId":"'
 cdef bytes _R2 = b'","payload":{"resumeKind":"'
 cdef bytes _R3 = b'","result":'
+cdef bytes _W0 = b'{"messageType":"CallWaiting","callId":"'
+cdef bytes _W1 = b'","payload":{"taskId":"'
+cdef bytes _W2 = b',"waitKind":"subcall","functionId":"'
+cdef bytes _W3 = b',"grantedBudgetMs":'
+cdef bytes _W4 = b',"ancestry":'
 
 
 cdef struct _Seg:
@@ -298,6 +303,37 @@ cpdef bytes encode_resume_result(object call_id, object request_id, object resum
     return encode_frame({"messageType": "ResumeCall", "callId": call_id, "requestId": request_id,
                          "payload": {"resumeKind": resume_kind, "result": _Fragment(result_json),
                                      "budgetUsedMs": budget_used_ms}})
+
+
+cpdef bytes encode_call_waiting_subcall(object call_id, object request_id, object task_id,
+                                        object attempt_seq, object function_id, object args_json,
+                                        object granted_budget_ms, object ancestry_json):
+    """The CallWaiting(subcall) frame of a call that asks for a subcall (the
+    executor's), byte for byte encode_frame's (the twin documents it), written
+    from a template; any field outside the template's plain shapes goes through
+    encode_frame itself."""
+    cdef _Seg g[17]
+    cdef char abuf[20]
+    cdef char bbuf[20]
+    _lit(_W0, &g[0])
+    _lit(_R1, &g[2])
+    _lit(_W1, &g[4])
+    _lit(_C2, &g[6])
+    _lit(_W2, &g[8])
+    _lit(_X5, &g[10])
+    _lit(_W3, &g[12])
+    _lit(_W4, &g[14])
+    _lit(_X9, &g[16])
+    if (_plain(call_id, &g[1]) and _plain(request_id, &g[3]) and _plain(task_id, &g[5])
+            and _digits(attempt_seq, abuf, &g[7]) and _plain(function_id, &g[9])
+            and _raw(args_json, &g[11]) and _digits(granted_budget_ms, bbuf, &g[13])
+            and _raw(ancestry_json, &g[15])):
+        return _frame_of(g, 17)
+    return encode_frame({"messageType": "CallWaiting", "callId": call_id, "requestId": request_id,
+                         "payload": {"taskId": task_id, "attemptSeq": attempt_seq, "waitKind": "subcall",
+                                     "functionId": function_id, "args": _Fragment(args_json),
+                                     "grantedBudgetMs": granted_budget_ms,
+                                     "ancestry": _Fragment(ancestry_json)}})
 
 
 cpdef bytes encode_frames(object items):

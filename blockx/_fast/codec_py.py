@@ -103,6 +103,19 @@ def encode_resume_result(call_id: str, request_id: str, resume_kind: str, result
         "resumeKind": resume_kind, "result": orjson.Fragment(result_json), "budgetUsedMs": budget_used_ms}})
 
 
+def encode_call_waiting_subcall(call_id: str, request_id: str, task_id: str, attempt_seq: int,
+                                function_id: str, args_json: bytes, granted_budget_ms: int,
+                                ancestry_json: bytes) -> bytes:
+    """The CallWaiting(subcall) frame of a call that asks for a subcall (the
+    executor's): byte for byte what encode_frame gives for its envelope (keys in
+    this order, args_json and ancestry_json spliced verbatim), without building
+    the two dicts. Raises FrameTooLarge like encode_frame."""
+    return encode_frame({"messageType": "CallWaiting", "callId": call_id, "requestId": request_id, "payload": {
+        "taskId": task_id, "attemptSeq": attempt_seq, "waitKind": "subcall", "functionId": function_id,
+        "args": orjson.Fragment(args_json), "grantedBudgetMs": granted_budget_ms,
+        "ancestry": orjson.Fragment(ancestry_json)}})
+
+
 def encode_frames(items) -> bytes:
     """Many frames, back to back, in one buffer: `items` is an iterable of
     (envelope, sidecar-or-None)."""
@@ -277,4 +290,5 @@ class FrameDecoder:
 
 
 __all__ = ["MAX_FRAME_BYTES", "MAGIC", "encode_frame", "encode_frames", "encode_execute_call",
-           "encode_call_completed", "encode_resume_result", "FrameDecoder"]
+           "encode_call_completed", "encode_resume_result",
+           "encode_call_waiting_subcall", "FrameDecoder"]

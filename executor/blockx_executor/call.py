@@ -53,7 +53,7 @@ class Call:
         "args", "parent_call_id", "ancestry", "budget_ms", "budget_ns", "attempt_seq",
         "state", "greenlet", "code", "holds_context", "used_ns", "slice_start_ns",
         "wait_kind", "wait_start_ns", "request_id", "timer_token", "resume", "abort",
-        "started_at_ms", "started_ns", "is_child",
+        "started_at_ms", "started_ns", "is_child", "wait_ancestry",
     )
 
     def __init__(self, scheduler, call_id: str, payload: dict, digest: str,
@@ -91,6 +91,7 @@ class Call:
         self.abort: tuple[type, str] | None = None
         self.started_at_ms = 0
         self.started_ns = 0
+        self.wait_ancestry: bytes | None = None   # its CallWaiting(subcall) ancestry, JSON, made once
 
     def __repr__(self) -> str:
         return (f"<Call {self.call_id} attempt={self.attempt_seq} fn={self.function_id} "

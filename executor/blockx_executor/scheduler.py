@@ -68,6 +68,7 @@ log = logging.getLogger("blockx_executor")
 
 _monotonic_ns = time.monotonic_ns
 _Fragment = orjson.Fragment
+_dumps = orjson.dumps
 
 EXIT_OK = 0
 EXIT_PROTOCOL = 2
@@ -96,6 +97,7 @@ class Scheduler:
         self.audited: set[str] = set()   # digests whose audit approval was logged
         self.encode_frame = codec.encode_frame
         self.encode_completed = codec.encode_call_completed   # CallCompleted from a template
+        self.encode_waiting_subcall = codec.encode_call_waiting_subcall   # CallWaiting(subcall), too
         self.decoder = codec.FrameDecoder()
         self.max_frame_bytes = codec.MAX_FRAME_BYTES
         self.max_inflight = max_inflight
@@ -464,18 +466,19 @@ class Scheduler:
         rid = self.next_request_id()
         call.wait_kind = kind
         call.request_id = rid
-        if kind == "io":
-            _, backend, request_json, body = req
-            env = m.call_waiting_io(call.call_id, rid, call.task_id, call.attempt_seq,
-                                    backend, _Fragment(request_json))
-        else:
-            _, function_id, args_json, granted = req
-            env = m.call_waiting_subcall(call.call_id, rid, call.task_id, call.attempt_seq,
-                                         function_id, _Fragment(args_json), granted,
-                                         call.ancestry + [call.call_id])
-            body = None
         try:
-            self.conn.queue(self.encode_frame(env, body))
+            if kind == "io":
+                _, backend, request_json, body = req
+                frame = self.encode_frame(m.call_waiting_io(call.call_id, rid, call.task_id, call.attempt_seq,
+                                                            backend, _Fragment(request_json)), body)
+            else:
+                _, function_id, args_json, granted = req
+                ancestry = call.wait_ancestry     # the same for each subcall the call asks for
+                if ancestry is None:
+                    ancestry = call.wait_ancestry = _dumps(call.ancestry + [call.call_id])
+                frame = self.encode_waiting_subcall(call.call_id, rid, call.task_id, call.attempt_seq,
+                                                    function_id, args_json, granted, ancestry)
+            self.conn.queue(frame)
         except FrameTooLarge as exc:
             self.end_wait(call)
             self.make_ready(call, (False, {"errorKind": "IO_ERROR" if kind == "io" else "SUBCALL_FAILED",

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from blockx._fast import errors, implementations
+from blockx.protocol import messages as m
 
 IMPLS = implementations("codec")
 IDS = [label for label, _ in IMPLS]
@@ -491,3 +492,42 @@ def test_resume_result_template_matches_encode_frame_for_any_text(codec, call_id
 def test_a_resume_result_over_the_frame_limit_is_refused(codec):
     with pytest.raises(errors.FrameTooLarge):
         codec.encode_resume_result("t/0", "1", "subcall", b'"' + b"x" * MAX + b'"', 0)
+
+
+def _waiting_subcall_by_dict(codec, c, r, t, a, f, args, g, ancestry):
+    return codec.encode_frame(m.call_waiting_subcall(c, r, t, a, f, orjson.Fragment(args), g,
+                                                     orjson.Fragment(ancestry)))
+
+
+@pytest.mark.parametrize("fields", [
+    ("t/0", "7", "t", 1, "add", b"[3,17]", 0, b'["t/0"]'),
+    ("t/1.7/sub-3", "12", "task with spaces", 3, "f", b'[{"a":1}]', 250, b'["t/1.7","t/1.7/sub-3"]'),
+    ('q"uote/0', "back\\slash", "t", 1, "tab\tfn", b"[]", 0, b"[]"),     # escaped by orjson
+    ("é/0", "r\x00", "t", 2, "f\x7f", b"[]", 1, b"[]"),                   # non-ASCII, controls, DEL
+    ("t/0", "1", "t", 1, "f", b"[]", -1, b"[]"),                           # a negative int
+    ("t/0", "1", "t", True, "f", b"[]", 0, b"[]"),                         # bool is not an int here
+    ("t/0", "1", "t", 1, "f", b"[]", 10**18, b"[]"),                       # past the template's ints
+    ("t/0", "1", "t", 1, "f", "[]", 0, "[]"),                              # str JSON (a Fragment takes it)
+])
+def test_call_waiting_subcall_frames_are_byte_identical_to_encode_frame(codec, fields):
+    want = _waiting_subcall_by_dict(codec, *fields)
+    assert codec.encode_call_waiting_subcall(*fields) == want
+
+
+def test_a_templated_call_waiting_subcall_is_a_valid_frame(codec):
+    frame = codec.encode_call_waiting_subcall("t/0", "7", "t", 1, "add", b"[3,17]", 0, b'["t/0"]')
+    env = codec.FrameDecoder().feed(frame)[0][0]
+    assert m.validate(env, m.EXECUTOR_TO_WORKER)["ancestry"] == ["t/0"]
+
+
+@given(st.lists(st.text(max_size=12), min_size=4, max_size=4), st.integers(min_value=0, max_value=2**63 - 1),
+       st.integers(min_value=0, max_value=2**63 - 1))
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_call_waiting_subcall_template_matches_encode_frame_for_any_text(codec, texts, attempt, granted):
+    fields = (texts[0], texts[1], texts[2], attempt, texts[3], b"[0]", granted, orjson.dumps([texts[0]]))
+    assert codec.encode_call_waiting_subcall(*fields) == _waiting_subcall_by_dict(codec, *fields)
+
+
+def test_a_call_waiting_subcall_over_the_frame_limit_is_refused(codec):
+    with pytest.raises(errors.FrameTooLarge):
+        codec.encode_call_waiting_subcall("t/0", "1", "t", 1, "f", b"[" + b"1" * MAX + b"]", 0, b"[]")
