@@ -35,3 +35,5 @@ cdef class TaskTrace:
 cdef class CallRecorder:
     cdef public dict tasks
     cdef public long long now_us
+
+    cdef TaskTrace _recording(self, object task_id, str call_id)

@@ -388,14 +388,22 @@ class CallRecorder:
         self.tasks = tasks
         self.now_us = 0
 
-    def call_sent(self, cmd) -> None:
-        """The dispatch actor sent ExecuteCall for a DispatchCallCmd."""
-        tr = self.tasks.get(cmd.task_id)
+    def _recording(self, task_id, call_id: str) -> TaskTrace | None:
+        """The trace that records an event of ``call_id`` now; None for an unknown
+        task or a call out of the sample (counted as dropped)."""
+        tr = self.tasks.get(task_id)
         if tr is None:
-            return
-        call_id = cmd.call_id
+            return None
         if tr.sample_every != 1 and not tr.keeps(call_id):
             tr.dropped += 1
+            return None
+        return tr
+
+    def call_sent(self, cmd) -> None:
+        """The dispatch actor sent ExecuteCall for a DispatchCallCmd."""
+        call_id = cmd.call_id
+        tr = self._recording(cmd.task_id, call_id)
+        if tr is None:
             return
         tr._append(SENT, self.now_us, tr._key(call_id), tr._str(cmd.executor_id), _int_or_zero(cmd.attempt_seq),
                    tr._key(cmd.parent_call_id), tr._str(cmd.function_id))
@@ -405,11 +413,8 @@ class CallRecorder:
         task_id = p.get("taskId")
         if type(task_id) is not str or type(call_id) is not str:
             return
-        tr = self.tasks.get(task_id)
+        tr = self._recording(task_id, call_id)
         if tr is None:
-            return
-        if tr.sample_every != 1 and not tr.keeps(call_id):
-            tr.dropped += 1
             return
         tr._append(DONE, self.now_us, tr._key(call_id), tr._str(executor_id), _int_or_zero(p.get("attemptSeq")),
                    tr._str(error_kind), _int_or_zero(p.get("budgetUsedMs", 0)))
@@ -418,10 +423,7 @@ class CallRecorder:
         """A call asked for a subcall (SUBCALL event); ``task_id`` as a frame gave it."""
         if type(task_id) is not str or type(parent_call_id) is not str or type(child_call_id) is not str:
             return
-        tr = self.tasks.get(task_id)
+        tr = self._recording(task_id, parent_call_id)
         if tr is None:
-            return
-        if tr.sample_every != 1 and not tr.keeps(parent_call_id):
-            tr.dropped += 1
             return
         tr._append(SUBCALL, self.now_us, tr._key(parent_call_id), tr._key(child_call_id), 0, 0, 0)
