@@ -23,5 +23,7 @@ cdef class Outbox:
 
     cpdef enqueue(self, object frame)
     cdef int _flush_c(self) except -1
+    cdef int _write_c(self) except -1
+    cpdef flush_now(self)
     cdef object _closed_error(self)
     cpdef close(self, exc=*)

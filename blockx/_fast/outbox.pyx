@@ -113,11 +113,23 @@ cdef class Outbox:
     def _flush(self):
         self._flush_c()
 
+    cpdef flush_now(self):
+        """Write what is queued now, as the scheduled flush would (at most
+        max_batch frames; the rest stays for the next iteration), rather than
+        at the next iteration: for a caller that answers a peer's frames in
+        slices, so that each slice's answers leave before the next slice is
+        handled. A flush already scheduled still runs and writes only what was
+        queued since. Nothing while paused or closed."""
+        self._write_c()
+
     cdef int _flush_c(self) except -1:
+        self._scheduled = False
+        return self._write_c()
+
+    cdef int _write_c(self) except -1:
         cdef list frames, batch
         cdef Py_ssize_t n, mb
         cdef long long flushed
-        self._scheduled = False
         if self._paused or self._closed:
             return 0
         frames = self._frames

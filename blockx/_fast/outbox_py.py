@@ -10,6 +10,8 @@ Theory of operation (uvloop's _queue_write idea, Go's outbox of depth 256 with
 - While the transport is paused (pause_writing from the protocol), nothing is
   flushed; frames pile up to `depth`, then enqueue() raises OutboxFull (retryable)
   so ExecuteCall can go elsewhere instead of blocking the event loop.
+- flush_now() writes at once what the scheduled flush would write (same
+  limits), for a caller that answers a peer's batch in slices.
 - send() is for frames the caller must know were handed to the transport
   (ResumeCall, CancelCall): it waits for room instead of failing when the outbox
   is full, then resolves once the flush containing its frame called writelines.
@@ -128,6 +130,18 @@ class Outbox:
 
     def _flush(self) -> None:
         self._scheduled = False
+        self._write()
+
+    def flush_now(self) -> None:
+        """Write what is queued now, as the scheduled flush would (at most
+        max_batch frames; the rest stays for the next iteration), rather than
+        at the next iteration: for a caller that answers a peer's frames in
+        slices, so that each slice's answers leave before the next slice is
+        handled. A flush already scheduled still runs and writes only what was
+        queued since. Nothing while paused or closed."""
+        self._write()
+
+    def _write(self) -> None:
         if self._paused or self._closed:
             return
         frames = self._frames

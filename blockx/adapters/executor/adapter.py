@@ -67,6 +67,12 @@ class _NoHandler:
         pass
 
 
+# Frames of one read handed to the handler at a time (ExecutorAdapter._deliver).
+# Measured with make bench (d) subcalls, 3 alternating rounds of 10 tasks: the
+# whole read (0) 41-47k subcalls/s; slices of 8: 49-63k, 16: 49-63k, 32: 46-61k.
+ANSWER_SLICE = 16
+
+
 class ExecutorAdapter:
     def __init__(
         self,
@@ -81,9 +87,12 @@ class ExecutorAdapter:
         outbox_max_batch: int = 64,
         backlog: int = 128,
         execute_call_batch: bool = False,
+        answer_slice: int = ANSWER_SLICE,
     ) -> None:
         if outbox_depth < 1 or outbox_max_batch < 1:
             raise ValueError("outbox_depth and outbox_max_batch must be >= 1")
+        if type(answer_slice) is not int or answer_slice < 0:
+            raise ValueError(f"answer_slice must be a non-negative integer, got {answer_slice!r}")
         if type(executor_contexts) is not int or executor_contexts < 0:
             raise ValueError(f"executor_contexts must be a non-negative integer, got {executor_contexts!r}")
         self.socket_path = os.path.abspath(socket_path)
@@ -98,6 +107,9 @@ class ExecutorAdapter:
         self.backlog = backlog
         # Send ExecuteCallBatch frames to executors that advertise the feature.
         self.execute_call_batch = execute_call_batch
+        # Frames of one read go to the handler this many at a time, each slice's
+        # answers to that executor written at once (_deliver); 0: the whole read.
+        self.answer_slice = answer_slice
         self.handler = _NoHandler(self.log)
         # wedge backstop: replace with PoolManager.kill_executor so kills are
         # counted and the slot restarts; the default kills the peer pid.
@@ -177,8 +189,29 @@ class ExecutorAdapter:
             self._handler_failed("on_executor_attached", eid)
 
     def _deliver(self, conn: ExecutorConnection, batch: list) -> None:
+        """Hand the frames of one read to the handler, `answer_slice` at a time,
+        and write what each slice produced for this executor at once
+        (Outbox.flush_now) instead of at the next loop iteration. In a lock-step
+        exchange (a batch of subcall waits answered with their children, of
+        children's completions answered with resumes) the executor then starts
+        on the first answers while the Worker handles the rest of the read, and
+        the answers to one executor no longer wait for the frames of another
+        read in the same iteration. 0: the whole read, flushed as usual."""
+        step = self.answer_slice
+        if not step:
+            self._handle(conn, batch)
+            return
+        outbox = conn.outbox
+        n = len(batch)
+        for i in range(0, n, step):
+            self._handle(conn, batch if n <= step else batch[i:i + step])
+            if conn.closed:     # lost while its frames were handled: the rest is stale
+                return
+            outbox.flush_now()
+
+    def _handle(self, conn: ExecutorConnection, frames: list) -> None:
         try:
-            self.handler.on_executor_frames(conn.executor_id, batch)
+            self.handler.on_executor_frames(conn.executor_id, frames)
         except Exception:
             self._handler_failed("on_executor_frames", conn.executor_id)
 

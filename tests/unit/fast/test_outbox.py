@@ -463,3 +463,61 @@ async def test_a_waiter_that_enqueues_while_told_gets_its_frame_into_the_next_fl
     await spin(4)
     ticker.stop()
     assert t.batch_sizes == [1, 1] and [e[0] for e in log] == ["a", "b"]
+
+
+async def test_flush_now_writes_at_once_and_the_scheduled_flush_finds_nothing(Outbox):
+    loop = asyncio.get_running_loop()
+    t = FakeTransport()
+    box = Outbox(t, loop)
+    log = []
+    box.enqueue(b"a")
+    box.enqueue_notify(b"b", Notified(log, "b", lambda: t.written))
+    box.flush_now()
+    assert t.calls == [(0, [b"a", b"b"])] and len(box) == 0      # synchronously, one writelines
+    assert log == [("b", "written", [b"a", b"b"])]
+    box.enqueue(b"c")                                             # rides the flush already scheduled
+    await spin()
+    assert t.batch_sizes == [2, 1] and box.flushes == 2 and box.frames_written == 3
+
+
+async def test_flush_now_writes_at_most_max_batch_and_leaves_the_rest_scheduled(Outbox):
+    loop = asyncio.get_running_loop()
+    ticker = Ticker(loop)
+    t = FakeTransport(ticker)
+    box = Outbox(t, loop, max_batch=4)
+    for f in frames(10):
+        box.enqueue(f)
+    box.flush_now()
+    assert t.batch_sizes == [4] and len(box) == 6
+    await spin(4)
+    ticker.stop()
+    assert t.batch_sizes == [4, 4, 2] and t.written == frames(10)
+
+
+async def test_flush_now_writes_nothing_while_paused_closed_or_empty(Outbox):
+    loop = asyncio.get_running_loop()
+    t = FakeTransport()
+    box = Outbox(t, loop)
+    box.flush_now()                                      # empty
+    box.enqueue(b"a")
+    box.pause_writing()
+    box.flush_now()
+    assert t.calls == [] and len(box) == 1
+    box.resume_writing()
+    box.flush_now()
+    assert t.written == [b"a"]
+    box.enqueue(b"b")
+    box.close()
+    box.flush_now()                                      # closed: dropped, never raises
+    await spin()
+    assert t.written == [b"a"]
+
+
+async def test_flush_now_on_a_failing_transport_closes_the_outbox(Outbox):
+    loop = asyncio.get_running_loop()
+    t = FakeTransport(fail=ConnectionResetError("peer gone"))
+    box = Outbox(t, loop)
+    log = []
+    box.enqueue_notify(b"a", Notified(log, "a", lambda: t.written))
+    box.flush_now()
+    assert box.closed and log == [("a", "failed", "ConnectionResetError")]
