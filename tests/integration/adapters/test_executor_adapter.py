@@ -790,6 +790,11 @@ async def test_a_read_is_handled_in_slices_and_each_slice_is_answered_before_the
         # 3 + 3 + 1 frames; when a slice is handled, the answers of the ones before it are written
         assert slices == [(3, 0), (3, 3), (1, 6)]
         assert [f[0]["callId"] for f in frames] == [f"c{i}" for i in range(7)]
+        # A read of one slice or less is handed over whole; its answers leave with
+        # the loop iteration's flush.
+        fake.send(*[m.call_waiting_io(f"d{i}", "r1", "t1", 1, "kv", {"k": i}) for i in range(3)])
+        await fake.wait_frames(m.RESUME_CALL, 10)
+        assert slices[3:] == [(3, 7)]
     finally:
         await adapter.close()
         await fake.close()
