@@ -686,6 +686,26 @@ cdef class DispatchLoop:
             self.subcalls.bind_children(ctx, out)
         return out
 
+    # --- waits ----------------------------------------------------------------------------
+
+    def call_waiting(self, call_id, attempt_seq, now):
+        cdef CallContext ctx
+        c = self.by_id.get(call_id)
+        if c is not None:
+            ctx = <CallContext?>c
+            if ctx.state == _RUNNING and ctx.bound and ctx.attempt_count == attempt_seq:
+                ctx.state = _WAITING
+        return []
+
+    def call_resumed(self, call_id, now):
+        cdef CallContext ctx
+        c = self.by_id.get(call_id)
+        if c is not None:
+            ctx = <CallContext?>c
+            if ctx.state == _WAITING:
+                ctx.state = _RUNNING
+        return []
+
     # --- completion --------------------------------------------------------------------
 
     def call_completed(self, call_id, attempt_seq, output_json, budget_used_ms, now):

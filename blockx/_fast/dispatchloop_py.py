@@ -534,6 +534,23 @@ class DispatchLoop:
             self.subcalls.bind_children(ctx, out)
         return out
 
+    # --- waits ----------------------------------------------------------------------------
+
+    def call_waiting(self, call_id: str, attempt_seq: int, now: int) -> list:
+        """A CallWaiting (io / subcall) of the current, bound attempt: RUNNING -> WAITING."""
+        ctx = self.by_id.get(call_id)
+        if (ctx is not None and ctx.state == RUNNING and ctx.bound
+                and ctx.attempt_count == attempt_seq):
+            ctx.state = WAITING
+        return []
+
+    def call_resumed(self, call_id: str, now: int) -> list:
+        """Its ResumeCall was written: WAITING -> RUNNING."""
+        ctx = self.by_id.get(call_id)
+        if ctx is not None and ctx.state == WAITING:
+            ctx.state = RUNNING
+        return []
+
     # --- completion --------------------------------------------------------------------
 
     def call_completed(self, call_id: str, attempt_seq: int, output_json: bytes,

@@ -42,7 +42,7 @@ cdef class SubcallBinder:
         self._max_depth = max_depth
 
     def add(self, parent_call_id, requesting_executor_id, request_id, function_id, digest,
-            args_json, granted_budget_ms, entry_selector):
+            args_json, granted_budget_ms, now=0, entry_selector="main"):
         cdef CallContext parent, child, a
         cdef int depth
         cdef list out = []

@@ -26,7 +26,7 @@ class SubcallBinder:
 
     def add(self, parent_call_id: str, requesting_executor_id: str, request_id: str,
             function_id: str, digest: str, args_json: bytes, granted_budget_ms: int,
-            entry_selector: str) -> tuple[str | SubcallRejected, list]:
+            now: int = 0, entry_selector: str = "main") -> tuple[str | SubcallRejected, list]:
         if type(function_id) is not str or not function_id:
             raise TypeError(f"subcall function_id must be a non-empty str, got {function_id!r}")
         if type(digest) is not str:

@@ -130,6 +130,9 @@ class DispatcherCore:
         self.dispatch = self._loop.dispatch
         self.handle_executor_bound = self._loop.executor_bound
         self.handle_call_completed = self._loop.call_completed
+        self.handle_call_waiting = self._loop.call_waiting
+        self.handle_call_resumed = self._loop.call_resumed
+        self.add_subcall = self._subcalls.add
 
     # --- registering calls (CallIntake) ----------------------------------------------------
 
@@ -182,7 +185,7 @@ class DispatcherCore:
         (cachekey.canonical_args_json) so the cache and cycle checks see equal
         arguments as equal bytes."""
         return self._subcalls.add(parent_call_id, requesting_executor_id, request_id, function_id,
-                                  digest, args_json, granted_budget_ms, entry_selector)
+                                  digest, args_json, granted_budget_ms, now, entry_selector)
 
     # --- admission ---------------------------------------------------------------------
 
@@ -240,17 +243,12 @@ class DispatcherCore:
     # --- execution events ----------------------------------------------------------------
 
     def handle_call_waiting(self, call_id: str, attempt_seq: int, now: int) -> list:
-        ctx = self._by_id.get(call_id)
-        if (ctx is not None and ctx.state == RUNNING and ctx.bound
-                and ctx.attempt_count == attempt_seq):
-            ctx.state = WAITING
-        return []
+        """A CallWaiting (io / subcall) of the current, bound attempt: RUNNING -> WAITING."""
+        return self._loop.call_waiting(call_id, attempt_seq, now)
 
     def handle_call_resumed(self, call_id: str, now: int) -> list:
-        ctx = self._by_id.get(call_id)
-        if ctx is not None and ctx.state == WAITING:
-            ctx.state = RUNNING
-        return []
+        """Its ResumeCall was written: WAITING -> RUNNING."""
+        return self._loop.call_resumed(call_id, now)
 
     def handle_call_completed(self, call_id: str, attempt_seq: int, output_json: bytes,
                               budget_used_ms: int, now: int) -> list:
