@@ -286,15 +286,19 @@ class ExecutorAdapter:
     def bind_subcall(self, call_id: str, parent_call_id: str, executor_id: str) -> None:
         """Subcalls always run beside their parent: no capacity check, but the
         parent must hold a live (not draining) reservation on that executor."""
-        conn = self._conn_for_bind(call_id, executor_id)
-        res = conn.reservations
-        if not res.is_live(parent_call_id):
-            why = "is draining" if res.is_draining(parent_call_id) else "holds no reservation"
-            raise BindError(
-                f"cannot bind subcall {call_id!r}: parent call {parent_call_id!r} {why} on "
-                f"executor {executor_id!r}", call_id=call_id, executor_id=executor_id,
-                reason="parent_draining" if res.is_draining(parent_call_id) else "parent_not_bound")
-        res.reserve(call_id)
+        conn = self._conns.get(executor_id)
+        # The per-subcall path: one folded check-and-reserve; a refusal is explained below.
+        if conn is None or not conn.reservations.try_reserve_child(call_id, parent_call_id):
+            self._refuse_subcall_bind(call_id, parent_call_id, executor_id)
+
+    def _refuse_subcall_bind(self, call_id: str, parent_call_id: str, executor_id: str) -> None:
+        """Raise the BindError that says why bind_subcall() could not reserve."""
+        res = self._conn_for_bind(call_id, executor_id).reservations
+        why = "is draining" if res.is_draining(parent_call_id) else "holds no reservation"
+        raise BindError(
+            f"cannot bind subcall {call_id!r}: parent call {parent_call_id!r} {why} on "
+            f"executor {executor_id!r}", call_id=call_id, executor_id=executor_id,
+            reason="parent_draining" if res.is_draining(parent_call_id) else "parent_not_bound")
 
     def unbind(self, call_id: str, executor_id: str) -> None:
         conn = self._conns.get(executor_id)

@@ -53,6 +53,17 @@ class Reservations:
         attempts[call_id] = NOT_DISPATCHED
         return True
 
+    def try_reserve_child(self, call_id: str, parent_call_id: str) -> bool:
+        """Reserve a subcall beside its parent, without a capacity check, when
+        the call holds no reservation here and its parent holds a live one (the
+        subcall bind's checks folded into one step); False leaves the table
+        unchanged."""
+        attempts = self._attempts
+        if call_id in attempts or parent_call_id not in attempts or parent_call_id in self._draining:
+            return False
+        attempts[call_id] = NOT_DISPATCHED
+        return True
+
     def is_live(self, call_id: str) -> bool:
         """Reserved and not draining."""
         return call_id in self._attempts and call_id not in self._draining

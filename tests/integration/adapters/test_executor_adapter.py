@@ -257,6 +257,20 @@ async def test_bind_subcall_needs_a_live_parent_reservation(env):
     await fake.wait_frames(m.EXECUTE_CALL)
 
 
+async def test_bind_subcall_refuses_a_bound_child_and_an_unknown_executor(env):
+    adapter, handler, attach, connect = env
+    await attach("exec-0", contexts=1)
+    adapter.bind("p", "exec-0")
+    adapter.bind_subcall("p/sub-1", "p", "exec-0")
+    with pytest.raises(BindError) as err:
+        adapter.bind_subcall("p/sub-1", "p", "exec-0")
+    assert err.value.reason == "already_bound"
+    with pytest.raises(BindError) as err:
+        adapter.bind_subcall("p/sub-2", "p", "exec-9")
+    assert err.value.reason == "executor_unknown"
+    assert adapter.snapshots()[0].reserved_count == 2       # refusals reserved nothing
+
+
 async def test_execute_call_and_one_batch_per_chunk_after_release(env):
     adapter, handler, attach, connect = env
     fake = await attach("exec-0")
