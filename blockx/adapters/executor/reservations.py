@@ -40,9 +40,6 @@ class Reservations:
     def draining_count(self) -> int:
         return len(self._draining)
 
-    def reserve(self, call_id: str) -> None:
-        self._attempts[call_id] = NOT_DISPATCHED
-
     def try_reserve(self, call_id: str, capacity: int) -> bool:
         """Reserve when the call holds no reservation here and fewer than
         ``capacity`` contexts are reserved (the bind's checks folded into one
@@ -63,10 +60,6 @@ class Reservations:
             return False
         attempts[call_id] = NOT_DISPATCHED
         return True
-
-    def is_live(self, call_id: str) -> bool:
-        """Reserved and not draining."""
-        return call_id in self._attempts and call_id not in self._draining
 
     def is_draining(self, call_id: str) -> bool:
         return call_id in self._draining
