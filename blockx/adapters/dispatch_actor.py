@@ -118,6 +118,16 @@ class DispatchActor:
         finally:
             self.running = False
 
+    def run_commands(self, cmds: list, now: int) -> None:
+        """Carry out commands of the core now, from inside an actor step: for an
+        event that answers part of its work before the rest (ExecutorEvents
+        applies a long read in slices). A failure is logged, as _run does, so the
+        rest of the event still runs."""
+        try:
+            self._exec(cmds, now)
+        except Exception:  # noqa: BLE001 - one bad command must not lose the rest of the read
+            log.exception("dispatch commands failed")
+
     def _exec(self, cmds: list, now: int) -> None:
         disp = self.disp
         adapter = self.adapter

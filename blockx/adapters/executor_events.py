@@ -24,10 +24,20 @@ log = logging.getLogger("blockx.dispatch")
 _Fragment = orjson.Fragment
 
 
+# Frames of one read applied at a time before their answers are written (_apply_frames).
+# Measured on (d) subcalls, alternating rounds of 10 tasks in one Worker: the whole
+# read 41-64k subcalls/s by median, slices of 16 49-89k; 8 and 32 no better than 16.
+# (a) is unchanged (its roots are dispatched by the epilogue, once per read).
+ANSWER_SLICE = 16
+
+
 class ExecutorEvents:
     def __init__(self, *, actor: DispatchActor, runtimes: Mapping, canonical_args: Callable[[object], bytes],
                  on_attached: Callable[[str], None], snapshots: Callable[[], list],
-                 limit_kill_reason: Callable[[str], str | None] = lambda executor_id: None) -> None:
+                 limit_kill_reason: Callable[[str], str | None] = lambda executor_id: None,
+                 answer_slice: int = ANSWER_SLICE) -> None:
+        if type(answer_slice) is not int or answer_slice < 0:
+            raise ValueError(f"answer_slice must be a non-negative integer, got {answer_slice!r}")
         self.actor = actor
         self.disp = actor.disp
         self.adapter = actor.adapter
@@ -38,6 +48,7 @@ class ExecutorEvents:
         self._snapshots = snapshots
         self._limit_kill_reason = limit_kill_reason     # the pool's word on a sandbox limit kill
         self.traces = actor.traces                # TraceStore; None when tracing is off
+        self.answer_slice = answer_slice          # 0: a read is applied whole
 
     # ---- ExecutorAdapter handler ----------------------------------------------
 
@@ -67,6 +78,28 @@ class ExecutorEvents:
         self.actor.post(lambda now: self._apply_frames(executor_id, frames, now))
 
     def _apply_frames(self, executor_id: str, frames: list, now: int) -> list | None:
+        """The frames of one read. A read longer than `answer_slice` is applied a
+        slice at a time: each slice's commands run at once and what they queued
+        for this executor is written (ExecutorAdapter.flush_now) before the next
+        slice. In a lock-step exchange (a batch of subcall waits answered with
+        their children, children's completions with their parents' resumes) the
+        executor starts on the first answers while the rest of the read is
+        applied. The epilogue (dispatching roots, settling tasks) still runs
+        once, after the whole read, and the last slice's answers leave with the
+        loop iteration's flush, coalesced with the rest as before."""
+        step = self.answer_slice
+        n = len(frames)
+        if not step or n <= step:
+            return self._apply_slice(executor_id, frames, now)
+        actor, adapter = self.actor, self.adapter
+        for i in range(0, n - step, step):
+            cmds = self._apply_slice(executor_id, frames[i:i + step], now)
+            if cmds:
+                actor.run_commands(cmds, now)
+            adapter.flush_now(executor_id)
+        return self._apply_slice(executor_id, frames[(n - 1) // step * step:], now)
+
+    def _apply_slice(self, executor_id: str, frames: list, now: int) -> list | None:
         disp = self.disp
         metrics = self.metrics
         out: list = []

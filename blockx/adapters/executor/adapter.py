@@ -67,12 +67,6 @@ class _NoHandler:
         pass
 
 
-# Frames of one read handed to the handler at a time (ExecutorAdapter._deliver).
-# Measured on (d) subcalls, 3 alternating rounds of 10 tasks in one Worker: the
-# whole read (0) 41-47k subcalls/s; slices of 8: 49-63k, 16: 49-63k, 32: 46-61k.
-ANSWER_SLICE = 16
-
-
 class ExecutorAdapter:
     def __init__(
         self,
@@ -87,12 +81,9 @@ class ExecutorAdapter:
         outbox_max_batch: int = 64,
         backlog: int = 128,
         execute_call_batch: bool = False,
-        answer_slice: int = ANSWER_SLICE,
     ) -> None:
         if outbox_depth < 1 or outbox_max_batch < 1:
             raise ValueError("outbox_depth and outbox_max_batch must be >= 1")
-        if type(answer_slice) is not int or answer_slice < 0:
-            raise ValueError(f"answer_slice must be a non-negative integer, got {answer_slice!r}")
         if type(executor_contexts) is not int or executor_contexts < 0:
             raise ValueError(f"executor_contexts must be a non-negative integer, got {executor_contexts!r}")
         self.socket_path = os.path.abspath(socket_path)
@@ -107,9 +98,6 @@ class ExecutorAdapter:
         self.backlog = backlog
         # Send ExecuteCallBatch frames to executors that advertise the feature.
         self.execute_call_batch = execute_call_batch
-        # Frames of one read go to the handler this many at a time, each slice's
-        # answers to that executor written at once (_deliver); 0: the whole read.
-        self.answer_slice = answer_slice
         self.handler = _NoHandler(self.log)
         # wedge backstop: replace with PoolManager.kill_executor so kills are
         # counted and the slot restarts; the default kills the peer pid.
@@ -189,37 +177,18 @@ class ExecutorAdapter:
             self._handler_failed("on_executor_attached", eid)
 
     def _deliver(self, conn: ExecutorConnection, batch: list) -> None:
-        """Hand the frames of one read to the handler, `answer_slice` at a time;
-        when more of the read is left, write what the slice produced for this
-        executor at once (Outbox.flush_now) rather than at the next loop
-        iteration. In a lock-step exchange (a batch of subcall waits answered
-        with their children, of children's completions answered with resumes)
-        the executor then starts on the first answers while the Worker handles
-        the rest. The last slice's answers (and a short read's) leave with the
-        iteration's flush as before, coalesced with whatever else the iteration
-        sends: flushing those at once too cost (b) about 10% of its tasks/s
-        in more, smaller writes. 0: the whole read at once."""
-        step = self.answer_slice
-        if not step:
-            self._handle(conn, batch)
-            return
-        n = len(batch)
-        if n <= step:
-            self._handle(conn, batch)
-            return
-        outbox = conn.outbox
-        for i in range(0, n, step):
-            self._handle(conn, batch[i:i + step])
-            if conn.closed:     # lost while its frames were handled: the rest is stale
-                return
-            if i + step < n:
-                outbox.flush_now()
-
-    def _handle(self, conn: ExecutorConnection, frames: list) -> None:
         try:
-            self.handler.on_executor_frames(conn.executor_id, frames)
+            self.handler.on_executor_frames(conn.executor_id, batch)
         except Exception:
             self._handler_failed("on_executor_frames", conn.executor_id)
+
+    def flush_now(self, executor_id: str) -> None:
+        """Write the frames queued for `executor_id` now rather than at the next
+        loop iteration (Outbox.flush_now): for a handler that answers a read in
+        slices. Nothing for an executor not attached."""
+        conn = self._conns.get(executor_id)
+        if conn is not None:
+            conn.outbox.flush_now()
 
     def _lose(self, conn: ExecutorConnection, reason: str, *, malformed: bool = False) -> None:
         if conn.closed:

@@ -769,86 +769,18 @@ async def test_an_execute_call_batch_sent_to_the_worker_closes_only_that_connect
     await good.wait_frames(m.EXECUTE_CALL_BATCH)
 
 
-# ---- a read is handled in slices, each slice answered at once ----
+# ---- flush_now: answers written before the loop iteration ends ----
 
 
-async def _answering(sock_dir, answer_slice):
-    """An adapter whose handler answers every CallWaiting with a ResumeCall and
-    records, per slice it is given, (frames in the slice, frames written to the
-    executor so far)."""
-    adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"), answer_slice=answer_slice)
-    handler = adapter.handler = RecordingHandler()
-    await adapter.start()
-    fake = await FakeExecutor(adapter.socket_path, "exec-0", contexts=8).connect()
-    fake.heartbeat()
-    await handler.wait_attached("exec-0")
-    await fake.wait_frames(m.HEARTBEAT_ACK)
+async def test_flush_now_writes_what_is_queued_for_the_executor_at_once(env):
+    adapter, handler, attach, connect = env
+    fake = await attach("exec-0")
     outbox = adapter._conns["exec-0"].outbox
-    base = outbox.frames_written
-    slices = []
-
-    def answer(executor_id, frames):
-        slices.append((len(frames), outbox.frames_written - base))
-        for env, _ in frames:
-            adapter.post_resume_result(executor_id, env["callId"], env["requestId"], m.WAIT_IO, b"1", 0, Told())
-
-    handler.hook = answer
-    return adapter, fake, slices
-
-
-async def test_a_read_is_handled_in_slices_and_each_slice_is_answered_before_the_next(sock_dir):
-    adapter, fake, slices = await _answering(sock_dir, 3)
-    try:
-        fake.send(*[m.call_waiting_io(f"c{i}", "r1", "t1", 1, "kv", {"k": i}) for i in range(7)])
-        frames = await fake.wait_frames(m.RESUME_CALL, 7)
-        # 3 + 3 + 1 frames; when a slice is handled, the answers of the ones before it are written
-        assert slices == [(3, 0), (3, 3), (1, 6)]
-        assert [f[0]["callId"] for f in frames] == [f"c{i}" for i in range(7)]
-        # A read of one slice or less is handed over whole; its answers leave with
-        # the loop iteration's flush.
-        fake.send(*[m.call_waiting_io(f"d{i}", "r1", "t1", 1, "kv", {"k": i}) for i in range(3)])
-        await fake.wait_frames(m.RESUME_CALL, 10)
-        assert slices[3:] == [(3, 7)]
-    finally:
-        await adapter.close()
-        await fake.close()
-
-
-async def test_answer_slice_zero_hands_over_the_whole_read(sock_dir):
-    adapter, fake, slices = await _answering(sock_dir, 0)
-    try:
-        fake.send(*[m.call_waiting_io(f"c{i}", "r1", "t1", 1, "kv", {"k": i}) for i in range(7)])
-        await fake.wait_frames(m.RESUME_CALL, 7)
-        assert slices == [(7, 0)]
-    finally:
-        await adapter.close()
-        await fake.close()
-
-
-@pytest.mark.parametrize("bad", [-1, 1.5, "16", None])
-def test_answer_slice_must_be_a_non_negative_int(sock_dir, bad):
-    with pytest.raises(ValueError, match="answer_slice"):
-        ExecutorAdapter(os.path.join(sock_dir, "w.sock"), answer_slice=bad)
-
-
-async def test_slices_after_the_executor_is_lost_are_not_handed_over(sock_dir, clock):
-    adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"), answer_slice=2, clock_ms=clock)
-    handler = adapter.handler = RecordingHandler()
-    await adapter.start()
-    fake = await FakeExecutor(adapter.socket_path, "exec-0", contexts=8).connect()
-    try:
-        fake.heartbeat()
-        await handler.wait_attached("exec-0")
-
-        def lose_it(executor_id, frames):       # e.g. the wedge backstop fires while the first slice runs
-            clock.now += 60_000
-            adapter.check_heartbeat_timeouts(clock.now)
-
-        handler.hook = lose_it
-        fake.send(*[fake.complete(f"c{i}") for i in range(5)])
-        await handler.wait_lost("exec-0")
-        await asyncio.sleep(0.05)
-        assert [len(frames) for _, frames in handler.batches] == [2]
-    finally:
-        await adapter.close()
-        await fake.close()
+    before = outbox.frames_written
+    told = Told()
+    assert adapter.post_resume_result("exec-0", "c1", "r1", m.WAIT_IO, b"1", 0, told)
+    adapter.flush_now("exec-0")
+    assert outbox.frames_written == before + 1 and told.outcome == ("written",)   # synchronously
+    adapter.flush_now("exec-9")                                                     # not attached: nothing
+    (frame,) = await fake.wait_frames(m.RESUME_CALL)
+    assert frame[0]["callId"] == "c1"

@@ -263,6 +263,12 @@ class FakeAdapter:
             "resumeKind": resume_kind, "result": orjson.Fragment(result_json), "budgetUsedMs": budget_used_ms},
             None, waiter)
 
+    def flush_now(self, executor_id: str) -> None:
+        """ExecutorAdapter.flush_now: what is queued for the executor is written
+        now (traced); the resume waiters of that executor are told at once."""
+        self.trace.append(("flush", executor_id))
+        self._flush_resumes(executor_id)
+
     def _flush_resumes(self, executor_id: str) -> None:
         for waiter in self._unflushed.pop(executor_id, []):
             if not waiter.done():

@@ -294,3 +294,57 @@ async def test_a_child_result_with_the_outbox_full_still_resumes_the_parent(make
     assert [t[0] for t in f.trace if t[0].startswith("resume")] == ["resume_refused", "resume"]
     f.complete("t/0", 40)
     assert outputs(await h.terminal("t")) == [40]
+
+
+async def test_a_long_read_is_answered_a_slice_at_a_time(make_harness):
+    """Five parents' subcall waits arrive in one read; with slices of 2 the children
+    of the first two are sent and written before the next waits are applied, the
+    last slice's with the loop's flush. Then the children's completions, in one
+    read, resume their parents the same way; nothing is lost or reordered."""
+    h = await make_harness(executors=("exec-1",), capacity=8)
+    h.orch.executor_events.answer_slice = 2
+    f = h.fake
+    h.submit("t", [("parent", [i]) for i in range(5)])
+    parents = await h.executed(5)
+    f.trace.clear()
+    waits = [m.call_waiting_subcall(p.call_id, f"r{i}", "t", 1, "child", [i], 1000, [p.call_id])
+             for i, p in enumerate(parents)]
+    f.deliver("exec-1", waits)
+    children = (await h.executed(10))[5:]
+    steps = [t[0] if t[0] == "flush" else (t[0], t[1]) for t in f.trace if t[0] in ("execute", "flush")]
+    assert steps == [("execute", "t/0/sub-1"), ("execute", "t/1/sub-2"), "flush",
+                     ("execute", "t/2/sub-3"), ("execute", "t/3/sub-4"), "flush",
+                     ("execute", "t/4/sub-5")]
+    f.trace.clear()
+    f.deliver("exec-1", [f.completed(c.call_id, 10 * i) for i, c in enumerate(children)])
+    await until(lambda: len(f.resumes) == 5, what="five resumes")
+    steps = [t[0] if t[0] == "flush" else (t[0], t[1]) for t in f.trace if t[0] in ("resume", "flush")]
+    assert steps == [("resume", "t/0"), ("resume", "t/1"), "flush", ("resume", "t/2"), ("resume", "t/3"),
+                     "flush", ("resume", "t/4")]
+    assert [(r.call_id, r.payload["result"]) for r in f.resumes] == [(f"t/{i}", 10 * i) for i in range(5)]
+    await until(lambda: all(h.disp.call_state(f"t/{i}") == "RUNNING" for i in range(5)),
+                what="parents resumed")
+
+
+async def test_answer_slice_zero_applies_a_read_whole(make_harness):
+    h = await make_harness(executors=("exec-1",), capacity=8)
+    h.orch.executor_events.answer_slice = 0
+    f = h.fake
+    h.submit("t", [("parent", [i]) for i in range(5)])
+    parents = await h.executed(5)
+    f.deliver("exec-1", [m.call_waiting_subcall(p.call_id, f"r{i}", "t", 1, "child", [i], 1000, [p.call_id])
+                         for i, p in enumerate(parents)])
+    await h.executed(10)
+    assert not [t for t in f.trace if t[0] == "flush"]
+
+
+def test_answer_slice_must_be_a_non_negative_int():
+    from blockx.adapters.executor_events import ExecutorEvents
+
+    class Actor:
+        disp = adapter = metrics = traces = None
+
+    for bad in (-1, 1.5, "16", None):
+        with pytest.raises(ValueError, match="answer_slice"):
+            ExecutorEvents(actor=Actor(), runtimes={}, canonical_args=bytes, on_attached=print,
+                           snapshots=list, answer_slice=bad)
