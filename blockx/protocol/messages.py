@@ -384,6 +384,9 @@ _route_fast = _checks.route
 # For a receiver's per-frame loop (the Worker's executor connection): the CallCompleted
 # fast path alone; None means "take validate()" (it names the problem, if any).
 validate_completed_fast = _completed_fast
+# validate()'s fast path alone, for any frame (the executor's per-frame loop): the
+# payload, or None for "take validate()".
+validate_fast = _route_fast
 
 def _validate(envelope: Any, accept: frozenset | None = None) -> dict:
     if type(envelope) is not dict:

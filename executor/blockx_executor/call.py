@@ -53,7 +53,7 @@ class Call:
         "args", "parent_call_id", "ancestry", "budget_ms", "budget_ns", "attempt_seq",
         "state", "greenlet", "code", "holds_context", "used_ns", "slice_start_ns",
         "wait_kind", "wait_start_ns", "request_id", "timer_token", "resume", "abort",
-        "started_at_ms", "started_ns", "is_child", "wait_ancestry",
+        "started_at_ms", "started_ns", "is_child", "wait_ancestry", "_lineage",
     )
 
     def __init__(self, scheduler, call_id: str, payload: dict, digest: str,
@@ -72,7 +72,7 @@ class Call:
         self.attempt_seq = payload["attemptSeq"]
         self.is_child = parent is not None
         if parent is not None:
-            self.ancestry = parent.ancestry + [parent.call_id]
+            self.ancestry = parent.lineage()
         elif self.parent_call_id:
             self.ancestry = [self.parent_call_id]
         else:
@@ -91,7 +91,16 @@ class Call:
         self.abort: tuple[type, str] | None = None
         self.started_at_ms = 0
         self.started_ns = 0
-        self.wait_ancestry: bytes | None = None   # its CallWaiting(subcall) ancestry, JSON, made once
+        self.wait_ancestry: bytes | None = None   # lineage() as JSON, for its CallWaiting(subcall)s
+        self._lineage: list[str] | None = None
+
+    def lineage(self) -> list[str]:
+        """Its ancestry and itself: the ancestry of each subcall it asks for. Made
+        once and shared by those subcalls (nothing changes an ancestry list)."""
+        lineage = self._lineage
+        if lineage is None:
+            lineage = self._lineage = self.ancestry + [self.call_id]
+        return lineage
 
     def __repr__(self) -> str:
         return (f"<Call {self.call_id} attempt={self.attempt_seq} fn={self.function_id} "

@@ -67,6 +67,7 @@ from .transport import Connection, ConnectionClosed
 log = logging.getLogger("blockx_executor")
 
 _monotonic_ns = time.monotonic_ns
+_time_ns = time.time_ns
 _Fragment = orjson.Fragment
 _dumps = orjson.dumps
 
@@ -123,6 +124,7 @@ class Scheduler:
         self._request_seq = 0
         self.running_call_id = ""
         self.running_call: Call | None = None
+        self._wall_offset_ns = _time_ns() - _monotonic_ns()   # wall = monotonic + offset (per pass)
         self.last_active_ms = now_ms()
 
     # ---- stats read by the heartbeat thread -------------------------------------
@@ -146,7 +148,9 @@ class Scheduler:
                 else:
                     timeout = self.idle_poll_ms
                 events = poller.poll(timeout)
-                self.last_active_ms = now_ms()
+                wall = _time_ns()
+                self._wall_offset_ns = wall - _monotonic_ns()
+                self.last_active_ms = wall // 1_000_000
                 if events:
                     data = self.conn.recv()
                     if data == b"":
@@ -186,10 +190,13 @@ class Scheduler:
 
     # ---- inbound frames --------------------------------------------------------------
     def handle_frames(self, frames: list) -> None:
+        fast = m.validate_fast
         validate = m.validate
         accept = m.WORKER_TO_EXECUTOR
         for env, sidecar in frames:
-            payload = validate(env, accept)
+            payload = fast(env, accept)         # the common frames, checked in one call
+            if payload is None:
+                payload = validate(env, accept)
             mt = env["messageType"]
             if mt == m.EXECUTE_CALL:
                 self.on_execute(env["callId"], payload)
@@ -430,10 +437,10 @@ class Scheduler:
             self._run_left -= 1
             call.greenlet = g
             g.blockx_call = call
-            call.started_at_ms = now_ms()
             call.state = RUNNING
             self.running_call_id = call.call_id
-            call.started_ns = call.slice_start_ns = _monotonic_ns()
+            t0 = call.started_ns = call.slice_start_ns = _monotonic_ns()
+            call.started_at_ms = (t0 + self._wall_offset_ns) // 1_000_000
             self.running_call = call
             outcome = Context().run(call.run)  # a fresh Context: nothing leaks into the next call
             self.end_slice(call)
@@ -446,7 +453,7 @@ class Scheduler:
         self.running_call = None
         t1 = _monotonic_ns()
         self.running_call_id = ""
-        self.last_active_ms = now_ms()
+        self.last_active_ms = (t1 + self._wall_offset_ns) // 1_000_000
         call.used_ns += t1 - call.slice_start_ns
         return t1
 
@@ -475,7 +482,7 @@ class Scheduler:
                 _, function_id, args_json, granted = req
                 ancestry = call.wait_ancestry     # the same for each subcall the call asks for
                 if ancestry is None:
-                    ancestry = call.wait_ancestry = _dumps(call.ancestry + [call.call_id])
+                    ancestry = call.wait_ancestry = _dumps(call.lineage())
                 frame = self.encode_waiting_subcall(call.call_id, rid, call.task_id, call.attempt_seq,
                                                     function_id, args_json, granted, ancestry)
             self.conn.queue(frame)
