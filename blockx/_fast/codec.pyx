@@ -149,6 +149,11 @@ cdef bytes _W1 = b'","payload":{"taskId":"'
 cdef bytes _W2 = b',"waitKind":"subcall","functionId":"'
 cdef bytes _W3 = b',"grantedBudgetMs":'
 cdef bytes _W4 = b',"ancestry":'
+# Each template's fixed text in order: segment 2*i of its frame is text i.
+cdef tuple _EXECUTE_TEXT = (_X0, _X1, _X2, _X3, _X4, _X5, _X6, _X7, _X8, _X9)
+cdef tuple _COMPLETED_TEXT = (_C0, _C1, _C2, _C3, _C4, _C5, _C6, _X9)
+cdef tuple _RESUME_TEXT = (_R0, _R1, _R2, _R3, _C4, _X9)
+cdef tuple _WAITING_TEXT = (_W0, _R1, _W1, _C2, _W2, _X5, _W3, _W4, _X9)
 
 
 cdef struct _Seg:
@@ -198,6 +203,14 @@ cdef inline void _lit(bytes b, _Seg* seg) noexcept:
     seg.n = PyBytes_GET_SIZE(b)
 
 
+cdef inline int _text(tuple text, _Seg* segs) except -1:
+    # A template's fixed text into the even segments, between its fields.
+    cdef Py_ssize_t i
+    for i in range(len(text)):
+        _lit(<bytes>text[i], &segs[2 * i])
+    return 0
+
+
 cdef inline bint _raw(object b, _Seg* seg) noexcept:
     if type(b) is not bytes:
         return False
@@ -232,16 +245,7 @@ cpdef bytes encode_execute_call(object call_id, object task_id, object function_
     cdef _Seg g[19]
     cdef char bbuf[20]
     cdef char abuf[20]
-    _lit(_X0, &g[0])
-    _lit(_X1, &g[2])
-    _lit(_X2, &g[4])
-    _lit(_X3, &g[6])
-    _lit(_X4, &g[8])
-    _lit(_X5, &g[10])
-    _lit(_X6, &g[12])
-    _lit(_X7, &g[14])
-    _lit(_X8, &g[16])
-    _lit(_X9, &g[18])
+    _text(_EXECUTE_TEXT, g)
     if (_plain(call_id, &g[1]) and _plain(task_id, &g[3]) and _plain(function_id, &g[5])
             and _plain(digest, &g[7]) and _plain(entry_selector, &g[9]) and _raw(args_json, &g[11])
             and _plain(parent_call_id, &g[13]) and _digits(budget_ms, bbuf, &g[15])
@@ -265,14 +269,7 @@ cpdef bytes encode_call_completed(object call_id, object task_id, object attempt
     cdef char ubuf[20]
     cdef char sbuf[20]
     cdef char dbuf[20]
-    _lit(_C0, &g[0])
-    _lit(_C1, &g[2])
-    _lit(_C2, &g[4])
-    _lit(_C3, &g[6])
-    _lit(_C4, &g[8])
-    _lit(_C5, &g[10])
-    _lit(_C6, &g[12])
-    _lit(_X9, &g[14])
+    _text(_COMPLETED_TEXT, g)
     if (_plain(call_id, &g[1]) and _plain(task_id, &g[3]) and _digits(attempt_seq, abuf, &g[5])
             and _raw(output_json, &g[7]) and _digits(budget_used_ms, ubuf, &g[9])
             and _digits(started_at_ms, sbuf, &g[11]) and _digits(duration_ms, dbuf, &g[13])):
@@ -291,12 +288,7 @@ cpdef bytes encode_resume_result(object call_id, object request_id, object resum
     plain shapes goes through encode_frame itself."""
     cdef _Seg g[11]
     cdef char ubuf[20]
-    _lit(_R0, &g[0])
-    _lit(_R1, &g[2])
-    _lit(_R2, &g[4])
-    _lit(_R3, &g[6])
-    _lit(_C4, &g[8])
-    _lit(_X9, &g[10])
+    _text(_RESUME_TEXT, g)
     if (_plain(call_id, &g[1]) and _plain(request_id, &g[3]) and _plain(resume_kind, &g[5])
             and _raw(result_json, &g[7]) and _digits(budget_used_ms, ubuf, &g[9])):
         return _frame_of(g, 11)
@@ -315,15 +307,7 @@ cpdef bytes encode_call_waiting_subcall(object call_id, object request_id, objec
     cdef _Seg g[17]
     cdef char abuf[20]
     cdef char bbuf[20]
-    _lit(_W0, &g[0])
-    _lit(_R1, &g[2])
-    _lit(_W1, &g[4])
-    _lit(_C2, &g[6])
-    _lit(_W2, &g[8])
-    _lit(_X5, &g[10])
-    _lit(_W3, &g[12])
-    _lit(_W4, &g[14])
-    _lit(_X9, &g[16])
+    _text(_WAITING_TEXT, g)
     if (_plain(call_id, &g[1]) and _plain(request_id, &g[3]) and _plain(task_id, &g[5])
             and _digits(attempt_seq, abuf, &g[7]) and _plain(function_id, &g[9])
             and _raw(args_json, &g[11]) and _digits(granted_budget_ms, bbuf, &g[13])
