@@ -92,12 +92,13 @@ class ExecutorEvents:
         if not step or n <= step:
             return self._apply_slice(executor_id, frames, now)
         actor, adapter = self.actor, self.adapter
-        for i in range(0, n - step, step):
+        for i in range(0, n, step):
             cmds = self._apply_slice(executor_id, frames[i:i + step], now)
+            if i + step >= n:
+                return cmds         # the last slice's commands: run by the actor, as for a short read
             if cmds:
                 actor.run_commands(cmds, now)
             adapter.flush_now(executor_id)
-        return self._apply_slice(executor_id, frames[(n - 1) // step * step:], now)
 
     def _apply_slice(self, executor_id: str, frames: list, now: int) -> list | None:
         disp = self.disp
