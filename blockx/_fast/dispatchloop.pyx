@@ -734,21 +734,23 @@ cdef class DispatchLoop:
         elif view.runnable > 0:
             view.runnable -= 1
         tasks = self.tasks
-        if ctx.parent is None and rec.attached:
-            # TaskTable.release inlined for the common case (a root on an attached executor).
+        if rec.attached:
+            # TaskTable.release inlined for the common case (an attached executor):
+            # ExecutorTable.unbind, and for a root the task window's accounting.
             ctx.exec = None
             if cview is not None:
                 cview.local_inflight -= 1
             else:
                 view.local_inflight -= 1
             del rec.calls[call_id]
-            task = <TaskCalls?>ctx.task
-            task.inflight -= 1
-            task.instance.inflight -= 1
-            if (_qlen(task.ready) or task.queued) and not task.in_ring:
-                self.sched.wake_c(task)
-            if task.stop_dispatching:
-                tasks.mark_dirty(task)
+            if ctx.parent is None:
+                task = <TaskCalls?>ctx.task
+                task.inflight -= 1
+                task.instance.inflight -= 1
+                if (_qlen(task.ready) or task.queued) and not task.in_ring:
+                    self.sched.wake_c(task)
+                if task.stop_dispatching:
+                    tasks.mark_dirty(task)
         else:
             tasks.release(ctx)
         self._set_terminal(ctx, True, output_json, "", "", False, budget_used_ms, True, out, True)

@@ -571,18 +571,20 @@ class DispatchLoop:
         if view.runnable > 0:
             view.runnable -= 1
         tasks = self.tasks
-        if ctx.parent is None and rec.attached:
-            # TaskTable.release inlined for the common case (a root on an attached executor).
+        if rec.attached:
+            # TaskTable.release inlined for the common case (an attached executor):
+            # ExecutorTable.unbind, and for a root the task window's accounting.
             ctx.exec = None
             view.local_inflight -= 1
             del rec.calls[call_id]
-            task = ctx.task
-            task.inflight -= 1
-            task.instance.inflight -= 1
-            if (task.ready or task.queued) and not task.in_ring:
-                self.sched.wake(task)
-            if task.stop_dispatching:
-                tasks.mark_dirty(task)
+            if ctx.parent is None:
+                task = ctx.task
+                task.inflight -= 1
+                task.instance.inflight -= 1
+                if (task.ready or task.queued) and not task.in_ring:
+                    self.sched.wake(task)
+                if task.stop_dispatching:
+                    tasks.mark_dirty(task)
         else:
             tasks.release(ctx)
         self.set_terminal(ctx, True, output_json, "", "", False, budget_used_ms, True, out)

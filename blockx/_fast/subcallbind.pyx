@@ -9,7 +9,8 @@ core uses the compiled one, and BindCall through callcmds' C constructor."""
 
 cimport cython
 
-from blockx._fast.dispatchloop cimport CallContext
+from blockx._fast.dispatchloop cimport CallContext, ExecutorRecord
+from blockx._fast.scoring cimport ExecutorView
 from blockx._fast.cachekey cimport cache_key_c
 from blockx._fast.cachekey import cache_key as _compiled_cache_key
 from blockx._fast.callcmds cimport BindCall as CBindCall, new_bind_call
@@ -127,6 +128,7 @@ cdef class SubcallBinder:
         cdef CallContext parent = <CallContext?>child.parent
         rec = parent.exec
         cdef int pst = parent.state
+        cdef ExecutorView view
         if (child.state == _READY and (pst == _RUNNING or pst == _WAITING) and parent.bound
                 and rec is not None and rec.view.healthy):
             if child.parked:
@@ -134,7 +136,15 @@ cdef class SubcallBinder:
             child.state = _RUNNING
             child.attempt_count += 1
             child.bound = False
-            self._exec.bind(rec, child)
+            if type(rec) is ExecutorRecord and type((<ExecutorRecord>rec).view) is ExecutorView:
+                # ExecutorTable.bind inlined for the compiled records and views.
+                view = <ExecutorView>(<ExecutorRecord>rec).view
+                view.local_inflight += 1
+                (<ExecutorRecord>rec).calls[child.call_id] = child
+                child.exec = rec
+                child.executor_id = view.executor_id
+            else:
+                self._exec.bind(rec, child)
             if _C_BIND:
                 out.append(new_bind_call(child.call_id, child.executor_id, child.task.task_id, True,
                                          parent.call_id))
