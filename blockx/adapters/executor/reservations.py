@@ -15,98 +15,13 @@ Rules (the adapter's transport truth, see spec "Reservation lifecycle"):
   no terminal frame will ever come for it.
 - A connection era ends with the connection: the table is simply dropped.
 
-Plain dicts and a set: every operation is O(1) and runs on the event loop only."""
-
+Plain dicts and a set: every operation is O(1) and runs on the event loop only.
+The table is a hot path (several steps per call): compiled in
+blockx/_fast/reservations.pyx, with its pure-Python twin reservations_py.py."""
 from __future__ import annotations
 
-NOT_DISPATCHED = -1  # reserved, ExecuteCall not sent yet
+from blockx._fast import load
 
-
-class Reservations:
-    __slots__ = ("_attempts", "_draining")
-
-    def __init__(self) -> None:
-        # call id -> dispatched attemptSeq (NOT_DISPATCHED until sent)
-        self._attempts: dict[str, int] = {}
-        self._draining: set[str] = set()
-
-    def __len__(self) -> int:
-        return len(self._attempts)
-
-    def __contains__(self, call_id: str) -> bool:
-        return call_id in self._attempts
-
-    @property
-    def draining_count(self) -> int:
-        return len(self._draining)
-
-    def try_reserve(self, call_id: str, capacity: int) -> bool:
-        """Reserve when the call holds no reservation here and fewer than
-        ``capacity`` contexts are reserved (the bind's checks folded into one
-        step for the per-call path); False leaves the table unchanged."""
-        attempts = self._attempts
-        if call_id in attempts or len(attempts) >= capacity:
-            return False
-        attempts[call_id] = NOT_DISPATCHED
-        return True
-
-    def try_reserve_child(self, call_id: str, parent_call_id: str) -> bool:
-        """Reserve a subcall beside its parent, without a capacity check, when
-        the call holds no reservation here and its parent holds a live one (the
-        subcall bind's checks folded into one step); False leaves the table
-        unchanged."""
-        attempts = self._attempts
-        if call_id in attempts or parent_call_id not in attempts or parent_call_id in self._draining:
-            return False
-        attempts[call_id] = NOT_DISPATCHED
-        return True
-
-    def is_draining(self, call_id: str) -> bool:
-        return call_id in self._draining
-
-    def attempt_of(self, call_id: str) -> int | None:
-        """The dispatched attemptSeq, NOT_DISPATCHED, or None when not reserved."""
-        return self._attempts.get(call_id)
-
-    def record_dispatch(self, call_id: str, attempt_seq: int) -> None:
-        self._attempts[call_id] = attempt_seq
-
-    def release_on_terminal(self, call_id: str, attempt_seq) -> bool:
-        """A CallCompleted / CallFailed arrived; True when it freed the reservation."""
-        dispatched = self._attempts.get(call_id)
-        if dispatched is None or dispatched != attempt_seq:
-            # No reservation, or an older attempt's frame (the call was unbound
-            # and bound again; the new attempt is not dispatched or has another
-            # attemptSeq): the newer reservation stays.
-            return False
-        del self._attempts[call_id]
-        self._draining.discard(call_id)
-        return True
-
-    def unbind(self, call_id: str) -> bool:
-        if call_id in self._draining or call_id not in self._attempts:
-            return False
-        del self._attempts[call_id]
-        return True
-
-    def mark_draining(self, call_id: str) -> bool:
-        """True when the reservation now drains; False when there was none or it
-        was released at once because its ExecuteCall never went out."""
-        dispatched = self._attempts.get(call_id)
-        if dispatched is None:
-            return False
-        if dispatched == NOT_DISPATCHED:
-            del self._attempts[call_id]
-            self._draining.discard(call_id)
-            return False
-        self._draining.add(call_id)
-        return True
-
-    def release(self, call_id: str) -> None:
-        """Unconditional release (a send that never reached the executor)."""
-        self._attempts.pop(call_id, None)
-        self._draining.discard(call_id)
-
-    def clear(self) -> None:
-        self._attempts.clear()
-        self._draining.clear()
+_impl = load("reservations")
+Reservations = _impl.Reservations
+NOT_DISPATCHED = _impl.NOT_DISPATCHED
