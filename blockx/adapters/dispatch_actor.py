@@ -176,7 +176,12 @@ class DispatchActor:
                 if self.traces is not None: self.traces.call_retry(cmd, now)  # trace hook
                 self._arm_retry(max(0, cmd.fire_at_ms - now) / 1000.0, cmd.call_id)
             elif t is SubcallDone:
-                self._send_subcall_resume(cmd)
+                if cmd.ok:      # the child's output resumes its parent
+                    self.send_resume_result(cmd.parent_executor_id, cmd.parent_call_id, cmd.request_id,
+                                            cmd.parent_attempt_seq, m.WAIT_SUBCALL,
+                                            cmd.output_json or b"null", cmd.budget_used_ms)
+                else:
+                    self._send_subcall_error(cmd)
             elif t is CompleteCallFromCache:
                 metrics.call_cache_hits += 1
             elif t is BatchSettled:
@@ -277,12 +282,9 @@ class DispatchActor:
         except Exception:  # noqa: BLE001 - a bug
             log.exception("CancelCall %s to %s failed", cmd.call_id, cmd.executor_id)
 
-    def _send_subcall_resume(self, cmd: SubcallDone) -> None:
-        if cmd.ok:
-            self.send_resume_result(cmd.parent_executor_id, cmd.parent_call_id, cmd.request_id,
-                                    cmd.parent_attempt_seq, m.WAIT_SUBCALL, cmd.output_json or b"null",
-                                    cmd.budget_used_ms)
-            return
+    def _send_subcall_error(self, cmd: SubcallDone) -> None:
+        """Resume the parent of a failed subcall with its error (a child that
+        completed resumes it through send_resume_result, from _exec)."""
         payload = {"resumeKind": m.WAIT_SUBCALL,
                    "error": {"errorKind": cmd.error_kind, "errorMessage": cmd.error_message,
                              "retryable": cmd.retryable, "childErrorKind": cmd.child_error_kind},
@@ -306,8 +308,15 @@ class DispatchActor:
         """send_resume of {"resumeKind", "result": result_json (raw JSON),
         "budgetUsedMs"} without a sidecar, its frame written from the codec's
         template (adapter.post_resume_result)."""
-        if self._posted(self.adapter.post_resume_result, executor_id, call_id, attempt_seq,
-                        (executor_id, call_id, request_id, resume_kind, result_json, budget_used_ms)) is False:
+        # _posted, unrolled: this is the per-subcall (and per-IO) path.
+        waiter = _ResumeWaiter(self, executor_id, call_id, attempt_seq)
+        try:
+            queued = self.adapter.post_resume_result(executor_id, call_id, request_id, resume_kind,
+                                                     result_json, budget_used_ms, waiter)
+        except Exception as exc:  # noqa: BLE001 - ExecutorGone, or a result that cannot be encoded
+            self._resume_failed(executor_id, call_id, attempt_seq, exc)
+            return
+        if not queued:
             self.spawn(self.resume(executor_id, call_id, request_id, attempt_seq,
                                    {"resumeKind": resume_kind, "result": _Fragment(result_json),
                                     "budgetUsedMs": budget_used_ms}, None))

@@ -302,7 +302,10 @@ class ExecutorAdapter:
         to add): the same frame, written by the codec from its template without
         building the envelope. Same errors."""
         call_id = cmd.call_id
-        conn = self._execute_conn(cmd.executor_id, call_id)
+        conn = self._conns.get(cmd.executor_id)
+        # The per-call path: _execute_conn's checks in one step (it explains a refusal).
+        if conn is None or conn.reservations.attempt_of(call_id) != NOT_DISPATCHED:
+            conn = self._execute_conn(cmd.executor_id, call_id)
         frame = encode_execute_call(call_id, cmd.task_id, cmd.function_id, cmd.digest,
                                     cmd.entry_selector, cmd.args_json, cmd.parent_call_id,
                                     cmd.budget_ms, cmd.attempt_seq)
@@ -364,12 +367,9 @@ class ExecutorAdapter:
         if the connection closes first; see Outbox.enqueue_notify). Returns
         False, queueing nothing, when the outbox is full: then await
         send_resume_call. Raises ExecutorGone, or the codec's errors."""
-        outbox = self._resume_outbox(executor_id)
-        if outbox is None:
-            return False
         frame = encode_frame({"messageType": RESUME_CALL, "callId": call_id,
                               "requestId": request_id, "payload": payload}, sidecar)
-        return self._post_resume(executor_id, outbox, frame, waiter)
+        return self._post_resume(executor_id, frame, waiter)
 
     def post_resume_result(self, executor_id: str, call_id: str, request_id: str, resume_kind: str,
                            result_json: bytes, budget_used_ms: int, waiter) -> bool:
@@ -377,21 +377,18 @@ class ExecutorAdapter:
         result_json (raw JSON), "budgetUsedMs": budget_used_ms} without a sidecar
         (a subcall's output): the same frame, written by the codec from its
         template without building the envelope. Same answers and errors."""
-        outbox = self._resume_outbox(executor_id)
-        if outbox is None:
-            return False
         frame = encode_resume_result(call_id, request_id, resume_kind, result_json, budget_used_ms)
-        return self._post_resume(executor_id, outbox, frame, waiter)
+        return self._post_resume(executor_id, frame, waiter)
 
-    def _resume_outbox(self, executor_id: str):
-        """The executor's outbox, or None when it is full (the awaiting send waits for room)."""
+    def _post_resume(self, executor_id: str, frame: bytes, waiter) -> bool:
+        """Queue a ResumeCall frame with its waiter; False, queueing nothing, when
+        the executor's outbox is full (the awaiting send waits for room)."""
         conn = self._conns.get(executor_id)
         if conn is None:
             raise ExecutorGone(executor_id)
         outbox = conn.outbox
-        return None if len(outbox) >= outbox.depth else outbox
-
-    def _post_resume(self, executor_id: str, outbox, frame: bytes, waiter) -> bool:
+        if len(outbox) >= outbox.depth:
+            return False
         try:
             outbox.enqueue_notify(frame, waiter)
         except OutboxClosed as exc:
