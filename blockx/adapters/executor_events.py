@@ -22,6 +22,7 @@ from blockx.protocol import messages as m
 
 log = logging.getLogger("blockx.dispatch")
 _Fragment = orjson.Fragment
+_dumps = orjson.dumps
 
 
 # Frames of one read applied at a time before their answers are written (_apply_frames).
@@ -115,7 +116,9 @@ class ExecutorEvents:
                 # Counted only when the core accepted the frame (its answer is
                 # non-empty): a duplicated or stale frame changes nothing.
                 if mt == "CallCompleted":
-                    cmds = disp.handle_call_completed(call_id, p["attemptSeq"], dumps_kept(p.get("output")),
+                    # dumps_kept(output), unrolled on the per-call path: see dumps_kept for the copy.
+                    cmds = disp.handle_call_completed(call_id, p["attemptSeq"],
+                                                      _dumps(p.get("output")).decode().encode(),
                                                       p.get("budgetUsedMs", 0), now)
                     if cmds:
                         metrics.calls_completed += 1
@@ -128,8 +131,13 @@ class ExecutorEvents:
                         metrics.call_failed(kind)
                         if self.traces is not None: self.traces.call_done(p, call_id, executor_id, kind or "FAILED")  # trace hook
                 elif mt == "CallWaiting":
-                    cmds = self._on_call_waiting(executor_id, call_id, env.get("requestId", ""), p,
-                                                 sidecar, now)
+                    if p.get("waitKind") == "subcall":     # the hottest wait: no _on_call_waiting frame
+                        cmds = self._on_subcall_request(self._runtimes.get(p.get("taskId", "")), executor_id,
+                                                        call_id, env.get("requestId", ""),
+                                                        p.get("attemptSeq", 0), p, now)
+                    else:
+                        cmds = self._on_call_waiting(executor_id, call_id, env.get("requestId", ""), p,
+                                                     sidecar, now)
                 else:
                     log.warning("executor %s sent unexpected %r", executor_id, mt)
                     continue
