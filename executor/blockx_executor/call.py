@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import time
 
+import orjson
+
 from .code_cache import FunctionCode, FunctionNotFound
 from .failure import (
     clip, error_kind_of, local_vars_of, message_of, retryable_of, stack_of, MAX_MESSAGE,
 )
-from .jsonenc import dumps_output
+from .jsonenc import OUTPUT_OPTIONS
 from .sdk import BudgetExceeded, IOCallError, SubcallError
 
 PENDING, CODE_WAIT, READY, RUNNING, WAITING, DONE = range(6)
@@ -37,10 +39,7 @@ ABORT = ("abort",)  # resume value: the SDK raises call.abort
 ENVELOPE_ROOM = 64 * 1024
 
 _monotonic_ns = time.monotonic_ns
-
-
-def _ok(encoded: bytes):
-    return ("ok", encoded)
+_dumps = orjson.dumps
 
 
 def _failed(kind: str, retryable: bool, message: str, stack: str = "", local_vars=None):
@@ -139,7 +138,8 @@ class Call:
 
     def _suspend(self, request: tuple):
         value = self.scheduler.hub.switch(request)
-        self._check()
+        if self.abort is not None or self.budget_ns:    # _check's cases, without its frame
+            self._check()
         return value
 
     def wait_io(self, backend: str, request_json: bytes, body: bytes | None):
@@ -158,7 +158,8 @@ class Call:
         return value, sidecar
 
     def wait_subcall(self, function_id: str, args_json: bytes):
-        self._check()
+        if self.abort is not None or self.budget_ns:    # _check's cases, without its frame
+            self._check()
         limit = self.scheduler.max_frame_bytes - ENVELOPE_ROOM
         if len(args_json) > limit:
             raise ValueError(f"subcall {function_id!r} arguments are {len(args_json)} bytes "
@@ -168,7 +169,10 @@ class Call:
             granted = max(1, -(-remaining // 1_000_000))
         else:
             granted = 0
-        ok, value, _ = self._suspend(("subcall", function_id, args_json, granted))
+        # _suspend, unrolled on the per-subcall path.
+        ok, value, _ = self.scheduler.hub.switch(("subcall", function_id, args_json, granted))
+        if self.abort is not None or self.budget_ns:
+            self._check()
         if not ok:
             raise SubcallError(
                 f"subcall {function_id!r} failed: {value['errorKind']}: {value['errorMessage']}",
@@ -195,7 +199,7 @@ class Call:
             finally:
                 del exc
         try:
-            return _ok(dumps_output(output))
+            return ("ok", _dumps(output, option=OUTPUT_OPTIONS))    # jsonenc.dumps_output, unrolled
         except TypeError as exc:
             return _failed("OUTPUT_NOT_JSON", False, clip(
                 f"output of {self.function_id!r} is not JSON-serialisable: {exc} "

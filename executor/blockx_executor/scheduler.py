@@ -232,16 +232,21 @@ class Scheduler:
             self.audited.add(call.digest)
             log.info("running %s digest %s under audit approval %s", call.function_id, call.digest, audit)
         self.calls[call_id] = call
-        if parent is not None:
-            self.inflight += 1
-            self.admit(call)
-        elif self.contexts_in_use < self.max_inflight and not self.pending:
+        if parent is None:
+            if self.contexts_in_use >= self.max_inflight or self.pending:
+                self.pending.append(call)
+                return
             self.contexts_in_use += 1
             call.holds_context = True
-            self.inflight += 1
-            self.admit(call)
+        self.inflight += 1
+        fc = self.code.get(digest)
+        if fc is not None:      # admit()'s common case, without its frame or make_ready's
+            call.code = fc
+            call.state = READY
+            call.resume = None
+            self.ready.append(call)
         else:
-            self.pending.append(call)
+            self.admit(call)
 
     def admit(self, call: Call) -> None:
         fc = self.code.get(call.digest)
@@ -282,12 +287,14 @@ class Scheduler:
             call.used_ns += max(0, p["budgetUsedMs"]) * 1_000_000
         else:
             call.used_ns += _monotonic_ns() - call.wait_start_ns
-        self.end_wait(call)
+        # end_wait and make_ready, unrolled: the per-subcall / per-IO path.
+        call.wait_kind = None
+        call.request_id = ""
+        call.timer_token += 1
         error = p.get("error")
-        if error is not None:
-            self.make_ready(call, (False, error, None))
-        else:
-            self.make_ready(call, (True, p["result"], sidecar))
+        call.state = READY
+        call.resume = (True, p["result"], sidecar) if error is None else (False, error, None)
+        self.ready.append(call)
 
     def on_code(self, digest: str, function_id: str, p: dict) -> None:
         waiters = self.fetch_waiters.pop(digest, None) or []
@@ -470,7 +477,8 @@ class Scheduler:
             wake = now + int(ms * 1_000_000)
             self._arm(call, min(wake, self._budget_deadline(call, now)))
             return
-        rid = self.next_request_id()
+        self._request_seq += 1          # next_request_id, unrolled
+        rid = str(self._request_seq)
         call.wait_kind = kind
         call.request_id = rid
         try:
@@ -566,7 +574,7 @@ class Scheduler:
             exc_type, message = call.abort
             stack, local_vars = ("", {}) if outcome[0] == "ok" else (outcome[4], outcome[5])
             outcome = _failed(exc_type.error_kind, False, message, stack, local_vars)
-        elif call.over_budget(used_ns):
+        elif call.budget_ns and used_ns > call.budget_ns:      # call.over_budget(used_ns)
             stack, local_vars = ("", {}) if outcome[0] == "ok" else (outcome[4], outcome[5])
             outcome = _failed(BudgetExceeded.error_kind, False, call.budget_message(used_ns),
                               stack, local_vars)

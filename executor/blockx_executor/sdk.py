@@ -42,9 +42,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from greenlet import getcurrent
 
-from .jsonenc import dumps_io_request, dumps_output
+from .jsonenc import OUTPUT_OPTIONS, dumps_io_request
+
+_dumps = orjson.dumps
 
 __all__ = [
     "io", "io_bytes", "call", "sleep", "context",
@@ -166,8 +169,11 @@ def call(function_id: str, *args: Any) -> Any:
     The child gets what is left of this call's budget."""
     if not isinstance(function_id, str) or not function_id:
         raise TypeError("sdk.call function_id must be a non-empty str")
-    current = _current()
-    return current.wait_subcall(function_id, dumps_output(list(args)))
+    # _current() and dumps_output(), unrolled: this runs once per subcall.
+    current = getattr(getcurrent(), "blockx_call", None)
+    if current is None:
+        current = _current()    # raises the explanation
+    return current.wait_subcall(function_id, _dumps(list(args), option=OUTPUT_OPTIONS))
 
 
 def sleep(ms: float) -> None:

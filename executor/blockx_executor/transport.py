@@ -76,14 +76,14 @@ class Connection:
         self._rview = memoryview(self._rbuf)
         self._lock = threading.Lock()
         self._queue: deque[bytes] = deque()
+        # queue(frame): add an encoded frame to the next flush; the deque's own
+        # append (atomic, and no Python frame per call on the per-call path).
+        self.queue = self._queue.append
         self.closed = False
         self._closed_by: ConnectionClosed | None = None
 
     def fileno(self) -> int:
         return self.sock.fileno()
-
-    def queue(self, frame: bytes) -> None:
-        self._queue.append(frame)
 
     def pending(self) -> int:
         return len(self._queue)
