@@ -34,6 +34,7 @@ from blockx.core.dispatcher_commands import (
     ArmCallRetry, BatchSettled, BindCall, CancelCallCmd, CompleteCallFromCache, ConvergeTaskCalls,
     DispatchCallCmd, StopCallProduction, SubcallDone, UnbindCall,
 )
+from blockx._fast import load
 from blockx._fast.errors import FrameTooLarge, OutboxClosed, OutboxFull
 from blockx.adapters.audit import AUDIT_REJECTED
 from blockx.adapters.executor.errors import BindError, CallNotBound, ExecutorGone
@@ -48,6 +49,9 @@ ERR_ARGS_TOO_LARGE = "ARGS_TOO_LARGE"   # not retryable: the same args never fit
 ERR_SEND_FAILED = "SEND_FAILED"         # not retryable: an unexpected encode/send error
 _Fragment = orjson.Fragment
 _dumps = orjson.dumps
+_writenotice = load("writenotice")
+_WrittenLog = _writenotice.WrittenLog
+_Notice = _writenotice.Notice
 
 
 def dumps_kept(value) -> bytes:
@@ -76,7 +80,8 @@ class DispatchActor:
         self._queue: deque = deque()
         self.running = False
         self._bg: set[asyncio.Task] = set()
-        self._resumed: list[str] = []             # call ids whose ResumeCall was written (_resume_written)
+        # The call ids whose ResumeCall was written, taken once per loop iteration (_notice).
+        self._written = _WrittenLog(self._schedule_resumed, self._resume_lost)
         self._retry_timers: set[asyncio.TimerHandle] = set()
         self.traces = traces                      # TraceStore (trace_recorder.py); None when tracing is off
 
@@ -308,8 +313,8 @@ class DispatchActor:
         """send_resume of {"resumeKind", "result": result_json (raw JSON),
         "budgetUsedMs"} without a sidecar, its frame written from the codec's
         template (adapter.post_resume_result)."""
-        # _posted, unrolled: this is the per-subcall (and per-IO) path.
-        waiter = _ResumeWaiter(self, executor_id, call_id, attempt_seq)
+        # _posted and _notice, unrolled: this is the per-subcall (and per-IO) path.
+        waiter = _Notice(self._written, call_id, executor_id, attempt_seq)
         try:
             queued = self.adapter.post_resume_result(executor_id, call_id, request_id, resume_kind,
                                                      result_json, budget_used_ms, waiter)
@@ -325,7 +330,7 @@ class DispatchActor:
                 args: tuple) -> bool | None:
         """post(*args, waiter): True queued, False refused (the outbox is full);
         None when it raised, which is reported as RESUME_SEND_FAILED."""
-        waiter = _ResumeWaiter(self, executor_id, call_id, attempt_seq)
+        waiter = self._notice(executor_id, call_id, attempt_seq)
         try:
             return post(*args, waiter)
         except Exception as exc:  # noqa: BLE001 - ExecutorGone, or a payload that cannot be encoded
@@ -344,18 +349,23 @@ class DispatchActor:
             return
         self.post(lambda n: self.disp.handle_call_resumed(call_id, n))
 
-    def _resume_written(self, call_id: str) -> None:
-        """A ResumeCall frame was handed to the transport: its handle_call_resumed
-        runs from the next loop iteration (as the awaiting path's Task would
-        wake), together with every other resume written by then: one actor run
-        for them all, not one each."""
-        pending = self._resumed
-        pending.append(call_id)
-        if len(pending) == 1:
-            self._loop.call_soon(self._post_resumed)
+    def _notice(self, executor_id: str, call_id: str, attempt_seq: int):
+        """The waiter of one ResumeCall frame (Outbox.enqueue_notify), a Notice
+        in the actor's WrittenLog (blockx/_fast/writenotice*): written ->
+        handle_call_resumed; the connection closed first -> RESUME_SEND_FAILED.
+        Both run from the next loop iteration, as the awaiting path's Task would
+        wake: the executor's loss reported by the same close is applied first,
+        and the resumes written by then share one actor run, not one each."""
+        return _Notice(self._written, call_id, executor_id, attempt_seq)
+
+    def _schedule_resumed(self) -> None:
+        self._loop.call_soon(self._post_resumed)
+
+    def _resume_lost(self, executor_id: str, call_id: str, attempt_seq: int, exc: BaseException) -> None:
+        self._loop.call_soon(self._resume_failed, executor_id, call_id, attempt_seq, exc)
 
     def _post_resumed(self) -> None:
-        ids, self._resumed = self._resumed, []
+        ids = self._written.take()
         disp = self.disp
 
         def resumed(now: int) -> list:
@@ -380,31 +390,3 @@ class DispatchActor:
 
         self.post(failed)
 
-
-class _ResumeWaiter:
-    """What the outbox tells about one ResumeCall frame (Outbox.enqueue_notify):
-    written -> handle_call_resumed; the connection closed first ->
-    RESUME_SEND_FAILED. Both are posted from the next loop iteration, as the
-    awaiting path's Task would wake: the executor's loss reported by the same
-    close is applied first, and the resumes of one flush share one actor run."""
-
-    __slots__ = ("actor", "executor_id", "call_id", "attempt_seq", "_done")
-
-    def __init__(self, actor: DispatchActor, executor_id: str, call_id: str, attempt_seq: int) -> None:
-        self.actor = actor
-        self.executor_id = executor_id
-        self.call_id = call_id
-        self.attempt_seq = attempt_seq
-        self._done = False
-
-    def done(self) -> bool:
-        return self._done
-
-    def set_result(self, _value) -> None:
-        self._done = True
-        self.actor._resume_written(self.call_id)
-
-    def set_exception(self, exc: BaseException) -> None:
-        self._done = True
-        self.actor._loop.call_soon(self.actor._resume_failed, self.executor_id, self.call_id,
-                                   self.attempt_seq, exc)
