@@ -4,7 +4,9 @@
 #
 # Decoding theory:
 # - Whole frames inside a chunk are decoded straight from the chunk's buffer:
-#   the JSON is copied into a fresh bytes object for orjson (cheaper than a
+#   a frame written from one of the templates (the per-call and per-round-trip
+#   frames) is read field by field (see "decoding the template frames"); any
+#   other JSON is copied into a fresh bytes object for orjson (cheaper than a
 #   memoryview slice for small frames, DESIGN §8) and a sidecar is copied once.
 # - Only the tail of a chunk (one partial frame) is kept. Its length prefix and
 #   first 8 body bytes go to a small C array; once they are known the rest of
