@@ -377,15 +377,12 @@ _checks = load("framecheck").FrameChecks(EXECUTE_CALL, RESUME_CALL, CALL_WAITING
                                           WAIT_IO, WAIT_SUBCALL, DEFAULT_ENTRY_SELECTOR)
 _wait_resume_fast = _checks.wait_resume
 _execute_fast = _checks.execute
-_completed_fast = _checks.completed
 _route_fast = _checks.route
 
 
-# For a receiver's per-frame loop (the Worker's executor connection): the CallCompleted
-# fast path alone; None means "take validate()" (it names the problem, if any).
-validate_completed_fast = _completed_fast
-# validate()'s fast path alone, for any frame (the executor's per-frame loop): the
-# payload, or None for "take validate()".
+# validate()'s fast path alone, for a receiver's per-frame loop (the Worker's executor
+# connection, the executor's scheduler): the payload, or None for "take validate()"
+# (it names the problem, if any).
 validate_fast = _route_fast
 
 def _validate(envelope: Any, accept: frozenset | None = None) -> dict:

@@ -199,7 +199,7 @@ class Call:
             finally:
                 del exc
         try:
-            return ("ok", _dumps(output, option=OUTPUT_OPTIONS))    # jsonenc.dumps_output, unrolled
+            return ("ok", _dumps(output, option=OUTPUT_OPTIONS))    # output encoded as jsonenc says
         except TypeError as exc:
             return _failed("OUTPUT_NOT_JSON", False, clip(
                 f"output of {self.function_id!r} is not JSON-serialisable: {exc} "

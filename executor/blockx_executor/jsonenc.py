@@ -8,14 +8,11 @@ keys on the request bytes)."""
 
 import orjson
 
+# A call output or subcall argument list: orjson.dumps(value, option=OUTPUT_OPTIONS),
+# written inline where it runs once per call (Call.run, sdk.call); it raises TypeError
+# (orjson.JSONEncodeError) naming the offending type.
 OUTPUT_OPTIONS = orjson.OPT_NON_STR_KEYS
 IO_REQUEST_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SORT_KEYS
-
-
-def dumps_output(value) -> bytes:
-    """Encode a call output or subcall argument list; raises TypeError
-    (orjson.JSONEncodeError) naming the offending type."""
-    return orjson.dumps(value, option=OUTPUT_OPTIONS)
 
 
 def dumps_io_request(value) -> bytes:

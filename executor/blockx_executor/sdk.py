@@ -169,7 +169,7 @@ def call(function_id: str, *args: Any) -> Any:
     The child gets what is left of this call's budget."""
     if not isinstance(function_id, str) or not function_id:
         raise TypeError("sdk.call function_id must be a non-empty str")
-    # _current() and dumps_output(), unrolled: this runs once per subcall.
+    # _current() unrolled and the args encoded as jsonenc says: this runs once per subcall.
     current = getattr(getcurrent(), "blockx_call", None)
     if current is None:
         current = _current()    # raises the explanation
