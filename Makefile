@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(VPY) -m pytest
 ARGS    ?=
 
-.PHONY: build serve test test-compiled test-twins etcd bubblewrap postgres prometheus tmux bench bench-micro bench-micro-ci clean
+.PHONY: build serve test test-compiled test-twins etcd bubblewrap postgres prometheus tmux bench bench-instructions bench-micro bench-micro-ci clean
 
 build: $(STAMP)
 	$(VPY) setup.py -q build_ext --inplace
@@ -68,6 +68,12 @@ bench-micro-ci: build
 
 bench: build
 	$(VPY) bench/e2e_load.py $(ARGS)
+
+# Instructions per call / subcall / IO round trip of the Worker and its executors,
+# counted by callgrind: repeatable on a noisy machine, for comparing two builds.
+bench-instructions: build
+	@command -v valgrind >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null)
+	$(VPY) bench/instructions.py $(ARGS)
 
 clean:
 	rm -rf build blockx/_fast/*.c blockx/_fast/*.so blockx/worker/v1/*_pb2*.py* *.egg-info

@@ -1,0 +1,148 @@
+"""Instructions per operation of the Worker and of its executors, counted by
+callgrind: `make bench-instructions` or `.venv/bin/python bench/instructions.py
+[--only a,d,io] [--calls N] [--subcalls-per-parent N]`.
+
+Why: these machines are small and shared, and their speed drifts by up to 2x
+within an hour, so a change of 5-10% in CPU per call is lost in the noise of
+`make bench` unless many alternating rounds are run. An instruction count does
+not depend on what else the machine is doing: the same build, inputs and
+environment give the same count within ~0.5%, so two builds can be compared
+in one run each. It counts instructions, not time (a cache miss costs nothing
+here): use it to compare builds, and `make bench` for the figures.
+
+How: the real `python -m blockx serve` (2 executors over the Unix socket, etcd
+off) runs under `valgrind --tool=callgrind --trace-children=yes
+--instr-atstart=no`; after a warm-up, counting is switched on in the Worker and
+in each executor (`callgrind_control -i on`) for the measured scenario only:
+(a) one callList task of `--calls` trivial calls, (d) 100 parents making
+`--subcalls-per-parent` sequential subcalls each, (io) the same with IO round
+trips. Everything runs ~50x slower under callgrind, so a read brings larger
+batches of frames than at full speed: per-read costs weigh less here than in
+`make bench`. Prints one JSON object: instructions per op for the Worker and
+for the executors together."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.e2e import harness, scenarios as sc  # noqa: E402
+from bench.e2e.client import Client  # noqa: E402
+
+
+class CallgrindWorker(harness.BenchWorker):
+    """A BenchWorker whose process (and its executors) run under callgrind."""
+
+    def __init__(self, out_prefix: str, **kw) -> None:
+        super().__init__(**kw)
+        self.out_prefix = out_prefix
+
+    def start(self, timeout: float = 600.0):
+        real = subprocess.Popen
+        prefix = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--instr-atstart=no",
+                  f"--callgrind-out-file={self.out_prefix}.%p"]
+
+        def popen(cmd, **kw):
+            return real(prefix + list(cmd), **kw)
+
+        harness.subprocess.Popen = popen
+        try:
+            return super().start(timeout)
+        finally:
+            harness.subprocess.Popen = real
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in out]
+
+
+def _instrument(pids: list[int], on: bool) -> None:
+    for pid in pids:
+        subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(pid)],
+                       capture_output=True, check=True)
+
+
+def _total(path: str) -> int:
+    out = subprocess.run(["callgrind_annotate", path], capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        if "PROGRAM TOTALS" in line:
+            return int(line.split()[0].replace(",", ""))
+    raise RuntimeError(f"no PROGRAM TOTALS in callgrind_annotate {path}")
+
+
+async def measure(which: str, args, tmp: str) -> dict:
+    prefix = os.path.join(tmp, f"cg-{which}")
+    w = CallgrindWorker(prefix, executors=2)
+    await asyncio.to_thread(w.start)
+    client = Client(w.addr)
+    try:
+        await sc.warm_up(client, ["add1", "subcall_loop", "io_loop"])
+        if which == "a":
+            await sc.call_throughput(client, max(1000, args.calls // 4), timeout=args.timeout)
+        elif which == "d":
+            await sc.subcall_rate(client, 100, max(5, args.subcalls_per_parent // 5), timeout=args.timeout)
+        else:
+            await sc.io_rate(client, 100, max(5, args.subcalls_per_parent // 5), timeout=args.timeout)
+        executors = _children(w.pid)
+        pids = [w.pid] + executors
+        _instrument(pids, True)
+        if which == "a":
+            await sc.call_throughput(client, args.calls, timeout=args.timeout)
+            ops = args.calls
+        elif which == "d":
+            await sc.subcall_rate(client, 100, args.subcalls_per_parent, timeout=args.timeout)
+            ops = 100 * args.subcalls_per_parent
+        else:
+            await sc.io_rate(client, 100, args.subcalls_per_parent, timeout=args.timeout)
+            ops = 100 * args.subcalls_per_parent
+        _instrument(pids, False)
+    finally:
+        await client.close()
+        await asyncio.to_thread(w.stop)
+        w.cleanup()
+    worker = _total(f"{prefix}.{w.pid}")
+    execs = sum(_total(f"{prefix}.{pid}") for pid in executors)
+    return {"ops": ops, "executors": len(executors),
+            "worker_instructions_per_op": round(worker / ops),
+            "executor_instructions_per_op": round(execs / ops)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default="a,d,io", help="scenarios: a (calls), d (subcalls), io")
+    ap.add_argument("--calls", type=int, default=20000, help="calls of the (a) task")
+    ap.add_argument("--subcalls-per-parent", type=int, default=100,
+                    help="sequential subcalls (or IO round trips) of each of the 100 parents")
+    ap.add_argument("--timeout", type=float, default=900.0)
+    args = ap.parse_args()
+    which = [w.strip() for w in args.only.split(",") if w.strip()]
+    bad = [w for w in which if w not in ("a", "d", "io")]
+    if bad:
+        ap.error(f"unknown scenario(s) {', '.join(bad)}: choose from a, d, io")
+    missing = [t for t in ("valgrind", "callgrind_control", "callgrind_annotate") if not shutil.which(t)]
+    if missing:
+        print(f"bench/instructions.py needs {', '.join(missing)} (Debian package valgrind)", file=sys.stderr)
+        return 2
+    tmp = tempfile.mkdtemp(prefix="blockx-callgrind-")
+    try:
+        results = {w: asyncio.run(measure(w, args, tmp)) for w in which}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps({"results": results, "calls": args.calls,
+                      "subcalls_per_parent": args.subcalls_per_parent}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
