@@ -81,31 +81,30 @@ def _total(path: str) -> int:
     raise RuntimeError(f"no PROGRAM TOTALS in callgrind_annotate {path}")
 
 
+async def _scenario(client: Client, which: str, n: int, timeout: float) -> int:
+    """Run one scenario of `n` calls, or of 100 parents with `n` subcalls / IO round
+    trips each; return how many operations it made."""
+    if which == "a":
+        await sc.call_throughput(client, n, timeout=timeout)
+        return n
+    rate = sc.subcall_rate if which == "d" else sc.io_rate
+    await rate(client, 100, n, timeout=timeout)
+    return 100 * n
+
+
 async def measure(which: str, args, tmp: str) -> dict:
     prefix = os.path.join(tmp, f"cg-{which}")
     w = CallgrindWorker(prefix, executors=2)
     await asyncio.to_thread(w.start)
     client = Client(w.addr)
+    n = args.calls if which == "a" else args.subcalls_per_parent
     try:
         await sc.warm_up(client, ["add1", "subcall_loop", "io_loop"])
-        if which == "a":
-            await sc.call_throughput(client, max(1000, args.calls // 4), timeout=args.timeout)
-        elif which == "d":
-            await sc.subcall_rate(client, 100, max(5, args.subcalls_per_parent // 5), timeout=args.timeout)
-        else:
-            await sc.io_rate(client, 100, max(5, args.subcalls_per_parent // 5), timeout=args.timeout)
+        await _scenario(client, which, max(5, n // 5), args.timeout)     # warm-up, not counted
         executors = _children(w.pid)
         pids = [w.pid] + executors
         _instrument(pids, True)
-        if which == "a":
-            await sc.call_throughput(client, args.calls, timeout=args.timeout)
-            ops = args.calls
-        elif which == "d":
-            await sc.subcall_rate(client, 100, args.subcalls_per_parent, timeout=args.timeout)
-            ops = 100 * args.subcalls_per_parent
-        else:
-            await sc.io_rate(client, 100, args.subcalls_per_parent, timeout=args.timeout)
-            ops = 100 * args.subcalls_per_parent
+        ops = await _scenario(client, which, n, args.timeout)
         _instrument(pids, False)
     finally:
         await client.close()
