@@ -142,6 +142,8 @@ class SqlBackendSection:
     concurrency: int = _f(8, doc="requests served at once per data source, across all tasks")
     timeout_ms: int = _f(5_000, env="SQL_IO_TIMEOUT_MS", doc="one sql request, end to end")
     max_rows: int = _f(10_000, env="SQL_IO_MAX_ROWS", doc="a larger result is refused")
+    max_result_bytes: int = _f(8 * MiB, env="SQL_IO_MAX_RESULT_BYTES",
+                               doc="a result larger as JSON is refused (it must fit one executor frame)")
 
 
 @dataclass
@@ -163,6 +165,9 @@ class DataPlaneSection:
     bundle_root: str = _f("", env="BUNDLE_ROOT", doc="bundle files are read and written under it; "
                                                      "empty: <stateDir>/bundles")
     scan_fetch_rows: int = _f(1_000, doc="rows fetched per round trip by dbscan and bundleScan")
+    scan_max_row_bytes: int = _f(4 * MiB, env="SCAN_MAX_ROW_BYTES",
+                                 doc="one dbscan / bundleScan row as call arguments; a larger row fails the task")
+    bundle_max_files: int = _f(100_000, env="BUNDLE_MAX_FILES", doc="files one bundleScan may match")
 
 
 @dataclass

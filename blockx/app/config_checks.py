@@ -63,8 +63,10 @@ APP_RULES = (
     Rule("trace_retained_max_events", RETAINED_FLOOR_EVENTS, note="one ended trace"),            # task traces
 )
 IO_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 0, note="0 = phaseIoTimeoutMs"))
-SQL_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 1), Rule("max_rows", 1))
-DATA_PLANE_RULES = (Rule("scan_fetch_rows", 1, 1_000_000),)
+SQL_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 1), Rule("max_rows", 1),
+                     Rule("max_result_bytes", 1, 15 * 1024 * 1024, note="a result travels in one 16 MiB frame"))
+DATA_PLANE_RULES = (Rule("scan_fetch_rows", 1, 1_000_000), Rule("scan_max_row_bytes", 1),
+                    Rule("bundle_max_files", 1))
 
 
 def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:

@@ -5,10 +5,14 @@
 `dir` is relative to the Worker's bundle root (dataPlane.bundleRoot); a path that
 leaves it is refused. Each output is a JSON object (or an array of objects) whose
 fields are columns; a field a row lacks is null; DuckDB infers the column types
-(nested objects become structs). The file is written under a temporary name,
-synced, and renamed over the task's previous file, so a reader never sees half a
-file and a retried task replaces its own output. A task without outputs removes
-its previous file and writes none. Details: {"rows": n, "path": "out/.../id.parquet"}."""
+(nested objects become structs). A field name must be a plain SQL identifier (the
+rule of plugins.data.idents): a bad one fails the task naming the row and the
+field, and nothing is written. The file is written under a temporary name by a
+private DuckDB that may open that one file and no other, synced, and renamed over
+the task's previous file, so a reader never sees half a file and a retried task
+replaces its own output. Files are created 0640 and the directories the writer
+makes 0700. A task without outputs removes its previous file and writes none.
+Details: {"rows": n, "path": "out/.../id.parquet"}."""
 
 from __future__ import annotations
 
@@ -22,13 +26,16 @@ from urllib.parse import quote as url_quote
 import duckdb
 import orjson
 
+from blockx.plugins.data.duck import execute_one
 from blockx.plugins.data.errors import DataSourceError
-from blockx.plugins.data.idents import quote
+from blockx.plugins.data.idents import quote, shown
 from blockx.plugins.writer_api import PluginResult, parse_config
-from blockx.plugins.writers.table_rows import BadRows, iter_rows
+from blockx.plugins.writers.table_rows import BadRows, check_field, iter_rows
 
 NAME = "bundleWrite"
 _KEYS = ("dir",)
+FILE_MODE = 0o640
+DIR_MODE = 0o700
 
 
 def file_name(task_id: str) -> str:
@@ -40,11 +47,18 @@ def columns_of(rows: Iterable[tuple[int, dict]]) -> tuple[list[str], list[list[A
     """Column names in first-seen order, their column-major values (null where a
     row lacks the field) and the row count, decoded one row at a time."""
     cols: dict[str, list[Any]] = {}
+    folded: dict[str, str] = {}
     n = 0
-    for _i, row in rows:
+    for out_i, row in rows:
         for k, v in row.items():
             col = cols.get(k)
             if col is None:
+                where = f"row {n} (output {out_i})"
+                check_field(where, k)
+                other = folded.setdefault(k.lower(), k)
+                if other != k:
+                    raise BadRows(f"{where}: field {shown(k)} differs from field {shown(other)} only in case "
+                                  "(DuckDB column names ignore case)")
                 col = cols[k] = [None] * n
             col.append(v)
         n += 1
@@ -52,6 +66,24 @@ def columns_of(rows: Iterable[tuple[int, dict]]) -> tuple[list[str], list[list[A
             if len(col) < n:
                 col.append(None)
     return list(cols), list(cols.values()), n
+
+
+def make_dirs(directory: str) -> None:
+    """Create `directory` and its missing parents, each 0700 (an existing one keeps
+    its mode: the operator's bundle root is theirs)."""
+    missing = []
+    d = directory
+    while not os.path.isdir(d):
+        missing.append(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, DIR_MODE)
+        except FileExistsError:
+            pass
 
 
 def _fsync_dir(path: str) -> None:
@@ -92,6 +124,8 @@ class BundleWritePlugin:
             await asyncio.to_thread(self._write, directory, final, names, values)
         except (duckdb.Error, OSError) as exc:
             return PluginResult(NAME, False, f"{NAME}: nothing written: {' '.join(str(exc).split())}")
+        except DataSourceError as exc:
+            return PluginResult(NAME, False, f"{NAME}: nothing written: {exc.message}")
         return PluginResult(NAME, True, f"{n} rows written to {rel}", orjson.dumps({"rows": n, "path": rel}))
 
     @staticmethod
@@ -102,24 +136,26 @@ class BundleWritePlugin:
             pass
 
     def _write(self, directory: str, final: str, names: list[str], values: list[list[Any]]) -> None:
-        os.makedirs(directory, exist_ok=True)
+        make_dirs(directory)
         tmp = os.path.join(directory, f".{os.path.basename(final)}.{secrets.token_hex(6)}.tmp")
         table = quote("__blockx_bundle_" + secrets.token_hex(6))
-        cur = self.data.files.cursor()
+        files = self.data.files([tmp])          # may open the temporary file, nothing else
         try:
+            cur = files.cursor()
             sel = ", ".join(f"UNNEST(${i + 1}) AS {quote(n)}" for i, n in enumerate(names))
-            cur.execute(f"CREATE TEMP TABLE {table} AS SELECT {sel}", values)
+            execute_one(cur, f"CREATE TEMP TABLE {table} AS SELECT {sel}", values)
             path = tmp.replace("'", "''")
-            cur.execute(f"COPY {table} TO '{path}' (FORMAT PARQUET)")
-            cur.execute(f"DROP TABLE {table}")
+            execute_one(cur, f"COPY {table} TO '{path}' (FORMAT PARQUET)")
+            cur.close()
             fd = os.open(tmp, os.O_RDONLY)
             try:
+                os.fchmod(fd, FILE_MODE)
                 os.fsync(fd)
             finally:
                 os.close(fd)
             os.replace(tmp, final)
             _fsync_dir(directory)
         finally:
-            cur.close()
+            files.close()
             if os.path.exists(tmp):
                 os.unlink(tmp)

@@ -53,6 +53,9 @@ SPEC_ENV_VARS = {
     "IO_DEVSTUB_CONCURRENCY": "ioBackends.devstub.concurrency",
     "SQL_IO_TIMEOUT_MS": "ioBackends.sql.timeoutMs",
     "SQL_IO_MAX_ROWS": "ioBackends.sql.maxRows",
+    "SQL_IO_MAX_RESULT_BYTES": "ioBackends.sql.maxResultBytes",
+    "SCAN_MAX_ROW_BYTES": "dataPlane.scanMaxRowBytes",
+    "BUNDLE_MAX_FILES": "dataPlane.bundleMaxFiles",
     "BLOCKX_DATA_SOURCES": "dataSources",
     "STATE_DIR": "dataPlane.stateDir",
     "BUNDLE_ROOT": "dataPlane.bundleRoot",
@@ -124,9 +127,11 @@ def test_defaults_match_the_spec_tables():
     assert d["metricsListen"] == "127.0.0.1:9464"
     assert (d["shadowSubmitTargetAddr"], d["shadowSubmitSampleRate"]) == ("", 0.0)
     assert d["ioBackends"] == {"devstub": {"enabled": True, "concurrency": 64, "timeoutMs": 0},
-                               "sql": {"enabled": True, "concurrency": 8, "timeoutMs": 5000, "maxRows": 10000}}
+                               "sql": {"enabled": True, "concurrency": 8, "timeoutMs": 5000, "maxRows": 10000,
+                                       "maxResultBytes": 8 * 1024 * 1024}}
     assert d["dataSources"] == {}
     assert d["dataPlane"]["bundleRoot"] == "" and d["dataPlane"]["scanFetchRows"] == 1000
+    assert (d["dataPlane"]["scanMaxRowBytes"], d["dataPlane"]["bundleMaxFiles"]) == (4 * 1024 * 1024, 100_000)
     assert d["logLevel"] == "INFO"
     assert cfg.violations() == []
 
@@ -237,6 +242,9 @@ ENV_CASES = [
     ("IO_DEVSTUB_CONCURRENCY", "3", 3),
     ("SQL_IO_TIMEOUT_MS", "250", 250),
     ("SQL_IO_MAX_ROWS", "5", 5),
+    ("SQL_IO_MAX_RESULT_BYTES", "1000", 1000),
+    ("SCAN_MAX_ROW_BYTES", "2048", 2048),
+    ("BUNDLE_MAX_FILES", "10", 10),
     ("BLOCKX_DATA_SOURCES", '{"main": "postgresql://u@db:5432/app"}', {"main": "postgresql://u@db:5432/app"}),
     ("STATE_DIR", "/var/lib/blockx", "/var/lib/blockx"),
     ("BUNDLE_ROOT", "/srv/bundles", "/srv/bundles"),
