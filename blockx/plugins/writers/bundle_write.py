@@ -139,17 +139,19 @@ class BundleWritePlugin:
         make_dirs(directory)
         tmp = os.path.join(directory, f".{os.path.basename(final)}.{secrets.token_hex(6)}.tmp")
         table = quote("__blockx_bundle_" + secrets.token_hex(6))
+        # The file exists, 0640, before DuckDB writes it (in place: no temporary
+        # of DuckDB's own, which the private database could not open anyway).
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE))
         files = self.data.files([tmp])          # may open the temporary file, nothing else
         try:
             cur = files.cursor()
             sel = ", ".join(f"UNNEST(${i + 1}) AS {quote(n)}" for i, n in enumerate(names))
             execute_one(cur, f"CREATE TEMP TABLE {table} AS SELECT {sel}", values)
             path = tmp.replace("'", "''")
-            execute_one(cur, f"COPY {table} TO '{path}' (FORMAT PARQUET)")
+            execute_one(cur, f"COPY {table} TO '{path}' (FORMAT PARQUET, USE_TMP_FILE false)")
             cur.close()
             fd = os.open(tmp, os.O_RDONLY)
             try:
-                os.fchmod(fd, FILE_MODE)
                 os.fsync(fd)
             finally:
                 os.close(fd)
