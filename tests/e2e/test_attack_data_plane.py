@@ -235,3 +235,21 @@ def test_plain_names_still_write_and_files_are_not_world_readable(plane):
     res = p.w.wait_terminal(scan)
     assert res.state == SUCCEEDED, res.failure_message
     assert outputs(res) == [{"id": 1, "camelCase": "a", "with_digits_2": 2.5}]
+
+
+# --- bounds ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["main", "local"])
+def test_a_query_result_past_the_byte_cap_fails_that_call_naming_the_setting(plane, target):
+    """A 20 MB result (over the 16 MiB frame a result travels in) is refused by
+    ioBackends.sql.maxResultBytes with a message naming it; the Worker serves on."""
+    p = plane
+    tid = p.task_id("big")
+    p.w.submit_calls(tid, [("sql_rows", [target, "SELECT repeat('x', 20000000) AS s"])])
+    res = p.w.wait_terminal(tid, timeout=60)
+    assert res.state == FAILED, res.state
+    msg = res.failure_message
+    assert "larger than 8388608 bytes as JSON (ioBackends.sql.maxResultBytes, SQL_IO_MAX_RESULT_BYTES)" in msg, msg
+    assert "after 1 attempt" in msg, msg          # not retryable: the same query fails again
+    assert p.sql(target, "SELECT 1 AS one") == [{"one": 1}]
