@@ -73,7 +73,7 @@ class FileRows:
 
     async def aclose(self) -> None:
         self._pos = len(self._files)
-        self._src.close()
+        await asyncio.to_thread(self._src.close)
 
 
 class BundleScanBuilder:

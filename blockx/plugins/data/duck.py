@@ -102,7 +102,12 @@ class DuckScan:
             self._owner.close()
 
     async def aclose(self) -> None:
+        """close(), with a private source's instance closed in a thread (it takes
+        milliseconds, never the event loop's)."""
+        owner, self._owner = self._owner, None
         self.close()
+        if owner is not None:
+            await asyncio.to_thread(owner.close)
 
 
 class DuckSource:

@@ -75,8 +75,7 @@ class DataPlane:
             raise DataSourceError(f"{what} {relative!r} leaves the bundle root")
         return full
 
-    @staticmethod
-    def files(paths: list[str]) -> DuckSource:
+    def files(self, paths: list[str]) -> DuckSource:
         """A private DuckDB for one bundle operation that may open exactly `paths`
         (the files a builder matched, or a writer's temporary file) and no other."""
         return bundle_files(paths)

@@ -199,7 +199,8 @@ async def test_the_bundle_duckdb_opens_only_the_files_it_was_given(tmp_path):
     allowed, other = tmp_path / "a.csv", tmp_path / "secret.txt"
     allowed.write_text("id\n1\n")
     other.write_text("hunter2")
-    src = DataPlane.files([str(allowed)])
+    plane = DataPlane({})
+    src = plane.files([str(allowed)])
     try:
         cols, rows = await src.fetch_rows(f"SELECT * FROM read_csv_auto('{allowed}')", [], 10)
         assert rows == [(1,)]
@@ -214,3 +215,4 @@ async def test_the_bundle_duckdb_opens_only_the_files_it_was_given(tmp_path):
         cur.close()
     finally:
         src.close()
+        await plane.aclose()
