@@ -327,6 +327,8 @@ async def _read_session(session: Session, request_iterator) -> None:
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - the stream broke under the reader
+        if session.end is not None:
+            return               # the Worker ended the session: its abort stops the reader
         if not isinstance(exc, grpc.RpcError):
             log.exception("TaskSession reader failed")
         session.fail("INTERNAL" if not isinstance(exc, grpc.RpcError) else "CANCELLED",
