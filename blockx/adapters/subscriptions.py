@@ -57,7 +57,8 @@ class Subscription:
     def _put(self, item) -> None:
         q = self.queue
         if q.qsize() < self._max:
-            q.put_nowait(item)
+            if not self.overflowed:        # once overflowed, the stream is ending: nothing more
+                q.put_nowait(item)
         elif not self.overflowed:
             self.overflowed = True
             self.queue = q = asyncio.Queue()
