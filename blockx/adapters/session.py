@@ -61,8 +61,9 @@ class SessionEnd(Exception):
 
 
 class Session:
-    __slots__ = ("_orch", "_subs", "_encoder", "_count", "_max_events", "_max_bytes", "_loop", "_delivery", "_batch_bytes",
-                 "_out", "_sizes", "_bytes", "_waiter", "_last", "_shown", "_eof", "_end", "overflowed")
+    __slots__ = ("_orch", "_subs", "_encoder", "_count", "_max_events", "_max_bytes", "_loop",
+                 "_delivery", "_batch_bytes", "_out", "_sizes", "_bytes", "_waiter", "_last", "_shown",
+                 "_eof", "_end", "overflowed")
 
     def __init__(self, orch, encoder: wire.TaskUpdateEncoder, count, *,
                  max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
