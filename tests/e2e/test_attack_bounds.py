@@ -356,3 +356,15 @@ def test_streams_past_the_per_connection_limit_wait_while_another_connection_is_
 def pb_stub(channel):
     from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
     return pb_grpc.WorkerServiceStub(channel)
+
+
+def test_connections_past_the_limit_are_closed_while_the_open_one_is_served(start_worker):
+    w = start_worker({"WORKER_GRPC_MAX_CONNECTIONS": "1"})       # the harness's channel is the one
+    other = fresh_channel(w)
+    try:
+        err = rpc_error(pb_stub(other).GetTaskResult, pb.GetTaskResultRequest(task_id="x"), timeout=5,
+                        metadata=call_metadata(w))
+        assert err.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        other.close()
+    serves_a_normal_task(w, "after-conns")
