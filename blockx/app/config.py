@@ -88,6 +88,12 @@ class WorkerSection:
     default_base_backoff_ms: int = _f(_WORKER["default_base_backoff_ms"], env="CALL_RETRY_BASE_BACKOFF_MS")
     default_retry_jitter_percent: int = _f(_WORKER["default_retry_jitter_percent"],
                                            env="CALL_RETRY_JITTER_PERCENT")
+    max_slot_ttl_ms: int = _f(_WORKER["max_slot_ttl_ms"], env="MAX_SLOT_TTL_MS", doc="cap of RequestTaskSlot ttl_ms")
+    max_payload_bytes: int = _f(_WORKER["max_payload_bytes"], env="MAX_PAYLOAD_BYTES",
+                                doc="cap of task.function_call.payload (the builder's JSON, call args included)")
+    max_result_handler_config_bytes: int = _f(_WORKER["max_result_handler_config_bytes"],
+                                              env="MAX_RESULT_HANDLER_CONFIG_BYTES")
+    max_instance_id_bytes: int = _f(_WORKER["max_instance_id_bytes"], env="MAX_INSTANCE_ID_BYTES")
 
 
 @dataclass
@@ -195,6 +201,19 @@ class WorkerFullConfig:
                                          doc="TaskSession: events queued for a client that does not read")
     session_max_pending_bytes: int = _f(64 * 1024 * 1024, env="SESSION_MAX_PENDING_BYTES",
                                         doc="TaskSession: approximate bytes queued for a client that does not read")
+    # Bounds of the gRPC side (blockx.adapters.grpc_limits).
+    grpc_max_message_bytes: int = _f(64 * MiB, env="WORKER_GRPC_MAX_MESSAGE_BYTES",
+                                     doc="largest gRPC message sent or received; a larger result is not delivered")
+    grpc_max_concurrent_streams: int = _f(1_000, env="WORKER_GRPC_MAX_CONCURRENT_STREAMS",
+                                          doc="HTTP/2 streams (RPCs) at once on one client connection")
+    grpc_max_concurrent_rpcs: int = _f(10_000, env="WORKER_GRPC_MAX_CONCURRENT_RPCS",
+                                       doc="RPCs in progress across all connections; past it RESOURCE_EXHAUSTED")
+    grpc_max_connections: int = _f(1_000, env="WORKER_GRPC_MAX_CONNECTIONS",
+                                   doc="client connections at once; a connection past it is closed")
+    max_task_sessions: int = _f(1_000, env="MAX_TASK_SESSIONS", doc="TaskSession streams open at once")
+    max_watch_streams: int = _f(1_000, env="MAX_WATCH_STREAMS", doc="WatchTasks streams open at once")
+    watch_max_pending_updates: int = _f(65_536, env="WATCH_MAX_PENDING_UPDATES",
+                                        doc="WatchTasks: updates queued for a client that does not read")
     executor_restart_enabled: bool = _f(True, env="EXECUTOR_RESTART_ENABLED")
     executor_restart_delay_ms: int = _f(1000)
     executor_max_restarts: int = _f(10)
@@ -311,6 +330,10 @@ class WorkerFullConfig:
             "default_base_backoff_ms": self.worker.default_base_backoff_ms,
             "default_retry_jitter_percent": self.worker.default_retry_jitter_percent,
             "function_snapshot_retention_ms": self.function_snapshot_retention_ms,
+            "max_slot_ttl_ms": self.worker.max_slot_ttl_ms,
+            "max_payload_bytes": self.worker.max_payload_bytes,
+            "max_result_handler_config_bytes": self.worker.max_result_handler_config_bytes,
+            "max_instance_id_bytes": self.worker.max_instance_id_bytes,
         })
 
     def admission_config(self) -> AdmissionConfig:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from blockx.adapters.trace_recorder import MIN_MAX_EVENTS as MIN_TRACE_EVENTS, RETAINED_FLOOR_EVENTS
 from blockx.app.addresses import split_host_port
 from blockx.app.config_fields import env_vars_of, json_name
-from blockx.core.config import ADMISSION_RULES, CONFIG_RULES, deadline_problem, retention_problem
+from blockx.core.config import ADMISSION_RULES, CONFIG_RULES, deadline_problem, retention_problem, ttl_problem
 from blockx.core.config_rules import Rule, Wording, check
 from blockx.core.dispatcher_config import DISPATCHER_RULES
 from blockx.plugins.data.urls import parse_source_url
@@ -48,6 +48,13 @@ APP_RULES = (
     Rule("grpc_keepalive_timeout_ms", 1),
     Rule("session_max_pending_events", 1),
     Rule("session_max_pending_bytes", 1),
+    Rule("grpc_max_message_bytes", 64 * 1024, 2**31 - 1, note="grpc takes a 32-bit size"),
+    Rule("grpc_max_concurrent_streams", 1),
+    Rule("grpc_max_concurrent_rpcs", 1),
+    Rule("grpc_max_connections", 1),
+    Rule("max_task_sessions", 1),
+    Rule("max_watch_streams", 1),
+    Rule("watch_max_pending_updates", 1),
     Rule("executor_restart_delay_ms", 0),
     Rule("executor_max_restarts", 0),
     Rule("executor_restart_window_ms", 1),
@@ -127,7 +134,8 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
         both = section((cfg.worker, "worker."), (cfg, "")).name
         for problem in (deadline_problem(cfg.worker.task_deadline_ms, cfg.worker.max_task_timeout_ms, both),
                         retention_problem(cfg.function_snapshot_retention_ms, cfg.worker.max_task_timeout_ms,
-                                          both)):
+                                          both),
+                        ttl_problem(cfg.worker.default_ttl_ms, cfg.worker.max_slot_ttl_ms, both)):
             if problem:
                 out.append(problem)
     check(cfg.admission, ADMISSION_RULES, section((cfg.admission, "admission.")), out)

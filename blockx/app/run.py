@@ -30,6 +30,7 @@ from blockx.adapters.etcd_publisher import EtcdPublisher
 from blockx.adapters.executor.adapter import ExecutorAdapter
 from blockx.adapters.executor.pool import PoolManager
 from blockx.adapters.executor.sandbox import Sandbox, SandboxLimits
+from blockx.adapters.grpc_limits import GrpcLimits
 from blockx.adapters.grpc_server import build_server, set_health
 from blockx.adapters.metrics import Metrics
 from blockx.adapters.orchestrator import Orchestrator, wall_ms
@@ -226,7 +227,8 @@ class Worker:
             self.orch, listen_addr=cfg.grpc_listen_addr(), keepalive_time_ms=cfg.grpc_keepalive_time_ms,
             keepalive_timeout_ms=cfg.grpc_keepalive_timeout_ms, metrics=metrics,
             session_max_pending_events=cfg.session_max_pending_events,
-            session_max_pending_bytes=cfg.session_max_pending_bytes, tls=self.tls, status=status)
+            session_max_pending_bytes=cfg.session_max_pending_bytes, tls=self.tls, status=status,
+            limits=GrpcLimits.from_config(cfg))
         await set_health(self.health, False)
         self.worker_addr = cfg.resolved_worker_addr(port)
         self.publisher = EtcdPublisher(

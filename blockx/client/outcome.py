@@ -54,7 +54,9 @@ class TaskOutcome:
 
     @property
     def ok(self) -> bool:
-        return self.state == "SUCCEEDED"
+        """Succeeded, with its outputs here (RESULT_TOO_LARGE: the task succeeded but
+        its outputs were too large for one message and are not in ``outputs``)."""
+        return self.state == "SUCCEEDED" and self.failure_code != "RESULT_TOO_LARGE"
 
     @property
     def is_terminal(self) -> bool:

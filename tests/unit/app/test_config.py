@@ -62,6 +62,17 @@ SPEC_ENV_VARS = {
     "LOG_LEVEL": "logLevel",
     "SESSION_MAX_PENDING_EVENTS": "sessionMaxPendingEvents",
     "SESSION_MAX_PENDING_BYTES": "sessionMaxPendingBytes",
+    "MAX_SLOT_TTL_MS": "worker.maxSlotTtlMs",
+    "MAX_PAYLOAD_BYTES": "worker.maxPayloadBytes",
+    "MAX_RESULT_HANDLER_CONFIG_BYTES": "worker.maxResultHandlerConfigBytes",
+    "MAX_INSTANCE_ID_BYTES": "worker.maxInstanceIdBytes",
+    "WORKER_GRPC_MAX_MESSAGE_BYTES": "grpcMaxMessageBytes",
+    "WORKER_GRPC_MAX_CONCURRENT_STREAMS": "grpcMaxConcurrentStreams",
+    "WORKER_GRPC_MAX_CONCURRENT_RPCS": "grpcMaxConcurrentRpcs",
+    "WORKER_GRPC_MAX_CONNECTIONS": "grpcMaxConnections",
+    "MAX_TASK_SESSIONS": "maxTaskSessions",
+    "MAX_WATCH_STREAMS": "maxWatchStreams",
+    "WATCH_MAX_PENDING_UPDATES": "watchMaxPendingUpdates",
     # isolation and trust (issue 14)
     "EXECUTOR_BUDGET_PREEMPT_MS": "executorBudgetPreemptMs",
     "EXECUTOR_CALL_BATCH": "executorCallBatch",
@@ -105,7 +116,12 @@ def test_defaults_match_the_spec_tables():
         "taskSlots": 50, "defaultTTLMs": 5000, "taskDeadlineMs": 300000, "maxTaskTimeoutMs": 28800000,
         "resultRetentionMs": 300000, "watchDisconnectGraceMs": 0, "defaultMaxAttempts": 3,
         "defaultBaseBackoffMs": 10, "defaultRetryJitterPercent": 5,
+        "maxSlotTtlMs": 600000, "maxPayloadBytes": 16 * 1024 * 1024,
+        "maxResultHandlerConfigBytes": 1024 * 1024, "maxInstanceIdBytes": 256,
     }
+    assert (d["grpcMaxMessageBytes"], d["grpcMaxConcurrentStreams"], d["grpcMaxConcurrentRpcs"],
+            d["grpcMaxConnections"], d["maxTaskSessions"], d["maxWatchStreams"],
+            d["watchMaxPendingUpdates"]) == (64 * 1024 * 1024, 1000, 10000, 1000, 1000, 1000, 65536)
     assert d["admission"] == {"builderSlots": 16, "executorTaskSlots": 32, "pluginSlots": 16, "scanSlots": 8}
     assert d["streamBuild"] == {"enabled": False, "maxOutstandingBatches": 2, "batchMaxRows": 8192,
                                 "batchMaxArgsBytes": 32 * 1024 * 1024}
