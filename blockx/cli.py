@@ -128,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except CLIError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from blockx.cli_text import term_safe   # may quote a worker's or etcd's message
+        print(f"error: {term_safe(exc, keep_newlines=True)}", file=sys.stderr)
         return EXIT_ERROR
     except BrokenPipeError:
         return EXIT_ERROR
