@@ -61,11 +61,11 @@ log = logging.getLogger("blockx.metrics")
 SLOT_STATES = ("free", "allocated", "running")
 _NO_SLOTS = dict.fromkeys(SLOT_STATES, 0)   # until slots_fn (WorkerCore's counts) is wired
 ETCD_STATES = ("idle", "disabled", "registering", "registered", "retrying", "deregistered")
-# Task phases last from a millisecond (a cached callList) to hours (MaxTaskTimeoutMs 8h).
 # The error kinds and task outcomes the Worker, its cores and the SDK produce
 # themselves: always their own series, whatever else executors send.
 KNOWN_ERROR_KINDS = (*_msg.DEFAULT_RETRYABLE, _msg.IO_ERROR, _msg.SUBCALL_FAILED, "AUDIT_REJECTED", "ABORTED")
 KNOWN_TASK_STATES = ("SUCCEEDED", "FAILED")
+# Task phases last from a millisecond (a cached callList) to hours (MaxTaskTimeoutMs 8h).
 PHASE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                  5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 28800.0)
 

@@ -163,3 +163,20 @@ def test_the_state_dir_and_its_database_are_private_whatever_the_umask(tmp_path)
         assert stat.S_IMODE(os.stat(sock_dir).st_mode) == 0o700
     finally:
         w.stop()
+
+
+def test_top_on_a_real_terminal_shows_the_workers_strings_escaped(start_worker, tmp_path):
+    # The worker's address is a string the worker sends; here it carries a screen
+    # clear and a colour change. In tmux, the raw sequence would clear the pane
+    # and the literal text would never show; escaped, it reads as sent.
+    from tests.e2e.test_top import _top, _wait_rc
+
+    w = start_worker({"WORKER_ADDR": f"w{ESC}[2J{ESC}[8mhidden:8081"}, executors=1)
+    tmux, rc = _top(w, tmp_path, "evil", 120, 30)
+    try:
+        screen = tmux.wait_screen(lambda t: "HEALTHY" in t, what="the executor")
+        assert "worker w\\x1b[2J\\x1b[8mhidden:8081" in screen, screen
+        tmux.keys("q")
+        assert _wait_rc(rc) == "0"
+    finally:
+        tmux.kill()
