@@ -11,21 +11,25 @@
   line: tests/unit/app/test_cli_text.py).
 - The state directory and the DuckDB file in it are private whatever the umask.
 
-Each case fails on the code before the change (examples and devstub served by
-default, one series per error kind, raw ESC on the terminal, 0777/0666 under
-umask 0)."""
+Each attack case fails on the code before the change (examples and devstub
+served by default, one series per error kind, raw ESC on the terminal, 0777/0666
+under umask 0). The dev-profile and README cases guard the other side: what a
+new user types (the tour on `dev`, the examples named on `block`) still runs."""
 import asyncio
 import json
 import os
 import re
+import shlex
 import stat
+import subprocess
+import sys
 
 import aetcd
 import pytest
 
 from blockx.cli import main
 from tests.support.etcd import EtcdServer
-from tests.support.worker import WorkerProcess, outputs
+from tests.support.worker import ROOT, WorkerProcess, outputs
 from blockx.worker.v1 import worker_pb2 as pb
 
 pytestmark = pytest.mark.e2e
@@ -180,3 +184,44 @@ def test_top_on_a_real_terminal_shows_the_workers_strings_escaped(start_worker, 
         assert _wait_rc(rc) == "0"
     finally:
         tmux.kill()
+
+
+def _readme_sh_blocks(after: str) -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    return re.findall(r"```sh\n(.*?)```", readme.split(after, 1)[1], re.S)
+
+
+def _cli(w, args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "blockx", args[0], "--addr", f"127.0.0.1:{w.port}", *args[1:]],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+
+
+def test_the_readme_tour_submits_run_on_the_dev_profile_without_functions_dir():
+    serve, first, more = _readme_sh_blocks("## A 5-minute tour")[:3]
+    assert 'ARGS="--profile dev"' in serve and "FUNCTIONS_DIR" not in serve
+    w = _without_function_source("dev")
+    try:
+        w.start()
+        submits = [shlex.split(line, comments=True) for line in (first + more).splitlines()
+                   if line.startswith(".venv/bin/blockx submit") and "--slot" not in line]
+        assert len(submits) >= 4
+        for cmd in submits:
+            r = _cli(w, cmd[1:])
+            want = 3 if any(t.startswith("fail:") for t in cmd) else 0     # the tour's failing call exits 3
+            assert r.returncode == want, (cmd, r.stdout, r.stderr)
+    finally:
+        w.stop()
+
+
+def test_the_readme_command_for_the_examples_on_the_block_profile_runs():
+    block = next(b for b in _readme_sh_blocks("To run\nthe examples on a production profile") if "make serve" in b)
+    cmd = shlex.split(block, comments=True)
+    env = dict(a.split("=", 1) for a in cmd if "=" in a)
+    assert cmd[-2:] == ["make", "serve"] and env["FUNCTIONS_DIR"] == "blockx/examples/functions"
+    w = WorkerProcess({**env, "FUNCTIONS_DIR": str(ROOT / env["FUNCTIONS_DIR"])}, profile="block")
+    try:
+        w.start()
+        r = _cli(w, ["submit", "--calls", "add:1,2", "--compact"])
+        assert r.returncode == 0 and json.loads(r.stdout)["result"]["outputs"] == [3], r.stdout + r.stderr
+    finally:
+        w.stop()
