@@ -49,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Run a Worker. Configuration: defaults -> profile -> WORKER_CONFIG JSON file "
         "(or --config) -> environment variables."))
     s.add_argument("--profile", choices=tuple(PROFILES), default=os.environ.get("BLOCKX_PROFILE", "block"),
-                   help="deployment profile: block, bundle, or dev (block plus the dev stubs) "
-                        "(default: $BLOCKX_PROFILE or block)")
+                   help="deployment profile: block, bundle, or dev (block plus the dev stubs, the example "
+                        "functions and the devstub IO backend) (default: $BLOCKX_PROFILE or block)")
     s.add_argument("--config", metavar="FILE", default=None,
                    help="JSON configuration file (takes the place of $WORKER_CONFIG)")
     s.add_argument("--print-config", action="store_true",
@@ -128,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except CLIError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from blockx.cli_text import term_safe   # may quote a worker's or etcd's message
+        print(f"error: {term_safe(exc, keep_newlines=True)}", file=sys.stderr)
         return EXIT_ERROR
     except BrokenPipeError:
         return EXIT_ERROR

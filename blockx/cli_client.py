@@ -135,7 +135,8 @@ def _client_command(fn):
             with connect(ns.addr, connect_timeout_s=ns.rpc_timeout, tls=tls_from_args(ns)) as client:
                 return fn(ns, client, out)
         except BlockxError as exc:
-            print(f"error: {exc.code.name}: {exc.message}", file=sys.stderr)
+            from blockx.cli_text import term_safe   # the worker's message, escaped for the terminal
+            print(f"error: {exc.code.name}: {term_safe(exc.message, keep_newlines=True)}", file=sys.stderr)
             return EXIT_ERROR
         except TLSFileError as exc:
             raise CLIError(str(exc)) from None

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from blockx.cli_exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, CLIError
+from blockx.cli_text import term_safe
 
 DEFAULT_ETCD = "127.0.0.1:2379"
 DEFAULT_WORKERS_PREFIX = "/blockx/workers/"
@@ -117,12 +118,13 @@ async def read_prefix(endpoints: str, prefix: str, timeout: float = 5.0):
 
 
 def workers_table(workers, now_ms: int | None = None) -> str:
-    """The table `blockx workers` prints, from WorkerInfo objects."""
+    """The table `blockx workers` prints, from WorkerInfo objects (addresses escaped
+    for the terminal: they are etcd keys, which anyone with write access chose)."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     rows = [("ADDRESS", "READY", "DRAINING", "SLOTS FREE/TOTAL", "EXECUTORS OK/TOTAL", "HEARTBEAT AGE")]
     for w in sorted(workers, key=lambda w: w.addr):
         age = w.heartbeat_age_ms(now_ms)
-        rows.append((w.addr, "yes" if w.ready else "no", "yes" if w.draining else "no",
+        rows.append((term_safe(w.addr), "yes" if w.ready else "no", "yes" if w.draining else "no",
                      f"{w.free_slots}/{w.task_slots}", f"{w.executors_healthy}/{w.executors_total}",
                      "?" if age < 0 else f"{age / 1000:.1f}s"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -238,10 +240,11 @@ def cmd_functions_list(ns: argparse.Namespace, out: TextIO | None = None) -> int
     if ns.json:
         out.write(json.dumps({"revision": revision, "functions": rows}, indent=2) + "\n")
         return EXIT_OK
-    width = max([len("FUNCTION")] + [len(r["functionId"]) for r in rows])
+    ids = [term_safe(r["functionId"]) for r in rows]
+    width = max([len("FUNCTION")] + [len(i) for i in ids])
     out.write(f"{'FUNCTION'.ljust(width)}  {'SHA256':64}  BYTES\n")
-    for r in rows:
-        out.write(f"{r['functionId'].ljust(width)}  {r['digest']}  {r['bytes']}\n")
+    for fid, r in zip(ids, rows):
+        out.write(f"{fid.ljust(width)}  {r['digest']}  {r['bytes']}\n")
     out.write(f"{len(rows)} function(s) at revision {revision}\n")
     return EXIT_OK
 
@@ -286,5 +289,5 @@ async def _submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> in
             dump(shown(outcome), ns.compact, out)
             return exit_for(outcome.state)
     except BlockxError as exc:
-        print(f"error: {exc.code.name}: {exc.message}", file=sys.stderr)
+        print(f"error: {exc.code.name}: {term_safe(exc.message, keep_newlines=True)}", file=sys.stderr)
         return EXIT_ERROR

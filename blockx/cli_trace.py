@@ -12,6 +12,7 @@ from typing import TextIO
 
 from blockx.cli_client import _client_command
 from blockx.cli_exit import EXIT_OK, CLIError
+from blockx.cli_text import term_safe
 
 
 def add_parser(sub, client: argparse.ArgumentParser) -> None:
@@ -35,10 +36,10 @@ def _trace(ns: argparse.Namespace, client, out: TextIO) -> int:
         out.write(tr.chrome_trace_json.decode())
         out.write("\n")
         out.flush()
-    notes = [tr.state, "complete" if tr.complete else "still running",
+    notes = [term_safe(tr.state), "complete" if tr.complete else "still running",
              f"sampled: about 1 call in {tr.sample_every} kept" if tr.sampled else "",
              f"{tr.events_dropped} events dropped" if tr.events_dropped else ""]
-    print(f"trace of task {tr.task_id}: {tr.events_recorded} events ({', '.join(n for n in notes if n)})",
+    print(f"trace of task {term_safe(tr.task_id)}: {tr.events_recorded} events ({', '.join(n for n in notes if n)})",
           file=sys.stderr)
     return EXIT_OK
 

@@ -69,8 +69,10 @@ _DISPATCHER = _defaults(DispatcherConfig)
 
 
 def default_functions_dir() -> str:
-    """The example functions shipped inside the package, so a new user can run a
-    task at once."""
+    """The example functions shipped inside the package: the dev profile's
+    functionsDir, so a new user can run a task at once. The production profiles
+    have none unless it is configured (an example such as `sql_query` runs any
+    read-only query a client sends on any configured data source)."""
     return str(Path(__file__).resolve().parent.parent / "examples" / "functions")
 
 
@@ -137,7 +139,7 @@ class DispatcherSection:
 
 @dataclass
 class IOBackendSection:
-    enabled: bool = _f(True)
+    enabled: bool = _f(False, doc="devstub: off in the production profiles, on in dev")
     concurrency: int = _f(64, doc="requests served at once across all tasks")
     timeout_ms: int = _f(0, doc="timeout of one backend request; 0 = phaseIoTimeoutMs")
 
@@ -228,7 +230,8 @@ class WorkerFullConfig:
                                              "without yielding, checking every N ms; 0 = only the wedge backstop")
     function_snapshot_retention_ms: int = _f(_WORKER["function_snapshot_retention_ms"],
                                              env="FUNCTION_SNAPSHOT_RETENTION_MS", doc="0 = maxTaskTimeoutMs + 10s")
-    functions_dir: str = _f(default_factory=default_functions_dir, env="FUNCTIONS_DIR")
+    functions_dir: str = _f("", env="FUNCTIONS_DIR",
+                            doc="<functionId>.py files; empty: none (dev profile: the shipped examples)")
     functions_source: str = _f("dir", env="FUNCTIONS_SOURCE",
                                doc='"dir" (functionsDir) or "etcd" (keys under functionsEtcdPrefix)')
     functions_etcd_prefix: str = _f("/blockx/functions/", env="FUNCTIONS_ETCD_PREFIX")

@@ -149,9 +149,8 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
                    f"{ETCD_LEASE_TTL_MS // 1000} s etcd lease TTL, or the registration expires "
                    "between heartbeats (2000 is the recommended production value)")
 
-    if not cfg.functions_dir:
-        out.append(f"{name('functionsDir')} must not be empty")
-    elif not os.path.isdir(cfg.functions_dir):
+    # Empty is allowed: a production Worker serves no function until one is configured.
+    if cfg.functions_dir and not os.path.isdir(cfg.functions_dir):
         out.append(f"{name('functionsDir')} {cfg.functions_dir!r} is not a directory")
 
     out.extend(_function_source_violations(cfg, name))

@@ -126,6 +126,7 @@ class DuckSource:
     def _connect(self) -> duckdb.DuckDBPyConnection:
         with self._open_lock:
             if self._db is None:
+                created = self.path != MEMORY and not os.path.exists(self.path)
                 if self.path != MEMORY:
                     os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
                 try:
@@ -146,6 +147,8 @@ class DuckSource:
                         self._db = db
                 except duckdb.Error as exc:
                     raise DataSourceError(f"source {self.name!r}: cannot open DuckDB: {exc}") from None
+                if created:
+                    os.chmod(self.path, 0o600)      # DuckDB creates it with the umask's mode
             return self._db
 
     def cursor(self) -> duckdb.DuckDBPyConnection:

@@ -51,6 +51,7 @@ SPEC_ENV_VARS = {
     "SHADOW_SUBMIT_TARGET_ADDR": "shadowSubmitTargetAddr",
     "SHADOW_SUBMIT_SAMPLE_RATE": "shadowSubmitSampleRate",
     "IO_DEVSTUB_CONCURRENCY": "ioBackends.devstub.concurrency",
+    "IO_DEVSTUB_ENABLED": "ioBackends.devstub.enabled",
     "SQL_IO_TIMEOUT_MS": "ioBackends.sql.timeoutMs",
     "SQL_IO_MAX_ROWS": "ioBackends.sql.maxRows",
     "SQL_IO_MAX_RESULT_BYTES": "ioBackends.sql.maxResultBytes",
@@ -139,10 +140,10 @@ def test_defaults_match_the_spec_tables():
     assert (d["executorRestartDelayMs"], d["executorMaxRestarts"], d["executorRestartWindowMs"],
             d["executorBackoffMs"], d["executorHeartbeatTimeoutMs"]) == (1000, 10, 60000, 30000, 10000)
     assert d["functionSnapshotRetentionMs"] == 0
-    assert os.path.isfile(os.path.join(d["functionsDir"], "add.py"))
+    assert d["functionsDir"] == ""           # no function until one is configured (dev: the examples)
     assert d["metricsListen"] == "127.0.0.1:9464"
     assert (d["shadowSubmitTargetAddr"], d["shadowSubmitSampleRate"]) == ("", 0.0)
-    assert d["ioBackends"] == {"devstub": {"enabled": True, "concurrency": 64, "timeoutMs": 0},
+    assert d["ioBackends"] == {"devstub": {"enabled": False, "concurrency": 64, "timeoutMs": 0},
                                "sql": {"enabled": True, "concurrency": 8, "timeoutMs": 5000, "maxRows": 10000,
                                        "maxResultBytes": 8 * 1024 * 1024}}
     assert d["dataSources"] == {}
@@ -516,7 +517,6 @@ VIOLATIONS = [
     (dict(function_snapshot_retention_ms=1000),
      "functionSnapshotRetentionMs (FUNCTION_SNAPSHOT_RETENTION_MS) (1000) must be 0 (= maxTaskTimeoutMs + 10s) "
      "or >= worker.maxTaskTimeoutMs"),
-    (dict(functions_dir=""), "functionsDir (FUNCTIONS_DIR) must not be empty"),
     (dict(functions_dir="/nonexistent/dir"), "functionsDir (FUNCTIONS_DIR) '/nonexistent/dir' is not a directory"),
     (dict(functions_source="git"), "functionsSource (FUNCTIONS_SOURCE) must be one of dir, etcd (got 'git')"),
     (dict(functions_source="etcd", etcd_endpoints=[]),
