@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from blockx.cli_client import (add_tls_arguments, cmd_result, cmd_slot, cmd_submit, cmd_watch, decode_json_bytes, response_to_json,
                                result_to_json, state_name)
 from blockx.cli_exit import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, CLIError
-from blockx.app.profile import PROFILES
+from blockx import __version__
+from blockx.app.profile_names import PROFILE_NAMES
 from blockx.cli_task import POLICIES, parse_call, task_from_args, task_from_json
 
 __all__ = [
@@ -42,13 +43,15 @@ DEFAULT_RPC_TIMEOUT_S = 10.0
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="blockx", description="BlockX Worker: serve, or talk to a running worker.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                   help="print the version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
     s = sub.add_parser("serve", help="run a Worker", description=(
         "Run a Worker. Configuration: defaults -> profile -> WORKER_CONFIG JSON file "
         "(or --config) -> environment variables."))
-    s.add_argument("--profile", choices=tuple(PROFILES), default=os.environ.get("BLOCKX_PROFILE", "block"),
+    s.add_argument("--profile", choices=PROFILE_NAMES, default=os.environ.get("BLOCKX_PROFILE", "block"),
                    help="deployment profile: block, bundle, or dev (block plus the dev stubs) "
                         "(default: $BLOCKX_PROFILE or block)")
     s.add_argument("--config", metavar="FILE", default=None,
@@ -138,6 +141,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
+    from blockx.extras import MissingExtra, require
+
+    try:
+        require("worker", "`blockx serve`")
+    except MissingExtra as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     from blockx.app.config import ConfigError, load_config
     from blockx.app.profile import ProfileError, get_profile
 

@@ -81,8 +81,7 @@ async def _kv(endpoints: str, fn, timeout: float):
     import grpc
     from aetcd import rpc
 
-    from blockx.adapters.etcd_publisher import parse_endpoints
-    from blockx.adapters.etcd_watch import etcd_target
+    from blockx.etcd.endpoints import etcd_target, parse_endpoints
 
     try:
         eps = parse_endpoints(endpoints)
@@ -104,7 +103,7 @@ async def read_prefix(endpoints: str, prefix: str, timeout: float = 5.0):
     """(revision, [(key, value, mod_revision), ...]) of every key under ``prefix``."""
     from aetcd import rpc
 
-    from blockx.adapters.etcd_watch import prefix_range_end
+    from blockx.etcd.prefix_watch import prefix_range_end
 
     async def go(kv, t):
         r = await kv.Range(rpc.RangeRequest(key=prefix.encode(), range_end=prefix_range_end(prefix.encode())),

@@ -148,6 +148,14 @@ def _status(ns: argparse.Namespace, client, out: TextIO) -> int:
         out.write(json.dumps(status_to_json(st), indent=None if ns.compact else 2) + "\n")
         out.flush()
         return EXIT_OK
+    from blockx.extras import has
+
+    if not has("cli"):        # a client install without rich: the same, as plain text
+        from blockx.cli_status_text import status_text
+
+        out.write(status_text(st))
+        out.flush()
+        return EXIT_OK
     from rich.console import Console
 
     Console(file=out, width=max(80, _width(out)), highlight=False).print(render_status(st))
