@@ -21,8 +21,12 @@ PHASES = ("PREPARING", "BUILDER", "CALLS", "PLUGIN")
 
 
 def add_parsers(sub, client: argparse.ArgumentParser) -> None:
+    from blockx.cli_help import RAW, epilog
+
     st = sub.add_parser("status", parents=[client], help="show a worker's status (slots, tasks, executors)",
-                        description="Print GetWorkerStatus of one worker: a table, or JSON with --json.")
+                        description="Print GetWorkerStatus of one worker: a table, or JSON with --json.",
+                        epilog=epilog("blockx status --worker 127.0.0.1:8081", "blockx status --json --compact"),
+                        **RAW)
     st.add_argument("--worker", dest="addr", default=argparse.SUPPRESS, metavar="ADDR",
                     help="worker address host:port (same as --addr)")
     st.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -30,7 +34,9 @@ def add_parsers(sub, client: argparse.ArgumentParser) -> None:
 
     top = sub.add_parser("top", parents=[client], help="show a worker's status live, like top (q quits)",
                          description="Refresh GetWorkerStatus of one worker on the terminal: header, "
-                                     "task and call rates, executors. Quit with q or Ctrl-C.")
+                                     "task and call rates, executors. Quit with q or Ctrl-C. Needs rich "
+                                     "(pip install 'blockx-worker[cli]').",
+                         epilog=epilog("blockx top --worker 127.0.0.1:8081 --interval 2"), **RAW)
     top.add_argument("--worker", dest="addr", default=argparse.SUPPRESS, metavar="ADDR",
                      help="worker address host:port (same as --addr)")
     top.add_argument("--interval", type=float, default=1.0, metavar="S",
