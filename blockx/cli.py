@@ -92,8 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--result-config", default=None, metavar="JSON|@FILE", help="writer plugin config (JSON)")
     sm.add_argument("--timeout-ms", type=int, default=None, help="task timeout (0: the worker's default)")
     sm.add_argument("--policy", default=None, choices=tuple(POLICIES),
-                    help="call failure policy: fast-fail (the first failed call fails the task), continue "
-                         "(every call runs), or unspecified (the worker's default)")
+                    help="call failure policy: fast-fail (a call that fails for good, retries spent, stops "
+                         "the task's other calls), continue (every call runs), or unspecified (the "
+                         "worker's default)")
     sm.add_argument("--max-attempts", type=int, default=None, help="call retry: max attempts")
     sm.add_argument("--base-backoff-ms", type=int, default=None, help="call retry: base backoff")
     sm.add_argument("--jitter-percent", type=int, default=None, help="call retry: jitter percent (0..5)")

@@ -20,7 +20,10 @@ import pytest
 from blockx import __version__
 from tests.support.worker import WorkerProcess
 
-pytestmark = pytest.mark.e2e
+# About 3.5 minutes on an idle 2-core machine, most of it compiling the extensions
+# for the wheel; the fixture's build counts against each test's timeout, so the
+# limit leaves room for a loaded machine.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PYX = sorted(p.stem for p in (ROOT / "blockx" / "_fast").glob("*.pyx"))
 WORKER_ONLY = ("uvloop", "greenlet", "orjson", "duckdb", "asyncpg", "prometheus_client", "rich")
