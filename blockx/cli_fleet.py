@@ -53,22 +53,37 @@ def add_parsers(sub, client_parent: argparse.ArgumentParser) -> None:
                       help=f"etcd endpoints, comma-separated (default: $BLOCKX_ETCD or {DEFAULT_ETCD})")
     etcd.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="etcd request deadline")
 
-    w = sub.add_parser("workers", parents=[etcd], help="list the workers registered in etcd")
+    from blockx.cli_completion import directory
+    from blockx.cli_help import RAW, epilog
+
+    w = sub.add_parser("workers", parents=[etcd], help="list the workers registered in etcd", description=(
+        "Print one row per Worker registered under --prefix: address, ready, draining, free / total "
+        "slots, healthy / total executors, heartbeat age; --watch redraws it on every change."),
+        epilog=epilog("blockx workers --etcd 127.0.0.1:2379", "blockx workers --watch"), **RAW)
     w.add_argument("--prefix", default=DEFAULT_WORKERS_PREFIX, help="registry prefix (default: %(default)s)")
     w.add_argument("--watch", action="store_true", help="keep the table on screen, refreshed in place")
     w.add_argument("--json", action="store_true", help="print the heartbeats as JSON")
     w.set_defaults(func=cmd_workers)
 
-    f = sub.add_parser("functions", help="function code in etcd (FUNCTIONS_SOURCE=etcd)")
+    f = sub.add_parser("functions", help="function code in etcd (FUNCTIONS_SOURCE=etcd)", description=(
+        "Upload or list the function code that Workers with FUNCTIONS_SOURCE=etcd serve."),
+        epilog=epilog("blockx functions push ./functions", "blockx functions list --json"), **RAW)
     fsub = f.add_subparsers(dest="functions_command", metavar="SUBCOMMAND")
     fsub.required = True
-    push = fsub.add_parser("push", parents=[etcd], help="upload every <id>.py of DIR in one transaction")
-    push.add_argument("directory", metavar="DIR")
+    push = fsub.add_parser("push", parents=[etcd], help="upload every <id>.py of DIR in one transaction",
+                           description=(
+        "Upload every <id>.py of DIR to PREFIX<id> in one etcd transaction (all or nothing) and print the "
+        "new revision: the code epoch the Workers move to. Everything is checked first (UTF-8, function "
+        "ids, etcd's request size limit)."),
+        epilog=epilog("blockx functions push ./functions --etcd 127.0.0.1:2379"), **RAW)
+    directory(push.add_argument("directory", metavar="DIR", help="directory of <function id>.py files"))
     push.add_argument("--prefix", default=DEFAULT_FUNCTIONS_PREFIX, help="(default: %(default)s)")
     push.add_argument("--max-request-bytes", type=int, default=ETCD_MAX_REQUEST_BYTES,
                       help="etcd's request size limit (default: %(default)s, etcd's own default)")
     push.set_defaults(func=cmd_functions_push)
-    ls = fsub.add_parser("list", parents=[etcd], help="function ids, digests and sizes")
+    ls = fsub.add_parser("list", parents=[etcd], help="function ids, digests and sizes", description=(
+        "Print each function under --prefix: its id, the sha256 of its source and its size."),
+        epilog=epilog("blockx functions list", "blockx functions list --json"), **RAW)
     ls.add_argument("--prefix", default=DEFAULT_FUNCTIONS_PREFIX, help="(default: %(default)s)")
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.set_defaults(func=cmd_functions_list)
@@ -82,8 +97,7 @@ async def _kv(endpoints: str, fn, timeout: float):
     import grpc
     from aetcd import rpc
 
-    from blockx.adapters.etcd_publisher import parse_endpoints
-    from blockx.adapters.etcd_watch import etcd_target
+    from blockx.etcd.endpoints import etcd_target, parse_endpoints
 
     try:
         eps = parse_endpoints(endpoints)
@@ -105,7 +119,7 @@ async def read_prefix(endpoints: str, prefix: str, timeout: float = 5.0):
     """(revision, [(key, value, mod_revision), ...]) of every key under ``prefix``."""
     from aetcd import rpc
 
-    from blockx.adapters.etcd_watch import prefix_range_end
+    from blockx.etcd.prefix_watch import prefix_range_end
 
     async def go(kv, t):
         r = await kv.Range(rpc.RangeRequest(key=prefix.encode(), range_end=prefix_range_end(prefix.encode())),

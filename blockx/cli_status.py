@@ -22,8 +22,12 @@ PHASES = ("PREPARING", "BUILDER", "CALLS", "PLUGIN")
 
 
 def add_parsers(sub, client: argparse.ArgumentParser) -> None:
+    from blockx.cli_help import RAW, epilog
+
     st = sub.add_parser("status", parents=[client], help="show a worker's status (slots, tasks, executors)",
-                        description="Print GetWorkerStatus of one worker: a table, or JSON with --json.")
+                        description="Print GetWorkerStatus of one worker: a table, or JSON with --json.",
+                        epilog=epilog("blockx status --worker 127.0.0.1:8081", "blockx status --json --compact"),
+                        **RAW)
     st.add_argument("--worker", dest="addr", default=argparse.SUPPRESS, metavar="ADDR",
                     help="worker address host:port (same as --addr)")
     st.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -31,7 +35,9 @@ def add_parsers(sub, client: argparse.ArgumentParser) -> None:
 
     top = sub.add_parser("top", parents=[client], help="show a worker's status live, like top (q quits)",
                          description="Refresh GetWorkerStatus of one worker on the terminal: header, "
-                                     "task and call rates, executors. Quit with q or Ctrl-C.")
+                                     "task and call rates, executors. Quit with q or Ctrl-C. Needs rich "
+                                     "(pip install 'blockx-worker[cli]').",
+                         epilog=epilog("blockx top --worker 127.0.0.1:8081 --interval 2"), **RAW)
     top.add_argument("--worker", dest="addr", default=argparse.SUPPRESS, metavar="ADDR",
                      help="worker address host:port (same as --addr)")
     top.add_argument("--interval", type=float, default=1.0, metavar="S",
@@ -152,6 +158,14 @@ def _status(ns: argparse.Namespace, client, out: TextIO) -> int:
     st = client.status(timeout_s=ns.rpc_timeout)
     if ns.json:
         out.write(json.dumps(status_to_json(st), indent=None if ns.compact else 2) + "\n")
+        out.flush()
+        return EXIT_OK
+    from blockx.extras import has
+
+    if not has("cli"):        # a client install without rich: the same, as plain text
+        from blockx.cli_status_text import status_text
+
+        out.write(status_text(st))
         out.flush()
         return EXIT_OK
     from rich.console import Console

@@ -118,6 +118,12 @@ class _Keys:
 def cmd_top(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     if ns.interval <= 0:
         raise CLIError("--interval must be > 0")
+    from blockx.extras import MissingExtra, require
+
+    try:
+        require("cli", "`blockx top`")
+    except MissingExtra as exc:
+        raise CLIError(str(exc)) from None
     from blockx.cli_client import _client_command
 
     return _client_command(_top)(ns, out)

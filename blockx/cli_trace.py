@@ -16,11 +16,17 @@ from blockx.cli_text import term_safe
 
 
 def add_parser(sub, client: argparse.ArgumentParser) -> None:
+    from blockx.cli_completion import files
+    from blockx.cli_help import RAW, epilog
+
     t = sub.add_parser("trace", parents=[client], help="write a task's trace (Chrome trace-event JSON)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__, epilog=epilog("blockx trace t1 -o trace.json",
+                                                          "blockx trace t1 --worker 127.0.0.1:8081 > trace.json"),
+                       **RAW)
     t.add_argument("task_id", metavar="TASK_ID")
     t.add_argument("--worker", dest="addr", metavar="ADDR", default=argparse.SUPPRESS, help="the worker that ran the task (same as --addr)")
-    t.add_argument("-o", "--output", metavar="FILE", default=None, help="write the JSON to FILE instead of stdout")
+    files(t.add_argument("-o", "--output", metavar="FILE", default=None,
+                         help="write the JSON to FILE instead of stdout"))
     t.set_defaults(func=cmd_trace)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
+import json
 
 from blockx.worker.v1 import worker_pb2 as pb
 
@@ -25,8 +25,8 @@ def state_name(value: int) -> str:
 
 def _decode(raw: bytes) -> Any:
     try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        return json.loads(raw)
+    except ValueError:
         return raw
 
 

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
+import json
 
 from blockx.client.outcome import state_name
 from blockx.worker.v1 import worker_pb2 as pb
@@ -40,7 +40,7 @@ class TaskTrace:
 
     def chrome_trace(self) -> dict[str, Any]:
         """The parsed trace-event object ({"traceEvents": [...], "otherData": {...}})."""
-        return orjson.loads(self.chrome_trace_json)
+        return json.loads(self.chrome_trace_json)
 
     def events(self) -> list[dict[str, Any]]:
         return self.chrome_trace()["traceEvents"]
