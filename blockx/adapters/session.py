@@ -50,13 +50,14 @@ class SessionEnd(Exception):
 
 
 class Session:
-    __slots__ = ("_orch", "_subs", "_encoder", "_count", "_max_events", "_max_bytes", "_loop",
+    __slots__ = ("_orch", "_subs", "_encoder", "_count", "_caller", "_max_events", "_max_bytes", "_loop",
                  "_out", "_sizes", "_bytes", "_waiter", "_last", "_shown", "_eof", "_end", "overflowed")
 
     def __init__(self, orch, encoder: wire.TaskUpdateEncoder, count, *,
                  max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
-                 max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> None:
+                 max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES, caller=None) -> None:
         self._orch = orch
+        self._caller = caller                    # the stream's identity, resolved once (blockx.adapters.auth)
         self._subs = orch.subscriptions
         self._encoder = encoder
         self._count = count                      # (method, code) -> None: the RPC counter
@@ -96,10 +97,10 @@ class Session:
                 self._submit(rid, req.submit, req.follow)
             elif op == "request_slot":
                 r = req.request_slot
-                snap = orch.request_task_slot(r.task_id, r.ttl_ms)
+                snap = orch.request_task_slot(r.task_id, r.ttl_ms, self._caller)
                 self._emit(_SessionEvent(request_id=rid, slot=wire.slot_response(snap)))
             elif op == "get_result":
-                snap = orch.get_task_result(req.get_result.task_id)
+                snap = orch.get_task_result(req.get_result.task_id, self._caller)
                 self._emit(_SessionEvent(request_id=rid, result=wire.result_response(snap)),
                            _result_bytes(snap))
             elif op == "watch":
@@ -119,7 +120,7 @@ class Session:
 
     def _submit(self, rid: int, sub: pb.SubmitTaskRequest, follow: bool) -> None:
         req, shadow = wire.submit_request_from_pb(sub)
-        snap = self._orch.submit_task(req, shadow=shadow, raw_request=sub)
+        snap = self._orch.submit_task(req, shadow=shadow, raw_request=sub, caller=self._caller)
         self._emit(_SessionEvent(request_id=rid, submitted=wire.submit_response(snap)), _result_bytes(snap))
         if follow and not snap.is_terminal:
             tid = snap.task_id
@@ -135,7 +136,8 @@ class Session:
             raise InvalidArgumentError(f"{len(ids)} task_ids exceed the limit of {MAX_WATCH_TASK_IDS} "
                                        "per watch request; send several watch requests")
         get = self._orch.get_task_result
-        snaps = [get(tid) for tid in ids]         # NotFound for any id: nothing is watched
+        caller = self._caller
+        snaps = [get(tid, caller) for tid in ids]   # NotFound for any id (or another's): nothing is watched
         encode = self._encoder
         attach = []
         for snap in snaps:
