@@ -209,6 +209,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         if subs.closed:
             self._count("TaskSession", "UNAVAILABLE")
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the worker is shutting down")
+        # The client waits for this before its first write: a refusal above reaches it as
+        # its status, never raced by a write into a closed stream.
+        await context.send_initial_metadata(())
         session = Session(self._orch, self._encoder, self._count, caller=caller, **self._session_limits)
         subs.register(session)
         loop = asyncio.get_running_loop()

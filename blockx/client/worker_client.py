@@ -140,7 +140,24 @@ class WorkerClient:
         except Unavailable:
             await self._channel.close()
             raise
-        self._call = pb_grpc.WorkerServiceStub(self._channel).TaskSession(metadata=self._metadata)
+        self._call = call = pb_grpc.WorkerServiceStub(self._channel).TaskSession(metadata=self._metadata)
+        # The Worker answers a session it accepts with its initial metadata, and one it
+        # refuses (credentials, shutdown) with its status: wait for either before writing,
+        # so the refusal is what the caller gets.
+        try:
+            await asyncio.wait_for(call.initial_metadata(), self._connect_timeout_s)
+        except asyncio.TimeoutError:
+            call.cancel()
+            await self._channel.close()
+            raise Unavailable(f"the worker at {self.addr} did not answer the session within "
+                              f"{self._connect_timeout_s:g} s") from None
+        except grpc.RpcError:
+            pass                                  # the status below says why
+        if call.done():
+            code = await call.code()
+            details = await call.details()
+            await self._channel.close()
+            raise error_for(code, f"the worker at {self.addr} refused the session: {details}")
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._read_loop()), loop.create_task(self._write_loop())]
 
