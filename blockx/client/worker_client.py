@@ -29,6 +29,7 @@ from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 
 _TERMINAL = (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED)
+SESSION_ACCEPT_WAIT_S = 2.0
 DEFAULT_CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -143,19 +144,21 @@ class WorkerClient:
         self._call = call = pb_grpc.WorkerServiceStub(self._channel).TaskSession(metadata=self._metadata)
         # The Worker answers a session it accepts with its initial metadata, and one it
         # refuses (credentials, shutdown) with its status: wait for either before writing,
-        # so the refusal is what the caller gets.
+        # so the refusal is what the caller gets (grpc.aio lets a write that fails after
+        # the status replace it with INTERNAL). A Worker too old to send it answers only
+        # the first request: after SESSION_ACCEPT_WAIT_S the session goes ahead anyway.
         try:
-            await asyncio.wait_for(call.initial_metadata(), self._connect_timeout_s)
+            await asyncio.wait_for(asyncio.shield(call.initial_metadata()),
+                                   min(SESSION_ACCEPT_WAIT_S, self._connect_timeout_s))
         except asyncio.TimeoutError:
-            call.cancel()
-            await self._channel.close()
-            raise Unavailable(f"the worker at {self.addr} did not answer the session within "
-                              f"{self._connect_timeout_s:g} s") from None
+            pass
         except grpc.RpcError:
             pass                                  # the status below says why
         if call.done():
             code = await call.code()
             details = await call.details()
+            call.cancel()
+            await asyncio.sleep(0)                # let the call's own preparation task finish
             await self._channel.close()
             raise error_for(code, f"the worker at {self.addr} refused the session: {details}")
         loop = asyncio.get_running_loop()
