@@ -150,19 +150,29 @@ async def run_main_worker(ns, sizes: dict, report: dict) -> None:
 
 
 async def _bc_figures(ns, sizes: dict, w: BenchWorker, client: Client) -> dict:
-    """(b) and (c), unary and session, on one worker: the headline figure of each."""
+    """(b) and (c), unary and session, on one worker: the headline figure of each, and
+    the worker process's CPU time per task (less sensitive than wall time to what
+    else the shared machine runs)."""
     out = {}
+
+    async def cpu_per_task(label: str, n: int, coro) -> dict:
+        c0 = w.cpu_seconds()["worker"]
+        r = await coro
+        out[f"{label}_worker_cpu_us_per_task"] = round(1e6 * (w.cpu_seconds()["worker"] - c0) / n, 1)
+        return r
     if "b" in ns.only:
-        r = await sc.task_throughput(client, sizes["b_tasks"], sizes["b_inflight"], ns.b_max_outstanding,
-                                     ns.b_watch_batch, ns.b_watch_delay_ms, timeout=300)
+        n = sizes["b_tasks"]
+        r = await cpu_per_task("b", n, sc.task_throughput(client, n, sizes["b_inflight"], ns.b_max_outstanding,
+                                                          ns.b_watch_batch, ns.b_watch_delay_ms, timeout=300))
         out["b_tasks_per_s"] = r["tasks_per_s"]
-        r = await sc.session_task_throughput(w.addr, sizes["b_tasks"], sizes["b_inflight"], timeout=300,
-                                             token=w.token)
+        r = await cpu_per_task("b_session", n, sc.session_task_throughput(w.addr, n, sizes["b_inflight"],
+                                                                          timeout=300, token=w.token))
         out["b_session_tasks_per_s"] = r["tasks_per_s"]
     if "c" in ns.only:
-        r = await sc.latency(client, sizes["c_tasks"], timeout=300)
+        n = sizes["c_tasks"]
+        r = await cpu_per_task("c", n, sc.latency(client, n, timeout=300))
         out["c_p50_ms"], out["c_mean_ms"] = r["p50_ms"], r["mean_ms"]
-        r = await sc.session_latency(w.addr, sizes["c_tasks"], timeout=300, token=w.token)
+        r = await cpu_per_task("c_session", n, sc.session_latency(w.addr, n, timeout=300, token=w.token))
         out["c_session_p50_ms"], out["c_session_mean_ms"] = r["p50_ms"], r["mean_ms"]
     return out
 
