@@ -8,7 +8,7 @@ import pytest
 
 from blockx.adapters.auth_tokens import (TokenFileError, TokenStore, ensure_local_token, local_token_path,
                                          parse_tokens, read_tokens)
-from blockx.client.credentials import local_token, resolve_token
+from blockx.client.credentials import local_token
 
 A, B = "alice-token-0123456789", "bob-token-0123456789ab"
 
@@ -70,12 +70,4 @@ def test_local_token_is_0600_reused_and_found_by_the_client(tmp_path):
     os.chmod(path, 0o644)
     assert ensure_local_token(str(state)) == path and open(path).read().split()[1] == token
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    env = {"STATE_DIR": str(state)}
-    assert local_token(env) == token and resolve_token(env=env) == token
-    assert resolve_token(env={**env, "BLOCKX_TOKEN": "from-env"}) == "from-env"
-    assert resolve_token("explicit", env=env) == "explicit" and resolve_token(None, env=env) is None
-    assert resolve_token(env={"STATE_DIR": str(tmp_path / "elsewhere")}) is None
-    assert local_token({"XDG_STATE_HOME": str(tmp_path)}) is None
-    os.makedirs(tmp_path / "blockx")
-    ensure_local_token(str(tmp_path / "blockx"))
-    assert local_token({"XDG_STATE_HOME": str(tmp_path)}) is not None
+    assert local_token({"STATE_DIR": str(state)}) == token
