@@ -96,7 +96,7 @@ async def measure(which: str, args, tmp: str) -> dict:
     prefix = os.path.join(tmp, f"cg-{which}")
     w = CallgrindWorker(prefix, executors=2)
     await asyncio.to_thread(w.start)
-    client = Client(w.addr)
+    client = Client(w.addr, w.token)
     n = args.calls if which == "a" else args.subcalls_per_parent
     try:
         await sc.warm_up(client, ["add1", "subcall_loop", "io_loop"])

@@ -272,7 +272,7 @@ def cmd_submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> int:
 
 
 async def _submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> int:
-    from blockx.cli_client import response_to_json
+    from blockx.cli_client import response_to_json, token_from_args
     from blockx.client import BlockxError, Cluster
 
     def exit_for(state: str) -> int:
@@ -285,7 +285,8 @@ async def _submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> in
         return obj
 
     try:
-        async with Cluster(ns.etcd, ns.etcd_prefix, wait_for_worker_s=ns.rpc_timeout) as cluster:
+        async with Cluster(ns.etcd, ns.etcd_prefix, wait_for_worker_s=ns.rpc_timeout,
+                           token=token_from_args(ns)) as cluster:
             if ns.no_wait or ns.watch:
                 first = await cluster.submit(task=task, wait=False)
                 if ns.no_wait or first.is_terminal:

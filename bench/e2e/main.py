@@ -13,6 +13,11 @@ in-flight tasks (bench/e2e/fleet.py).
 sandbox should cost start-up time, not per-call time.
 (g) the bundle pipeline into DuckDB and PostgreSQL (a fresh worker and a
 throwaway PostgreSQL cluster).
+--auth token|none runs the workers with that WORKER_AUTH_MODE (default token,
+the Worker's default); --auth compare runs (b) and (c), unary and session, on
+a token worker and a none worker side by side, alternating which goes first
+in each of --auth-rounds rounds, and reports each mode's median and the
+difference.
 Prints ONE JSON object with every figure and the sizes used. The figures are
 for comparing builds on one machine: these machines are shared and noisy."""
 from __future__ import annotations
@@ -29,7 +34,7 @@ import uvloop
 
 from bench.e2e import scenarios as sc
 from bench.e2e.client import Client
-from bench.e2e.harness import BenchWorker, WorkerError
+from bench.e2e.harness import BENCH_TOKEN, BenchWorker, WorkerError
 from bench.e2e.profiling import format_table, top_entries
 
 ALL = ("a", "b", "c", "d", "e", "f", "g", "s")
@@ -71,6 +76,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="run each worker under cProfile, writing PREFIX-main.prof / PREFIX-rss.prof; "
                         "the top entries go to stderr and into the JSON")
     p.add_argument("--profile-top", type=int, default=25, help="entries per profile table (default 25)")
+    p.add_argument("--auth", choices=("token", "none", "compare"), default="token",
+                   help="WORKER_AUTH_MODE of the workers (default token); compare: (b) and (c) on a token and "
+                        "a none worker side by side, in alternating rounds")
+    p.add_argument("--auth-rounds", type=int, default=3, help="rounds of --auth compare (default 3)")
     p.add_argument("--timeout", type=float, default=600.0, help="bound of the whole run in seconds")
     ns = p.parse_args(argv)
     ns.only = [s.strip() for s in ns.only.split(",") if s.strip()]
@@ -79,6 +88,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--only takes a comma-separated subset of {','.join(ALL)}; got {bad or 'nothing'}")
     if ns.executors < 1 or ns.rss_executors < 1:
         p.error("--executors and --rss-executors must be at least 1")
+    if ns.auth == "compare" and (set(ns.only) - {"b", "c"} or ns.auth_rounds < 1):
+        p.error("--auth compare measures (b) and (c) only: use --only b,c (or one of them) and --auth-rounds >= 1")
     if not 0 < ns.b_max_outstanding <= 256:
         p.error("--b-max-outstanding must be within 1..256 (the worker has 256 task slots)")
     return ns
@@ -100,11 +111,11 @@ def compiled_extensions() -> dict:
 
 async def run_main_worker(ns, sizes: dict, report: dict) -> None:
     prof = f"{ns.cprofile}-main.prof" if ns.cprofile else None
-    w = BenchWorker(executors=ns.executors, cprofile_out=prof)
+    w = BenchWorker(executors=ns.executors, cprofile_out=prof, auth=ns.auth)
     t0 = time.perf_counter()
     await _start(w)
     report["worker"] = {"executors": ns.executors, "start_s": round(time.perf_counter() - t0, 3), "pid": w.pid}
-    client = Client(w.addr)
+    client = Client(w.addr, w.token)
     try:
         await sc.warm_up(client, ["add1", "add", "subcall_loop", "io_loop"])
         res = report["results"]
@@ -116,11 +127,11 @@ async def run_main_worker(ns, sizes: dict, report: dict) -> None:
                 client, sizes["b_tasks"], sizes["b_inflight"], ns.b_max_outstanding, ns.b_watch_batch,
                 ns.b_watch_delay_ms, timeout=300))
             res["b_session_task_throughput"] = await _with_cpu(w, sc.session_task_throughput(
-                w.addr, sizes["b_tasks"], sizes["b_inflight"], timeout=300))
+                w.addr, sizes["b_tasks"], sizes["b_inflight"], timeout=300, token=w.token))
         if "c" in ns.only:
             res["c_latency"] = await _with_cpu(w, sc.latency(client, sizes["c_tasks"], timeout=300))
             res["c_session_latency"] = await _with_cpu(w, sc.session_latency(w.addr, sizes["c_tasks"],
-                                                                             timeout=300))
+                                                                             timeout=300, token=w.token))
         if "d" in ns.only:
             res["d_subcalls"] = await _with_cpu(w, sc.subcall_rate(client, sizes["d_parents"], sizes["d_subcalls"],
                                                                    timeout=300))
@@ -136,6 +147,78 @@ async def run_main_worker(ns, sizes: dict, report: dict) -> None:
         if prof:
             _add_profile(ns, report, "main", prof)
         w.cleanup()
+
+
+async def _bc_figures(ns, sizes: dict, w: BenchWorker, client: Client) -> dict:
+    """(b) and (c), unary and session, on one worker: the headline figure of each, and
+    the worker process's CPU time per task (less sensitive than wall time to what
+    else the shared machine runs)."""
+    out = {}
+
+    async def cpu_per_task(label: str, n: int, coro) -> dict:
+        c0 = w.cpu_seconds()["worker"]
+        r = await coro
+        out[f"{label}_worker_cpu_us_per_task"] = round(1e6 * (w.cpu_seconds()["worker"] - c0) / n, 1)
+        return r
+    if "b" in ns.only:
+        n = sizes["b_tasks"]
+        r = await cpu_per_task("b", n, sc.task_throughput(client, n, sizes["b_inflight"], ns.b_max_outstanding,
+                                                          ns.b_watch_batch, ns.b_watch_delay_ms, timeout=300))
+        out["b_tasks_per_s"] = r["tasks_per_s"]
+        r = await cpu_per_task("b_session", n, sc.session_task_throughput(w.addr, n, sizes["b_inflight"],
+                                                                          timeout=300, token=w.token))
+        out["b_session_tasks_per_s"] = r["tasks_per_s"]
+    if "c" in ns.only:
+        n = sizes["c_tasks"]
+        r = await cpu_per_task("c", n, sc.latency(client, n, timeout=300))
+        out["c_p50_ms"], out["c_mean_ms"] = r["p50_ms"], r["mean_ms"]
+        r = await cpu_per_task("c_session", n, sc.session_latency(w.addr, n, timeout=300, token=w.token))
+        out["c_session_p50_ms"], out["c_session_mean_ms"] = r["p50_ms"], r["mean_ms"]
+    return out
+
+
+async def run_auth_compare(ns, sizes: dict, report: dict) -> None:
+    """(b) and (c) with WORKER_AUTH_MODE=token and =none, side by side: one worker of
+    each, warmed up, then --auth-rounds rounds that alternate which mode runs first.
+    The figure per mode is the median over the rounds; `diff_percent` is token
+    relative to none (positive: token is slower)."""
+    import statistics
+
+    workers = {mode: BenchWorker(executors=ns.executors, auth=mode) for mode in ("token", "none")}
+    clients: dict[str, Client] = {}
+    rounds: list[dict] = []
+    try:
+        for mode, w in workers.items():
+            await _start(w)
+            clients[mode] = Client(w.addr, w.token)
+            await sc.warm_up(clients[mode], ["add1"])
+        for r in range(ns.auth_rounds):
+            order = ("token", "none") if r % 2 == 0 else ("none", "token")
+            row = {"order": list(order)}
+            for mode in order:
+                row[mode] = await _bc_figures(ns, sizes, workers[mode], clients[mode])
+            rounds.append(row)
+            print(json.dumps({"auth_round": r, **row}), file=sys.stderr, flush=True)
+    except Exception as exc:
+        for mode, w in workers.items():
+            exc.add_note(f"{mode} worker log tail:\n" + w.tail(20))
+        raise
+    finally:
+        for c in clients.values():
+            await c.close()
+        for w in workers.values():
+            await asyncio.to_thread(w.stop)
+            w.cleanup()
+    median = {mode: {k: round(statistics.median(row[mode][k] for row in rounds), 3) for k in rounds[0][mode]}
+              for mode in ("token", "none")}
+    higher_is_better = {"b_tasks_per_s", "b_session_tasks_per_s"}
+    diff = {}
+    for k, none_v in median["none"].items():
+        tok = median["token"][k]
+        # positive: token auth costs (fewer tasks/s, or more ms)
+        cost = (none_v - tok) / none_v if k in higher_is_better else (tok - none_v) / none_v
+        diff[k] = round(100 * cost, 2)
+    report["results"]["auth_compare"] = {"rounds": rounds, "median": median, "token_cost_percent": diff}
 
 
 async def _start(w: BenchWorker) -> None:
@@ -170,7 +253,7 @@ async def run_rss_worker(ns, sizes: dict, report: dict) -> None:
     task_timeout_ms = 20_000 if n >= 50_000 else 8_000
     w = BenchWorker(executors=ns.rss_executors, cprofile_out=prof)
     await _start(w)
-    client = Client(w.addr)
+    client = Client(w.addr, w.token)
     try:
         await sc.warm_up(client, ["add1", "sleep_ms"], copies=500)
         report["results"]["e_rss"] = await sc.rss_queued(client, w, n, sleep_ms=600_000,
@@ -195,7 +278,7 @@ async def run_spawn_modes(ns, sizes: dict, report: dict) -> None:
         t0 = time.perf_counter()
         await _start(w)
         row = out[mode] = {"ready_s": round(time.perf_counter() - t0, 3)}
-        client = Client(w.addr)
+        client = Client(w.addr, w.token)
         try:
             await sc.warm_up(client, ["add1", "add"])
             row["a_call_throughput"] = await _with_cpu(w, sc.call_throughput(client, sizes["s_calls"], timeout=300))
@@ -239,7 +322,7 @@ async def run_bundle_worker(ns, sizes: dict, report: dict) -> None:
     client = None
     try:
         await _start(w)
-        client = Client(w.addr)
+        client = Client(w.addr, w.token)
         await sc.warm_up(client, ["add1"])
         parts = [p.strip() for p in ns.g_parts.split(",")]
         targets = [t for t in ("local", "main") if t in parts and (t == "local" or pg is not None)]
@@ -286,6 +369,11 @@ async def run(ns) -> dict:
         "results": {},
     }
     t0 = time.perf_counter()
+    report["auth"] = ns.auth
+    if ns.auth == "compare":
+        await run_auth_compare(ns, sizes, report)
+        report["elapsed_s"] = round(time.perf_counter() - t0, 2)
+        return report
     if any(s in ns.only for s in "abcd"):
         await run_main_worker(ns, sizes, report)
     if "e" in ns.only:
@@ -303,6 +391,9 @@ async def run(ns) -> dict:
 
 def main(argv=None) -> int:
     ns = parse_args(argv)
+    # Every blockx.client the bench opens (sessions, the fleet's Cluster) sends the token
+    # the bench's token-mode workers accept.
+    os.environ["BLOCKX_TOKEN"] = BENCH_TOKEN
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             report = runner.run(asyncio.wait_for(run(ns), ns.timeout))

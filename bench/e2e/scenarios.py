@@ -31,6 +31,7 @@ import time
 import grpc
 
 from blockx.client import WorkerClient
+from blockx.client.credentials import TOKEN_FROM_ENV
 
 from bench.e2e.client import BenchFailure, Client, call_list, expect_ok, outputs, task_request, wait_until
 from blockx.worker.v1 import worker_pb2 as pb
@@ -235,8 +236,9 @@ async def latency(client: Client, n: int, timeout: float) -> dict:
 # ---- (b) and (c) over one session -------------------------------------------------------
 
 
-async def session_task_throughput(addr: str, n: int, inflight: int, timeout: float) -> dict:
-    async with WorkerClient(addr) as client:
+async def session_task_throughput(addr: str, n: int, inflight: int, timeout: float,
+                                  token=TOKEN_FROM_ENV) -> dict:
+    async with WorkerClient(addr, token=token) as client:
         t0 = time.perf_counter()
         done = 0
         bad: list[str] = []
@@ -254,9 +256,9 @@ async def session_task_throughput(addr: str, n: int, inflight: int, timeout: flo
     return {"tasks": n, "inflight": inflight, "seconds": round(secs, 4), "tasks_per_s": _rate(n, secs)}
 
 
-async def session_latency(addr: str, n: int, timeout: float) -> dict:
+async def session_latency(addr: str, n: int, timeout: float, token=TOKEN_FROM_ENV) -> dict:
     total: list[float] = []
-    async with WorkerClient(addr) as client:
+    async with WorkerClient(addr, token=token) as client:
         deadline = time.monotonic() + timeout
         for i in range(n):
             t0 = time.perf_counter()

@@ -241,11 +241,19 @@ class WorkerFullConfig:
     memory_diagnostics_interval_ms: int = _f(60_000, doc="memory_diagnostics log line every N ms; 0 disables")
     shadow_submit_target_addr: str = _f("", env="SHADOW_SUBMIT_TARGET_ADDR")
     shadow_submit_sample_rate: float = _f(0.0, env="SHADOW_SUBMIT_SAMPLE_RATE")
+    shadow_submit_token_file: str = _f("", env="SHADOW_SUBMIT_TOKEN_FILE",
+                                       doc="the bearer token for the shadow target (a file); empty: $BLOCKX_TOKEN, "
+                                           "else <stateDir>/auth-token")
     io_backends: IOBackendsSection = _f(default_factory=IOBackendsSection)
     # Isolation and trust (issue 14): TLS files are PEM paths; empty = off.
     tls_cert: str = _f("", env="WORKER_TLS_CERT", doc="gRPC port certificate; set with tlsKey: TLS on")
     tls_key: str = _f("", env="WORKER_TLS_KEY")
     tls_client_ca: str = _f("", env="WORKER_TLS_CLIENT_CA", doc="set: mutual TLS, clients need a cert it signed")
+    auth_mode: str = _f("token", env="WORKER_AUTH_MODE",
+                        doc="token (bearer tokens), mtls (client certificate subject) or none")
+    auth_tokens_file: str = _f("", env="WORKER_AUTH_TOKENS_FILE",
+                               doc="`name token` a line, re-read on SIGHUP; empty: <stateDir>/auth-token, "
+                                   "generated (admin) at start")
     etcd_ca_cert: str = _f("", env="ETCD_CA_CERT", doc="set: TLS towards etcd")
     etcd_cert: str = _f("", env="ETCD_CERT", doc="client certificate towards etcd")
     etcd_key: str = _f("", env="ETCD_KEY")

@@ -187,6 +187,7 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
                    "(it holds the default `local` DuckDB file)")
 
     tls_problems(cfg, name, out)
+    auth_problems(cfg, name, out)
     audit_problems(cfg, name, out)
 
     if cfg.log_level.strip().upper() not in LOG_LEVELS:
@@ -231,6 +232,27 @@ def audit_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:
             AuditAllowlist(cfg.audit_allowlist_file)
         except AuditAllowlistError as exc:
             out.append(f"{name('auditAllowlistFile')}: {exc}")
+
+
+def auth_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:
+    """The API's authentication: a known mode; mtls needs a client CA (the subject
+    of a certificate it signed is the identity); a tokens file must parse."""
+    from blockx.adapters.auth import MODES
+    from blockx.adapters.auth_tokens import TokenFileError, read_tokens
+
+    if cfg.auth_mode not in MODES:
+        out.append(f"{name('authMode')} must be one of {', '.join(MODES)} (got {cfg.auth_mode!r})")
+    elif cfg.auth_mode == "mtls" and not (cfg.tls_cert and cfg.tls_client_ca):
+        out.append(f"{name('authMode')} is mtls but {name('tlsClientCa')} is not set: the identity is the "
+                   f"subject of a client certificate, so set {name('tlsCert')}, {name('tlsKey')} and "
+                   f"{name('tlsClientCa')} (the CA that signs the clients' certificates)")
+    if cfg.shadow_submit_token_file and not os.path.isfile(cfg.shadow_submit_token_file):
+        out.append(f"{name('shadowSubmitTokenFile')} {cfg.shadow_submit_token_file!r} is not a readable file")
+    if cfg.auth_tokens_file and cfg.auth_mode == "token":
+        try:
+            read_tokens(cfg.auth_tokens_file)
+        except TokenFileError as exc:
+            out.append(f"{name('authTokensFile')}: {exc}")
 
 
 def tls_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:

@@ -26,6 +26,8 @@ import uvloop
 from blockx import __version__
 from blockx.adapters.admission import Admission
 from blockx.adapters.audit import AuditAllowlist, AuditGate, EtcdAuditAllowlist
+from blockx.adapters.auth import Authenticator, warn_if_open
+from blockx.adapters.auth_tokens import TokenStore, ensure_local_token
 from blockx.adapters.etcd_publisher import EtcdPublisher
 from blockx.adapters.executor.adapter import ExecutorAdapter
 from blockx.adapters.executor.pool import PoolManager
@@ -41,6 +43,7 @@ from blockx.adapters.worker_status import WorkerStatusReader
 from blockx.app.logs import log_event, setup_logging
 from blockx.app.memory_diagnostics import MemoryDiagnostics
 from blockx.app.state_dir import ensure_state_dir
+from blockx.client.credentials import resolve_token
 from blockx.client.tls import ClientTLS
 from blockx.core.dispatcher import DispatcherCore
 from blockx.core.worker import WorkerCore
@@ -63,6 +66,28 @@ def server_tls(cfg) -> ServerTLS | None:
     if not cfg.tls_cert:
         return None
     return ServerTLS(ServerTLSFiles(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca))
+
+
+def authenticator(cfg) -> Authenticator:
+    """WORKER_AUTH_MODE: token (WORKER_AUTH_TOKENS_FILE, else the generated
+    <stateDir>/auth-token), mtls or none."""
+    if cfg.auth_mode != "token":
+        return Authenticator(cfg.auth_mode)
+    path = cfg.auth_tokens_file or ensure_local_token(cfg.data_plane.state_dir)
+    return Authenticator("token", TokenStore(path))
+
+
+def shadow_token(cfg) -> str | None:
+    """The bearer token shadow copies carry: SHADOW_SUBMIT_TOKEN_FILE (the token, or a
+    `name token` line), else $BLOCKX_TOKEN, else <stateDir>/auth-token."""
+    if cfg.shadow_submit_token_file:
+        with open(cfg.shadow_submit_token_file, encoding="utf-8") as f:
+            for line in f:
+                parts = line.split()
+                if parts and not parts[0].startswith("#"):
+                    return parts[-1]
+        return None
+    return resolve_token(env={**os.environ, "STATE_DIR": cfg.data_plane.state_dir})
 
 
 def client_tls(ca: str, cert: str, key: str) -> ClientTLS | None:
@@ -127,6 +152,13 @@ class Worker:
         else:
             log_event(log, "shutdown_forced", signal=signal.Signals(signum).name)
             self._force.set()
+
+    def _on_sighup(self) -> None:
+        """Re-read the TLS files and the tokens file; each keeps what it has on a failure."""
+        if self.tls is not None:
+            self.tls.reload()
+        if self.auth.tokens is not None:
+            self.auth.tokens.reload()
 
     def _on_ready(self) -> None:
         log_event(log, "worker_ready", executors_healthy=self.adapter.healthy_count())
@@ -214,7 +246,8 @@ class Worker:
         shadow = None
         if cfg.shadow_submit_target_addr and cfg.shadow_submit_sample_rate > 0:
             shadow = ShadowForwarder(cfg.shadow_submit_target_addr, cfg.shadow_submit_sample_rate,
-                                     tls=client_tls(cfg.shadow_tls_ca, cfg.shadow_tls_cert, cfg.shadow_tls_key))
+                                     tls=client_tls(cfg.shadow_tls_ca, cfg.shadow_tls_cert, cfg.shadow_tls_key),
+                                     token=shadow_token(cfg))
         self.orch = Orchestrator(
             core=core, disp=disp, adapter=self.adapter, pool=self.pool, fcode=fcode,
             builders=BuilderRegistry.from_names(profile.builders, data=data),
@@ -235,6 +268,7 @@ class Worker:
         self.memory_diagnostics = MemoryDiagnostics(core=core, disp=disp, fcode=fcode, adapter=self.adapter,
                                                     interval_ms=cfg.memory_diagnostics_interval_ms)
         self.tls = server_tls(cfg)
+        self.auth = authenticator(cfg)
         status = WorkerStatusReader(core=core, adapter=self.adapter, metrics=metrics, pool=self.pool, fcode=fcode,
                                     started_at_ms=self.started_at_ms)
         server, self.health, port = build_server(
@@ -242,7 +276,7 @@ class Worker:
             keepalive_timeout_ms=cfg.grpc_keepalive_timeout_ms, metrics=metrics,
             session_max_pending_events=cfg.session_max_pending_events,
             session_max_pending_bytes=cfg.session_max_pending_bytes, tls=self.tls, status=status,
-            limits=GrpcLimits.from_config(cfg))
+            limits=GrpcLimits.from_config(cfg), auth=self.auth)
         await set_health(self.health, False)
         self.worker_addr = cfg.resolved_worker_addr(port)
         self.publisher = EtcdPublisher(
@@ -260,13 +294,16 @@ class Worker:
         await server.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        if self.tls is not None:
-            loop.add_signal_handler(signal.SIGHUP, self.tls.reload)
+        if self.tls is not None or self.auth.tokens is not None:
+            loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
         log_event(log, "worker_serving", listen=cfg.listen_addr, port=port, worker_addr=self.worker_addr,
                   executors=cfg.executor_count, spawn_mode=cfg.executor_spawn_mode,
                   task_slots=cfg.worker.task_slots, pid=os.getpid(),
                   socket=cfg.socket_path, etcd=cfg.etcd_endpoints if cfg.etcd_enabled else "disabled",
-                  tls="off" if self.tls is None else ("mutual" if self.tls.mutual else "on"))
+                  tls="off" if self.tls is None else ("mutual" if self.tls.mutual else "on"),
+                  auth=self.auth.mode,
+                  auth_tokens=self.auth.tokens.path if self.auth.tokens is not None else "")
+        warn_if_open(self.auth.mode, cfg.grpc_listen_addr(), self.tls is not None)
 
         # Everything built so far lives until exit: keep it out of every future
         # collection, and collect the young generation less often. A queued call

@@ -7,7 +7,12 @@ import shutil
 
 import pytest
 
+from tests.support.auth import use_harness_token
 from tests.support.worker import EXAMPLES, WorkerProcess
+
+# Workers start with WORKER_AUTH_MODE=token (the default) and accept the harness's
+# token; blockx.client and the CLI (in process and as subprocesses) send it.
+use_harness_token()
 
 HERE = pathlib.Path(__file__).resolve().parent
 

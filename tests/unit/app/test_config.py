@@ -84,6 +84,8 @@ SPEC_ENV_VARS = {
     "EXECUTOR_MAX_OPEN_FILES": "executorMaxOpenFiles",
     "AUDIT_MODE": "auditMode", "AUDIT_ALLOWLIST_FILE": "auditAllowlistFile",
     "AUDIT_ALLOWLIST_ETCD_PREFIX": "auditAllowlistEtcdPrefix",
+    "WORKER_AUTH_MODE": "authMode", "WORKER_AUTH_TOKENS_FILE": "authTokensFile",
+    "SHADOW_SUBMIT_TOKEN_FILE": "shadowSubmitTokenFile",
     # task traces (issue 15)
     "TRACE_ENABLED": "traceEnabled", "TRACE_MAX_EVENTS_PER_TASK": "traceMaxEventsPerTask",
     "TRACE_RETAINED_MAX_EVENTS": "traceRetainedMaxEvents",
