@@ -54,11 +54,23 @@ def to_dict(obj) -> dict[str, Any]:
     for f in public_fields(obj):
         value = getattr(obj, f.name)
         if isinstance(value, dict):
-            # dataSources: URLs may hold passwords, never printed
-            value = {k: redact_url(v) for k, v in value.items()}
+            # dataSources, rpc endpoints: URLs may hold passwords, never printed
+            value = {k: _redacted(v) for k, v in value.items()}
         out[json_name(f)] = to_dict(value) if is_dataclass(value) else (
             list(value) if isinstance(value, list) else value)
     return out
+
+
+def _redacted(value):
+    """A dataSources URL, or an rpc endpoint object with its urls, without passwords."""
+    if isinstance(value, str):
+        return redact_url(value)
+    urls = value.get("urls") if isinstance(value, dict) else None
+    if isinstance(urls, list):
+        return {**value, "urls": [redact_url(u) if isinstance(u, str) else u for u in urls]}
+    if isinstance(urls, str):
+        return {**value, "urls": redact_url(urls)}
+    return value
 
 
 def redact_url(url: str) -> str:
