@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
 import orjson
 
 from blockx.json_types import json_type
@@ -122,8 +123,6 @@ class RpcBackend:
 
     def session(self):
         if self._session is None:
-            import aiohttp
-
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True),
                 skip_auto_headers=("User-Agent",), auto_decompress=True, raise_for_status=False)
@@ -245,14 +244,13 @@ class _Lane:
                              f"(ioBackends.rpc.retries={self.backend.retries}): {tried}", retryable=True)
 
     async def _attempt(self, url: str, payload: bytes, n: int, left_s: float) -> bytes:
-        import aiohttp
-
         be = self.backend
         be.posts += 1
         be.sent += n
         cap = be.max_response_bytes
         try:
-            async with be.session().post(url, data=payload, headers=self._headers,
+            # no redirects: the endpoint's headers (its token) go to its own URLs only
+            async with be.session().post(url, data=payload, headers=self._headers, allow_redirects=False,
                                          timeout=aiohttp.ClientTimeout(total=left_s)) as resp:
                 if resp.status == 429 or resp.status >= 500:
                     raise _Transient(f"HTTP {resp.status} {resp.reason or ''}".rstrip())
