@@ -62,15 +62,22 @@ def to_dict(obj) -> dict[str, Any]:
 
 
 def _redacted(value):
-    """A dataSources URL, or an rpc endpoint object with its urls, without passwords."""
+    """A dataSources URL, or an rpc endpoint object, without passwords: its urls
+    redacted and its literal header values hidden ({"env": VAR} names stay)."""
     if isinstance(value, str):
         return redact_url(value)
-    urls = value.get("urls") if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        return value
+    out = dict(value)
+    urls = value.get("urls")
     if isinstance(urls, list):
-        return {**value, "urls": [redact_url(u) if isinstance(u, str) else u for u in urls]}
-    if isinstance(urls, str):
-        return {**value, "urls": redact_url(urls)}
-    return value
+        out["urls"] = [redact_url(u) if isinstance(u, str) else u for u in urls]
+    elif isinstance(urls, str):
+        out["urls"] = redact_url(urls)
+    headers = value.get("headers")
+    if isinstance(headers, dict):
+        out["headers"] = {h: "***" if isinstance(v, str) else v for h, v in headers.items()}
+    return out
 
 
 def redact_url(url: str) -> str:

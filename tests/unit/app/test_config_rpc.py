@@ -31,6 +31,8 @@ def test_endpoints_from_the_file_with_defaults_and_header_values_from_the_enviro
     assert dict(ep.headers) == {"Authorization": "Bearer t0ken", "X-Team": "chain"}
     printed = json.dumps(cfg.to_dict())
     assert "secret" not in printed and "t0ken" not in printed and "NODE_TOKEN" in printed
+    assert '"chain"' not in printed                     # a literal header value is hidden too
+    assert cfg.to_dict()["ioBackends"]["rpc"]["endpoints"]["main"]["urls"][0] == "http://127.0.0.1:8545"
 
 
 def test_the_environment_variable_and_no_backend_without_endpoints(monkeypatch):
