@@ -292,6 +292,21 @@ async def run_rpc_worker(ns, sizes: dict, report: dict) -> None:
         cached["cache_hit_rate"] = round(1 - reached / cached["reads"], 4)
         out["worker_vs_direct"] = round(out["worker_uncached"]["reads_per_s"]
                                         / out["direct_one_client"]["reads_per_s"], 3)
+        await client.close()
+        client = None
+        await asyncio.to_thread(w.stop)
+        w.cleanup()
+        # the same uncached reads with batching off (maxBatch 1): what the batches are worth
+        conf = os.path.join(node.base, "nobatch.json")
+        with open(conf, "w") as f:
+            json.dump({"ioBackends": {"rpc": {"maxBatch": 1}}}, f)
+        w = BenchWorker(executors=ns.executors, env={
+            "WORKER_CONFIG": conf, "RPC_ENDPOINTS": json.dumps({"node": {"urls": [node.url], "concurrency": 16}})})
+        await _start(w)
+        client = Client(w.addr)
+        await sc.warm_up(client, ["add1"])
+        await sc.rpc_reads(client, 4, 10, 1, timeout=120)
+        out["worker_uncached_max_batch_1"] = await _with_cpu(w, sc.rpc_reads(client, p, n, 1, timeout=300))
     except Exception as exc:
         exc.add_note("worker log tail:\n" + w.tail(20))
         raise
