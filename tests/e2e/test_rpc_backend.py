@@ -59,7 +59,8 @@ def rpc_worker(tmp_path_factory, ganache, slow_server, bad_server, batch_server,
         "failover": {"urls": [f"http://127.0.0.1:{free_port()}", ganache.url]},
         "slow": {"urls": [slow_server.url], "timeoutMs": 500},
         "bad": {"urls": [bad_server.url]},
-        "scripted": {"urls": [batch_server.url], "concurrency": 1},
+        "scripted": {"urls": [batch_server.url], "concurrency": 1,
+                     "headers": {"X-Node-Token": {"env": "E2E_NODE_TOKEN"}, "X-Team": "chain"}},
         "doomed": {"urls": [doomed.url], "timeoutMs": 2000},
     }
     fdir = make_functions_dir(tmp_path_factory.mktemp("fn"))
@@ -115,7 +116,8 @@ def test_a_repeated_read_reaches_the_node_once_per_task(rpc_worker, batch_server
     assert batch_server.requests - before == 1
     run(rpc_worker, "cache-2", [("rpc_repeat", ["scripted", "eth_getBalance", [ACCOUNT0, "latest"], 5])])
     assert batch_server.requests - before == 2                 # another task asks the node again
-    assert batch_server.headers[-1].get("X-Node-Token") is None  # headers belong to their endpoint
+    # the endpoint's headers, one read from the Worker's environment, reach the node
+    assert batch_server.headers[-1]["X-Node-Token"] == "t0ken" and batch_server.headers[-1]["X-Team"] == "chain"
 
 
 def test_a_wrong_method_is_a_typed_error_the_function_catches(rpc_worker):
