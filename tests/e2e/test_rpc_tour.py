@@ -7,6 +7,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -42,7 +43,6 @@ def test_the_readme_rpc_tour_runs(start_worker):
     assert flags[:1] == ["--wallet.deterministic"] and "--server.port" in flags
     proc = subprocess.Popen([node.bin, *flags], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        import time
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -66,3 +66,4 @@ def test_the_readme_rpc_tour_runs(start_worker):
     finally:
         proc.terminate()
         proc.wait(10)
+        node.close()

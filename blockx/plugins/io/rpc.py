@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
 
 import aiohttp
 import orjson
