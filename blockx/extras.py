@@ -22,6 +22,7 @@ EXTRAS: dict[str, dict[str, str]] = {
         "orjson": "orjson",
         "duckdb": "duckdb",
         "asyncpg": "asyncpg",
+        "aiohttp": "aiohttp",
         "prometheus_client": "prometheus-client",
         "rich": "rich",
         "grpc_health": "grpcio-health-checking",

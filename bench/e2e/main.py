@@ -13,6 +13,10 @@ in-flight tasks (bench/e2e/fleet.py).
 sandbox should cost start-up time, not per-call time.
 (g) the bundle pipeline into DuckDB and PostgreSQL (a fresh worker and a
 throwaway PostgreSQL cluster).
+(r) RPC reads/s through the Worker's rpc IO backend against a real ganache
+node, beside the same node read directly by one Python client in the same run,
+and the cache hit rate of repeated reads (counted from the node's own log).
+
 --auth token|none runs the workers with that WORKER_AUTH_MODE (default token,
 the Worker's default); --auth compare runs (b) and (c), unary and session, on
 a token worker and a none worker side by side, alternating which goes first
@@ -37,18 +41,18 @@ from bench.e2e.client import Client
 from bench.e2e.harness import BENCH_TOKEN, BenchWorker, WorkerError
 from bench.e2e.profiling import format_table, top_entries
 
-ALL = ("a", "b", "c", "d", "e", "f", "g", "s")
+ALL = ("a", "b", "c", "d", "e", "f", "g", "s", "r")
 SPAWN_MODES = ("process", "sandbox")
 
 SIZES = {
     "default": {"a": [10_000, 100_000], "b_tasks": 5_000, "b_inflight": 64, "c_tasks": 1_000,
                 "d_parents": 100, "d_subcalls": 100, "d_io_parents": 100, "d_io": 100,
                 "e_calls": 100_000, "f_tasks": 5_000, "f_task_ms": 500, "s_calls": 10_000, "s_tasks": 500,
-                "g_rows": 1_000_000},
+                "g_rows": 1_000_000, "r_parents": 32, "r_reads": 100, "r_repeat": 10},
     "quick": {"a": [2_000, 10_000], "b_tasks": 500, "b_inflight": 64, "c_tasks": 200,
               "d_parents": 20, "d_subcalls": 20, "d_io_parents": 20, "d_io": 20,
               "e_calls": 10_000, "f_tasks": 1_000, "f_task_ms": 500, "s_calls": 2_000, "s_tasks": 100,
-              "g_rows": 50_000},
+              "g_rows": 50_000, "r_parents": 16, "r_reads": 25, "r_repeat": 5},
 }
 
 
@@ -58,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--executors", type=int, default=2, help="EXECUTOR_COUNT of the measured worker (default 2)")
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run in well under a minute")
     p.add_argument("--only", default=",".join(ALL),
-                   help="comma-separated scenarios to run, of a,b,c,d,e,f,g,s (default: all)")
+                   help="comma-separated scenarios to run, of a,b,c,d,e,f,g,s,r (default: all)")
     p.add_argument("--fleet-executors", type=int, default=1, help="EXECUTOR_COUNT of each (f) worker (default 1)")
     p.add_argument("--g-rows", type=int, default=0, help="(g): Parquet rows (default: 1,000,000; quick 50,000)")
     p.add_argument("--g-parts", default="rangeScan,dbscan,local,main",
@@ -344,6 +348,63 @@ async def run_bundle_worker(ns, sizes: dict, report: dict) -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
+async def run_rpc_worker(ns, sizes: dict, report: dict) -> None:
+    """(r) on a fresh worker whose rpc endpoint `node` is a throwaway ganache.
+    Direct first, then through the Worker without and with repeats: one node,
+    one run. The hit rate counts the eth_getBalance lines the node logged."""
+    from tests.support.ganache import GanacheNode
+
+    node = GanacheNode(log_methods=True)
+    await asyncio.to_thread(node.start)
+    p, n, k = sizes["r_parents"], sizes["r_reads"], sizes["r_repeat"]
+    w = BenchWorker(executors=ns.executors, env={
+        "RPC_ENDPOINTS": json.dumps({"node": {"urls": [node.url], "concurrency": 16}})})
+    client = None
+    out = report["results"]["r_rpc"] = {"node": "ganache " + node.url}
+    try:
+        await _start(w)
+        client = Client(w.addr)
+        await sc.warm_up(client, ["add1"])
+        await sc.rpc_direct(node.url, 4, 10, timeout=120)            # warm the node
+        await sc.rpc_reads(client, 4, 10, 1, timeout=120)
+        out["direct_one_client"] = await sc.rpc_direct(node.url, p, n, timeout=300)
+        out["worker_uncached"] = await _with_cpu(w, sc.rpc_reads(client, p, n, 1, timeout=300))
+        before = node.methods_served("eth_getBalance")
+        cached = out["worker_repeat"] = await _with_cpu(w, sc.rpc_reads(client, p, n, k, timeout=300))
+        reached = node.methods_served("eth_getBalance") - before
+        cached["node_requests"] = reached
+        cached["cache_hit_rate"] = round(1 - reached / cached["reads"], 4)
+        await client.close()
+        client = None
+        await asyncio.to_thread(w.stop)
+        w.cleanup()
+        # the same uncached reads with batching off (maxBatch 1): what the batches are worth
+        conf = os.path.join(node.base, "nobatch.json")
+        with open(conf, "w") as f:
+            json.dump({"ioBackends": {"rpc": {"maxBatch": 1}}}, f)
+        w = BenchWorker(executors=ns.executors, env={
+            "WORKER_CONFIG": conf, "RPC_ENDPOINTS": json.dumps({"node": {"urls": [node.url], "concurrency": 16}})})
+        await _start(w)
+        client = Client(w.addr)
+        await sc.warm_up(client, ["add1"])
+        await sc.rpc_reads(client, 4, 10, 1, timeout=120)
+        out["worker_uncached_max_batch_1"] = await _with_cpu(w, sc.rpc_reads(client, p, n, 1, timeout=300))
+        # direct once more, last: the node warms up (V8 JIT) over the run, so order matters
+        out["direct_one_client_last"] = await sc.rpc_direct(node.url, p, n, timeout=300)
+        direct = max(out["direct_one_client"]["reads_per_s"], out["direct_one_client_last"]["reads_per_s"])
+        out["worker_vs_best_direct"] = {k: round(out[k]["reads_per_s"] / direct, 3)
+                                        for k in ("worker_uncached", "worker_uncached_max_batch_1", "worker_repeat")}
+    except Exception as exc:
+        exc.add_note("worker log tail:\n" + w.tail(20))
+        raise
+    finally:
+        if client is not None:
+            await client.close()
+        await asyncio.to_thread(w.stop)
+        w.cleanup()
+        await asyncio.to_thread(node.close)
+
+
 def _add_profile(ns, report: dict, label: str, path: str) -> None:
     if not os.path.exists(path):
         report.setdefault("profiles", {})[label] = {"file": path, "error": "not written"}
@@ -385,6 +446,8 @@ async def run(ns) -> dict:
         await run_spawn_modes(ns, sizes, report)
     if "g" in ns.only:
         await run_bundle_worker(ns, sizes, report)
+    if "r" in ns.only:
+        await run_rpc_worker(ns, sizes, report)
     report["elapsed_s"] = round(time.perf_counter() - t0, 2)
     return report
 

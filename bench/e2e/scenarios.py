@@ -303,6 +303,45 @@ async def io_rate(client: Client, parents: int, per_parent: int, timeout: float)
             "io_round_trips_per_s": _rate(n, secs)}
 
 
+# ---- (r) ---------------------------------------------------------------------------
+
+
+async def rpc_reads(client: Client, parents: int, per_parent: int, repeat: int, timeout: float) -> dict:
+    """`parents` concurrent calls of one task, each `per_parent` sequential
+    eth_getBalance reads through the Worker's rpc backend (repeat: see rpc_loop)."""
+    tid = new_id("rpc")
+    res, secs = await client.run_task(tid, call_list(("rpc_loop", [per_parent, j, repeat]) for j in range(parents)),
+                                      timeout)
+    expect_ok(tid, res, parents)
+    n = parents * per_parent
+    return {"parents": parents, "reads_per_parent": per_parent, "repeat": repeat, "reads": n,
+            "seconds": round(secs, 4), "reads_per_s": _rate(n, secs)}
+
+
+async def rpc_direct(url: str, parents: int, per_parent: int, timeout: float) -> dict:
+    """The same reads by one Python client straight to the node: aiohttp on this
+    loop, `parents` coroutines each reading sequentially, one POST per read."""
+    import aiohttp
+    import orjson
+
+    async def reader(session, j: int) -> None:
+        for i in range(per_parent):
+            body = orjson.dumps({"jsonrpc": "2.0", "id": i, "method": "eth_getBalance",
+                                 "params": ["0xb10c%018x%018x" % (10_000 + j, i), "latest"]})
+            async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                doc = orjson.loads(await r.read())
+            if doc.get("result") != "0x0":
+                raise BenchFailure(f"direct eth_getBalance answered {doc!r}")
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        t0 = time.perf_counter()
+        await asyncio.wait_for(asyncio.gather(*(reader(session, j) for j in range(parents))), timeout)
+        secs = time.perf_counter() - t0
+    n = parents * per_parent
+    return {"parents": parents, "reads_per_parent": per_parent, "reads": n, "seconds": round(secs, 4),
+            "reads_per_s": _rate(n, secs)}
+
+
 # ---- (e) ---------------------------------------------------------------------------
 
 

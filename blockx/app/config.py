@@ -47,7 +47,7 @@ __all__ = [
     "BLOCK_REGISTRY_SEGMENT", "BUNDLE_REGISTRY_SEGMENT", "ETCD_LEASE_TTL_MS", "INT64_MAX", "INT64_MIN",
     "LOG_LEVELS", "MiB", "SPAWN_MODES_SUPPORTED", "STALL_DERIVED_MARGIN_MS", "UDS_PATH_MAX",
     "AdmissionSection", "ConfigError", "DataPlaneSection", "DispatcherSection", "IOBackendSection", "IOBackendsSection",
-    "SqlBackendSection", "StreamBuildSection", "WorkerFullConfig", "WorkerSection",
+    "RpcBackendSection", "SqlBackendSection", "StreamBuildSection", "WorkerFullConfig", "WorkerSection",
     "apply_env", "apply_json", "check_registry_prefix", "default_functions_dir", "default_socket_path",
     "env_vars", "expected_registry_segment", "load_config", "load_config_file", "outbound_ip",
     "parse_bool", "parse_float", "parse_int", "split_host_port",
@@ -155,9 +155,27 @@ class SqlBackendSection:
 
 
 @dataclass
+class RpcBackendSection:
+    endpoints: dict[str, dict] = _f(default_factory=dict, env="RPC_ENDPOINTS",
+                                    doc='{"name": {"urls": [...], "headers": {"H": {"env": "VAR"}}, '
+                                        '"timeoutMs": N, "concurrency": N}}; empty: no rpc backend')
+    timeout_ms: int = _f(5_000, env="RPC_IO_TIMEOUT_MS",
+                         doc="an endpoint's default: one request from queue to answer, retries included")
+    concurrency: int = _f(16, doc="an endpoint's default: HTTP requests in flight to it, across all tasks")
+    max_queue: int = _f(1_024, env="RPC_IO_MAX_QUEUE",
+                        doc="requests waiting for a connection, all endpoints together; one more is refused")
+    max_batch: int = _f(100, doc="JSON-RPC requests sent together in one HTTP POST")
+    max_response_bytes: int = _f(8 * MiB, env="RPC_IO_MAX_RESPONSE_BYTES",
+                                 doc="a larger HTTP response body is refused")
+    retries: int = _f(2, doc="retries after a transient failure (HTTP 429/5xx, refused or reset), on the next URL")
+    retry_backoff_ms: int = _f(50, doc="delay before retrying a URL already tried, doubled each time")
+
+
+@dataclass
 class IOBackendsSection:
     devstub: IOBackendSection = _f(default_factory=IOBackendSection)
     sql: SqlBackendSection = _f(default_factory=SqlBackendSection)
+    rpc: RpcBackendSection = _f(default_factory=RpcBackendSection)
 
 
 def default_state_dir() -> str:

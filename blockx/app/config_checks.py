@@ -72,6 +72,10 @@ APP_RULES = (
 IO_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 0, note="0 = phaseIoTimeoutMs"))
 SQL_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 1), Rule("max_rows", 1),
                      Rule("max_result_bytes", 1, 15 * 1024 * 1024, note="a result travels in one 16 MiB frame"))
+RPC_BACKEND_RULES = (Rule("timeout_ms", 1), Rule("concurrency", 1), Rule("max_queue", 1),
+                     Rule("max_batch", 1, 10_000),
+                     Rule("max_response_bytes", 1, 15 * 1024 * 1024, note="a result travels in one 16 MiB frame"),
+                     Rule("retries", 0, 10), Rule("retry_backoff_ms", 0, 60_000))
 DATA_PLANE_RULES = (Rule("scan_fetch_rows", 1, 1_000_000), Rule("scan_max_row_bytes", 1),
                     Rule("bundle_max_files", 1))
 
@@ -176,6 +180,11 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     check(dev, IO_BACKEND_RULES, section((dev, "ioBackends.devstub.")), out)
     sql = cfg.io_backends.sql
     check(sql, SQL_BACKEND_RULES, section((sql, "ioBackends.sql.")), out)
+    rpc = cfg.io_backends.rpc
+    if check(rpc, RPC_BACKEND_RULES, section((rpc, "ioBackends.rpc.")), out):
+        from blockx.plugins.io.rpc_endpoints import parse_endpoints
+        out.extend(parse_endpoints(rpc.endpoints, timeout_ms=rpc.timeout_ms, concurrency=rpc.concurrency,
+                                   environ=os.environ)[1])
     check(cfg.data_plane, DATA_PLANE_RULES, section((cfg.data_plane, "dataPlane.")), out)
     for src, url in cfg.data_sources.items():
         try:

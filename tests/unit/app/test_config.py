@@ -55,6 +55,10 @@ SPEC_ENV_VARS = {
     "SQL_IO_TIMEOUT_MS": "ioBackends.sql.timeoutMs",
     "SQL_IO_MAX_ROWS": "ioBackends.sql.maxRows",
     "SQL_IO_MAX_RESULT_BYTES": "ioBackends.sql.maxResultBytes",
+    "RPC_ENDPOINTS": "ioBackends.rpc.endpoints",
+    "RPC_IO_TIMEOUT_MS": "ioBackends.rpc.timeoutMs",
+    "RPC_IO_MAX_QUEUE": "ioBackends.rpc.maxQueue",
+    "RPC_IO_MAX_RESPONSE_BYTES": "ioBackends.rpc.maxResponseBytes",
     "SCAN_MAX_ROW_BYTES": "dataPlane.scanMaxRowBytes",
     "BUNDLE_MAX_FILES": "dataPlane.bundleMaxFiles",
     "BLOCKX_DATA_SOURCES": "dataSources",
@@ -147,7 +151,10 @@ def test_defaults_match_the_spec_tables():
     assert (d["shadowSubmitTargetAddr"], d["shadowSubmitSampleRate"]) == ("", 0.0)
     assert d["ioBackends"] == {"devstub": {"enabled": False, "concurrency": 64, "timeoutMs": 0},
                                "sql": {"enabled": True, "concurrency": 8, "timeoutMs": 5000, "maxRows": 10000,
-                                       "maxResultBytes": 8 * 1024 * 1024}}
+                                       "maxResultBytes": 8 * 1024 * 1024},
+                               "rpc": {"endpoints": {}, "timeoutMs": 5000, "concurrency": 16, "maxQueue": 1024,
+                                       "maxBatch": 100, "maxResponseBytes": 8 * 1024 * 1024, "retries": 2,
+                                       "retryBackoffMs": 50}}
     assert d["dataSources"] == {}
     assert d["dataPlane"]["bundleRoot"] == "" and d["dataPlane"]["scanFetchRows"] == 1000
     assert (d["dataPlane"]["scanMaxRowBytes"], d["dataPlane"]["bundleMaxFiles"]) == (4 * 1024 * 1024, 100_000)
