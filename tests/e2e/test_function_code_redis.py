@@ -200,3 +200,34 @@ def test_push_and_list_without_redis_fail_clearly(tmp_path, capsys):
     code, out, err = run_cli(["functions", "push", "--redis", server.url, str(code_dir(tmp_path, 1))], capsys)
     assert code == 1 and f"error: redis {server.url}: ConnectionError" in err, err
     server.close()
+
+
+def test_the_readme_redis_example_runs(redis, capsys):
+    """The README's commands, against this test's Redis instead of 127.0.0.1:6379."""
+    import re
+    import shlex
+    import subprocess
+    import sys
+
+    from tests.support.worker import ROOT
+
+    readme = (ROOT / "README.md").read_text().split("### Function code from Redis", 1)[1]
+    block = re.findall(r"```sh\n(.*?)```", readme, re.S)[0].replace("redis://127.0.0.1:6379/0", redis.url)
+    lines = [ln for ln in block.replace("\\\n", " ").splitlines() if ln and not ln.lstrip().startswith("#")]
+    pushes = [shlex.split(ln, comments=True) for ln in lines if "functions push" in ln]
+    serve = next(shlex.split(ln, comments=True) for ln in lines if "blockx serve" in ln)
+    assert len(pushes) == 1 and serve[-1] == "&" and serve[-2] == "serve"
+    r = subprocess.run([sys.executable, "-m", "blockx", *pushes[0][1:]], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.startswith("pushed 9 function(s) to redis blockx:functions:sources"), r
+    env = dict(a.split("=", 1) for a in serve if "=" in a and not a.startswith("-"))
+    assert env["FUNCTIONS_SOURCE"] == "redis" and env["FUNCTIONS_REDIS_URL"] == redis.url
+    w = WorkerProcess({**env, "FUNCTIONS_DIR": ""}, profile="block")
+    try:
+        w.start()
+        res = w.wait_terminal(w.submit_calls("readme", [("add", [1, 2])]) and "readme")
+        assert outputs(res) == [3]
+        code, out, err = run_cli(["functions", "list", "--redis", redis.url], capsys)
+        assert code == 0 and out.splitlines()[-1] == "9 function(s) at epoch 1", out + err
+    finally:
+        w.stop()
