@@ -64,7 +64,7 @@ def add_parsers(sub, client_parent: argparse.ArgumentParser) -> None:
     w.add_argument("--json", action="store_true", help="print the heartbeats as JSON")
     w.set_defaults(func=cmd_workers)
 
-    f = sub.add_parser("functions", help="function code in etcd (FUNCTIONS_SOURCE=etcd)")
+    f = sub.add_parser("functions", help="function code in etcd or Redis (FUNCTIONS_SOURCE=etcd|redis)")
     fsub = f.add_subparsers(dest="functions_command", metavar="SUBCOMMAND")
     fsub.required = True
     redis = argparse.ArgumentParser(add_help=False)

@@ -247,3 +247,54 @@ async def test_a_push_onto_keys_of_the_wrong_type_writes_nothing(redis_server, c
     with pytest.raises(RedisCodeError, match="is a string, not a hash"):
         await push_sources(client, KEYS, version_dir(1))
     assert await client.exists(KEYS.epoch) == 0
+
+
+async def test_a_hung_redis_is_noticed_by_the_periodic_check_and_followed_after_it(caplog):
+    """SIGSTOP: the connection stays open but nothing answers (a partition, a stuck
+    server); the epoch check times out, the last snapshot stays, SIGCONT resumes."""
+    import os
+    import signal
+
+    caplog.set_level(logging.INFO, logger="blockx.plugins.function_code")
+    with RedisServer() as server:
+        c = redis_client(server.url, 2.0)
+        await push_sources(c, KEYS, version_dir(1))
+        code = FunctionCodeRedis(server.url, P, RET, check_interval_ms=100, call_timeout_s=0.5, backoff_max_s=0.3)
+        try:
+            await code.start()
+            os.kill(server.pid, signal.SIGSTOP)
+            try:
+                t0 = time.monotonic()
+                await wait_for(lambda: not code.connected, timeout=5.0)
+                print(f"\nhung Redis noticed after {time.monotonic() - t0:.2f} s")
+                assert code.current_epoch(0) == 1
+                down = events(caplog, "function_code_redis_unavailable")
+                assert len(down) == 1 and "TimeoutError" in down[0].fields["error"]
+            finally:
+                os.kill(server.pid, signal.SIGCONT)
+            await wait_for(lambda: code.connected, timeout=5.0)
+            await push_sources(c, KEYS, version_dir(2))
+            await wait_for(lambda: code.current_epoch(0) == 2, timeout=5.0)
+        finally:
+            await code.stop()
+            await c.aclose()
+
+
+async def test_an_epoch_key_that_is_not_an_integer_keeps_the_last_snapshot_with_one_line(redis_server, client,
+                                                                                        caplog):
+    caplog.set_level(logging.INFO, logger="blockx.plugins.function_code")
+    await push_sources(client, KEYS, version_dir(1))
+    code = FunctionCodeRedis(redis_server.url, P, RET, check_interval_ms=50, backoff_max_s=0.2)
+    try:
+        await code.start()
+        await client.set(KEYS.epoch, b"garbage")
+        await wait_for(lambda: not code.connected, timeout=5.0)
+        await asyncio.sleep(0.5)
+        down = events(caplog, "function_code_redis_unavailable")
+        assert len(down) == 1 and "holds b'garbage', not an integer epoch" in down[0].fields["error"]
+        assert code.current_epoch(0) == 1
+        await client.set(KEYS.epoch, b"7")
+        await wait_for(lambda: code.connected, timeout=5.0)
+        assert code.current_epoch(0) == 1, "the same code at another Redis epoch keeps the epoch"
+    finally:
+        await code.stop()
