@@ -283,11 +283,13 @@ class FunctionCodeRedis:
         interval_s = self.check_interval_ms / 1000.0
         while True:
             client = redis_client(self.url, self._call_timeout_s)
-            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            pubsub = client.pubsub()
             try:
                 db = int(client.connection_pool.connection_kwargs.get("db", 0) or 0)
-                await pubsub.subscribe(self.keys.channel, self.keys.keyspace_channel(db))
-                await self._read(client)     # after SUBSCRIBE: no push between the two goes unheard
+                channels = (self.keys.channel, self.keys.keyspace_channel(db))
+                await pubsub.subscribe(*channels)
+                await self._subscribed(pubsub, len(channels))
+                await self._read(client)     # once subscribed: no push between the two goes unheard
                 assert self._loaded is not None
                 self._loaded.set()
                 if not self.connected:
@@ -301,7 +303,7 @@ class FunctionCodeRedis:
                 next_check = loop.time() + interval_s
                 while True:
                     msg = await pubsub.get_message(timeout=max(0.001, next_check - loop.time()))
-                    if msg is not None:
+                    if msg is not None and msg.get("type") == "message":
                         while await pubsub.get_message(timeout=0) is not None:
                             pass                  # a burst of pushes costs one read
                         await self._read(client)
@@ -326,7 +328,24 @@ class FunctionCodeRedis:
                 await asyncio.sleep(delay * (0.8 + 0.4 * self._rand()))
             finally:
                 try:
-                    await pubsub.aclose()
-                    await client.aclose()
+                    await asyncio.wait_for(self._close(pubsub, client), self._call_timeout_s)
                 except Exception:  # noqa: BLE001 - a broken connection closes as it can
                     pass
+
+    async def _subscribed(self, pubsub, n: int) -> None:
+        """Wait for the server to confirm the ``n`` subscriptions."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._call_timeout_s
+        confirmed = 0
+        while confirmed < n:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise TimeoutError(f"Redis did not confirm SUBSCRIBE within {self._call_timeout_s:g} s")
+            msg = await pubsub.get_message(timeout=left)
+            if msg is not None and msg.get("type") == "subscribe":
+                confirmed += 1
+
+    @staticmethod
+    async def _close(pubsub, client) -> None:
+        await pubsub.aclose()
+        await client.aclose()
