@@ -282,9 +282,10 @@ class FunctionCodeRedis:
         failures = 0
         interval_s = self.check_interval_ms / 1000.0
         while True:
-            client = redis_client(self.url, self._call_timeout_s)
-            pubsub = client.pubsub()
+            client = pubsub = None
             try:
+                client = redis_client(self.url, self._call_timeout_s)
+                pubsub = client.pubsub()
                 db = int(client.connection_pool.connection_kwargs.get("db", 0) or 0)
                 channels = (self.keys.channel, self.keys.keyspace_channel(db))
                 await pubsub.subscribe(*channels)
@@ -347,5 +348,7 @@ class FunctionCodeRedis:
 
     @staticmethod
     async def _close(pubsub, client) -> None:
-        await pubsub.aclose()
-        await client.aclose()
+        if pubsub is not None:
+            await pubsub.aclose()
+        if client is not None:
+            await client.aclose()
