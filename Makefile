@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(VPY) -m pytest
 ARGS    ?=
 
-.PHONY: build dist serve test test-compiled test-twins etcd bubblewrap postgres prometheus tmux ganache bench bench-instructions bench-micro bench-micro-ci clean
+.PHONY: build dist serve test test-compiled test-twins etcd redis bubblewrap postgres prometheus tmux ganache bench bench-instructions bench-micro bench-micro-ci clean
 
 build: $(STAMP)
 	$(VPY) setup.py -q build_ext --inplace
@@ -35,6 +35,12 @@ serve: build
 etcd:
 	@command -v etcd >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null)
 	@command -v etcd >/dev/null 2>&1 || { echo "etcd is missing and could not be installed" >&2; exit 1; }
+
+# redis-server is a test dependency of the FUNCTIONS_SOURCE=redis suites (a real Redis,
+# started by the tests on a free loopback port, without persistence).
+redis:
+	@command -v redis-server >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null)
+	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server is missing and could not be installed" >&2; exit 1; }
 
 # bubblewrap (bwrap) runs executors in EXECUTOR_SPAWN_MODE=sandbox; the sandbox suites need it.
 bubblewrap:
@@ -66,7 +72,7 @@ ganache:
 	@test -x $(GANACHE) || npm install --prefix .npm-tools --no-audit --no-fund --silent ganache@7
 	@test -x $(GANACHE) || { echo "ganache is missing and could not be installed (npm install ganache@7)" >&2; exit 1; }
 
-test: build etcd bubblewrap postgres prometheus tmux ganache test-compiled test-twins bench-micro-ci
+test: build etcd redis bubblewrap postgres prometheus tmux ganache test-compiled test-twins bench-micro-ci
 
 test-compiled:
 	$(PYTEST) -q -p no:cacheprovider tests $(ARGS)

@@ -23,6 +23,7 @@ EXTRAS: dict[str, dict[str, str]] = {
         "duckdb": "duckdb",
         "asyncpg": "asyncpg",
         "aiohttp": "aiohttp",
+        "redis": "redis",
         "prometheus_client": "prometheus-client",
         "rich": "rich",
         "grpc_health": "grpcio-health-checking",

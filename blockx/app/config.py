@@ -251,8 +251,15 @@ class WorkerFullConfig:
     functions_dir: str = _f("", env="FUNCTIONS_DIR",
                             doc="<functionId>.py files; empty: none (dev profile: the shipped examples)")
     functions_source: str = _f("dir", env="FUNCTIONS_SOURCE",
-                               doc='"dir" (functionsDir) or "etcd" (keys under functionsEtcdPrefix)')
+                               doc='"dir" (functionsDir), "etcd" (keys under functionsEtcdPrefix) '
+                                   'or "redis" (functionsRedisUrl, keys under functionsRedisPrefix)')
     functions_etcd_prefix: str = _f("/blockx/functions/", env="FUNCTIONS_ETCD_PREFIX")
+    functions_redis_url: str = _f("redis://127.0.0.1:6379/0", env="FUNCTIONS_REDIS_URL",
+                                  doc="redis://[:password@]host:port/db, rediss:// (TLS) or unix://path")
+    functions_redis_prefix: str = _f("blockx:functions:", env="FUNCTIONS_REDIS_PREFIX",
+                                     doc="<prefix>sources (hash), <prefix>epoch, channel <prefix>changed")
+    functions_redis_check_interval_ms: int = _f(1000, env="FUNCTIONS_REDIS_CHECK_INTERVAL_MS",
+                                                doc="backstop beside pub/sub: the epoch key read every N ms")
     socket_path: str = _f(default_factory=default_socket_path, env="EXECUTOR_SOCKET_PATH")
     metrics_listen: str = _f("127.0.0.1:9464", env="METRICS_LISTEN", doc="empty disables")
     # issue 15 part 4: the memory diagnostics log line (the spec names no setting for it)

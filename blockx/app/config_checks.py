@@ -205,7 +205,8 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     return out
 
 
-FUNCTION_SOURCES = ("dir", "etcd")
+FUNCTION_SOURCES = ("dir", "etcd", "redis")
+REDIS_URL_SCHEMES = ("redis", "rediss", "unix")
 
 
 def _function_source_violations(cfg: WorkerFullConfig, name) -> list[str]:
@@ -219,7 +220,33 @@ def _function_source_violations(cfg: WorkerFullConfig, name) -> list[str]:
     p = cfg.functions_etcd_prefix
     if not (p.startswith("/") and p.endswith("/") and len(p) > 1):
         out.append(f"{name('functionsEtcdPrefix')} must start and end with '/' (got {p!r})")
+    if cfg.functions_source == "redis":
+        _redis_source_violations(cfg, name, out)
     return out
+
+
+def _redis_source_violations(cfg: WorkerFullConfig, name, out: list[str]) -> None:
+    from urllib.parse import urlsplit
+
+    from blockx.plugins.function_code_redis import RedisCodeKeys, redacted_url
+
+    url = cfg.functions_redis_url
+    try:
+        parts = urlsplit(url)
+        parts.port                                  # noqa: B018 - raises on a port that is not a number
+    except ValueError as exc:
+        out.append(f"{name('functionsRedisUrl')} {redacted_url(url)!r} is not a URL ({exc})")
+    else:
+        if parts.scheme not in REDIS_URL_SCHEMES or not (parts.hostname or parts.path):
+            out.append(f"{name('functionsRedisUrl')} must be redis://host:port/db, rediss://host:port/db "
+                       f"or unix:///path (got {redacted_url(url)!r})")
+    try:
+        RedisCodeKeys(cfg.functions_redis_prefix)
+    except ValueError as exc:
+        out.append(f"{name('functionsRedisPrefix')}: {exc}")
+    if not 10 <= cfg.functions_redis_check_interval_ms <= 3_600_000:
+        out.append(f"{name('functionsRedisCheckIntervalMs')} must be between 10 and 3600000 "
+                   f"(got {cfg.functions_redis_check_interval_ms})")
 
 
 def audit_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:

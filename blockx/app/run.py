@@ -52,6 +52,7 @@ from blockx.plugins.data.plane import DataPlane
 from blockx.plugins.function_code import FunctionCodeDirectory
 from blockx.plugins.function_code_etcd import FunctionCodeEtcd
 from blockx.plugins.function_code_none import NO_SOURCE, FunctionCodeNone
+from blockx.plugins.function_code_redis import FunctionCodeRedis
 from blockx.plugins.io.scope import IOScopeFactory
 from blockx.plugins.writers import PluginRegistry
 
@@ -199,11 +200,13 @@ class Worker:
         """The Function Code View of FUNCTIONS_SOURCE: the directory, or etcd (read once
         here, waiting a few seconds for etcd, then followed by a watch). With neither
         configured (the production profiles' default) an empty view, said once in the log."""
-        if cfg.functions_source != "etcd" and not cfg.functions_dir:
+        if cfg.functions_source == "dir" and not cfg.functions_dir:
             log_event(log, "function_source_missing", logging.WARNING, message=NO_SOURCE,
                       profile=self.profile.name,
                       hint="the dev profile serves the shipped examples (blockx serve --profile dev)")
             return FunctionCodeNone(cfg.effective_function_snapshot_retention_ms(), now_ms=wall_ms())
+        if cfg.functions_source == "redis":
+            return await self._function_code_redis(cfg)
         if cfg.functions_source != "etcd":
             return FunctionCodeDirectory(cfg.functions_dir, cfg.effective_function_snapshot_retention_ms(),
                                          now_ms=wall_ms())
@@ -212,6 +215,20 @@ class Worker:
         loaded = await fcode.start()
         log_event(log, "function_code_etcd", prefix=cfg.functions_etcd_prefix, loaded=loaded,
                   epoch=fcode.current_epoch(wall_ms()))
+        return fcode
+
+    async def _function_code_redis(self, cfg) -> FunctionCodeRedis:
+        """FUNCTIONS_SOURCE=redis: read once here (waiting a few seconds for Redis), then
+        followed by pub/sub with a periodic check of the epoch key."""
+        fcode = FunctionCodeRedis(cfg.functions_redis_url, cfg.functions_redis_prefix,
+                                  cfg.effective_function_snapshot_retention_ms(), now_ms=wall_ms(),
+                                  check_interval_ms=cfg.functions_redis_check_interval_ms)
+        loaded = await fcode.start()
+        log_event(log, "function_code_redis", logging.INFO if loaded else logging.WARNING,
+                  url=fcode.address, prefix=cfg.functions_redis_prefix, loaded=loaded,
+                  epoch=fcode.current_epoch(wall_ms()),
+                  **({} if loaded else {"message": f"Redis {fcode.address} not reachable yet: no functions "
+                                                   "until it answers; the worker serves meanwhile"}))
         return fcode
 
     async def run(self) -> int:
@@ -329,7 +346,7 @@ class Worker:
                   seconds=round(time.monotonic() - t0, 3))
         # ---- phase 2: force ----
         await self.publisher.stop()
-        if isinstance(fcode, FunctionCodeEtcd):
+        if isinstance(fcode, (FunctionCodeEtcd, FunctionCodeRedis)):
             await fcode.stop()
         ticker.cancel()
         memdiag.cancel()
