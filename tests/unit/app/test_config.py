@@ -67,6 +67,9 @@ SPEC_ENV_VARS = {
     "SHADOW_TLS_CA": "shadowTlsCa", "SHADOW_TLS_CERT": "shadowTlsCert", "SHADOW_TLS_KEY": "shadowTlsKey",
     "EXECUTOR_MEMORY_LIMIT_MB": "executorMemoryLimitMb", "EXECUTOR_MAX_PROCESSES": "executorMaxProcesses",
     "EXECUTOR_MAX_OPEN_FILES": "executorMaxOpenFiles",
+    "EXECUTOR_USER": "executorUser",
+    "EXECUTOR_OUTPUT_LINE_BYTES": "executorOutputLineBytes",
+    "EXECUTOR_OUTPUT_BYTES_PER_S": "executorOutputBytesPerS",
     "AUDIT_MODE": "auditMode", "AUDIT_ALLOWLIST_FILE": "auditAllowlistFile",
     "AUDIT_ALLOWLIST_ETCD_PREFIX": "auditAllowlistEtcdPrefix",
     # task traces (issue 15)
