@@ -218,6 +218,10 @@ class PoolManager:
             raise RuntimeError("PoolManager already started")
         self._started = True
         self._loop = asyncio.get_running_loop()
+        if self.sandbox is None and not self.run_as_user and os.geteuid() == 0:
+            self.log.warning("process-mode executors run as root: user code can read this Worker's "
+                             "environment, memory and files (EXECUTOR_USER=root)",
+                             extra={"event": "executors_run_as_root", "fields": {}})
         for slot in self._slots.values():
             self._spawn(slot)
 

@@ -21,16 +21,22 @@ def run_as_problem(user: str, setting: str = "executorUser (EXECUTOR_USER)") -> 
     if os.geteuid() != 0:
         return None
     if not user:
-        return f"{setting} must name an unprivileged user (default \"nobody\")"
+        return f"{setting} must name an unprivileged user (default \"nobody\"), or \"root\""
     try:
         pw = pwd.getpwnam(user)
     except KeyError:
         return f"{setting}: there is no user {user!r} on this host; create it or name another one"
-    if pw.pw_uid == 0:
-        return f"{setting}: {user!r} is root; executors must run as an unprivileged user"
+    if pw.pw_uid == 0 and user != "root":
+        return (f"{setting}: {user!r} has uid 0; name an unprivileged user, or \"root\" to keep "
+                "executors as root on purpose")
     return None
 
 
 def executor_run_as_user(spawn_mode: str, user: str) -> str:
-    """The user process-mode executors leave root for, or "" (they keep the Worker's)."""
-    return user if spawn_mode == "process" and os.geteuid() == 0 else ""
+    """The user process-mode executors leave root for, or "" (they keep the
+    Worker's user: a Worker that is not root, or EXECUTOR_USER=root, which
+    keeps user code as root on purpose, e.g. for a profiler that must write
+    its counts from the executors; the pool warns about it at start)."""
+    if spawn_mode != "process" or os.geteuid() != 0 or user == "root":
+        return ""
+    return user
