@@ -41,7 +41,7 @@ REPORT_INTERVAL_S = 1.0
 class _Budget:
     """The token bucket and drop counters of one executor (shared by its streams)."""
 
-    __slots__ = ("tokens", "at", "dropped_lines", "dropped_bytes", "reported_at")
+    __slots__ = ("tokens", "at", "dropped_lines", "dropped_bytes", "reported_at", "report_timer")
 
     def __init__(self, tokens: float, now: float) -> None:
         self.tokens = tokens
@@ -49,6 +49,7 @@ class _Budget:
         self.dropped_lines = 0
         self.dropped_bytes = 0
         self.reported_at = now
+        self.report_timer = None    # a later report of drops that came too soon after the last
 
 
 class _Stream:
@@ -184,13 +185,23 @@ class ExecutorOutput:
         self.log.info("executor output", extra={"event": "executor_output", "fields": {
             "executor": stream.executor_id, "stream": stream.name, "text": text, "truncated": truncated}})
 
+    def _report_later(self, stream: _Stream) -> None:
+        stream.budget.report_timer = None
+        self._report_drops(stream, force=True)
+
     def _report_drops(self, stream: _Stream, force: bool = False) -> None:
         budget = stream.budget
         if not budget.dropped_lines:
             return
         now = self.clock()
         if not force and now - budget.reported_at < REPORT_INTERVAL_S:
+            if budget.report_timer is None and self._loop is not None:
+                budget.report_timer = self._loop.call_later(
+                    REPORT_INTERVAL_S - (now - budget.reported_at), self._report_later, stream)
             return
+        if budget.report_timer is not None:
+            budget.report_timer.cancel()
+            budget.report_timer = None
         self.log.warning("executor output dropped over the rate limit",
                          extra={"event": "executor_output_dropped",
                                 "fields": {"executor": stream.executor_id, "lines": budget.dropped_lines,

@@ -106,3 +106,21 @@ def test_bounds_must_be_positive():
         ExecutorOutput(line_bytes=0)
     with pytest.raises(ValueError):
         ExecutorOutput(bytes_per_s=-1)
+
+
+async def test_drops_are_reported_within_the_interval_even_when_the_output_stops(logged):
+    log, records, _ = logged
+    out = ExecutorOutput(logger=log, bytes_per_s=200)          # a real clock
+    loop = asyncio.get_running_loop()
+    r, w = os.pipe()
+    out.watch(loop, "exec-0", "stdout", r)
+    os.close(r)
+    os.write(w, b"x" * 100 + b"\n" + b"y\n" * 50)
+    for _ in range(300):                                    # the pipe stays open: no EOF
+        if any(rec["event"] == "executor_output_dropped" for rec in records()):
+            break
+        await asyncio.sleep(0.01)
+    dropped = [rec for rec in records() if rec["event"] == "executor_output_dropped"]
+    assert dropped and dropped[0]["lines"] == 50
+    os.close(w)
+    out.close()
