@@ -208,6 +208,13 @@ class WorkerFullConfig:
     executor_memory_limit_mb: int = _f(1024, env="EXECUTOR_MEMORY_LIMIT_MB", doc="sandbox: per executor; 0 = none")
     executor_max_processes: int = _f(64, env="EXECUTOR_MAX_PROCESSES", doc="sandbox: per executor; 0 = none")
     executor_max_open_files: int = _f(1024, env="EXECUTOR_MAX_OPEN_FILES", doc="sandbox: per executor; 0 = none")
+    executor_user: str = _f("nobody", env="EXECUTOR_USER",
+                            doc="process mode with the Worker as root: the unprivileged user executors run as")
+    executor_output_line_bytes: int = _f(4096, env="EXECUTOR_OUTPUT_LINE_BYTES",
+                                         doc="executor stdout/stderr: longer lines are cut in the log")
+    executor_output_bytes_per_s: int = _f(65536, env="EXECUTOR_OUTPUT_BYTES_PER_S",
+                                          doc="executor stdout/stderr logged per executor and second; "
+                                              "the rest is dropped and counted")
     worker: WorkerSection = _f(default_factory=WorkerSection)
     admission: AdmissionSection = _f(default_factory=AdmissionSection)
     stream_build: StreamBuildSection = _f(default_factory=StreamBuildSection)

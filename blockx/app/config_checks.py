@@ -64,6 +64,8 @@ APP_RULES = (
     Rule("executor_memory_limit_mb", 0, note="0 = no limit"),
     Rule("executor_max_processes", 0, note="0 = no limit"),
     Rule("executor_max_open_files", 0, note="0 = no limit"),
+    Rule("executor_output_line_bytes", 1),
+    Rule("executor_output_bytes_per_s", 1),
     Rule("shadow_submit_sample_rate", 0, 1, kind=float),
     Rule("memory_diagnostics_interval_ms", 0, note="0 disables the memory diagnostics log line"),  # issue 15
     Rule("trace_max_events_per_task", MIN_TRACE_EVENTS, note="events kept per task trace"),   # task traces
@@ -123,6 +125,11 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     if cfg.executor_spawn_mode not in SPAWN_MODES_SUPPORTED:
         out.append(f"{name('executorSpawnMode')} must be \"process\" or \"sandbox\" "
                    f"(got {cfg.executor_spawn_mode!r})")
+    elif cfg.executor_spawn_mode == "process":
+        from blockx.adapters.executor.run_as import run_as_problem
+        problem = run_as_problem(cfg.executor_user, name("executorUser"))
+        if problem:
+            out.append(problem)
     elif cfg.executor_spawn_mode == "sandbox":
         # Never a silent fallback to "process": no bwrap, or no namespaces, stops the Worker.
         from blockx.adapters.executor.sandbox import sandbox_problem

@@ -30,7 +30,10 @@ from blockx.adapters.auth import Authenticator, warn_if_open
 from blockx.adapters.auth_tokens import TokenStore, ensure_local_token
 from blockx.adapters.etcd_publisher import EtcdPublisher
 from blockx.adapters.executor.adapter import ExecutorAdapter
-from blockx.adapters.executor.pool import PoolManager
+from blockx.adapters.executor.credentials import ExecutorCredentials
+from blockx.adapters.executor.output import ExecutorOutput
+from blockx.adapters.executor.pool import PoolManager, executor_ids
+from blockx.adapters.executor.run_as import executor_run_as_user
 from blockx.adapters.executor.sandbox import Sandbox, SandboxLimits
 from blockx.adapters.grpc_limits import GrpcLimits
 from blockx.adapters.grpc_server import build_server, set_health
@@ -250,16 +253,24 @@ class Worker:
             log_event(log, "state_dir_warning", logging.WARNING, message=permissive)
         data = DataPlane.from_config(cfg)
         io_factory = IOScopeFactory.from_config(cfg, data)
+        # Executors attach with a secret the pool issues; a sandboxed one only sees its own socket.
+        credentials = ExecutorCredentials()
+        sandbox = executor_sandbox(cfg)
         self.adapter = ExecutorAdapter(cfg.socket_path,
                                        heartbeat_timeout_ms=cfg.effective_executor_heartbeat_timeout_ms(),
                                        executor_contexts=dcfg.executor_max_inflight, metrics=metrics,
-                                       execute_call_batch=cfg.executor_call_batch)
+                                       execute_call_batch=cfg.executor_call_batch, credentials=credentials,
+                                       private_executor_ids=executor_ids(cfg.executor_count) if sandbox else ())
+        self.executor_output = ExecutorOutput(line_bytes=cfg.executor_output_line_bytes,
+                                              bytes_per_s=cfg.executor_output_bytes_per_s)
         self.pool = PoolManager(
             cfg.executor_count, cfg.socket_path, max_inflight=dcfg.executor_max_inflight,
             max_runnable=dcfg.executor_max_runnable, restart_enabled=cfg.executor_restart_enabled,
             restart_delay_ms=cfg.executor_restart_delay_ms, max_restarts=cfg.executor_max_restarts,
             restart_window_ms=cfg.executor_restart_window_ms, backoff_ms=cfg.executor_backoff_ms,
-            extra_args=executor_args(cfg), metrics=metrics, sandbox=executor_sandbox(cfg))
+            extra_args=executor_args(cfg), metrics=metrics, sandbox=sandbox, credentials=credentials,
+            run_as_user=executor_run_as_user(cfg.executor_spawn_mode, cfg.executor_user),
+            output=self.executor_output)
         shadow = None
         if cfg.shadow_submit_target_addr and cfg.shadow_submit_sample_rate > 0:
             shadow = ShadowForwarder(cfg.shadow_submit_target_addr, cfg.shadow_submit_sample_rate,
