@@ -36,7 +36,7 @@ from typing import Any, TextIO
 
 from blockx.cli_exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, CLIError
 from blockx.cli_text import term_safe
-from blockx.plugins.function_code_redis import DEFAULT_REDIS_PREFIX
+from blockx.plugins.function_code_redis_store import DEFAULT_REDIS_PREFIX
 
 DEFAULT_ETCD = "127.0.0.1:2379"
 DEFAULT_WORKERS_PREFIX = "/blockx/workers/"
@@ -303,7 +303,7 @@ async def _with_redis(url: str, timeout: float, fn):
     """Run ``fn(client, keys_of)`` against the Redis of ``url``; CLIError on Redis trouble."""
     from redis.exceptions import RedisError
 
-    from blockx.plugins.function_code_redis import RedisCodeError, redacted_url, redis_client
+    from blockx.plugins.function_code_redis_store import RedisCodeError, redacted_url, redis_client
 
     try:
         client = redis_client(url, timeout)
@@ -318,7 +318,7 @@ async def _with_redis(url: str, timeout: float, fn):
 
 
 def _redis_keys(prefix: str | None):
-    from blockx.plugins.function_code_redis import RedisCodeKeys
+    from blockx.plugins.function_code_redis_store import RedisCodeKeys
 
     try:
         return RedisCodeKeys(prefix or DEFAULT_REDIS_PREFIX)
@@ -327,7 +327,7 @@ def _redis_keys(prefix: str | None):
 
 
 def _redis_push(ns: argparse.Namespace, out: TextIO) -> int:
-    from blockx.plugins.function_code_redis import push_sources
+    from blockx.plugins.function_code_redis_store import push_sources
     from blockx.plugins.function_code_view import DEFAULT_MAX_SOURCE_BYTES
 
     keys = _redis_keys(ns.prefix)
@@ -338,7 +338,7 @@ def _redis_push(ns: argparse.Namespace, out: TextIO) -> int:
 
 
 def _redis_list(ns: argparse.Namespace, out: TextIO) -> int:
-    from blockx.plugins.function_code_redis import read_sources
+    from blockx.plugins.function_code_redis_store import read_sources
 
     keys = _redis_keys(ns.prefix)
     epoch, sources = asyncio.run(_with_redis(ns.redis, ns.timeout, lambda c: read_sources(c, keys)))

@@ -2,7 +2,7 @@
 command prints when the one it needs is not installed.
 
 The base install is a client: `blockx.client` and the client and fleet commands
-need grpcio, protobuf and aetcd only. `blockx serve` needs the `worker` extra
+need grpcio, protobuf, aetcd and redis (both pure Python) only. `blockx serve` needs the `worker` extra
 (the event loop, the executors' greenlets, the data plane, metrics); the tables
 and progress bars of `blockx status | top | submit` need the `cli` extra (rich),
 which `worker` includes. pyproject.toml lists the same distributions (a unit
@@ -23,7 +23,6 @@ EXTRAS: dict[str, dict[str, str]] = {
         "duckdb": "duckdb",
         "asyncpg": "asyncpg",
         "aiohttp": "aiohttp",
-        "redis": "redis",
         "prometheus_client": "prometheus-client",
         "rich": "rich",
         "grpc_health": "grpcio-health-checking",

@@ -10,12 +10,18 @@ import sys
 
 import pytest
 
+from blockx.client.credentials import ENV_TOKEN
+from tests.support.auth import HARNESS_TOKEN
+
 pytestmark = pytest.mark.e2e
 ROUNDS = 8
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
+    # No BLOCKX_* setting of the test process leaks in, but the harness worker's token
+    # (the worker requires one by default).
     env = {k: v for k, v in os.environ.items() if not k.startswith("BLOCKX_")}
+    env[ENV_TOKEN] = HARNESS_TOKEN
     return subprocess.run([sys.executable, "-m", "blockx", *args], env=env, capture_output=True, text=True,
                           timeout=60)
 

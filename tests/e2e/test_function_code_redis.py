@@ -225,7 +225,7 @@ def test_the_readme_redis_example_runs(redis, capsys):
     assert len(pushes) == 1 and serve[-1] == "&" and serve[-2] == "serve"
     r = subprocess.run([sys.executable, "-m", "blockx", *pushes[0][1:]], capture_output=True, text=True,
                        timeout=60, cwd=ROOT)
-    assert r.returncode == 0 and r.stdout.startswith("pushed 9 function(s) to redis blockx:functions:sources"), r
+    assert r.returncode == 0 and r.stdout.startswith("pushed 10 function(s) to redis blockx:functions:sources"), r
     env = dict(a.split("=", 1) for a in serve if "=" in a and not a.startswith("-"))
     assert env["FUNCTIONS_SOURCE"] == "redis" and env["FUNCTIONS_REDIS_URL"] == redis.url
     w = WorkerProcess({**env, "FUNCTIONS_DIR": ""}, profile="block")
@@ -234,6 +234,6 @@ def test_the_readme_redis_example_runs(redis, capsys):
         res = w.wait_terminal(w.submit_calls("readme", [("add", [1, 2])]) and "readme")
         assert outputs(res) == [3]
         code, out, err = run_cli(["functions", "list", "--redis", redis.url], capsys)
-        assert code == 0 and out.splitlines()[-1] == "9 function(s) at epoch 1", out + err
+        assert code == 0 and out.splitlines()[-1] == "10 function(s) at epoch 1", out + err
     finally:
         w.stop()

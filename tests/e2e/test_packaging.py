@@ -95,7 +95,7 @@ def test_the_wheel_is_binary_typed_and_declares_client_only_dependencies(dist):
     assert {"blockx/py.typed", "blockx/worker/v1/worker_pb2_grpc.py", "blockx_executor/sdk.py",
             f"blockx_worker-{__version__}.dist-info/licenses/LICENSE"} <= names
     base = sorted(re.findall(r"^Requires-Dist: ([A-Za-z0-9_.-]+)[^;\n]*$", meta, re.M))
-    assert base == ["aetcd", "grpcio", "protobuf", "shtab"]
+    assert base == ["aetcd", "grpcio", "protobuf", "redis", "shtab"]
 
 
 @pytest.fixture(scope="module")

@@ -131,8 +131,8 @@ def test_a_wrong_method_is_a_typed_error_the_function_catches(rpc_worker):
     still_serving(rpc_worker, "wrong")
 
 
-def test_the_node_stopped_mid_task(rpc_worker, doomed, tmp_path):
-    marker = str(tmp_path / "first-read")
+def test_the_node_stopped_mid_task(rpc_worker, doomed, executor_tmp):
+    marker = str(executor_tmp / "first-read")      # written by the function: a folder its executor may write
     rpc_worker.submit_calls("doomed", [("rpc_then_sleep", ["doomed", marker, 1500])], retry=ONE_ATTEMPT)
     deadline = time.monotonic() + 30
     while not os.path.exists(marker):

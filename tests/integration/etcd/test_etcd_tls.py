@@ -34,7 +34,11 @@ async def test_publisher_registers_over_mutual_tls_and_plaintext_is_refused(tls_
     try:
         value, lease = await eventually(lambda: read_value(observer, KEY), what="registration over TLS")
         assert value["workerAddr"] == "10.0.0.9:8081" and lease == p.lease_id
-        assert p.state == PublisherState.REGISTERED
+        # The key is visible to the observer a moment before the publisher's own put
+        # returns and it records the registration.
+        async def registered():
+            return p.state == PublisherState.REGISTERED
+        await eventually(registered, timeout=5, what="the publisher to record its registration")
         # A plaintext client, and a TLS client without a certificate, get nothing.
         for bad in (etcd_client(*etcd.host_port, timeout=1),
                     etcd_client(*etcd.host_port, tls=ClientTLS(ca=ca.cert), timeout=1)):

@@ -62,7 +62,7 @@ def test_one_version_source_and_blockx_version_prints_it():
 
 def test_the_base_install_is_the_client_and_the_extras_are_what_blockx_extras_checks():
     names = lambda reqs: sorted(re.match(r"[A-Za-z0-9_.-]+", r).group(0) for r in reqs)
-    assert names(PROJECT["dependencies"]) == ["aetcd", "grpcio", "protobuf", "shtab"]
+    assert names(PROJECT["dependencies"]) == ["aetcd", "grpcio", "protobuf", "redis", "shtab"]
     extras = PROJECT["optional-dependencies"]
     assert names(extras["worker"]) == sorted(EXTRAS["worker"].values())
     assert names(extras["cli"]) == sorted(EXTRAS["cli"].values())
