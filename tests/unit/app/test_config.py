@@ -471,8 +471,8 @@ VIOLATIONS = [
     (dict(dispatcher__max_subcall_depth=-1), "dispatcher.maxSubcallDepth must be >= 0"),
     (dict(dispatcher__base_backoff_ms=-1), "dispatcher.baseBackoffMs must be >= 0"),
     (dict(dispatcher__max_backoff_ms=-1), "dispatcher.maxBackoffMs must be >= 0"),
-    (dict(dispatcher__instance_fairness_quantum=1025),
-     "dispatcher.instanceFairnessQuantum (DISPATCH_INSTANCE_FAIRNESS_QUANTUM) must be between 0 and 1024"),
+    (dict(dispatcher__instance_fairness_quantum=-1),
+     "dispatcher.instanceFairnessQuantum (DISPATCH_INSTANCE_FAIRNESS_QUANTUM) must be >= 0"),
     (dict(dispatcher__max_collected_output_bytes=-1), "dispatcher.maxCollectedOutputBytes"),
     (dict(heartbeat_interval_ms=0), "heartbeatIntervalMs (WORKER_HEARTBEAT_INTERVAL) must be > 0"),
     (dict(heartbeat_interval_ms=10_000), "must be below the 10 s etcd lease TTL"),
@@ -538,6 +538,12 @@ def test_valid_edge_values_pass():
                  shadow_submit_target_addr="10.1.1.1:8081", shadow_submit_sample_rate=1.0,
                  worker_registry_prefix="/staging/blockx/workers/")
     assert cfg.violations() == []
+
+
+def test_a_fairness_quantum_above_1024_is_capped_not_refused():
+    cfg = broken(dispatcher__instance_fairness_quantum=5000)
+    assert cfg.violations() == []
+    assert cfg.dispatcher_config().effective_fairness_quantum == 1024
 
 
 def test_registry_prefix_is_checked_against_the_deployment_of_the_profile():
