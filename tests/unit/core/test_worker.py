@@ -494,10 +494,10 @@ def test_error_codes_and_grpc_mapping():
 
 
 def test_failure_codes_and_retryability():
-    assert fcodes.is_retryable(fcodes.TIMED_OUT)
-    for code in fcodes.ALL - {fcodes.TIMED_OUT}:
+    assert fcodes.is_retryable(fcodes.TIMED_OUT) and fcodes.is_retryable(fcodes.WORKER_SHUTDOWN)
+    for code in fcodes.ALL - {fcodes.TIMED_OUT, fcodes.WORKER_SHUTDOWN}:
         assert not fcodes.is_retryable(code)
-    assert len(fcodes.ALL) == 10
+    assert len(fcodes.ALL) == 11
 
 
 def test_converge_command_shape():
