@@ -462,6 +462,9 @@ VIOLATIONS = [
     (dict(stream_build__batch_max_rows=0), "streamBuild.batchMaxRows must be > 0"),
     (dict(stream_build__batch_max_args_bytes=0), "streamBuild.batchMaxArgsBytes must be > 0"),
     (dict(dispatcher__executor_max_inflight=0), "dispatcher.executorMaxInflight must be > 0"),
+    (dict(dispatcher__executor_max_inflight=257),
+     "dispatcher.executorMaxInflight (257) must not exceed the executor outbox depth (256 frames): it is how "
+     "many calls one executor may be sent at once; set it to at most 256"),
     (dict(dispatcher__executor_max_runnable=-1), "dispatcher.executorMaxRunnable must be >= 0"),
     (dict(dispatcher__executor_selection_sample_size=-1), "dispatcher.executorSelectionSampleSize"),
     (dict(dispatcher__executor_memory_high_watermark=-1), "dispatcher.executorMemoryHighWatermark"),
@@ -535,6 +538,7 @@ def test_valid_edge_values_pass():
     cfg = broken(worker__default_retry_jitter_percent=0, function_snapshot_retention_ms=28_800_000,
                  metrics_listen="", etcd_endpoints=[], heartbeat_interval_ms=60_000,
                  dispatcher__instance_fairness_quantum=1024, listen_addr="[::1]:0",
+                 dispatcher__executor_max_inflight=256,
                  shadow_submit_target_addr="10.1.1.1:8081", shadow_submit_sample_rate=1.0,
                  worker_registry_prefix="/staging/blockx/workers/")
     assert cfg.violations() == []
