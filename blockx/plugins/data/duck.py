@@ -81,13 +81,41 @@ class DuckScan:
         self.close()
 
 
+class _StatementTimer:
+    """Runs a cursor's statements one at a time, each interrupted once it has run
+    for `timeout_ms` (0 = never): the IO timeout of one write statement."""
+
+    __slots__ = ("_cur", "_execute", "_timeout_s", "fired")
+
+    def __init__(self, cur: duckdb.DuckDBPyConnection, timeout_ms: int):
+        self._cur = cur
+        self._execute = cur.execute
+        self._timeout_s = timeout_ms / 1000.0
+        self.fired = False
+
+    def _fire(self) -> None:
+        self.fired = True
+        self._cur.interrupt()
+
+    def execute(self, *args):
+        if self._timeout_s <= 0:
+            return self._execute(*args)
+        timer = threading.Timer(self._timeout_s, self._fire)
+        timer.start()
+        try:
+            return self._execute(*args)
+        finally:
+            timer.cancel()
+
+
 class DuckSource:
     kind = "duckdb"
 
-    def __init__(self, name: str, path: str, *, external_access: bool = False):
+    def __init__(self, name: str, path: str, *, external_access: bool = False, statement_timeout_ms: int = 0):
         self.name = name
         self.path = path
         self._external = external_access
+        self._timeout_ms = statement_timeout_ms     # phaseIoTimeoutMs per write statement; 0 = none
         self._db: duckdb.DuckDBPyConnection | None = None
         self._open_lock = threading.Lock()
         self._write_lock: asyncio.Lock | None = None
@@ -166,30 +194,32 @@ class DuckSource:
         """Write every group (columns, column-major values) in one transaction."""
         target = quoted_table(schema, table)
         cur = self.cursor()
+        watch = _StatementTimer(cur, self._timeout_ms)
 
         def run() -> int:
             written = 0
             try:
-                cur.execute("BEGIN TRANSACTION")
+                ex = watch.execute                   # each statement bounded by phaseIoTimeoutMs
+                ex("BEGIN TRANSACTION")
                 if create:
                     cols = ", ".join(f"{quote(c)} {t}" for c, t in create)
                     pk = ", ".join(quote(k) for k in key)
-                    cur.execute(f"CREATE TABLE IF NOT EXISTS {target} ({cols}, PRIMARY KEY ({pk}))")
+                    ex(f"CREATE TABLE IF NOT EXISTS {target} ({cols}, PRIMARY KEY ({pk}))")
                 for i, (cols, values) in enumerate(groups):
                     tmp = quote(f"__blockx_upsert_{i}")
                     qcols = ", ".join(quote(c) for c in cols)
-                    cur.execute(f"CREATE TEMP TABLE {tmp} AS SELECT {qcols} FROM {target} LIMIT 0")
+                    ex(f"CREATE TEMP TABLE {tmp} AS SELECT {qcols} FROM {target} LIMIT 0")
                     unnests = ", ".join(f"UNNEST(${j + 1})" for j in range(len(cols)))
-                    cur.execute(f"INSERT INTO {tmp} SELECT {unnests}", values)
+                    ex(f"INSERT INTO {tmp} SELECT {unnests}", values)
                     rest = [c for c in cols if c not in key]
                     conflict = ", ".join(quote(k) for k in key)
                     action = ("DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in rest)
                               if rest else "DO NOTHING")
-                    cur.execute(f"INSERT INTO {target} ({qcols}) SELECT {qcols} FROM {tmp} "
-                                f"ON CONFLICT ({conflict}) {action}")
-                    cur.execute(f"DROP TABLE {tmp}")
+                    ex(f"INSERT INTO {target} ({qcols}) SELECT {qcols} FROM {tmp} "
+                       f"ON CONFLICT ({conflict}) {action}")
+                    ex(f"DROP TABLE {tmp}")
                     written += len(values[0]) if values else 0
-                cur.execute("COMMIT")
+                ex("COMMIT")
                 return written
             except BaseException:
                 try:
@@ -205,7 +235,7 @@ class DuckSource:
             try:
                 return await asyncio.shield(fut)
             except asyncio.CancelledError:
-                # A timed-out writer: stop the statement, and keep the write lock
+                # A cancelled writer (the task ended): stop the statement, and keep the write lock
                 # until its thread has rolled back, so the next writer starts clean.
                 cur.interrupt()
                 await asyncio.wait({fut})
@@ -213,6 +243,9 @@ class DuckSource:
                     fut.exception()
                 raise
             except duckdb.Error as exc:
+                if watch.fired:
+                    raise DataSourceError(f"DuckDB: a statement ran longer than phaseIoTimeoutMs "
+                                          f"({self._timeout_ms} ms)", retryable=True) from None
                 raise _db_error(exc) from None
 
     async def aclose(self) -> None:

@@ -141,3 +141,28 @@ async def test_a_permanent_postgresql_error_is_not_retryable(postgres_server, tm
     finally:
         await conn.close()
         await plane.aclose()
+
+
+async def test_a_duckdb_statement_past_the_io_timeout_is_interrupted_and_rolled_back(tmp_path, table):
+    from blockx.plugins.data.plane import DataPlane
+    url = f"duckdb://{tmp_path}/main.duckdb"
+    rows = [orjson.dumps([{"id": i, "name": f"n{i}"} for i in range(j, j + 10_000)]) for j in range(0, 300_000, 10_000)]
+    slow = DataPlane({"main": url}, bundle_root=str(tmp_path), statement_timeout_ms=1)
+    try:
+        cur = slow.source("main").cursor()
+        cur.execute(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, name TEXT)")
+        cur.close()
+        r = await TableUpsertsPlugin(slow).execute(cfg(table), rows)
+        assert not r.ok and getattr(r, "retryable", False), r
+        assert r.message == "tableUpserts: nothing written: DuckDB: a statement ran longer than phaseIoTimeoutMs (1 ms)"
+        cur = slow.source("main").cursor()
+        assert cur.execute(f"SELECT count(*) FROM {table}").fetchall() == [(0,)]      # rolled back
+        cur.close()
+    finally:
+        await slow.aclose()
+    ok = DataPlane({"main": url}, bundle_root=str(tmp_path), statement_timeout_ms=60_000)
+    try:
+        r = await TableUpsertsPlugin(ok).execute(cfg(table), rows)
+        assert r.ok, r.message
+    finally:
+        await ok.aclose()
