@@ -82,14 +82,14 @@ class DuckScan:
 
 
 class _StatementTimer:
-    """Runs a cursor's statements one at a time, each interrupted once it has run
-    for `timeout_ms` (0 = never): the IO timeout of one write statement."""
+    """A cursor whose statements are each interrupted once they have run for
+    `timeout_ms` (0 = never): the IO timeout of one write statement. It stands in
+    for the cursor (execute, interrupt, close)."""
 
-    __slots__ = ("_cur", "_execute", "_timeout_s", "fired")
+    __slots__ = ("_cur", "_timeout_s", "fired")
 
     def __init__(self, cur: duckdb.DuckDBPyConnection, timeout_ms: int):
         self._cur = cur
-        self._execute = cur.execute
         self._timeout_s = timeout_ms / 1000.0
         self.fired = False
 
@@ -99,13 +99,19 @@ class _StatementTimer:
 
     def execute(self, *args):
         if self._timeout_s <= 0:
-            return self._execute(*args)
+            return self._cur.execute(*args)
         timer = threading.Timer(self._timeout_s, self._fire)
         timer.start()
         try:
-            return self._execute(*args)
+            return self._cur.execute(*args)
         finally:
             timer.cancel()
+
+    def interrupt(self) -> None:
+        self._cur.interrupt()
+
+    def close(self) -> None:
+        self._cur.close()
 
 
 class DuckSource:
@@ -193,33 +199,31 @@ class DuckSource:
                      create: list[tuple[str, str]] | None = None, types: dict[str, str] | None = None) -> int:
         """Write every group (columns, column-major values) in one transaction."""
         target = quoted_table(schema, table)
-        cur = self.cursor()
-        watch = _StatementTimer(cur, self._timeout_ms)
+        cur = watch = _StatementTimer(self.cursor(), self._timeout_ms)   # each statement bounded
 
         def run() -> int:
             written = 0
             try:
-                ex = watch.execute                   # each statement bounded by phaseIoTimeoutMs
-                ex("BEGIN TRANSACTION")
+                cur.execute("BEGIN TRANSACTION")
                 if create:
                     cols = ", ".join(f"{quote(c)} {t}" for c, t in create)
                     pk = ", ".join(quote(k) for k in key)
-                    ex(f"CREATE TABLE IF NOT EXISTS {target} ({cols}, PRIMARY KEY ({pk}))")
+                    cur.execute(f"CREATE TABLE IF NOT EXISTS {target} ({cols}, PRIMARY KEY ({pk}))")
                 for i, (cols, values) in enumerate(groups):
                     tmp = quote(f"__blockx_upsert_{i}")
                     qcols = ", ".join(quote(c) for c in cols)
-                    ex(f"CREATE TEMP TABLE {tmp} AS SELECT {qcols} FROM {target} LIMIT 0")
+                    cur.execute(f"CREATE TEMP TABLE {tmp} AS SELECT {qcols} FROM {target} LIMIT 0")
                     unnests = ", ".join(f"UNNEST(${j + 1})" for j in range(len(cols)))
-                    ex(f"INSERT INTO {tmp} SELECT {unnests}", values)
+                    cur.execute(f"INSERT INTO {tmp} SELECT {unnests}", values)
                     rest = [c for c in cols if c not in key]
                     conflict = ", ".join(quote(k) for k in key)
                     action = ("DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in rest)
                               if rest else "DO NOTHING")
-                    ex(f"INSERT INTO {target} ({qcols}) SELECT {qcols} FROM {tmp} "
-                       f"ON CONFLICT ({conflict}) {action}")
-                    ex(f"DROP TABLE {tmp}")
+                    cur.execute(f"INSERT INTO {target} ({qcols}) SELECT {qcols} FROM {tmp} "
+                                f"ON CONFLICT ({conflict}) {action}")
+                    cur.execute(f"DROP TABLE {tmp}")
                     written += len(values[0]) if values else 0
-                ex("COMMIT")
+                cur.execute("COMMIT")
                 return written
             except BaseException:
                 try:

@@ -7,10 +7,8 @@ leaves it is refused. Each output is a JSON object (or an array of objects) whos
 fields are columns; a field a row lacks is null; DuckDB infers the column types
 (nested objects become structs). The file is written under a temporary name,
 synced, and renamed over the task's previous file, so a reader never sees half a
-file and a retried task replaces its own output. Writing the file is one IO
-operation, bounded by phaseIoTimeoutMs (a timeout fails the task, retryable);
-an abandoned write (that timeout, or the task's end) never renames its file
-afterwards. A task without outputs removes its previous file and writes none. Details: {"rows": n, "path": "out/.../id.parquet"}."""
+file and a retried task replaces its own output. A task without outputs removes
+its previous file and writes none. Details: {"rows": n, "path": "out/.../id.parquet"}."""
 
 from __future__ import annotations
 
@@ -108,10 +106,11 @@ class BundleWritePlugin:
 
     async def _write_bounded(self, directory: str, final: str, names: list[str], values: list[list[Any]],
                              timeout_ms: int) -> None:
-        """_write in a thread, bounded by phaseIoTimeoutMs (the file is one IO
-        operation). A timeout, or the task's end cancelling the plugin, abandons
-        the write: the thread's query is interrupted and it never renames its
-        file into place afterwards (unless the rename had already happened)."""
+        """_write in a thread, bounded by phaseIoTimeoutMs: writing the file is one
+        IO operation, and a timeout fails the task, retryable. A timeout, or the
+        task's end cancelling the plugin, abandons the write: the thread's query
+        is interrupted and it never renames its file into place afterwards
+        (unless the rename had already happened)."""
         guard = _WriteGuard()
         fut = asyncio.ensure_future(asyncio.to_thread(self._write, directory, final, names, values, guard))
         try:
@@ -130,13 +129,12 @@ class BundleWritePlugin:
         os.makedirs(directory, exist_ok=True)
         tmp = os.path.join(directory, f".{os.path.basename(final)}.{secrets.token_hex(6)}.tmp")
         table = quote("__blockx_bundle_" + secrets.token_hex(6))
-        cur = guard.cursor = self.data.files.cursor()
+        cur = self.data.files.cursor()
+        guard.cursor = cur
         try:
             sel = ", ".join(f"UNNEST(${i + 1}) AS {quote(n)}" for i, n in enumerate(names))
-            guard.check()
             cur.execute(f"CREATE TEMP TABLE {table} AS SELECT {sel}", values)
             path = tmp.replace("'", "''")
-            guard.check()
             cur.execute(f"COPY {table} TO '{path}' (FORMAT PARQUET)")
             cur.execute(f"DROP TABLE {table}")
             fd = os.open(tmp, os.O_RDONLY)
@@ -181,10 +179,6 @@ class _WriteGuard:
             except Exception:  # noqa: BLE001 - nothing running any more
                 pass
         return renamed
-
-    def check(self) -> None:
-        if self.abandoned:
-            raise _WriteTimedOut("abandoned")
 
     def rename(self, tmp: str, final: str) -> bool:
         with self._lock:
