@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(VPY) -m pytest
 ARGS    ?=
 
-.PHONY: build serve test test-compiled test-twins etcd bubblewrap postgres prometheus tmux bench bench-instructions bench-micro bench-micro-ci clean
+.PHONY: build dist serve test test-compiled test-twins etcd bubblewrap postgres prometheus tmux bench bench-instructions bench-micro bench-micro-ci clean
 
 build: $(STAMP)
 	$(VPY) setup.py -q build_ext --inplace
@@ -16,9 +16,17 @@ build: $(STAMP)
 $(STAMP): pyproject.toml setup.py
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel
-	$(PIP) install -q "Cython==3.3.1" "grpcio-tools>=1.70"
-	$(PIP) install -q --no-build-isolation -e ".[dev]"
+	$(PIP) install -q "Cython==3.3.1" "grpcio-tools==1.85.1"
+	$(PIP) install -q --no-build-isolation -e ".[worker,dev]"
 	touch $(STAMP)
+
+# The sdist, then a binary wheel built from it (so the sdist is known to carry
+# what a build needs), into dist/; with this venv's setuptools, Cython and
+# grpcio-tools (the versions pyproject.toml pins) instead of fresh copies.
+dist: $(STAMP)
+	rm -rf dist
+	$(VPY) -m build --no-isolation --outdir dist .
+	@ls -l dist
 
 serve: build
 	$(VENV)/bin/blockx serve $(ARGS)
@@ -76,4 +84,4 @@ bench-instructions: build
 	$(VPY) bench/instructions.py $(ARGS)
 
 clean:
-	rm -rf build blockx/_fast/*.c blockx/_fast/*.so blockx/worker/v1/*_pb2*.py* *.egg-info
+	rm -rf build dist blockx/_fast/*.c blockx/_fast/*.so blockx/worker/v1/*_pb2*.py* *.egg-info

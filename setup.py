@@ -55,13 +55,21 @@ extensions = cythonize(
         "initializedcheck": False,
     },
     quiet=True,
+    nthreads=min(4, os.cpu_count() or 1),
 )
 
 setup(
-    packages=find_packages(include=["blockx", "blockx.*"]) + ["blockx_executor"],
+    # blockx.examples.functions has no __init__.py (a functions directory, not a
+    # package) but ships in the wheel: the worker can serve it (FUNCTIONS_DIR).
+    packages=find_packages(include=["blockx", "blockx.*"]) + ["blockx.examples.functions", "blockx_executor"],
     package_dir={"blockx_executor": "executor/blockx_executor"},
-    package_data={"blockx._fast": ["*.pxd", "*.pyx"], "blockx": ["examples/functions/*.py"]},
+    # py.typed and the .pyi stubs (of the compiled hot paths and the generated gRPC
+    # code) make the installed package typed; MANIFEST.in lists the sdist's files.
+    package_data={"blockx._fast": ["*.pxd", "*.pyx", "*.pyi"], "blockx": ["py.typed", "examples/functions/*.py"],
+                  "blockx.worker.v1": ["*.pyi"], "blockx_executor": ["py.typed"]},
     ext_modules=extensions,
+    # Compile the extensions two at a time (`make build`, and a wheel build).
+    options={"build_ext": {"parallel": min(4, os.cpu_count() or 1)}},
     cmdclass={"build_py": BuildPy, "egg_info": EggInfo},
     zip_safe=False,
 )

@@ -22,8 +22,11 @@ from collections.abc import Sequence
 
 from blockx.cli_client import (add_tls_arguments, cmd_result, cmd_slot, cmd_submit, cmd_watch, decode_json_bytes, response_to_json,
                                result_to_json, state_name)
+from blockx.cli_completion import files
 from blockx.cli_exit import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, CLIError
-from blockx.app.profile import PROFILES
+from blockx.cli_help import EXIT_CODES, RAW, epilog
+from blockx import __version__
+from blockx.app.profile_names import PROFILE_NAMES
 from blockx.cli_task import POLICIES, parse_call, task_from_args, task_from_json
 
 __all__ = [
@@ -41,18 +44,27 @@ DEFAULT_RPC_TIMEOUT_S = 10.0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="blockx", description="BlockX Worker: serve, or talk to a running worker.")
+    p = argparse.ArgumentParser(prog="blockx", description="BlockX Worker: serve, or talk to a running worker.",
+                                epilog="Every command has its own --help with examples. Client commands print "
+                                       "JSON on stdout.\nShell completion: blockx completion bash|zsh|tcsh.\n\n"
+                                       + EXIT_CODES, **RAW)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                   help="print the version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
     s = sub.add_parser("serve", help="run a Worker", description=(
-        "Run a Worker. Configuration: defaults -> profile -> WORKER_CONFIG JSON file "
-        "(or --config) -> environment variables."))
-    s.add_argument("--profile", choices=tuple(PROFILES), default=os.environ.get("BLOCKX_PROFILE", "block"),
-                   help="deployment profile: block, bundle, or dev (block plus the dev stubs) "
+        "Run a Worker until SIGTERM / SIGINT (then drain). Configuration: defaults -> profile -> "
+        "WORKER_CONFIG JSON file (or --config) -> environment variables. Needs the worker extra "
+        "(pip install 'blockx-worker[worker]')."), epilog=epilog(
+        "blockx serve --profile dev",
+        "blockx serve --config worker.json --print-config"), **RAW)
+    s.add_argument("--profile", choices=PROFILE_NAMES, default=os.environ.get("BLOCKX_PROFILE", "block"),
+                   help="deployment profile: block, bundle, or dev (block plus the dev stubs, the example "
+                        "functions and the devstub IO backend) "
                         "(default: $BLOCKX_PROFILE or block)")
-    s.add_argument("--config", metavar="FILE", default=None,
-                   help="JSON configuration file (takes the place of $WORKER_CONFIG)")
+    files(s.add_argument("--config", metavar="FILE", default=None,
+                         help="JSON configuration file (takes the place of $WORKER_CONFIG)"))
     s.add_argument("--print-config", action="store_true",
                    help="print the effective configuration as JSON and exit (2 if it is invalid)")
     s.set_defaults(func=cmd_serve)
@@ -67,7 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sm = sub.add_parser("submit", parents=[client], help="submit a task", description=(
         "Submit a task and wait for its result. Build it from flags (--calls / --payload) "
-        "or from --task-json; explicit flags override fields of the JSON task."))
+        "or from --task-json; explicit flags override fields of the JSON task."), epilog=epilog(
+        "blockx submit --calls add:1,2 --calls add1:41",
+        "blockx submit --calls sleep_ms:300 --no-wait --task-id t1",
+        "blockx submit --task-json task.json --task-id t2 --policy continue",
+        "blockx submit --etcd 127.0.0.1:2379 --calls square:7 --watch"), **RAW)
     sm.add_argument("--task-id", default=None, help="task id (default: a new UUID)")
     sm.add_argument("--builder", default=None, help="call builder name (default: callList)")
     sm.add_argument("--calls", action="append", default=None, metavar="FN:ARGS",
@@ -76,12 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--result-handler", default=None, metavar="PLUGIN", help="writer plugin, e.g. log or test")
     sm.add_argument("--result-config", default=None, metavar="JSON|@FILE", help="writer plugin config (JSON)")
     sm.add_argument("--timeout-ms", type=int, default=None, help="task timeout (0: the worker's default)")
-    sm.add_argument("--policy", default=None, choices=sorted(POLICIES), help="call failure policy")
+    sm.add_argument("--policy", default=None, choices=tuple(POLICIES),
+                    help="call failure policy: fast-fail (a call that fails for good, retries spent, stops "
+                         "the task's other calls), continue (every call runs), or unspecified (the "
+                         "worker's default)")
     sm.add_argument("--max-attempts", type=int, default=None, help="call retry: max attempts")
     sm.add_argument("--base-backoff-ms", type=int, default=None, help="call retry: base backoff")
     sm.add_argument("--jitter-percent", type=int, default=None, help="call retry: jitter percent (0..5)")
     sm.add_argument("--instance-id", default=None, help="fairness key")
-    sm.add_argument("--task-json", default=None, metavar="FILE|-", help="the task as JSON (- for stdin)")
+    files(sm.add_argument("--task-json", default=None, metavar="FILE|-", help="the task as JSON (- for stdin)"))
     sm.add_argument("--slot", default=None, metavar="SLOT_ID", help="slot id from a prior `blockx slot`")
     sm.add_argument("--etcd", nargs="?", default=None, const=os.environ.get("BLOCKX_ETCD") or "127.0.0.1:2379",
                     metavar="ENDPOINTS", help="place the task on a worker registered in etcd (blockx.client.Cluster) "
@@ -93,15 +112,25 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--no-wait", action="store_true", help="print the SubmitTask response and exit")
     sm.set_defaults(func=cmd_submit)
 
-    w = sub.add_parser("watch", parents=[client], help="stream task updates until terminal")
+    w = sub.add_parser("watch", parents=[client], help="stream task updates until terminal", description=(
+        "Print each task's current state, then every change (progress included), one JSON object per "
+        "line, until every task is terminal; on a terminal, progress bars while they run."),
+        epilog=epilog("blockx watch t1 t2 --addr 127.0.0.1:8081"), **RAW)
     w.add_argument("task_ids", nargs="+", metavar="TASK_ID")
     w.set_defaults(func=cmd_watch)
 
-    r = sub.add_parser("result", parents=[client], help="get a task's state and result")
+    r = sub.add_parser("result", parents=[client], help="get a task's state and result", description=(
+        "Print a task's current state, with its result (outputs, plugin results, statistic) once it "
+        "is terminal. A task is kept for resultRetentionMs after it ends."),
+        epilog=epilog("blockx result t1 --compact"), **RAW)
     r.add_argument("task_id", metavar="TASK_ID")
     r.set_defaults(func=cmd_result)
 
-    sl = sub.add_parser("slot", parents=[client], help="reserve a task slot")
+    sl = sub.add_parser("slot", parents=[client], help="reserve a task slot", description=(
+        "Reserve a slot for TASK_ID (idempotent by task id) and print it; then submit the task "
+        "with --slot SLOT_ID before the reservation's TTL runs out."), epilog=epilog(
+        "blockx slot t1 --ttl-ms 5000",
+        "blockx submit --task-id t1 --slot SLOT_ID --calls add:1,2"), **RAW)
     sl.add_argument("task_id", metavar="TASK_ID")
     sl.add_argument("--ttl-ms", type=int, default=0, help="reservation TTL (0: the worker's default)")
     sl.set_defaults(func=cmd_slot)
@@ -117,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     from blockx.cli_trace import add_parser as add_trace_parser
     add_trace_parser(sub, client)
     # --- end task traces ---
+    from blockx.cli_completion import add_parser as add_completion_parser
+    add_completion_parser(sub)
     return p
 
 
@@ -128,7 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except CLIError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from blockx.cli_text import term_safe   # may quote a worker's or etcd's message
+        print(f"error: {term_safe(exc, keep_newlines=True)}", file=sys.stderr)
         return EXIT_ERROR
     except BrokenPipeError:
         return EXIT_ERROR
@@ -138,6 +170,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
+    from blockx.extras import MissingExtra, require
+
+    try:
+        require("worker", "`blockx serve`")
+    except MissingExtra as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     from blockx.app.config import ConfigError, load_config
     from blockx.app.profile import ProfileError, get_profile
 

@@ -135,7 +135,8 @@ def _client_command(fn):
             with connect(ns.addr, connect_timeout_s=ns.rpc_timeout, tls=tls_from_args(ns)) as client:
                 return fn(ns, client, out)
         except BlockxError as exc:
-            print(f"error: {exc.code.name}: {exc.message}", file=sys.stderr)
+            from blockx.cli_text import term_safe   # the worker's message, escaped for the terminal
+            print(f"error: {exc.code.name}: {term_safe(exc.message, keep_newlines=True)}", file=sys.stderr)
             return EXIT_ERROR
         except TLSFileError as exc:
             raise CLIError(str(exc)) from None
@@ -151,12 +152,19 @@ def _is_tty(out: TextIO) -> bool:
         return False
 
 
+def _bars(out: TextIO) -> bool:
+    """Progress bars: on a terminal, when rich (the `cli` extra) is installed."""
+    from blockx.extras import has
+
+    return _is_tty(out) and has("cli")
+
+
 def _watch(client, task_ids: Iterable[str], out: TextIO, print_all: bool, compact: bool = True):
     """Stream updates; return {task_id: last pb.TaskUpdate}. When print_all: on a
     terminal, a progress bar per task and each terminal update as JSON; otherwise
     every update (progress included) as a JSON line."""
     last: dict[str, Any] = {}
-    if print_all and _is_tty(out):
+    if print_all and _bars(out):
         from blockx.cli_progress import ProgressBars
 
         with ProgressBars(out) as bars:
@@ -188,7 +196,7 @@ def _submit(ns: argparse.Namespace, client, out: TextIO) -> int:
             print(f"error: the watch of task {task.task_id} ended without an update", file=sys.stderr)
             return EXIT_ERROR
         return _exit_for(upd.state)
-    if _is_tty(out):          # a progress bar while it runs, then the terminal update
+    if _bars(out):            # a progress bar while it runs, then the terminal update
         resp = client.submit(task=task, slot_id=ns.slot or "", wait=False).raw
         if not _is_terminal(resp.state):
             from blockx.cli_progress import ProgressBars

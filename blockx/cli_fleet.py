@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from blockx.cli_exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, CLIError
+from blockx.cli_text import term_safe
 
 DEFAULT_ETCD = "127.0.0.1:2379"
 DEFAULT_WORKERS_PREFIX = "/blockx/workers/"
@@ -52,22 +53,37 @@ def add_parsers(sub, client_parent: argparse.ArgumentParser) -> None:
                       help=f"etcd endpoints, comma-separated (default: $BLOCKX_ETCD or {DEFAULT_ETCD})")
     etcd.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="etcd request deadline")
 
-    w = sub.add_parser("workers", parents=[etcd], help="list the workers registered in etcd")
+    from blockx.cli_completion import directory
+    from blockx.cli_help import RAW, epilog
+
+    w = sub.add_parser("workers", parents=[etcd], help="list the workers registered in etcd", description=(
+        "Print one row per Worker registered under --prefix: address, ready, draining, free / total "
+        "slots, healthy / total executors, heartbeat age; --watch redraws it on every change."),
+        epilog=epilog("blockx workers --etcd 127.0.0.1:2379", "blockx workers --watch"), **RAW)
     w.add_argument("--prefix", default=DEFAULT_WORKERS_PREFIX, help="registry prefix (default: %(default)s)")
     w.add_argument("--watch", action="store_true", help="keep the table on screen, refreshed in place")
     w.add_argument("--json", action="store_true", help="print the heartbeats as JSON")
     w.set_defaults(func=cmd_workers)
 
-    f = sub.add_parser("functions", help="function code in etcd (FUNCTIONS_SOURCE=etcd)")
+    f = sub.add_parser("functions", help="function code in etcd (FUNCTIONS_SOURCE=etcd)", description=(
+        "Upload or list the function code that Workers with FUNCTIONS_SOURCE=etcd serve."),
+        epilog=epilog("blockx functions push ./functions", "blockx functions list --json"), **RAW)
     fsub = f.add_subparsers(dest="functions_command", metavar="SUBCOMMAND")
     fsub.required = True
-    push = fsub.add_parser("push", parents=[etcd], help="upload every <id>.py of DIR in one transaction")
-    push.add_argument("directory", metavar="DIR")
+    push = fsub.add_parser("push", parents=[etcd], help="upload every <id>.py of DIR in one transaction",
+                           description=(
+        "Upload every <id>.py of DIR to PREFIX<id> in one etcd transaction (all or nothing) and print the "
+        "new revision: the code epoch the Workers move to. Everything is checked first (UTF-8, function "
+        "ids, etcd's request size limit)."),
+        epilog=epilog("blockx functions push ./functions --etcd 127.0.0.1:2379"), **RAW)
+    directory(push.add_argument("directory", metavar="DIR", help="directory of <function id>.py files"))
     push.add_argument("--prefix", default=DEFAULT_FUNCTIONS_PREFIX, help="(default: %(default)s)")
     push.add_argument("--max-request-bytes", type=int, default=ETCD_MAX_REQUEST_BYTES,
                       help="etcd's request size limit (default: %(default)s, etcd's own default)")
     push.set_defaults(func=cmd_functions_push)
-    ls = fsub.add_parser("list", parents=[etcd], help="function ids, digests and sizes")
+    ls = fsub.add_parser("list", parents=[etcd], help="function ids, digests and sizes", description=(
+        "Print each function under --prefix: its id, the sha256 of its source and its size."),
+        epilog=epilog("blockx functions list", "blockx functions list --json"), **RAW)
     ls.add_argument("--prefix", default=DEFAULT_FUNCTIONS_PREFIX, help="(default: %(default)s)")
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.set_defaults(func=cmd_functions_list)
@@ -81,8 +97,7 @@ async def _kv(endpoints: str, fn, timeout: float):
     import grpc
     from aetcd import rpc
 
-    from blockx.adapters.etcd_publisher import parse_endpoints
-    from blockx.adapters.etcd_watch import etcd_target
+    from blockx.etcd.endpoints import etcd_target, parse_endpoints
 
     try:
         eps = parse_endpoints(endpoints)
@@ -104,7 +119,7 @@ async def read_prefix(endpoints: str, prefix: str, timeout: float = 5.0):
     """(revision, [(key, value, mod_revision), ...]) of every key under ``prefix``."""
     from aetcd import rpc
 
-    from blockx.adapters.etcd_watch import prefix_range_end
+    from blockx.etcd.prefix_watch import prefix_range_end
 
     async def go(kv, t):
         r = await kv.Range(rpc.RangeRequest(key=prefix.encode(), range_end=prefix_range_end(prefix.encode())),
@@ -117,12 +132,13 @@ async def read_prefix(endpoints: str, prefix: str, timeout: float = 5.0):
 
 
 def workers_table(workers, now_ms: int | None = None) -> str:
-    """The table `blockx workers` prints, from WorkerInfo objects."""
+    """The table `blockx workers` prints, from WorkerInfo objects (addresses escaped
+    for the terminal: they are etcd keys, which anyone with write access chose)."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     rows = [("ADDRESS", "READY", "DRAINING", "SLOTS FREE/TOTAL", "EXECUTORS OK/TOTAL", "HEARTBEAT AGE")]
     for w in sorted(workers, key=lambda w: w.addr):
         age = w.heartbeat_age_ms(now_ms)
-        rows.append((w.addr, "yes" if w.ready else "no", "yes" if w.draining else "no",
+        rows.append((term_safe(w.addr), "yes" if w.ready else "no", "yes" if w.draining else "no",
                      f"{w.free_slots}/{w.task_slots}", f"{w.executors_healthy}/{w.executors_total}",
                      "?" if age < 0 else f"{age / 1000:.1f}s"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -238,10 +254,11 @@ def cmd_functions_list(ns: argparse.Namespace, out: TextIO | None = None) -> int
     if ns.json:
         out.write(json.dumps({"revision": revision, "functions": rows}, indent=2) + "\n")
         return EXIT_OK
-    width = max([len("FUNCTION")] + [len(r["functionId"]) for r in rows])
+    ids = [term_safe(r["functionId"]) for r in rows]
+    width = max([len("FUNCTION")] + [len(i) for i in ids])
     out.write(f"{'FUNCTION'.ljust(width)}  {'SHA256':64}  BYTES\n")
-    for r in rows:
-        out.write(f"{r['functionId'].ljust(width)}  {r['digest']}  {r['bytes']}\n")
+    for fid, r in zip(ids, rows):
+        out.write(f"{fid.ljust(width)}  {r['digest']}  {r['bytes']}\n")
     out.write(f"{len(rows)} function(s) at revision {revision}\n")
     return EXIT_OK
 
@@ -286,5 +303,5 @@ async def _submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> in
             dump(shown(outcome), ns.compact, out)
             return exit_for(outcome.state)
     except BlockxError as exc:
-        print(f"error: {exc.code.name}: {exc.message}", file=sys.stderr)
+        print(f"error: {exc.code.name}: {term_safe(exc.message, keep_newlines=True)}", file=sys.stderr)
         return EXIT_ERROR

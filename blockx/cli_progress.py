@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from blockx.cli_text import rich_safe
+
 
 class ProgressBars:
     def __init__(self, out: TextIO) -> None:
@@ -35,7 +37,9 @@ class ProgressBars:
         """A client TaskUpdate (blockx.client.TaskUpdate)."""
         bar = self._bars.get(upd.task_id)
         if bar is None:
-            bar = self._bars[upd.task_id] = self._progress.add_task(upd.task_id, total=None, extra=upd.state)
+            # The description is rich markup: the task id is escaped (blockx.cli_text).
+            bar = self._bars[upd.task_id] = self._progress.add_task(rich_safe(upd.task_id), total=None,
+                                                                    extra=upd.state)
         p = upd.progress
         fields = {"extra": upd.state}
         if p is not None:

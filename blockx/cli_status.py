@@ -16,13 +16,18 @@ import sys
 from typing import Any, TextIO
 
 from blockx.cli_exit import EXIT_OK
+from blockx.cli_text import term_safe
 
 PHASES = ("PREPARING", "BUILDER", "CALLS", "PLUGIN")
 
 
 def add_parsers(sub, client: argparse.ArgumentParser) -> None:
+    from blockx.cli_help import RAW, epilog
+
     st = sub.add_parser("status", parents=[client], help="show a worker's status (slots, tasks, executors)",
-                        description="Print GetWorkerStatus of one worker: a table, or JSON with --json.")
+                        description="Print GetWorkerStatus of one worker: a table, or JSON with --json.",
+                        epilog=epilog("blockx status --worker 127.0.0.1:8081", "blockx status --json --compact"),
+                        **RAW)
     st.add_argument("--worker", dest="addr", default=argparse.SUPPRESS, metavar="ADDR",
                     help="worker address host:port (same as --addr)")
     st.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -30,7 +35,9 @@ def add_parsers(sub, client: argparse.ArgumentParser) -> None:
 
     top = sub.add_parser("top", parents=[client], help="show a worker's status live, like top (q quits)",
                          description="Refresh GetWorkerStatus of one worker on the terminal: header, "
-                                     "task and call rates, executors. Quit with q or Ctrl-C.")
+                                     "task and call rates, executors. Quit with q or Ctrl-C. Needs rich "
+                                     "(pip install 'blockx-worker[cli]').",
+                         epilog=epilog("blockx top --worker 127.0.0.1:8081 --interval 2"), **RAW)
     top.add_argument("--worker", dest="addr", default=argparse.SUPPRESS, metavar="ADDR",
                      help="worker address host:port (same as --addr)")
     top.add_argument("--interval", type=float, default=1.0, metavar="S",
@@ -93,20 +100,24 @@ def fmt_bytes(n: int) -> str:
 
 
 def header_lines(st) -> list[str]:
-    """A few short lines (each under 80 columns) about the worker as a whole."""
+    """A few short lines (each under 80 columns) about the worker as a whole; the
+    strings the worker sent are escaped for the terminal (blockx.cli_text)."""
     sl = st.slots
     phases = " ".join(f"{p.lower()} {st.tasks_by_phase.get(p, 0)}" for p in PHASES)
     flags = ("ready" if st.ready else "NOT READY") + (" DRAINING" if st.draining else "")
     return [
-        f"worker {st.worker_addr or '?'}  v{st.version}  up {fmt_duration(st.uptime_ms)}  {flags}",
+        f"worker {term_safe(st.worker_addr or '?')}  v{term_safe(st.version)}  up {fmt_duration(st.uptime_ms)}  "
+        f"{flags}",
         f"slots {sl.running} running, {sl.reserved} reserved, {sl.free} free of {sl.total}  "
-        f"etcd {st.etcd_state}  epoch {st.code_epoch}",
+        f"etcd {term_safe(st.etcd_state)}  epoch {st.code_epoch}",
         f"tasks: {phases}  outbox {st.outbox_depth}",
     ]
 
 
 def executors_table(st, *, title: str | None = None):
+    # Cells are Text, never markup: an executor id or state is shown as sent.
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(title=title, box=None, pad_edge=False, header_style="bold", show_edge=False)
     for name, justify in (("EXECUTOR", "left"), ("STATE", "left"), ("PID", "right"), ("INFL", "right"),
@@ -115,7 +126,8 @@ def executors_table(st, *, title: str | None = None):
         t.add_column(name, justify=justify, no_wrap=True)
     for e in st.executors:
         age = f"{e.last_heartbeat_age_ms}ms" if e.last_heartbeat_age_ms >= 0 else "-"
-        t.add_row(e.executor_id, e.state if e.healthy else f"[red]{e.state}[/red]", str(e.pid or "-"),
+        t.add_row(Text(term_safe(e.executor_id)), Text(term_safe(e.state), style="" if e.healthy else "red"),
+                  str(e.pid or "-"),
                   str(e.inflight), str(e.runnable), fmt_bytes(e.rss_bytes) if e.rss_bytes else "-",
                   f"{e.cpu_user_seconds:.1f}/{e.cpu_system_seconds:.1f}", str(e.restarts), age)
     return t
@@ -146,6 +158,14 @@ def _status(ns: argparse.Namespace, client, out: TextIO) -> int:
     st = client.status(timeout_s=ns.rpc_timeout)
     if ns.json:
         out.write(json.dumps(status_to_json(st), indent=None if ns.compact else 2) + "\n")
+        out.flush()
+        return EXIT_OK
+    from blockx.extras import has
+
+    if not has("cli"):        # a client install without rich: the same, as plain text
+        from blockx.cli_status_text import status_text
+
+        out.write(status_text(st))
         out.flush()
         return EXIT_OK
     from rich.console import Console

@@ -17,10 +17,9 @@ from typing import Any, TextIO
 
 from blockx.cli_exit import CLIError
 
-# --policy spellings -> CallFailurePolicy enum names.
+# --policy values -> CallFailurePolicy enum names (one spelling each).
 POLICIES = {
     "fast-fail": "CALL_FAILURE_POLICY_FAST_FAIL",
-    "fast_fail": "CALL_FAILURE_POLICY_FAST_FAIL",
     "continue": "CALL_FAILURE_POLICY_CONTINUE",
     "unspecified": "CALL_FAILURE_POLICY_UNSPECIFIED",
 }

@@ -6,7 +6,9 @@ calls per second computed from the deltas of the Worker's cumulative counters
 between two reads (``Rates``), and the executors table. It fits a plain 80x24
 terminal. `q` quits (exit 0), and so does Ctrl-C. When stdin is not a terminal
 only Ctrl-C (or SIGTERM) ends it. A failed read shows the error in place and
-the next refresh tries again."""
+the next refresh tries again. Every string the worker sends is shown escaped
+(blockx.cli_text): a control sequence in an executor id or an error message
+cannot move the cursor or repaint the screen."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from blockx.cli_exit import EXIT_OK, CLIError
+from blockx.cli_text import term_safe
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +72,7 @@ def render_top(st, rates: Rates | None, *, error: str = "", interval: float = 1.
     parts = [Text(line) for line in header_lines(st)] if st is not None else [Text("worker: (no status yet)")]
     parts.extend(Text(line) for line in rates_lines(rates))
     if error:
-        parts.append(Text(f"error: {error}", style="red"))
+        parts.append(Text(f"error: {term_safe(error)}", style="red"))
     parts.append(Text(""))
     if st is not None:
         parts.append(executors_table(st))
@@ -115,6 +118,12 @@ class _Keys:
 def cmd_top(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     if ns.interval <= 0:
         raise CLIError("--interval must be > 0")
+    from blockx.extras import MissingExtra, require
+
+    try:
+        require("cli", "`blockx top`")
+    except MissingExtra as exc:
+        raise CLIError(str(exc)) from None
     from blockx.cli_client import _client_command
 
     return _client_command(_top)(ns, out)

@@ -12,14 +12,21 @@ from typing import TextIO
 
 from blockx.cli_client import _client_command
 from blockx.cli_exit import EXIT_OK, CLIError
+from blockx.cli_text import term_safe
 
 
 def add_parser(sub, client: argparse.ArgumentParser) -> None:
+    from blockx.cli_completion import files
+    from blockx.cli_help import RAW, epilog
+
     t = sub.add_parser("trace", parents=[client], help="write a task's trace (Chrome trace-event JSON)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__, epilog=epilog("blockx trace t1 -o trace.json",
+                                                          "blockx trace t1 --worker 127.0.0.1:8081 > trace.json"),
+                       **RAW)
     t.add_argument("task_id", metavar="TASK_ID")
     t.add_argument("--worker", dest="addr", metavar="ADDR", default=argparse.SUPPRESS, help="the worker that ran the task (same as --addr)")
-    t.add_argument("-o", "--output", metavar="FILE", default=None, help="write the JSON to FILE instead of stdout")
+    files(t.add_argument("-o", "--output", metavar="FILE", default=None,
+                         help="write the JSON to FILE instead of stdout"))
     t.set_defaults(func=cmd_trace)
 
 
@@ -35,10 +42,10 @@ def _trace(ns: argparse.Namespace, client, out: TextIO) -> int:
         out.write(tr.chrome_trace_json.decode())
         out.write("\n")
         out.flush()
-    notes = [tr.state, "complete" if tr.complete else "still running",
+    notes = [term_safe(tr.state), "complete" if tr.complete else "still running",
              f"sampled: about 1 call in {tr.sample_every} kept" if tr.sampled else "",
              f"{tr.events_dropped} events dropped" if tr.events_dropped else ""]
-    print(f"trace of task {tr.task_id}: {tr.events_recorded} events ({', '.join(n for n in notes if n)})",
+    print(f"trace of task {term_safe(tr.task_id)}: {tr.events_recorded} events ({', '.join(n for n in notes if n)})",
           file=sys.stderr)
     return EXIT_OK
 

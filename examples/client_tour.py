@@ -1,4 +1,4 @@
-# examples/client_tour.py: run it against a worker (`make serve`), e.g.
+# examples/client_tour.py: run it against a worker (`make serve ARGS="--profile dev"`), e.g.
 #   BLOCKX_ADDR=127.0.0.1:8081 .venv/bin/python examples/client_tour.py
 import asyncio
 import os

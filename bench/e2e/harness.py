@@ -46,6 +46,7 @@ class BenchWorker:
             "EXECUTOR_COUNT": str(executors),
             "EXECUTOR_SOCKET_PATH": os.path.join(self.tmp, "sock", "worker.sock"),
             "FUNCTIONS_DIR": fdir,
+            "IO_DEVSTUB_ENABLED": "true",          # io_loop does IO through the devstub backend
             "TASK_SLOTS": "256",
             "EXECUTOR_TASK_SLOTS": "256",
             "CALL_DEADLINE_MS": "120000",

@@ -16,13 +16,18 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from blockx.adapters import wire
+from blockx.adapters.grpc_limits import GrpcLimits
+from blockx.adapters.open_streams import OpenStreams
+from blockx.adapters.request_decode import Undecodable, add_worker_service
+from blockx.adapters.result_delivery import ResultDelivery, result_bytes
 from blockx.adapters.session import (
     DEFAULT_MAX_PENDING_BYTES, DEFAULT_MAX_PENDING_EVENTS, MAX_WATCH_TASK_IDS, Session, SessionEnd,
 )
-from blockx.adapters.subscriptions import CLOSED, GONE
+from blockx.adapters.subscriptions import CLOSED, GONE, OVERFLOW, Subscription
 from blockx.adapters.trace_export import chrome_trace
 from blockx.core.types import TaskState
 from blockx.core.errors import WorkerError
+from blockx.core.worker_requests import require_task_id
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 
@@ -42,6 +47,9 @@ def _guarded(handler):
 
     @functools.wraps(handler)
     async def wrapper(self, request, context):
+        if type(request) is Undecodable:
+            self._count(name, "INVALID_ARGUMENT")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.refusal())
         try:
             return await handler(self, request, context)
         except (asyncio.CancelledError, grpc.aio.AbortError):
@@ -56,14 +64,19 @@ def _guarded(handler):
 
 class WorkerService(pb_grpc.WorkerServiceServicer):
     def __init__(self, orch, metrics=None, *, status=None, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
-                 session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> None:
+                 session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES, limits: GrpcLimits | None = None) -> None:
         self._orch = orch
         self._metrics = metrics
         progress = getattr(orch, "progress", None)
         self._encoder = wire.TaskUpdateEncoder(progress.progress_of if progress is not None else None)
         self._status = status
+        limits = limits or GrpcLimits()
+        self._limits = limits
+        self._delivery = delivery = ResultDelivery(limits.max_message_bytes)
+        self._sessions = OpenStreams("TaskSession", limits.max_task_sessions, "maxTaskSessions, MAX_TASK_SESSIONS")
+        self._watches = OpenStreams("WatchTasks", limits.max_watch_streams, "maxWatchStreams, MAX_WATCH_STREAMS")
         self._session_limits = {"max_pending_events": session_max_pending_events,
-                                "max_pending_bytes": session_max_pending_bytes}
+                                "max_pending_bytes": session_max_pending_bytes, "delivery": delivery}
 
     def _count(self, method: str, code: str) -> None:
         m = self._metrics
@@ -74,14 +87,29 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         self._count(method, err.grpc_status_name)
         await context.abort(_status(err), err.message)
 
+    async def _watch_overflow(self, context):
+        self._count("WatchTasks", "RESOURCE_EXHAUSTED")
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, (
+            f"this WatchTasks stream's queue overflowed (over {self._limits.watch_max_pending_updates} updates; "
+            "watchMaxPendingUpdates, WATCH_MAX_PENDING_UPDATES): the client stopped reading while its tasks "
+            "kept changing; read the stream, and watch the tasks that have not ended again "
+            "(GetTaskResult shows where each is)"))
+
+    async def _too_big(self, context, method: str, snap, size: int):
+        self._count(method, "RESOURCE_EXHAUSTED")
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self._delivery.message(snap.task_id, size))
+
     @_guarded
     async def RequestTaskSlot(self, request, context):
         try:
             snap = self._orch.request_task_slot(request.task_id, request.ttl_ms)
         except WorkerError as err:
             await self._refuse(context, "RequestTaskSlot", err)
+        resp = wire.slot_response(snap)
+        if snap.result is not None and (n := self._delivery.oversize(resp, result_bytes(snap))):
+            await self._too_big(context, "RequestTaskSlot", snap, n)
         self._count("RequestTaskSlot", "OK")
-        return wire.slot_response(snap)
+        return resp
 
     @_guarded
     async def SubmitTask(self, request, context):
@@ -90,8 +118,11 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             snap = self._orch.submit_task(req, shadow=shadow, raw_request=request)
         except WorkerError as err:
             await self._refuse(context, "SubmitTask", err)
+        resp = wire.submit_response(snap)
+        if snap.result is not None and (n := self._delivery.oversize(resp, result_bytes(snap))):
+            await self._too_big(context, "SubmitTask", snap, n)
         self._count("SubmitTask", "OK")
-        return wire.submit_response(snap)
+        return resp
 
     @_guarded
     async def GetTaskResult(self, request, context):
@@ -99,8 +130,11 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             snap = self._orch.get_task_result(request.task_id)
         except WorkerError as err:
             await self._refuse(context, "GetTaskResult", err)
+        resp = wire.result_response(snap)
+        if snap.result is not None and (n := self._delivery.oversize(resp, result_bytes(snap))):
+            await self._too_big(context, "GetTaskResult", snap, n)
         self._count("GetTaskResult", "OK")
-        return wire.result_response(snap)
+        return resp
 
     @_guarded
     async def WatchTasks(self, request, context):
@@ -119,19 +153,32 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         if subs.closed:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the worker is shutting down")
         snaps = []
+        try:
+            for tid in task_ids:             # a malformed id is INVALID_ARGUMENT before any NOT_FOUND
+                require_task_id(tid, "an entry of task_ids")
+        except WorkerError as err:
+            await self._refuse(context, "WatchTasks", err)
         for tid in task_ids:
             try:
                 snaps.append(orch.get_task_result(tid))
             except WorkerError as err:
                 await self._refuse(context, "WatchTasks", err)
-        sub = subs.attach(task_ids)
+        watches = self._watches
+        if not watches.enter():
+            self._count("WatchTasks", "RESOURCE_EXHAUSTED")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, watches.refusal())
+        # A client that stops reading overflows the queue: the handler is cancelled
+        # out of the write it waits on, and this stream alone ends.
+        sub = subs.attach(task_ids, Subscription(self._limits.watch_max_pending_updates,
+                                                 asyncio.current_task().cancel))
+        fit = self._delivery.fit_update
         pending = set()
         shown = {}            # task id -> the TaskProgress last written (progress is not repeated)
         finished = False
         try:
             for snap in snaps:
                 upd = self._encoder(snap)
-                await context.write(upd)
+                await context.write(fit(upd, snap))
                 if not snap.is_terminal:
                     pending.add(snap.task_id)
                     if upd.HasField("progress"):
@@ -141,6 +188,8 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             last = {s.task_id: s.state for s in snaps}
             while pending:
                 item = await sub.queue.get()
+                if item is OVERFLOW:
+                    await self._watch_overflow(context)
                 if item is CLOSED:
                     await context.abort(grpc.StatusCode.UNAVAILABLE,
                                         "the worker is shutting down; re-watch on another worker")
@@ -159,12 +208,17 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 upd = self._encoder(item)
                 if upd.HasField("progress"):
                     shown[tid] = upd.progress
-                await context.write(upd)
+                await context.write(fit(upd, item))
                 if item.is_terminal:
                     pending.discard(tid)
             finished = True
             self._count("WatchTasks", "OK")
+        except asyncio.CancelledError:
+            if not sub.overflowed:
+                raise                       # the client went away
+            await self._watch_overflow(context)
         finally:
+            watches.leave()
             subs.detach(sub, disconnected=not finished)
 
     # ---- GetWorkerStatus (issue 15 part 3) ----
@@ -184,7 +238,15 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         if subs.closed:
             self._count("TaskSession", "UNAVAILABLE")
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the worker is shutting down")
-        session = Session(self._orch, self._encoder, self._count, **self._session_limits)
+        sessions = self._sessions
+        if not sessions.enter():
+            self._count("TaskSession", "RESOURCE_EXHAUSTED")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, sessions.refusal())
+        try:
+            session = Session(self._orch, self._encoder, self._count, **self._session_limits)
+        except BaseException:
+            sessions.leave()
+            raise
         subs.register(session)
         loop = asyncio.get_running_loop()
         reader = loop.create_task(_read_session(session, request_iterator))
@@ -205,6 +267,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 self._count("TaskSession", end.code)
                 await context.abort(grpc.StatusCode[end.code], end.message)
         finally:
+            sessions.leave()
             reader.cancel()
             writer.cancel()
             subs.detach(session, disconnected=not finished)
@@ -264,6 +327,8 @@ async def _read_session(session: Session, request_iterator) -> None:
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - the stream broke under the reader
+        if session.end is not None:
+            return               # the Worker ended the session: its abort stops the reader
         if not isinstance(exc, grpc.RpcError):
             log.exception("TaskSession reader failed")
         session.fail("INTERNAL" if not isinstance(exc, grpc.RpcError) else "CANCELLED",
@@ -273,22 +338,24 @@ async def _read_session(session: Session, request_iterator) -> None:
 def build_server(orch, *, listen_addr: str, keepalive_time_ms: int, keepalive_timeout_ms: int,
                  metrics=None, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
                  session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
-                 tls=None, status=None) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+                 tls=None, status=None,
+                 limits: GrpcLimits | None = None) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """A server with WorkerService, grpc.health.v1 (starts NOT_SERVING) and
     reflection. Returns (server, health servicer, bound port). With `tls`
-    (blockx.adapters.tls.ServerTLS) the port speaks TLS only."""
+    (blockx.adapters.tls.ServerTLS) the port speaks TLS only. ``limits``
+    (blockx.adapters.grpc_limits) bounds messages, streams, RPCs and connections."""
+    limits = limits or GrpcLimits()
     server = grpc.aio.server(options=[
         ("grpc.keepalive_time_ms", keepalive_time_ms),
         ("grpc.keepalive_timeout_ms", keepalive_timeout_ms),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
-        ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-        ("grpc.max_send_message_length", 64 * 1024 * 1024),
+        *limits.server_options(),
         ("grpc.so_reuseport", 0),
-    ])
-    pb_grpc.add_WorkerServiceServicer_to_server(WorkerService(
+    ], maximum_concurrent_rpcs=limits.max_concurrent_rpcs)
+    add_worker_service(WorkerService(
         orch, metrics, status=status, session_max_pending_events=session_max_pending_events,
-        session_max_pending_bytes=session_max_pending_bytes), server)
+        session_max_pending_bytes=session_max_pending_bytes, limits=limits), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

@@ -17,6 +17,14 @@ never disturbs or crashes the loop.
 
 The HTTP endpoint binds exactly the configured address (`127.0.0.1:9464` by
 default); prometheus_client would otherwise listen on 0.0.0.0.
+
+Labels. `direction`, `phase`, `method`, `code`, `state` (slots, etcd) take values
+from the Worker's own code. The labels whose values an executor or a task can
+choose go through blockx.adapters.metric_labels.LabelValues when counted (or, for
+gauges read at scrape time, when exported): `error_kind` (user code picks it),
+`failure_code` and the task `state`, `executor` (an executor names itself) and
+`limit`. A value outside the allowed charset or length, or past the cap of
+distinct values, is counted as `other`, so no executor can make unbounded series.
 """
 
 from __future__ import annotations
@@ -34,8 +42,13 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from blockx.adapters.metric_labels import OTHER, LabelValues
+from blockx.core import failure_codes
+from blockx.protocol import messages as _msg
+
 __all__ = [
     "CONTENT_TYPE_LATEST",
+    "OTHER",
     "ETCD_STATES",
     "Metrics",
     "PHASE_BUCKETS",
@@ -48,6 +61,10 @@ log = logging.getLogger("blockx.metrics")
 SLOT_STATES = ("free", "allocated", "running")
 _NO_SLOTS = dict.fromkeys(SLOT_STATES, 0)   # until slots_fn (WorkerCore's counts) is wired
 ETCD_STATES = ("idle", "disabled", "registering", "registered", "retrying", "deregistered")
+# The error kinds and task outcomes the Worker, its cores and the SDK produce
+# themselves: always their own series, whatever else executors send.
+KNOWN_ERROR_KINDS = (*_msg.DEFAULT_RETRYABLE, _msg.IO_ERROR, _msg.SUBCALL_FAILED, "AUDIT_REJECTED", "ABORTED")
+KNOWN_TASK_STATES = ("SUCCEEDED", "FAILED")
 # Task phases last from a millisecond (a cached callList) to hours (MaxTaskTimeoutMs 8h).
 PHASE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                  5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 28800.0)
@@ -103,6 +120,12 @@ class Metrics:
         self.calls_failed: Counter[str] = Counter()                   # error_kind
         self.tasks_terminal: Counter[tuple[str, str]] = Counter()     # (state, failure_code)
         self.grpc_requests: Counter[tuple[str, str]] = Counter()      # (method, code)
+        # The values executors and tasks may put in a label (see the module docstring).
+        self.error_kind_label = LabelValues("error_kind", KNOWN_ERROR_KINDS)
+        self.task_state_label = LabelValues("state", KNOWN_TASK_STATES)
+        self.failure_code_label = LabelValues("failure_code", ("", *sorted(failure_codes.ALL)))
+        self.executor_label = LabelValues("executor", max_values=256)
+        self.limit_label = LabelValues("limit", ("memory",))
 
         # ---- gauges: a value the owner sets, or a callback read at scrape time ----
         self.slots_fn: Callable[[], Mapping[str, int]] | None = None
@@ -137,10 +160,10 @@ class Metrics:
 
     # ---- convenience for less-hot paths ----
     def task_terminal(self, state: str, failure_code: str = "") -> None:
-        self.tasks_terminal[(state, failure_code or "")] += 1
+        self.tasks_terminal[(self.task_state_label(state), self.failure_code_label(failure_code or ""))] += 1
 
     def call_failed(self, error_kind: str, n: int = 1) -> None:
-        self.calls_failed[error_kind] += n
+        self.calls_failed[self.error_kind_label(error_kind)] += n
 
     def grpc_request(self, method: str, code: str) -> None:
         self.grpc_requests[(method, code)] += 1
@@ -256,8 +279,8 @@ class _WorkerCollector(Collector):
         limits = CounterMetricFamily("blockx_executor_limit_kills",
                                      "Sandboxed executors killed by a resource limit, by limit.", labels=["limit"])
         if not describe_only:
-            for limit, n in sorted(_snapshot(m.executor_limit_kills).items()):
-                limits.add_metric([str(limit)], n)
+            for limit, n in sorted(_bounded(_snapshot(m.executor_limit_kills).items(), m.limit_label).items()):
+                limits.add_metric([limit], n)
         yield limits
         yield counter("blockx_audit_rejections", "Calls refused by the audit gate (AUDIT_MODE=enforce).",
                       0 if describe_only else m.audit_rejections)
@@ -321,13 +344,29 @@ def _executor_families(m: Metrics, describe_only: bool) -> Iterable[Metric]:
                               "resets when the executor restarts.", labels=["executor", "mode"])
     if not describe_only:
         usage = _read(m.executor_usage_fn, (), "executor_usage_fn")
+        # An executor id that cannot be a label joins the `other` series (summed).
+        rows: dict[str, list[float]] = {}
         for eid, mem_bytes, user_ms, system_ms in usage or ():
-            mem.add_metric([str(eid)], mem_bytes)
-            cpu.add_metric([str(eid), "user"], user_ms / 1000.0)
-            cpu.add_metric([str(eid), "system"], system_ms / 1000.0)
+            row = rows.setdefault(m.executor_label(eid), [0, 0, 0])
+            row[0] += mem_bytes
+            row[1] += user_ms
+            row[2] += system_ms
+        for eid, (mem_bytes, user_ms, system_ms) in sorted(rows.items()):
+            mem.add_metric([eid], mem_bytes)
+            cpu.add_metric([eid, "user"], user_ms / 1000.0)
+            cpu.add_metric([eid, "system"], system_ms / 1000.0)
     yield mem
     yield cpu
 # ---- end issue 15 part 4 ----
+
+
+def _bounded(items: Iterable[tuple[Any, int]], label: LabelValues) -> dict[str, int]:
+    """Counts by label value, the values a LabelValues refuses summed into OTHER."""
+    out: dict[str, int] = {}
+    for value, n in items:
+        key = label(value)
+        out[key] = out.get(key, 0) + n
+    return out
 
 
 _reported_failures: set[str] = set()

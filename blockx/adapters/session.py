@@ -15,6 +15,13 @@ watch. The session keeps only the last state (and TaskProgress) it showed per
 watched task (the truth stays in WorkerCore and the DispatcherCore). Progress-only
 updates (``progress``) are shown only while the task's watch lasts and only when
 their counts differ from the ones last shown.
+
+A result too large for one gRPC message (``ResultDelivery``) fails only its own
+delivery: a reply that would carry it becomes a SessionError RESOURCE_EXHAUSTED
+for that request, an update of a watched task comes without its outputs, flagged
+RESULT_TOO_LARGE; the session and its other tasks go on. A request batch that
+does not decode (``Undecodable``) ends the session INVALID_ARGUMENT: which of its
+requests it held cannot be known, so none can be answered.
 """
 from __future__ import annotations
 
@@ -24,7 +31,10 @@ import logging
 import grpc
 
 from blockx.adapters import wire
+from blockx.adapters.request_decode import Undecodable
+from blockx.adapters.result_delivery import ResultDelivery, result_bytes
 from blockx.core.errors import InvalidArgumentError, WorkerError
+from blockx.core.worker_requests import require_task_id
 from blockx.worker.v1 import worker_pb2 as pb
 
 log = logging.getLogger("blockx.session")
@@ -32,6 +42,7 @@ log = logging.getLogger("blockx.session")
 MAX_WATCH_TASK_IDS = 10_000
 DEFAULT_MAX_PENDING_EVENTS = 65_536
 DEFAULT_MAX_PENDING_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024   # grpcMaxMessageBytes' default, when no ResultDelivery is given
 MAX_BATCH_BYTES = 1024 * 1024      # one SessionEventBatch stays far below a client's 4 MiB default limit
 EVENT_OVERHEAD_BYTES = 96          # a small event's rough footprint, for the byte bound
 
@@ -51,12 +62,17 @@ class SessionEnd(Exception):
 
 class Session:
     __slots__ = ("_orch", "_subs", "_encoder", "_count", "_max_events", "_max_bytes", "_loop",
-                 "_out", "_sizes", "_bytes", "_waiter", "_last", "_shown", "_eof", "_end", "overflowed")
+                 "_delivery", "_batch_bytes", "_out", "_sizes", "_bytes", "_waiter", "_last", "_shown",
+                 "_eof", "_end", "overflowed")
 
     def __init__(self, orch, encoder: wire.TaskUpdateEncoder, count, *,
                  max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
-                 max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> None:
+                 max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+                 delivery: ResultDelivery | None = None) -> None:
         self._orch = orch
+        self._delivery = delivery = delivery or ResultDelivery(DEFAULT_MAX_MESSAGE_BYTES)
+        # One SessionEventBatch of several events stays within one message too.
+        self._batch_bytes = min(MAX_BATCH_BYTES, delivery.fits_bytes)
         self._subs = orch.subscriptions
         self._encoder = encoder
         self._count = count                      # (method, code) -> None: the RPC counter
@@ -82,6 +98,10 @@ class Session:
     # ---- requests ------------------------------------------------------------------
 
     def handle(self, batch: pb.SessionRequestBatch) -> None:
+        if type(batch) is Undecodable:
+            self.fail("INVALID_ARGUMENT", "a SessionRequestBatch of this session " + batch.refusal()
+                      + "; its requests were not handled, and the session ends (the requests before it were)")
+            return
         for req in batch.requests:
             if self._end is not None:
                 return
@@ -93,15 +113,23 @@ class Session:
         orch = self._orch
         try:
             if op == "submit":
-                self._submit(rid, req.submit, req.follow)
+                if not self._submit(rid, req.submit, req.follow):
+                    return
             elif op == "request_slot":
                 r = req.request_slot
                 snap = orch.request_task_slot(r.task_id, r.ttl_ms)
-                self._emit(_SessionEvent(request_id=rid, slot=wire.slot_response(snap)))
+                resp = wire.slot_response(snap)
+                size = _result_bytes(snap)
+                if size and self._too_big(rid, op, snap, resp, size):
+                    return
+                self._emit(_SessionEvent(request_id=rid, slot=resp), size)
             elif op == "get_result":
                 snap = orch.get_task_result(req.get_result.task_id)
-                self._emit(_SessionEvent(request_id=rid, result=wire.result_response(snap)),
-                           _result_bytes(snap))
+                resp = wire.result_response(snap)
+                size = _result_bytes(snap)
+                if size and self._too_big(rid, op, snap, resp, size):
+                    return
+                self._emit(_SessionEvent(request_id=rid, result=resp), size)
             elif op == "watch":
                 self._watch(rid, req.watch.task_ids)
             else:
@@ -117,15 +145,29 @@ class Session:
             return
         self._count(_METHOD[op], "OK")
 
-    def _submit(self, rid: int, sub: pb.SubmitTaskRequest, follow: bool) -> None:
+    def _too_big(self, rid: int, op: str, snap, resp, size: int) -> bool:
+        """When ``resp`` (carrying ``snap``'s result) is too large for one message,
+        answer request ``rid`` RESOURCE_EXHAUSTED instead; True if so."""
+        n = self._delivery.oversize(resp, size)
+        if n:
+            self._error(rid, "RESOURCE_EXHAUSTED", self._delivery.message(snap.task_id, n), op)
+        return bool(n)
+
+    def _submit(self, rid: int, sub: pb.SubmitTaskRequest, follow: bool) -> bool:
+        """False when the reply was an error (the result too large to send)."""
         req, shadow = wire.submit_request_from_pb(sub)
         snap = self._orch.submit_task(req, shadow=shadow, raw_request=sub)
-        self._emit(_SessionEvent(request_id=rid, submitted=wire.submit_response(snap)), _result_bytes(snap))
+        resp = wire.submit_response(snap)
+        size = _result_bytes(snap)
+        if size and self._too_big(rid, "submit", snap, resp, size):
+            return False
+        self._emit(_SessionEvent(request_id=rid, submitted=resp), size)
         if follow and not snap.is_terminal:
             tid = snap.task_id
             if tid not in self._last:
                 self._last[tid] = snap.state
                 self._subs.attach((tid,), self)
+        return True
 
     def _watch(self, rid: int, task_ids) -> None:
         ids = list(dict.fromkeys(task_ids))
@@ -134,13 +176,17 @@ class Session:
         if len(ids) > MAX_WATCH_TASK_IDS:
             raise InvalidArgumentError(f"{len(ids)} task_ids exceed the limit of {MAX_WATCH_TASK_IDS} "
                                        "per watch request; send several watch requests")
+        for tid in ids:                           # a malformed id is INVALID_ARGUMENT before any NOT_FOUND
+            require_task_id(tid, "an entry of watch.task_ids")
         get = self._orch.get_task_result
         snaps = [get(tid) for tid in ids]         # NotFound for any id: nothing is watched
         encode = self._encoder
         attach = []
+        fit = self._delivery.fit_update
         for snap in snaps:
             upd = encode(snap)
-            self._emit(_SessionEvent(request_id=rid, update=upd), _result_bytes(snap))
+            sent = fit(upd, snap)
+            self._emit(_SessionEvent(request_id=rid, update=sent), _result_bytes(snap) if sent is upd else 0)
             if not snap.is_terminal:
                 tid = snap.task_id
                 if tid not in self._last:
@@ -171,7 +217,8 @@ class Session:
             self._last[tid] = snap.state
             if upd.HasField("progress"):
                 self._shown[tid] = upd.progress
-        self._emit(_SessionEvent(update=upd), _result_bytes(snap))
+        sent = self._delivery.fit_update(upd, snap)
+        self._emit(_SessionEvent(update=sent), _result_bytes(snap) if sent is upd else 0)
 
     def progress(self, update) -> None:
         """A progress-only update (ProgressTicker) of a task this session may watch."""
@@ -254,14 +301,15 @@ class Session:
             out = self._out
             if out:
                 sizes = self._sizes
-                if self._bytes <= MAX_BATCH_BYTES:
+                cap = self._batch_bytes
+                if self._bytes <= cap:
                     self._out = []
                     self._sizes = []
                     self._bytes = 0
                     return out
                 # Too big for one message: the longest prefix under the cap (at least one event).
                 n, total = 1, sizes[0]
-                while n < len(sizes) and total + sizes[n] <= MAX_BATCH_BYTES:
+                while n < len(sizes) and total + sizes[n] <= cap:
                     total += sizes[n]
                     n += 1
                 self._out = out[n:]
@@ -280,11 +328,4 @@ class Session:
 _METHOD = {op: f"TaskSession/{op}" for op in ("submit", "request_slot", "get_result", "watch")}
 
 
-def _result_bytes(snap) -> int:
-    r = snap.result
-    if r is None:
-        return 0
-    n = len(r.failure_message)
-    for o in r.outputs:
-        n += len(o)
-    return n
+_result_bytes = result_bytes

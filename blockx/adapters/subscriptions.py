@@ -2,8 +2,9 @@
 TaskSessions.
 
 A subscriber is any object with ``deliver(snap)``, ``gone(task_id)`` and
-``close()``. A WatchTasks stream uses a ``Subscription`` (an unbounded queue that
-its handler drains); a TaskSession is its own subscriber and turns each
+``close()``. A WatchTasks stream uses a ``Subscription`` (a queue that its
+handler drains, bounded: a client that stops reading overflows it, the queue is
+dropped and ``on_overflow`` ends that stream alone); a TaskSession is its own subscriber and turns each
 snapshot into an event of its next batch. A task id maps to the subscribers
 watching it. The manager only routes the snapshots the orchestrator publishes;
 the truth stays in WorkerCore. It translates the first subscriber attaching to a
@@ -29,6 +30,8 @@ from blockx.core.types import TaskSnapshot
 # Sentinels put on a WatchTasks stream's queue.
 CLOSED = object()          # the worker is shutting down
 GONE = "gone"              # the task vanished (its reservation expired)
+OVERFLOW = object()        # the queue overflowed: the stream ends RESOURCE_EXHAUSTED
+DEFAULT_MAX_PENDING = 65_536
 
 
 class Subscriber(Protocol):
@@ -39,20 +42,38 @@ class Subscriber(Protocol):
 
 
 class Subscription:
-    """The queue of one WatchTasks stream."""
-    __slots__ = ("queue",)
+    """The queue of one WatchTasks stream, at most ``max_pending`` items. The item
+    past that replaces the queue with OVERFLOW alone (what was queued is dropped:
+    the memory is what the bound protects) and calls ``on_overflow()`` once, which
+    must end the stream even while its handler waits on a write."""
+    __slots__ = ("queue", "overflowed", "_max", "_on_overflow")
 
-    def __init__(self) -> None:
+    def __init__(self, max_pending: int = DEFAULT_MAX_PENDING, on_overflow: Callable[[], object] | None = None) -> None:
         self.queue: asyncio.Queue = asyncio.Queue()
+        self.overflowed = False
+        self._max = max_pending
+        self._on_overflow = on_overflow
+
+    def _put(self, item) -> None:
+        q = self.queue
+        if q.qsize() < self._max:
+            if not self.overflowed:        # once overflowed, the stream is ending: nothing more
+                q.put_nowait(item)
+        elif not self.overflowed:
+            self.overflowed = True
+            self.queue = q = asyncio.Queue()
+            q.put_nowait(OVERFLOW)
+            if self._on_overflow is not None:
+                self._on_overflow()
 
     def deliver(self, snap: TaskSnapshot) -> None:
-        self.queue.put_nowait(snap)
+        self._put(snap)
 
     def gone(self, task_id: str) -> None:
-        self.queue.put_nowait((GONE, task_id))
+        self._put((GONE, task_id))
 
     def progress(self, update) -> None:
-        self.queue.put_nowait(update)
+        self._put(update)
 
     def close(self) -> None:
         self.queue.put_nowait(CLOSED)
@@ -85,7 +106,7 @@ class SubscriptionManager:
         self._tasks_of.setdefault(sub, set())
 
     def attach(self, task_ids: list[str], sub=None):
-        """``sub`` (a new queue Subscription when None) watches ``task_ids`` too."""
+        """``sub`` (a new queue Subscription, default bound, when None) watches ``task_ids`` too."""
         if sub is None:
             sub = Subscription()
         mine = self._tasks_of.setdefault(sub, set())

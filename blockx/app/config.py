@@ -69,8 +69,10 @@ _DISPATCHER = _defaults(DispatcherConfig)
 
 
 def default_functions_dir() -> str:
-    """The example functions shipped inside the package, so a new user can run a
-    task at once."""
+    """The example functions shipped inside the package: the dev profile's
+    functionsDir, so a new user can run a task at once. The production profiles
+    have none unless it is configured (an example such as `sql_query` runs any
+    read-only query a client sends on any configured data source)."""
     return str(Path(__file__).resolve().parent.parent / "examples" / "functions")
 
 
@@ -88,6 +90,12 @@ class WorkerSection:
     default_base_backoff_ms: int = _f(_WORKER["default_base_backoff_ms"], env="CALL_RETRY_BASE_BACKOFF_MS")
     default_retry_jitter_percent: int = _f(_WORKER["default_retry_jitter_percent"],
                                            env="CALL_RETRY_JITTER_PERCENT")
+    max_slot_ttl_ms: int = _f(_WORKER["max_slot_ttl_ms"], env="MAX_SLOT_TTL_MS", doc="cap of RequestTaskSlot ttl_ms")
+    max_payload_bytes: int = _f(_WORKER["max_payload_bytes"], env="MAX_PAYLOAD_BYTES",
+                                doc="cap of task.function_call.payload (the builder's JSON, call args included)")
+    max_result_handler_config_bytes: int = _f(_WORKER["max_result_handler_config_bytes"],
+                                              env="MAX_RESULT_HANDLER_CONFIG_BYTES")
+    max_instance_id_bytes: int = _f(_WORKER["max_instance_id_bytes"], env="MAX_INSTANCE_ID_BYTES")
 
 
 @dataclass
@@ -131,7 +139,7 @@ class DispatcherSection:
 
 @dataclass
 class IOBackendSection:
-    enabled: bool = _f(True)
+    enabled: bool = _f(False, doc="devstub: off in the production profiles, on in dev")
     concurrency: int = _f(64, doc="requests served at once across all tasks")
     timeout_ms: int = _f(0, doc="timeout of one backend request; 0 = phaseIoTimeoutMs")
 
@@ -142,6 +150,8 @@ class SqlBackendSection:
     concurrency: int = _f(8, doc="requests served at once per data source, across all tasks")
     timeout_ms: int = _f(5_000, env="SQL_IO_TIMEOUT_MS", doc="one sql request, end to end")
     max_rows: int = _f(10_000, env="SQL_IO_MAX_ROWS", doc="a larger result is refused")
+    max_result_bytes: int = _f(8 * MiB, env="SQL_IO_MAX_RESULT_BYTES",
+                               doc="a result larger as JSON is refused (it must fit one executor frame)")
 
 
 @dataclass
@@ -163,6 +173,9 @@ class DataPlaneSection:
     bundle_root: str = _f("", env="BUNDLE_ROOT", doc="bundle files are read and written under it; "
                                                      "empty: <stateDir>/bundles")
     scan_fetch_rows: int = _f(1_000, doc="rows fetched per round trip by dbscan and bundleScan")
+    scan_max_row_bytes: int = _f(4 * MiB, env="SCAN_MAX_ROW_BYTES",
+                                 doc="one dbscan / bundleScan row as call arguments; a larger row fails the task")
+    bundle_max_files: int = _f(100_000, env="BUNDLE_MAX_FILES", doc="files one bundleScan may match")
 
 
 @dataclass
@@ -190,6 +203,19 @@ class WorkerFullConfig:
                                          doc="TaskSession: events queued for a client that does not read")
     session_max_pending_bytes: int = _f(64 * 1024 * 1024, env="SESSION_MAX_PENDING_BYTES",
                                         doc="TaskSession: approximate bytes queued for a client that does not read")
+    # Bounds of the gRPC side (blockx.adapters.grpc_limits).
+    grpc_max_message_bytes: int = _f(64 * MiB, env="WORKER_GRPC_MAX_MESSAGE_BYTES",
+                                     doc="largest gRPC message sent or received; a larger result is not delivered")
+    grpc_max_concurrent_streams: int = _f(1_000, env="WORKER_GRPC_MAX_CONCURRENT_STREAMS",
+                                          doc="HTTP/2 streams (RPCs) at once on one client connection")
+    grpc_max_concurrent_rpcs: int = _f(10_000, env="WORKER_GRPC_MAX_CONCURRENT_RPCS",
+                                       doc="RPCs in progress across all connections; past it RESOURCE_EXHAUSTED")
+    grpc_max_connections: int = _f(1_000, env="WORKER_GRPC_MAX_CONNECTIONS",
+                                   doc="client connections at once; a connection past it is closed")
+    max_task_sessions: int = _f(1_000, env="MAX_TASK_SESSIONS", doc="TaskSession streams open at once")
+    max_watch_streams: int = _f(1_000, env="MAX_WATCH_STREAMS", doc="WatchTasks streams open at once")
+    watch_max_pending_updates: int = _f(65_536, env="WATCH_MAX_PENDING_UPDATES",
+                                        doc="WatchTasks: updates queued for a client that does not read")
     executor_restart_enabled: bool = _f(True, env="EXECUTOR_RESTART_ENABLED")
     executor_restart_delay_ms: int = _f(1000)
     executor_max_restarts: int = _f(10)
@@ -204,7 +230,8 @@ class WorkerFullConfig:
                                              "without yielding, checking every N ms; 0 = only the wedge backstop")
     function_snapshot_retention_ms: int = _f(_WORKER["function_snapshot_retention_ms"],
                                              env="FUNCTION_SNAPSHOT_RETENTION_MS", doc="0 = maxTaskTimeoutMs + 10s")
-    functions_dir: str = _f(default_factory=default_functions_dir, env="FUNCTIONS_DIR")
+    functions_dir: str = _f("", env="FUNCTIONS_DIR",
+                            doc="<functionId>.py files; empty: none (dev profile: the shipped examples)")
     functions_source: str = _f("dir", env="FUNCTIONS_SOURCE",
                                doc='"dir" (functionsDir) or "etcd" (keys under functionsEtcdPrefix)')
     functions_etcd_prefix: str = _f("/blockx/functions/", env="FUNCTIONS_ETCD_PREFIX")
@@ -306,6 +333,10 @@ class WorkerFullConfig:
             "default_base_backoff_ms": self.worker.default_base_backoff_ms,
             "default_retry_jitter_percent": self.worker.default_retry_jitter_percent,
             "function_snapshot_retention_ms": self.function_snapshot_retention_ms,
+            "max_slot_ttl_ms": self.worker.max_slot_ttl_ms,
+            "max_payload_bytes": self.worker.max_payload_bytes,
+            "max_result_handler_config_bytes": self.worker.max_result_handler_config_bytes,
+            "max_instance_id_bytes": self.worker.max_instance_id_bytes,
         })
 
     def admission_config(self) -> AdmissionConfig:

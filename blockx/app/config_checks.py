@@ -22,7 +22,7 @@ from blockx.adapters.executor.outbox_limits import OUTBOX_DEPTH
 from blockx.adapters.trace_recorder import MIN_MAX_EVENTS as MIN_TRACE_EVENTS, RETAINED_FLOOR_EVENTS
 from blockx.app.addresses import split_host_port
 from blockx.app.config_fields import env_vars_of, json_name
-from blockx.core.config import ADMISSION_RULES, CONFIG_RULES, deadline_problem, retention_problem
+from blockx.core.config import ADMISSION_RULES, CONFIG_RULES, deadline_problem, retention_problem, ttl_problem
 from blockx.core.config_rules import Rule, Wording, check
 from blockx.core.dispatcher_config import DISPATCHER_RULES
 from blockx.plugins.data.urls import parse_source_url
@@ -49,6 +49,13 @@ APP_RULES = (
     Rule("grpc_keepalive_timeout_ms", 1),
     Rule("session_max_pending_events", 1),
     Rule("session_max_pending_bytes", 1),
+    Rule("grpc_max_message_bytes", 64 * 1024, 2**31 - 1, note="grpc takes a 32-bit size"),
+    Rule("grpc_max_concurrent_streams", 1),
+    Rule("grpc_max_concurrent_rpcs", 1),
+    Rule("grpc_max_connections", 1),
+    Rule("max_task_sessions", 1),
+    Rule("max_watch_streams", 1),
+    Rule("watch_max_pending_updates", 1),
     Rule("executor_restart_delay_ms", 0),
     Rule("executor_max_restarts", 0),
     Rule("executor_restart_window_ms", 1),
@@ -64,8 +71,10 @@ APP_RULES = (
     Rule("trace_retained_max_events", RETAINED_FLOOR_EVENTS, note="one ended trace"),            # task traces
 )
 IO_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 0, note="0 = phaseIoTimeoutMs"))
-SQL_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 1), Rule("max_rows", 1))
-DATA_PLANE_RULES = (Rule("scan_fetch_rows", 1, 1_000_000),)
+SQL_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 1), Rule("max_rows", 1),
+                     Rule("max_result_bytes", 1, 15 * 1024 * 1024, note="a result travels in one 16 MiB frame"))
+DATA_PLANE_RULES = (Rule("scan_fetch_rows", 1, 1_000_000), Rule("scan_max_row_bytes", 1),
+                    Rule("bundle_max_files", 1))
 
 
 def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
@@ -126,7 +135,8 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
         both = section((cfg.worker, "worker."), (cfg, "")).name
         for problem in (deadline_problem(cfg.worker.task_deadline_ms, cfg.worker.max_task_timeout_ms, both),
                         retention_problem(cfg.function_snapshot_retention_ms, cfg.worker.max_task_timeout_ms,
-                                          both)):
+                                          both),
+                        ttl_problem(cfg.worker.default_ttl_ms, cfg.worker.max_slot_ttl_ms, both)):
             if problem:
                 out.append(problem)
     check(cfg.admission, ADMISSION_RULES, section((cfg.admission, "admission.")), out)
@@ -146,9 +156,8 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
                    f"{ETCD_LEASE_TTL_MS // 1000} s etcd lease TTL, or the registration expires "
                    "between heartbeats (2000 is the recommended production value)")
 
-    if not cfg.functions_dir:
-        out.append(f"{name('functionsDir')} must not be empty")
-    elif not os.path.isdir(cfg.functions_dir):
+    # Empty is allowed: a production Worker serves no function until one is configured.
+    if cfg.functions_dir and not os.path.isdir(cfg.functions_dir):
         out.append(f"{name('functionsDir')} {cfg.functions_dir!r} is not a directory")
 
     out.extend(_function_source_violations(cfg, name))

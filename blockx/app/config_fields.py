@@ -16,6 +16,7 @@ from typing import Any, get_type_hints
 # names the variable only where the spec gives one; these are extras of this build).
 EXTRA_ENV = {
     "ioBackends.devstub.concurrency": "IO_DEVSTUB_CONCURRENCY",
+    "ioBackends.devstub.enabled": "IO_DEVSTUB_ENABLED",
 }
 
 _HINTS: dict[type, dict[str, Any]] = {}

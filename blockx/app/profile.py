@@ -5,7 +5,12 @@ anything itself (spec, Worker > Extension points). A Profile only selects: which
 builders and writer plugins are registered (a builder not listed is not registered,
 and tasks naming it fail with BUILDER_NOT_FOUND), the etcd registry prefix, the
 service label, and `tune_defaults`, which may change built-in defaults but never
-an explicitly configured value (it runs before the WORKER_CONFIG file and env)."""
+an explicitly configured value (it runs before the WORKER_CONFIG file and env).
+
+Safe defaults: the production profiles (block, bundle) serve no function and no
+`devstub` IO backend until they are configured (FUNCTIONS_DIR or
+FUNCTIONS_SOURCE=etcd; ioBackends.devstub.enabled). Only `dev` defaults to the
+shipped example functions and the devstub backend, through its tune_defaults."""
 
 from __future__ import annotations
 
@@ -77,6 +82,16 @@ def _stream_builds(cfg: WorkerFullConfig) -> None:
     cfg.stream_build.enabled = True
 
 
+def _dev_defaults(cfg: WorkerFullConfig) -> None:
+    # The README tour, the e2e suites and the load benchmark run the shipped
+    # examples, some of which do IO through the devstub backend.
+    from blockx.app.config import default_functions_dir
+
+    _stream_builds(cfg)
+    cfg.functions_dir = default_functions_dir()
+    cfg.io_backends.devstub.enabled = True
+
+
 # Production profiles register only real builders and writers (the spec's lists:
 # block has dbscan, callList, bundleScan and every writer; bundle has bundleScan and
 # callList with bundleWrite and tableUpserts). The dev stubs (builders static,
@@ -102,14 +117,15 @@ BUNDLE = Profile(
 )
 
 # Block plus the dev stubs, for the README tour, the e2e suites and the load
-# benchmark. Streaming build is on, so rangeScan streams as a real bundle scan would.
+# benchmark. Streaming build is on, so rangeScan streams as a real bundle scan would;
+# the shipped example functions and the devstub IO backend are served by default.
 DEV = Profile(
     deployment="block",
     service="blockx-dev-worker",
     worker_registry_prefix=BLOCK_REGISTRY_PREFIX,
     builders=BLOCK.builders + ("static", "payload", "rangeScan"),
     plugins=BLOCK.plugins + ("log", "test"),
-    tune_defaults=_stream_builds,
+    tune_defaults=_dev_defaults,
     name="dev",
 )
 

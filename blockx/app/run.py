@@ -32,6 +32,7 @@ from blockx.adapters.etcd_publisher import EtcdPublisher
 from blockx.adapters.executor.adapter import ExecutorAdapter
 from blockx.adapters.executor.pool import PoolManager
 from blockx.adapters.executor.sandbox import Sandbox, SandboxLimits
+from blockx.adapters.grpc_limits import GrpcLimits
 from blockx.adapters.grpc_server import build_server, set_health
 from blockx.adapters.metrics import Metrics
 from blockx.adapters.orchestrator import Orchestrator, wall_ms
@@ -41,6 +42,7 @@ from blockx.adapters.tls import ServerTLS, ServerTLSFiles
 from blockx.adapters.worker_status import WorkerStatusReader
 from blockx.app.logs import log_event, setup_logging
 from blockx.app.memory_diagnostics import MemoryDiagnostics
+from blockx.app.state_dir import ensure_state_dir
 from blockx.client.tls import ClientTLS
 from blockx.core.dispatcher import DispatcherCore
 from blockx.core.worker import WorkerCore
@@ -48,6 +50,7 @@ from blockx.plugins.builders import BuilderRegistry
 from blockx.plugins.data.plane import DataPlane
 from blockx.plugins.function_code import FunctionCodeDirectory
 from blockx.plugins.function_code_etcd import FunctionCodeEtcd
+from blockx.plugins.function_code_none import NO_SOURCE, FunctionCodeNone
 from blockx.plugins.io.scope import IOScopeFactory
 from blockx.plugins.writers import PluginRegistry
 
@@ -170,7 +173,13 @@ class Worker:
 
     async def _function_code(self, cfg):
         """The Function Code View of FUNCTIONS_SOURCE: the directory, or etcd (read once
-        here, waiting a few seconds for etcd, then followed by a watch)."""
+        here, waiting a few seconds for etcd, then followed by a watch). With neither
+        configured (the production profiles' default) an empty view, said once in the log."""
+        if cfg.functions_source != "etcd" and not cfg.functions_dir:
+            log_event(log, "function_source_missing", logging.WARNING, message=NO_SOURCE,
+                      profile=self.profile.name,
+                      hint="the dev profile serves the shipped examples (blockx serve --profile dev)")
+            return FunctionCodeNone(cfg.effective_function_snapshot_retention_ms(), now_ms=wall_ms())
         if cfg.functions_source != "etcd":
             return FunctionCodeDirectory(cfg.functions_dir, cfg.effective_function_snapshot_retention_ms(),
                                          now_ms=wall_ms())
@@ -192,6 +201,12 @@ class Worker:
         core = WorkerCore(cfg.core_config())
         disp = DispatcherCore(dcfg, random.random)
         fcode = await self._function_code(cfg)
+        try:
+            permissive = ensure_state_dir(cfg.data_plane.state_dir)     # 0700, before anything is written there
+        except OSError as exc:     # only the data plane's default files need it; they fail on use
+            permissive = f"STATE_DIR {cfg.data_plane.state_dir!r} cannot be created: {exc.strerror or exc}"
+        if permissive:
+            log_event(log, "state_dir_warning", logging.WARNING, message=permissive)
         data = DataPlane.from_config(cfg)
         io_factory = IOScopeFactory.from_config(cfg, data)
         self.adapter = ExecutorAdapter(cfg.socket_path,
@@ -234,7 +249,8 @@ class Worker:
             self.orch, listen_addr=cfg.grpc_listen_addr(), keepalive_time_ms=cfg.grpc_keepalive_time_ms,
             keepalive_timeout_ms=cfg.grpc_keepalive_timeout_ms, metrics=metrics,
             session_max_pending_events=cfg.session_max_pending_events,
-            session_max_pending_bytes=cfg.session_max_pending_bytes, tls=self.tls, status=status)
+            session_max_pending_bytes=cfg.session_max_pending_bytes, tls=self.tls, status=status,
+            limits=GrpcLimits.from_config(cfg))
         await set_health(self.health, False)
         self.worker_addr = cfg.resolved_worker_addr(port)
         self.publisher = EtcdPublisher(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
+import json
 
 from blockx.worker.v1 import worker_pb2 as pb
 
@@ -25,8 +25,8 @@ def state_name(value: int) -> str:
 
 def _decode(raw: bytes) -> Any:
     try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        return json.loads(raw)
+    except ValueError:
         return raw
 
 
@@ -54,7 +54,9 @@ class TaskOutcome:
 
     @property
     def ok(self) -> bool:
-        return self.state == "SUCCEEDED"
+        """Succeeded, with its outputs here (RESULT_TOO_LARGE: the task succeeded but
+        its outputs were too large for one message and are not in ``outputs``)."""
+        return self.state == "SUCCEEDED" and self.failure_code != "RESULT_TOO_LARGE"
 
     @property
     def is_terminal(self) -> bool:

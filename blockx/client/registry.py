@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
+import json
 
-from blockx.adapters.etcd_watch import PrefixWatch
+from blockx.etcd.prefix_watch import PrefixWatch
 
 DEFAULT_PREFIX = "/blockx/workers/"
 log = logging.getLogger("blockx.client.cluster")
@@ -58,8 +58,8 @@ class WorkerInfo:
         """A heartbeat value -> WorkerInfo. A value that is not a JSON object gives a
         worker that is not ready (it is listed but never placed on)."""
         try:
-            hb = orjson.loads(value)
-        except orjson.JSONDecodeError:
+            hb = json.loads(value)
+        except ValueError:
             hb = None
         if not isinstance(hb, dict):
             return cls(key_suffix, revision=revision, seen_at=seen_at)

@@ -74,7 +74,10 @@ class SyncWorkerClient:
         try:
             self._run(self._client.close())
         finally:
-            self._stop_loop()
+            try:
+                self._run(_finish_tasks())
+            finally:
+                self._stop_loop()
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -87,6 +90,24 @@ class SyncWorkerClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+async def _finish_tasks(grace_s: float = 1.0) -> None:
+    """What ``asyncio.run`` does before it closes its loop: let every other task of
+    this loop end (grpc.aio leaves one per call that ends when the call's status
+    arrives, an iteration or so after the channel closed), cancel those still
+    running after ``grace_s``, and close the async generators. A loop closed with a
+    task pending prints "Task was destroyed but it is pending!" when the task is
+    collected."""
+    me = asyncio.current_task()
+    others = [t for t in asyncio.all_tasks() if t is not me]
+    if others:
+        _, late = await asyncio.wait(others, timeout=grace_s)
+        for t in late:
+            t.cancel()
+        if late:
+            await asyncio.gather(*late, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()
 
 
 def connect(addr: str, **options) -> SyncWorkerClient:

@@ -5,7 +5,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-import orjson
+import json
 
 from blockx.worker.v1 import worker_pb2 as pb
 
@@ -25,7 +25,9 @@ def call_list_payload(calls: Iterable[tuple[str, Any]]) -> bytes:
         if not isinstance(fid, str) or not fid:
             raise TypeError(f"a call's function id must be a non-empty string, got {fid!r}")
         out.append({"functionId": fid, "args": list(args) if isinstance(args, (list, tuple)) else [args]})
-    return orjson.dumps({"calls": out})
+    # Compact and UTF-8 as the Worker's own encoder writes it; NaN and infinities
+    # are refused (they are not JSON) rather than sent as something else.
+    return json.dumps({"calls": out}, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
 def build_task(*, calls=None, task: pb.Task | None = None, task_id: str | None = None,

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
+import json
 
 from blockx.client.outcome import state_name
 from blockx.worker.v1 import worker_pb2 as pb
@@ -40,12 +40,13 @@ class TaskTrace:
 
     def chrome_trace(self) -> dict[str, Any]:
         """The parsed trace-event object ({"traceEvents": [...], "otherData": {...}})."""
-        return orjson.loads(self.chrome_trace_json)
+        return json.loads(self.chrome_trace_json)
 
     def events(self) -> list[dict[str, Any]]:
         return self.chrome_trace()["traceEvents"]
 
     def write(self, path: str | os.PathLike) -> None:
-        """Write the Chrome trace JSON to ``path`` (open it in Perfetto)."""
-        with open(path, "wb") as fh:
+        """Write the Chrome trace JSON to ``path`` (open it in Perfetto). A new file
+        gets mode 0600: a trace names the task's functions and timings."""
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb") as fh:
             fh.write(self.chrome_trace_json)

@@ -23,7 +23,7 @@ from blockx.core.config_rules import Rule, Wording, check
 
 __all__ = ["ADMISSION_JSON_KEYS", "ADMISSION_RULES", "CONFIG_RULES", "JSON_KEYS", "MAX_RETRY_JITTER_PERCENT",
            "SNAPSHOT_RETENTION_SLACK_MS", "AdmissionConfig", "Config", "ConfigError",
-           "deadline_problem", "retention_problem"]
+           "deadline_problem", "retention_problem", "ttl_problem"]
 
 # Extra retention on top of maxTaskTimeoutMs when functionSnapshotRetentionMs is 0.
 SNAPSHOT_RETENTION_SLACK_MS: Final = 10_000
@@ -44,6 +44,10 @@ CONFIG_RULES: Final = (
     Rule("default_base_backoff_ms", 0),
     RETRY_JITTER_RULE,
     Rule("function_snapshot_retention_ms", 0, note="0 = maxTaskTimeoutMs + 10s"),
+    Rule("max_slot_ttl_ms", 1, note="the longest slot reservation a client may ask for"),
+    Rule("max_payload_bytes", 1),
+    Rule("max_result_handler_config_bytes", 1),
+    Rule("max_instance_id_bytes", 1),
 )
 
 ADMISSION_RULES: Final = tuple(
@@ -57,6 +61,14 @@ def deadline_problem(deadline_ms: int, max_timeout_ms: int, name: Callable[[str]
     if deadline_ms > max_timeout_ms > 0:
         return (f"{name('task_deadline_ms')} ({deadline_ms}) must not exceed "
                 f"{name('max_task_timeout_ms')} ({max_timeout_ms})")
+    return None
+
+
+def ttl_problem(default_ttl_ms: int, max_ttl_ms: int, name: Callable[[str], str]) -> str | None:
+    """The TTL of an inline reservation may not exceed the cap a client's TTL has."""
+    if default_ttl_ms > max_ttl_ms > 0:
+        return (f"{name('default_ttl_ms')} ({default_ttl_ms}) must not exceed "
+                f"{name('max_slot_ttl_ms')} ({max_ttl_ms})")
     return None
 
 
@@ -87,6 +99,11 @@ class Config:
     default_base_backoff_ms: int = 10
     default_retry_jitter_percent: int = 5
     function_snapshot_retention_ms: int = 0           # 0 means max_task_timeout_ms + 10 s
+    # Bounds of what one request may ask for (worker_requests checks them).
+    max_slot_ttl_ms: int = 600_000                    # ttl_ms of RequestTaskSlot
+    max_payload_bytes: int = 16 * 1024 * 1024         # task.function_call.payload
+    max_result_handler_config_bytes: int = 1024 * 1024
+    max_instance_id_bytes: int = 256
 
     @property
     def effective_function_snapshot_retention_ms(self) -> int:
@@ -101,7 +118,8 @@ class Config:
         if check(self, CONFIG_RULES, wording, bad):
             for problem in (deadline_problem(self.task_deadline_ms, self.max_task_timeout_ms, wording.name),
                             retention_problem(self.function_snapshot_retention_ms, self.max_task_timeout_ms,
-                                              wording.name)):
+                                              wording.name),
+                            ttl_problem(self.default_ttl_ms, self.max_slot_ttl_ms, wording.name)):
                 if problem:
                     bad.append(problem)
         if bad:
@@ -167,6 +185,10 @@ JSON_KEYS: Final = {
     "defaultBaseBackoffMs": "default_base_backoff_ms",
     "defaultRetryJitterPercent": "default_retry_jitter_percent",
     "functionSnapshotRetentionMs": "function_snapshot_retention_ms",
+    "maxSlotTtlMs": "max_slot_ttl_ms",
+    "maxPayloadBytes": "max_payload_bytes",
+    "maxResultHandlerConfigBytes": "max_result_handler_config_bytes",
+    "maxInstanceIdBytes": "max_instance_id_bytes",
 }
 JSON_KEYS_REVERSE: Final = {v: k for k, v in JSON_KEYS.items()}
 

@@ -7,6 +7,14 @@ SlotUncertain. Nothing here changes WorkerCore state, so a rejected request
 leaves the core unchanged.
 A value of 0 means "use the Config default" wherever proto3 cannot tell unset
 from zero (task_timeout_ms, call_retry_policy fields, ttl_ms).
+
+Sizes are bounded here too: a task id is at most MAX_TASK_ID_BYTES of UTF-8, a
+slot id MAX_SLOT_ID_BYTES, a builder or writer name MAX_PLUGIN_NAME_BYTES; the
+payload, the ResultHandler config, the instance id and ttl_ms are capped by
+Config settings. A refusal names the field, its size and the limit (with the
+setting that raises it), and shows at most SHOWN_CHARS characters of a value
+that is too long, so a huge id never reaches a message or a log line whole.
+These checks come first and cost a len() each on the common path.
 """
 from __future__ import annotations
 
@@ -25,10 +33,54 @@ _POLICIES: dict[Any, str] = {
     None: FAST_FAIL,
 }
 
-def require_task_id(task_id: str) -> None:
+MAX_TASK_ID_BYTES = 256
+MAX_SLOT_ID_BYTES = 64
+MAX_PLUGIN_NAME_BYTES = 128
+SHOWN_CHARS = 32                 # of a value too long to echo whole
+
+
+def shown(value: str) -> str:
+    """``value`` for a message: its repr, cut after SHOWN_CHARS characters."""
+    if len(value) <= SHOWN_CHARS:
+        return repr(value)
+    return f"{value[:SHOWN_CHARS]!r}... ({len(value)} characters)"
+
+
+def utf8_size(value: str, limit: int) -> int:
+    """The UTF-8 size of ``value`` when it exceeds ``limit`` bytes, else 0. A
+    character is at most 4 bytes, so a short string is never encoded."""
+    n = len(value)
+    if n * 4 <= limit:
+        return 0
+    if n > limit:
+        return n if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
+    b = len(value.encode("utf-8", "surrogatepass"))
+    return b if b > limit else 0
+
+
+def require_task_id(task_id: str, field: str = "task_id") -> None:
     if not task_id:
-        raise InvalidArgumentError("task_id is required (a non-empty id chosen by the caller, "
+        raise InvalidArgumentError(f"{field} is required (a non-empty id chosen by the caller, "
                                    "unique per task; it is the idempotency key)")
+    if len(task_id) * 4 > MAX_TASK_ID_BYTES:
+        n = utf8_size(task_id, MAX_TASK_ID_BYTES)
+        if n:
+            raise InvalidArgumentError(
+                f"{field} is {n} bytes, over the limit of {MAX_TASK_ID_BYTES} bytes (UTF-8) of a task id: "
+                f"{shown(task_id)}; use a shorter id (e.g. a UUID or a hash of the long one)")
+
+
+def _require_size(field: str, n: int, limit: int, setting: str) -> None:
+    if n > limit:
+        raise InvalidArgumentError(f"{field} is {n} bytes, over the limit of {limit} bytes ({setting}); "
+                                   f"send less, or raise {setting} on the worker")
+
+
+def _require_name(field: str, name: str) -> None:
+    n = utf8_size(name, MAX_PLUGIN_NAME_BYTES)
+    if n:
+        raise InvalidArgumentError(f"{field} is {n} bytes, over the limit of {MAX_PLUGIN_NAME_BYTES} "
+                                   f"bytes of a plugin name: {shown(name)}")
 
 
 def resolve_ttl(ttl_ms: int, cfg: Config) -> int:
@@ -36,6 +88,11 @@ def resolve_ttl(ttl_ms: int, cfg: Config) -> int:
         raise InvalidArgumentError(
             f"ttl_ms {ttl_ms} is negative; use 0 for the default slot TTL "
             f"({cfg.default_ttl_ms} ms) or a positive number of milliseconds")
+    if ttl_ms > cfg.max_slot_ttl_ms:
+        raise InvalidArgumentError(
+            f"ttl_ms {ttl_ms} exceeds the longest slot reservation this worker grants, "
+            f"{cfg.max_slot_ttl_ms} ms (worker.maxSlotTtlMs, MAX_SLOT_TTL_MS); ask for a shorter TTL "
+            "and submit within it, or raise worker.maxSlotTtlMs")
     return ttl_ms or cfg.default_ttl_ms
 
 
@@ -50,14 +107,39 @@ def resolve_submit(req: SubmitTaskRequest, cfg: Config) -> ResolvedSubmit:
     if fc is None or not fc.type:
         raise InvalidArgumentError(
             "task.function_call.type is required: name the call builder to run (e.g. \"callList\")")
+    if len(fc.type) * 4 > MAX_PLUGIN_NAME_BYTES:
+        _require_name("task.function_call.type", fc.type)
+    if len(fc.payload) > cfg.max_payload_bytes:
+        _require_size("task.function_call.payload", len(fc.payload), cfg.max_payload_bytes,
+                      "worker.maxPayloadBytes, MAX_PAYLOAD_BYTES")
 
     rh = req.result_handler
-    if rh is not None and not rh.type:
-        if rh.config:
-            raise InvalidArgumentError(
-                "task.result_handler.type is required when result_handler.config is set: "
-                "name the writer plugin, or omit result_handler to run no plugin")
-        rh = None
+    if rh is not None:
+        if len(rh.config) > cfg.max_result_handler_config_bytes:
+            _require_size("task.result_handler.config", len(rh.config), cfg.max_result_handler_config_bytes,
+                          "worker.maxResultHandlerConfigBytes, MAX_RESULT_HANDLER_CONFIG_BYTES")
+        if not rh.type:
+            if rh.config:
+                raise InvalidArgumentError(
+                    "task.result_handler.type is required when result_handler.config is set: "
+                    "name the writer plugin, or omit result_handler to run no plugin")
+            rh = None
+        elif len(rh.type) * 4 > MAX_PLUGIN_NAME_BYTES:
+            _require_name("task.result_handler.type", rh.type)
+
+    iid = req.instance_id
+    if len(iid) * 4 > cfg.max_instance_id_bytes:
+        n = utf8_size(iid, cfg.max_instance_id_bytes)
+        if n:
+            _require_size("task.instance_id", n, cfg.max_instance_id_bytes,
+                          "worker.maxInstanceIdBytes, MAX_INSTANCE_ID_BYTES")
+    sid = req.slot_id
+    if len(sid) > MAX_SLOT_ID_BYTES // 4:
+        n = utf8_size(sid, MAX_SLOT_ID_BYTES)
+        if n:
+            raise InvalidArgumentError(f"slot_id is {n} bytes, over the limit of {MAX_SLOT_ID_BYTES} bytes: "
+                                       f"{shown(sid)} is no slot id (RequestTaskSlot returns them); "
+                                       "omit slot_id to reserve a slot inline")
 
     t = req.task_timeout_ms
     if t < 0:

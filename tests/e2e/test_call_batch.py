@@ -30,7 +30,7 @@ def _run(w, task_id):
 
 @pytest.mark.parametrize("batch", ["true", "false"])
 def test_batched_and_single_execute_calls_give_the_same_results(start_worker, batch):
-    w = start_worker({"EXECUTOR_CALL_BATCH": batch})
+    w = start_worker({"EXECUTOR_CALL_BATCH": batch, "IO_DEVSTUB_ENABLED": "true"})
     res, frames_out, dispatched = _run(w, f"batch-{batch}")
     assert outputs(res) == WANT
     assert dispatched == len(CALLS) + 10           # the roots and sum_squares' ten subcalls

@@ -35,6 +35,7 @@ def test_the_readme_bundle_tour_runs(start_worker, tmp_path):
     subprocess.run([sys.executable] + py[1:], check=True, cwd=ROOT)                   # the Parquet file
     serve = setup_cmds[2]
     env = dict(a.split("=", 1) for a in serve if "=" in a and not a.startswith("ARGS"))
+    env["FUNCTIONS_DIR"] = str(ROOT / env["FUNCTIONS_DIR"])       # as written, from the repository root
     assert serve[-1] == "ARGS=--profile bundle"
     w = start_worker({k: v for k, v in env.items() if k != "EXECUTOR_COUNT"}, profile="bundle")
     outs = []

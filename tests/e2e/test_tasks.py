@@ -138,7 +138,8 @@ def test_subcall_depth_limit(worker):
     assert res.state == pb.TASK_STATE_FAILED and res.failure_code == "CALL_FAILED"
 
 
-def test_io_through_the_worker(worker):
+def test_io_through_the_worker(start_worker):
+    worker = start_worker({"IO_DEVSTUB_ENABLED": "true"})   # a production profile has it only when configured
     worker.submit_calls("t-io", [("echo_io", [{"k": 1}, "hello"])])
     res = worker.wait_terminal("t-io")
     assert res.state == pb.TASK_STATE_SUCCEEDED, res.failure_message

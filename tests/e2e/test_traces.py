@@ -23,7 +23,7 @@ def trace_of(w, task_id: str) -> pb.TaskTrace:
 
 
 def test_a_task_with_a_retry_subcalls_and_io_has_each_event_in_order_on_its_lane(start_worker, tmp_path):
-    w = start_worker({"RESULT_RETENTION_MS": "60000"})
+    w = start_worker({"RESULT_RETENTION_MS": "60000", "IO_DEVSTUB_ENABLED": "true"})
     flag = str(tmp_path / "flaky-count")
     with connect(f"127.0.0.1:{w.port}") as c:
         out = c.submit(calls=[("sum_squares", [3]), ("echo_io", [{"k": 1}]), ("flaky", [flag, 1])],

@@ -29,6 +29,9 @@ EXAMPLES = ROOT / "blockx" / "examples" / "functions"
 
 
 class WorkerProcess:
+    # The worker's command line; None: `python -m blockx serve` of this interpreter.
+    serve_command: list[str] | None = None
+
     def __init__(self, env: dict[str, str] | None = None, *, profile: str = "block",
                  executors: int = 2, functions_dir: str | os.PathLike | None = None,
                  tls=None) -> None:
@@ -61,7 +64,7 @@ class WorkerProcess:
         # The profile goes through $BLOCKX_PROFILE: `serve --profile` offers only
         # the production profiles, and the tests also start the dev profile.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "blockx", "serve"],
+            self.serve_command or [sys.executable, "-m", "blockx", "serve"],
             env={**self.env, "BLOCKX_PROFILE": self.profile}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             cwd=self.tmp)
         threading.Thread(target=self._pump, daemon=True).start()

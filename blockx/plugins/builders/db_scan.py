@@ -9,7 +9,8 @@ argument ({"id": 1, "x": 11}); `"columns"` passes the columns as positional
 arguments (f(1, 11)). The query runs read-only (PostgreSQL: a READ ONLY
 transaction and a server-side cursor; DuckDB: exactly one SELECT), and is opened
 in the Builder phase, so a bad query, an unknown source or a write fails the task
-with BUILDER_FAILED and the database's message."""
+with BUILDER_FAILED and the database's message. A row larger than
+dataPlane.scanMaxRowBytes as call arguments fails the task BUILDER_FAILED too."""
 
 from __future__ import annotations
 
@@ -76,4 +77,5 @@ class DbScanBuilder:
             scan = await source.open_scan(query, params)
         except DataSourceError as exc:
             raise builder_error(NAME, exc) from None
-        return ScanStream(scan, row_to_call(fid, mode, scan.columns), self.data.scan_fetch_rows)
+        return ScanStream(scan, row_to_call(fid, mode, scan.columns), self.data.scan_fetch_rows,
+                          max_row_bytes=self.data.scan_max_row_bytes, what=NAME)

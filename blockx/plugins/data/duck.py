@@ -5,12 +5,17 @@ never touch `local` creates no file). Every operation runs on its own cursor in 
 worker thread, so the event loop never waits on DuckDB. DuckDB has one writer:
 writes are serialised by an asyncio lock per source, and readers run beside them.
 
-Named sources are opened with external access off: a query can read the database's
-own tables but no file on the Worker's disk. Bundles (files) are read by a separate
-in-memory connection that only the bundle builders and writers use.
+Named sources are opened with external access off and their configuration locked:
+a query can read the database's own tables but no file on the Worker's disk.
+Bundles (files) are read and written by `bundle_files`: a private in-memory
+database per operation that may open exactly the files the builder or writer
+resolved (allowed_paths), with external access off and its configuration locked,
+so no SQL, however built, can read or write any other file.
 
 Read-only: DuckDB has no read-only transaction, so a query is accepted only when it
-parses to exactly one SELECT statement."""
+parses to exactly one SELECT statement. Every statement the Worker builds runs
+through `execute_one`, which refuses a text that parses to several statements:
+DuckDB's `execute` would run them all."""
 
 from __future__ import annotations
 
@@ -46,15 +51,32 @@ def check_select(query: object) -> str:
     return query
 
 
+def execute_one(cur: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> duckdb.DuckDBPyConnection:
+    """Run `sql` if it is exactly one statement; DataSourceError otherwise."""
+    try:
+        n = len(duckdb.extract_statements(sql))
+    except duckdb.Error as exc:
+        raise _db_error(exc) from None
+    if n != 1:
+        raise DataSourceError(f"DuckDB: refused a built statement that parses to {n} statements")
+    return cur.execute(sql, params) if params is not None else cur.execute(sql)
+
+
+def bundle_files(paths: Sequence[str]) -> DuckSource:
+    """A private source for one bundle operation: in memory, able to open only `paths`."""
+    return DuckSource("<bundle>", MEMORY, allowed_paths=paths)
+
+
 class DuckScan:
     """An open result being fetched in batches."""
 
-    __slots__ = ("columns", "_cur", "_closed")
+    __slots__ = ("columns", "_cur", "_closed", "_owner")
 
-    def __init__(self, cur: duckdb.DuckDBPyConnection):
+    def __init__(self, cur: duckdb.DuckDBPyConnection, owner: DuckSource | None = None):
         self._cur = cur
         self.columns = tuple(d[0] for d in (cur.description or ()))
         self._closed = False
+        self._owner = owner       # a private source that ends with this scan
 
     async def fetch(self, n: int) -> list[tuple]:
         if self._closed:
@@ -76,9 +98,16 @@ class DuckScan:
             self._cur.close()
         except Exception:  # noqa: BLE001
             pass
+        if self._owner is not None:
+            self._owner.close()
 
     async def aclose(self) -> None:
+        """close(), with a private source's instance closed in a thread (it takes
+        milliseconds, never the event loop's)."""
+        owner, self._owner = self._owner, None
         self.close()
+        if owner is not None:
+            await asyncio.to_thread(owner.close)
 
 
 class _StatementTimer:
@@ -117,10 +146,11 @@ class _StatementTimer:
 class DuckSource:
     kind = "duckdb"
 
-    def __init__(self, name: str, path: str, *, external_access: bool = False, statement_timeout_ms: int = 0):
+    def __init__(self, name: str, path: str, *, allowed_paths: Sequence[str] | None = None,
+                 statement_timeout_ms: int = 0):
         self.name = name
         self.path = path
-        self._external = external_access
+        self._allowed = list(allowed_paths) if allowed_paths is not None else None
         self._timeout_ms = statement_timeout_ms     # phaseIoTimeoutMs per write statement; 0 = none
         self._db: duckdb.DuckDBPyConnection | None = None
         self._open_lock = threading.Lock()
@@ -131,12 +161,29 @@ class DuckSource:
     def _connect(self) -> duckdb.DuckDBPyConnection:
         with self._open_lock:
             if self._db is None:
+                created = self.path != MEMORY and not os.path.exists(self.path)
                 if self.path != MEMORY:
                     os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
                 try:
-                    self._db = duckdb.connect(self.path, config={"enable_external_access": self._external})
+                    if self._allowed is None:
+                        self._db = duckdb.connect(self.path, config={"enable_external_access": False,
+                                                                     "lock_configuration": True})
+                    else:
+                        # allowed_paths can only be set once the database runs, and
+                        # before external access goes off; then nothing can change.
+                        db = duckdb.connect(MEMORY)
+                        try:
+                            db.execute("SET allowed_paths = $1", [self._allowed])
+                            db.execute("SET enable_external_access = false")
+                            db.execute("SET lock_configuration = true")
+                        except BaseException:
+                            db.close()
+                            raise
+                        self._db = db
                 except duckdb.Error as exc:
                     raise DataSourceError(f"source {self.name!r}: cannot open DuckDB: {exc}") from None
+                if created:
+                    os.chmod(self.path, 0o600)      # DuckDB creates it with the umask's mode
             return self._db
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
@@ -151,7 +198,8 @@ class DuckSource:
 
     # --- reads ----------------------------------------------------------------------
 
-    async def open_scan(self, query: str, params: Sequence[Any]) -> DuckScan:
+    async def open_scan(self, query: str, params: Sequence[Any], *, owned: bool = False) -> DuckScan:
+        """An open result of one SELECT; `owned`: this source closes with the scan."""
         check_select(query)
         cur = await asyncio.to_thread(self.cursor)
         fut = asyncio.ensure_future(asyncio.to_thread(cur.execute, query, list(params)))
@@ -169,7 +217,7 @@ class DuckSource:
         except BaseException:
             cur.close()
             raise
-        return DuckScan(cur)
+        return DuckScan(cur, self if owned else None)
 
     async def fetch_rows(self, query: str, params: Sequence[Any], max_rows: int) -> tuple[tuple[str, ...], list]:
         scan = await self.open_scan(query, params)
@@ -208,20 +256,20 @@ class DuckSource:
                 if create:
                     cols = ", ".join(f"{quote(c)} {t}" for c, t in create)
                     pk = ", ".join(quote(k) for k in key)
-                    cur.execute(f"CREATE TABLE IF NOT EXISTS {target} ({cols}, PRIMARY KEY ({pk}))")
+                    execute_one(cur, f"CREATE TABLE IF NOT EXISTS {target} ({cols}, PRIMARY KEY ({pk}))")
                 for i, (cols, values) in enumerate(groups):
                     tmp = quote(f"__blockx_upsert_{i}")
                     qcols = ", ".join(quote(c) for c in cols)
-                    cur.execute(f"CREATE TEMP TABLE {tmp} AS SELECT {qcols} FROM {target} LIMIT 0")
+                    execute_one(cur, f"CREATE TEMP TABLE {tmp} AS SELECT {qcols} FROM {target} LIMIT 0")
                     unnests = ", ".join(f"UNNEST(${j + 1})" for j in range(len(cols)))
-                    cur.execute(f"INSERT INTO {tmp} SELECT {unnests}", values)
+                    execute_one(cur, f"INSERT INTO {tmp} SELECT {unnests}", values)
                     rest = [c for c in cols if c not in key]
                     conflict = ", ".join(quote(k) for k in key)
                     action = ("DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in rest)
                               if rest else "DO NOTHING")
-                    cur.execute(f"INSERT INTO {target} ({qcols}) SELECT {qcols} FROM {tmp} "
+                    execute_one(cur, f"INSERT INTO {target} ({qcols}) SELECT {qcols} FROM {tmp} "
                                 f"ON CONFLICT ({conflict}) {action}")
-                    cur.execute(f"DROP TABLE {tmp}")
+                    execute_one(cur, f"DROP TABLE {tmp}")
                     written += len(values[0]) if values else 0
                 cur.execute("COMMIT")
                 return written
@@ -252,8 +300,11 @@ class DuckSource:
                                           f"({self._timeout_ms} ms)", retryable=True) from None
                 raise _db_error(exc) from None
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         with self._open_lock:
             db, self._db = self._db, None
         if db is not None:
             db.close()
+
+    async def aclose(self) -> None:
+        self.close()

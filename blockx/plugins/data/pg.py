@@ -3,7 +3,9 @@ use, every statement bounded by statement_timeout (phaseIoTimeoutMs).
 
 Reads run in a READ ONLY transaction, and through the extended protocol, which
 accepts exactly one statement: a write or a second statement fails with
-PostgreSQL's own message. Scans use a server-side cursor, so a million-row result
+PostgreSQL's own message. The statements the upsert builds (DDL included) take the
+extended protocol too (`_one`), never asyncpg's argument-less `execute`, which
+sends a simple query that PostgreSQL splits into as many statements as it holds. Scans use a server-side cursor, so a million-row result
 arrives a batch at a time."""
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ def check_query(query: object) -> str:
     if not isinstance(query, str) or not query.strip():
         raise DataSourceError("the query must be a non-empty string")
     return query
+
+
+async def _one(conn, sql: str) -> None:
+    """Run one built statement through the extended protocol (Parse/Bind/Execute):
+    a text holding a second statement fails instead of running it."""
+    await conn.fetch(sql)
 
 
 class PgScan:
@@ -190,7 +198,7 @@ class PgSource:
                     if create:
                         cols = ", ".join(f"{quote(c)} {t}" for c, t in create)
                         pk = ", ".join(quote(k) for k in key)
-                        await conn.execute(f"CREATE TABLE IF NOT EXISTS {target} ({cols}, PRIMARY KEY ({pk}))")
+                        await _one(conn, f"CREATE TABLE IF NOT EXISTS {target} ({cols}, PRIMARY KEY ({pk}))")
                     for i, (cols, values) in enumerate(groups):
                         tmp = f"__blockx_upsert_{i}"
                         # Values of families asyncpg encodes natively travel as such;
@@ -198,7 +206,7 @@ class PgSource:
                         native = {c: family(types[c])[0] in (INTEGER, BOOLEAN, TEXT) or
                                   (family(types[c])[0] == NUMBER and family(types[c])[1] == 0) for c in cols}
                         defs = ", ".join(f"{quote(c)} {types[c] if native[c] else 'text'}" for c in cols)
-                        await conn.execute(f"CREATE TEMP TABLE {quote(tmp)} ({defs}) ON COMMIT DROP")
+                        await _one(conn, f"CREATE TEMP TABLE {quote(tmp)} ({defs}) ON COMMIT DROP")
                         await conn.copy_records_to_table(tmp, records=zip(*values), columns=list(cols))
                         qcols = ", ".join(quote(c) for c in cols)
                         sel = ", ".join(quote(c) if native[c] else f"{quote(c)}::{types[c]}" for c in cols)
@@ -206,7 +214,7 @@ class PgSource:
                         conflict = ", ".join(quote(k) for k in key)
                         action = ("DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in rest)
                                   if rest else "DO NOTHING")
-                        await conn.execute(f"INSERT INTO {target} ({qcols}) SELECT {sel} FROM {quote(tmp)} "
+                        await _one(conn, f"INSERT INTO {target} ({qcols}) SELECT {sel} FROM {quote(tmp)} "
                                            f"ON CONFLICT ({conflict}) {action}")
                         written += len(values[0]) if values else 0
         except DataSourceError:

@@ -12,10 +12,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from blockx.plugins.data.duck import DuckSource
+from blockx.plugins.data.duck import DuckSource, bundle_files
 from blockx.plugins.data.errors import DataSourceError, UnknownDataSource
 from blockx.plugins.data.pg import PgSource
-from blockx.plugins.data.urls import DUCKDB, MEMORY, parse_source_url
+from blockx.plugins.data.urls import DUCKDB, parse_source_url
 
 LOCAL = "local"
 
@@ -26,7 +26,8 @@ def default_sources(state_dir: str) -> dict[str, str]:
 
 class DataPlane:
     def __init__(self, sources: Mapping[str, str], *, bundle_root: str = "", statement_timeout_ms: int = 10_000,
-                 scan_fetch_rows: int = 1_000):
+                 scan_fetch_rows: int = 1_000, scan_max_row_bytes: int = 4 * 1024 * 1024,
+                 bundle_max_files: int = 100_000):
         self._sources: dict[str, Any] = {}
         for name, url in sources.items():
             u = parse_source_url(name, url)
@@ -36,16 +37,16 @@ class DataPlane:
                 self._sources[name] = PgSource(name, u.target, statement_timeout_ms=statement_timeout_ms)
         self.bundle_root = os.path.realpath(bundle_root) if bundle_root else ""
         self.scan_fetch_rows = scan_fetch_rows
-        # Bundles are files: read and written by a private in-memory DuckDB that
-        # may touch the filesystem (the named sources may not).
-        self.files = DuckSource("<bundles>", MEMORY, external_access=True)
+        self.scan_max_row_bytes = scan_max_row_bytes
+        self.bundle_max_files = bundle_max_files
 
     @classmethod
     def from_config(cls, cfg) -> DataPlane:
         dp = cfg.data_plane
         sources = dict(cfg.data_sources) or default_sources(dp.state_dir)
         return cls(sources, bundle_root=dp.bundle_root or os.path.join(dp.state_dir, "bundles"),
-                   statement_timeout_ms=cfg.phase_io_timeout_ms, scan_fetch_rows=dp.scan_fetch_rows)
+                   statement_timeout_ms=cfg.phase_io_timeout_ms, scan_fetch_rows=dp.scan_fetch_rows,
+                   scan_max_row_bytes=dp.scan_max_row_bytes, bundle_max_files=dp.bundle_max_files)
 
     def names(self) -> list[str]:
         return sorted(self._sources)
@@ -74,8 +75,13 @@ class DataPlane:
             raise DataSourceError(f"{what} {relative!r} leaves the bundle root")
         return full
 
+    def files(self, paths: list[str]) -> DuckSource:
+        """A private DuckDB for one bundle operation that may open exactly `paths`
+        (the files a builder matched, or a writer's temporary file) and no other."""
+        return bundle_files(paths)
+
     async def aclose(self) -> None:
-        for src in list(self._sources.values()) + [self.files]:
+        for src in list(self._sources.values()):
             try:
                 await src.aclose()
             except Exception:  # noqa: BLE001 - closing at shutdown must go on

@@ -268,7 +268,7 @@ class IOScopeFactory:
             from blockx.plugins.io.sql import SqlBackend
 
             backends["sql"] = SqlBackend(data, concurrency=sql.concurrency, max_rows=sql.max_rows,
-                                         timeout_ms=sql.timeout_ms)
+                                         timeout_ms=sql.timeout_ms, max_result_bytes=sql.max_result_bytes)
             timeouts["sql"] = sql.timeout_ms
         return cls(backends, concurrency, request_timeout_ms=timeouts)
 

@@ -7,8 +7,10 @@ The request names a source, never a DSN. The query runs read-only (as dbscan's),
 under per-source admission (at most `concurrency` requests in flight against one
 source across all tasks) and a per-request timeout (`timeout_ms`, from entering
 admission to the last row). A result
-larger than `max_rows` is refused with a message saying so, rather than carried
-into the executor: page the query, or scan it with dbscan."""
+larger than `max_rows` rows, or than `max_result_bytes` as JSON, is refused with a
+message naming the cap and its setting, rather than carried into the executor:
+page the query, or scan it with dbscan. Rows are fetched and encoded a chunk at a
+time, so a refused result never sits whole in the Worker's memory."""
 
 from __future__ import annotations
 
@@ -24,18 +26,21 @@ from blockx.plugins.io.errors import IOBackendError
 
 NAME = "sql"
 _KEYS = ("source", "query", "params")
+FETCH_CHUNK = 500
 
 
 class SqlBackend:
     name = NAME
 
-    def __init__(self, data: Any, *, concurrency: int = 8, max_rows: int = 10_000, timeout_ms: int = 5_000):
-        if concurrency <= 0 or max_rows <= 0 or timeout_ms <= 0:
-            raise ValueError("concurrency, max_rows and timeout_ms must be > 0")
+    def __init__(self, data: Any, *, concurrency: int = 8, max_rows: int = 10_000, timeout_ms: int = 5_000,
+                 max_result_bytes: int = 8 * 1024 * 1024):
+        if concurrency <= 0 or max_rows <= 0 or timeout_ms <= 0 or max_result_bytes <= 0:
+            raise ValueError("concurrency, max_rows, timeout_ms and max_result_bytes must be > 0")
         self.timeout_ms = timeout_ms
         self.data = data
         self.concurrency = concurrency
         self.max_rows = max_rows
+        self.max_result_bytes = max_result_bytes
         self._admission: dict[str, asyncio.Semaphore] = {}
 
     def _parse(self, request_json: bytes) -> tuple[str, str, list]:
@@ -68,18 +73,44 @@ class SqlBackend:
             sem = self._admission[name] = asyncio.Semaphore(self.concurrency)
         try:
             async with sem:
-                columns, rows = await asyncio.wait_for(source.fetch_rows(query, params, self.max_rows),
-                                                       self.timeout_ms / 1000)
+                columns, encoded = await asyncio.wait_for(self._collect(source, query, params),
+                                                          self.timeout_ms / 1000)
         except asyncio.TimeoutError:
             raise IOBackendError(f"sql: the query took longer than {self.timeout_ms} ms (ioBackends.sql.timeoutMs)",
                                  retryable=True) from None
         except DataSourceError as exc:
             raise IOBackendError(f"sql: {exc.message}", retryable=exc.retryable) from None
-        if len(rows) > self.max_rows:
-            raise IOBackendError(f"sql: the result has more than {self.max_rows} rows (ioBackends.sql.maxRows); "
-                                 "add a LIMIT, page the query, or scan it with the dbscan builder")
-        return dumps({"columns": list(columns), "rows": [dict(zip(columns, r)) for r in rows],
-                      "rowCount": len(rows)}), None
+        # The keys in sorted order, as dumps() writes them: columns, rowCount, rows.
+        return b"".join((b'{"columns":', dumps(list(columns)), b',"rowCount":', str(len(encoded)).encode(),
+                         b',"rows":[', b",".join(encoded), b"]}")), None
+
+    async def _collect(self, source: Any, query: str, params: list) -> tuple[tuple[str, ...], list[bytes]]:
+        """The columns and each row's canonical JSON object, within both caps."""
+        scan = await source.open_scan(query, params)
+        try:
+            columns = scan.columns
+            encoded: list[bytes] = []
+            size = 0
+            while True:
+                rows = await scan.fetch(min(FETCH_CHUNK, self.max_rows + 1 - len(encoded)))
+                if not rows:
+                    return columns, encoded
+                for r in rows:
+                    row = dumps(dict(zip(columns, r)))
+                    size += len(row) + 1
+                    if size > self.max_result_bytes:
+                        raise IOBackendError(
+                            f"sql: the result is larger than {self.max_result_bytes} bytes as JSON "
+                            f"(ioBackends.sql.maxResultBytes, SQL_IO_MAX_RESULT_BYTES) after {len(encoded)} "
+                            "rows; select fewer columns, add a LIMIT, page the query, or scan it with the "
+                            "dbscan builder")
+                    encoded.append(row)
+                if len(encoded) > self.max_rows:
+                    raise IOBackendError(
+                        f"sql: the result has more than {self.max_rows} rows (ioBackends.sql.maxRows); "
+                        "add a LIMIT, page the query, or scan it with the dbscan builder")
+        finally:
+            await scan.aclose()
 
     async def close(self) -> None:
         return None       # the sources belong to the DataPlane, closed with the Worker

@@ -5,10 +5,14 @@
 `dir` is relative to the Worker's bundle root (dataPlane.bundleRoot); a path that
 leaves it is refused. Each output is a JSON object (or an array of objects) whose
 fields are columns; a field a row lacks is null; DuckDB infers the column types
-(nested objects become structs). The file is written under a temporary name,
-synced, and renamed over the task's previous file, so a reader never sees half a
-file and a retried task replaces its own output. A task without outputs removes
-its previous file and writes none. Details: {"rows": n, "path": "out/.../id.parquet"}."""
+(nested objects become structs). A field name must be a plain SQL identifier (the
+rule of plugins.data.idents): a bad one fails the task naming the row and the
+field, and nothing is written. The file is written under a temporary name by a
+private DuckDB that may open that one file and no other, synced, and renamed over
+the task's previous file, so a reader never sees half a file and a retried task
+replaces its own output. Files are created 0640 and the directories the writer
+makes 0700. A task without outputs removes its previous file and writes none.
+Details: {"rows": n, "path": "out/.../id.parquet"}."""
 
 from __future__ import annotations
 
@@ -23,13 +27,16 @@ from urllib.parse import quote as url_quote
 import duckdb
 import orjson
 
+from blockx.plugins.data.duck import execute_one
 from blockx.plugins.data.errors import DataSourceError
-from blockx.plugins.data.idents import quote
+from blockx.plugins.data.idents import quote, shown
 from blockx.plugins.writer_api import PluginResult, parse_config
-from blockx.plugins.writers.table_rows import BadRows, iter_rows
+from blockx.plugins.writers.table_rows import BadRows, check_field, iter_rows
 
 NAME = "bundleWrite"
 _KEYS = ("dir",)
+FILE_MODE = 0o640
+DIR_MODE = 0o700
 
 
 def file_name(task_id: str) -> str:
@@ -41,11 +48,18 @@ def columns_of(rows: Iterable[tuple[int, dict]]) -> tuple[list[str], list[list[A
     """Column names in first-seen order, their column-major values (null where a
     row lacks the field) and the row count, decoded one row at a time."""
     cols: dict[str, list[Any]] = {}
+    folded: dict[str, str] = {}
     n = 0
-    for _i, row in rows:
+    for out_i, row in rows:
         for k, v in row.items():
             col = cols.get(k)
             if col is None:
+                where = f"row {n} (output {out_i})"
+                check_field(where, k)
+                other = folded.setdefault(k.lower(), k)
+                if other != k:
+                    raise BadRows(f"{where}: field {shown(k)} differs from field {shown(other)} only in case "
+                                  "(DuckDB column names ignore case)")
                 col = cols[k] = [None] * n
             col.append(v)
         n += 1
@@ -53,6 +67,24 @@ def columns_of(rows: Iterable[tuple[int, dict]]) -> tuple[list[str], list[list[A
             if len(col) < n:
                 col.append(None)
     return list(cols), list(cols.values()), n
+
+
+def make_dirs(directory: str) -> None:
+    """Create `directory` and its missing parents, each 0700 (an existing one keeps
+    its mode: the operator's bundle root is theirs)."""
+    missing = []
+    d = directory
+    while not os.path.isdir(d):
+        missing.append(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, DIR_MODE)
+        except FileExistsError:
+            pass
 
 
 def _fsync_dir(path: str) -> None:
@@ -95,6 +127,8 @@ class BundleWritePlugin:
             return PluginResult(NAME, False, f"{NAME}: nothing written: {exc}", retryable=True)
         except (duckdb.Error, OSError) as exc:
             return PluginResult(NAME, False, f"{NAME}: nothing written: {' '.join(str(exc).split())}")
+        except DataSourceError as exc:
+            return PluginResult(NAME, False, f"{NAME}: nothing written: {exc.message}")
         return PluginResult(NAME, True, f"{n} rows written to {rel}", orjson.dumps({"rows": n, "path": rel}))
 
     @staticmethod
@@ -126,17 +160,21 @@ class BundleWritePlugin:
 
     def _write(self, directory: str, final: str, names: list[str], values: list[list[Any]],
                guard: "_WriteGuard") -> None:
-        os.makedirs(directory, exist_ok=True)
+        make_dirs(directory)
         tmp = os.path.join(directory, f".{os.path.basename(final)}.{secrets.token_hex(6)}.tmp")
         table = quote("__blockx_bundle_" + secrets.token_hex(6))
-        cur = self.data.files.cursor()
-        guard.cursor = cur
+        # The file exists, 0640, before DuckDB writes it (in place: no temporary
+        # of DuckDB's own, which the private database could not open anyway).
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE))
+        files = self.data.files([tmp])          # may open the temporary file, nothing else
         try:
+            cur = files.cursor()
+            guard.cursor = cur
             sel = ", ".join(f"UNNEST(${i + 1}) AS {quote(n)}" for i, n in enumerate(names))
-            cur.execute(f"CREATE TEMP TABLE {table} AS SELECT {sel}", values)
+            execute_one(cur, f"CREATE TEMP TABLE {table} AS SELECT {sel}", values)
             path = tmp.replace("'", "''")
-            cur.execute(f"COPY {table} TO '{path}' (FORMAT PARQUET)")
-            cur.execute(f"DROP TABLE {table}")
+            execute_one(cur, f"COPY {table} TO '{path}' (FORMAT PARQUET, USE_TMP_FILE false)")
+            cur.close()
             fd = os.open(tmp, os.O_RDONLY)
             try:
                 os.fsync(fd)
@@ -145,7 +183,7 @@ class BundleWritePlugin:
             if guard.rename(tmp, final):
                 _fsync_dir(directory)
         finally:
-            cur.close()
+            files.close()
             if os.path.exists(tmp):
                 os.unlink(tmp)
 

@@ -2,8 +2,10 @@
 
 Each output is a JSON object (one row) or an array of objects (several rows);
 fields are columns. A row is refused, naming its index, its output and the field,
-when the field is not a column of the table, a key field is missing or null, or a
-value does not fit the column's family. Rows with the same key are merged in
+when the field name is not a plain SQL identifier (the rule of idents, the same as
+for configured names: a field name is data and never reaches SQL unchecked), the
+field is not a column of the table, a key field is missing or null, or a value
+does not fit the column's family. Rows with the same key are merged in
 order, later fields over earlier ones: the table ends exactly as if the rows had
 been upserted one by one, and the batched statement never touches a key twice.
 Rows are grouped by their set of fields, column-major, ready for the bulk load of
@@ -22,11 +24,20 @@ from typing import Any
 import orjson
 
 from blockx.json_types import json_type
+from blockx.plugins.data.idents import RULE, is_ident, shown
 from blockx.plugins.data.values import BadValue, coerce, family, infer_type
 
 
 class BadRows(ValueError):
     pass
+
+
+def check_field(where: str, name: str) -> None:
+    """BadRows naming the row and the field when a field name is not a plain SQL
+    identifier (the writers use field names as column names)."""
+    if not is_ident(name):
+        raise BadRows(f"{where}: field {shown(name)} is not a plain SQL identifier ({RULE}); "
+                      "rename it in the function's output")
 
 
 def iter_rows(outputs: Sequence[bytes]) -> Iterator[tuple[int, dict]]:
@@ -63,7 +74,13 @@ def create_columns(rows: list[tuple[int, dict]], key: Sequence[str], postgres: b
     (a later row's value decides a type the first row left null)."""
     first = rows[0][1]
     out = []
+    seen: dict[str, str] = {}
     for name, value in first.items():
+        check_field(f"row 0 (output {rows[0][0]})", name)
+        other = seen.setdefault(name.lower(), name)
+        if other != name:
+            raise BadRows(f"row 0 (output {rows[0][0]}): fields {shown(other)} and {shown(name)} differ only in "
+                          "case (DuckDB column names ignore case)")
         if value is None:
             value = next((r[name] for _i, r in rows if r.get(name) is not None), None)
         out.append((name, infer_type(value, postgres)))
@@ -94,7 +111,9 @@ class _Group:
 def prepare(rows: Iterable[tuple[int, dict]], columns: dict[str, str], key: Sequence[str],
             table: str) -> list[tuple[tuple[str, ...], list[list[Any]]]]:
     """Check, coerce, merge by key and group; BadRows names the first bad row."""
-    fams = {c: family(t) for c, t in columns.items()}
+    # A column whose name breaks the identifier rule (made outside the Worker) is
+    # never written: a field naming it fails as any other bad field name.
+    fams = {c: family(t) for c, t in columns.items() if is_ident(c)}
     groups: dict[tuple[str, ...], int] = {}
     glist: list[_Group] = []
     # key value (or tuple) -> row index << 16 | group number: one small int per key
@@ -107,8 +126,9 @@ def prepare(rows: Iterable[tuple[int, dict]], columns: dict[str, str], key: Sequ
         for field, value in row.items():
             fam = fams.get(field)
             if fam is None:
+                check_field(where, field)
                 known = ", ".join(columns)
-                raise BadRows(f"{where}: unknown column {field!r} (table {table} has: {known})")
+                raise BadRows(f"{where}: unknown column {shown(field)} (table {table} has: {known})")
             try:
                 clean[field] = coerce(fam[0], fam[1], value)
             except BadValue as exc:

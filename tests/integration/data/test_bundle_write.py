@@ -96,3 +96,30 @@ async def test_a_write_cancelled_by_the_task_end_never_renames_its_file_afterwar
         await task
     await asyncio.sleep(3)
     assert os.listdir(tmp_path / "gone") == []
+
+
+async def test_files_are_0640_and_new_directories_0700(plane, tmp_path):
+    os.chmod(tmp_path, 0o755)                  # the operator's root keeps its own mode
+    r = await BundleWritePlugin(plane).execute(b'{"dir": "a/b"}', [b'{"id": 1}'], PluginContext(task_id="t"))
+    assert r.ok, r.message
+    assert os.stat(tmp_path / "a" / "b" / "t.parquet").st_mode & 0o777 == 0o640
+    assert os.stat(tmp_path / "a" / "b").st_mode & 0o777 == 0o700
+    assert os.stat(tmp_path / "a").st_mode & 0o777 == 0o700
+    assert os.stat(tmp_path).st_mode & 0o777 == 0o755
+
+
+@pytest.mark.parametrize("field", ['x" , 42 AS "y', "a;b", "a--b", "a(b)", "x\n", "1x"])
+async def test_a_bad_field_name_keeps_the_previous_file_and_names_row_and_field(plane, tmp_path, field):
+    w = BundleWritePlugin(plane)
+    ctx = PluginContext(task_id="t")
+    assert (await w.execute(b'{"dir": "o"}', [b'{"id": 1}'], ctx)).ok
+    r = await w.execute(b'{"dir": "o"}', [b'{"id": 2}', orjson.dumps([{"id": 3}, {"id": 4, field: 1}])], ctx)
+    assert not r.ok
+    assert f"nothing written: row 2 (output 1): field {field!r} is not a plain SQL identifier" in r.message, r.message
+    assert read(tmp_path / "o" / "t.parquet") == [(1,)]
+    assert os.listdir(tmp_path / "o") == ["t.parquet"]
+
+
+async def test_field_names_differing_only_in_case_are_refused(plane, tmp_path):
+    r = await BundleWritePlugin(plane).execute(b'{"dir": "o"}', [b'{"id": 1, "ID": 2}'], PluginContext(task_id="t"))
+    assert not r.ok and "differs from field 'id' only in case" in r.message, r.message

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+
+import duckdb
 import orjson
 import pytest
 
 from blockx.plugins.builder_api import BuilderError
 from blockx.plugins.builders.bundle_scan import BundleScanBuilder
 from blockx.plugins.builders.db_scan import DbScanBuilder
+from blockx.plugins.data.errors import DataSourceError
+from blockx.plugins.data.plane import DataPlane
 
 
 def payload(**kw) -> bytes:
@@ -88,7 +94,7 @@ async def test_dbscan_close_mid_stream_stops_the_cursor(db, table):
 async def write_bundle(db, tmp_path):
     root = tmp_path / "bundles" / "data"
     root.mkdir(parents=True)
-    cur = db.plane.files.cursor()
+    cur = duckdb.connect()           # the test's own DuckDB: the plane's may open no file it did not resolve
     for day, lo in (("01", 0), ("02", 100)):
         cur.execute(f"COPY (SELECT i AS id, i * 2 AS x FROM range({lo}, {lo} + 100) t(i)) "
                     f"TO '{root}/2026-11-{day}.parquet' (FORMAT PARQUET)")
@@ -130,3 +136,83 @@ async def test_bundle_scan_failures(db, tmp_path, kw, needle):
     with pytest.raises(BuilderError) as ei:
         await BundleScanBuilder(db.plane).open_stream(orjson.dumps({"functionId": "f", **kw}))
     assert needle in str(ei.value)
+
+
+async def test_dbscan_refuses_a_row_larger_than_the_row_cap(db, table):
+    await db.exec(f"CREATE TABLE {table} AS SELECT i AS id, repeat('x', i * 100) AS s FROM generate_series(1, 30) AS g(i)")
+    db.plane.scan_max_row_bytes = 2_000
+    stream = await DbScanBuilder(db.plane).open_stream(payload(query=f"SELECT id, s FROM {table} ORDER BY id"))
+    with pytest.raises(BuilderError) as ei:
+        await drain(stream)
+    msg = str(ei.value)
+    assert "dbscan: row 19 is 2018 bytes as call arguments, more than dataPlane.scanMaxRowBytes (2000, " \
+           "SCAN_MAX_ROW_BYTES)" in msg, msg
+    await stream.aclose()
+
+
+async def test_bundle_scan_stops_globbing_at_the_file_cap(db, tmp_path):
+    await write_bundle(db, tmp_path)
+    db.plane.bundle_max_files = 2
+    b = BundleScanBuilder(db.plane)
+    with pytest.raises(BuilderError) as ei:
+        await b.open_stream(orjson.dumps({"files": "data/*", "functionId": "f", "per": "file"}))
+    assert "match more than 2 entries (dataPlane.bundleMaxFiles, BUNDLE_MAX_FILES)" in str(ei.value)
+    stream = await b.open_stream(orjson.dumps({"files": "data/2026-11-*.parquet", "functionId": "f"}))
+    assert len(await drain(stream)) == 200
+
+
+async def test_bundle_scan_globs_off_the_event_loop(db, tmp_path):
+    """The glob runs in a worker thread: the loop keeps running other tasks while
+    it does (here, even when the glob ends in a failure)."""
+    await write_bundle(db, tmp_path)
+    ticks = 0
+    stop = False
+
+    async def ticker():
+        nonlocal ticks
+        while not stop:
+            ticks += 1
+            await asyncio.sleep(0)
+    t = asyncio.get_running_loop().create_task(ticker())
+    await asyncio.sleep(0)
+    before = ticks
+    try:
+        with pytest.raises(BuilderError, match="no file matches"):
+            await BundleScanBuilder(db.plane).open_stream(orjson.dumps({"files": "data/none-*", "functionId": "f"}))
+        assert ticks > before, "the loop did not run while bundleScan globbed"
+    finally:
+        stop = True
+        await t
+
+
+async def test_bundle_scan_refuses_a_link_out_of_the_root(db, tmp_path):
+    await write_bundle(db, tmp_path)
+    outside = tmp_path / "outside.csv"
+    outside.write_text("secret\nhunter2\n")
+    os.symlink(outside, tmp_path / "bundles" / "data" / "link.csv")
+    with pytest.raises(BuilderError) as ei:
+        await BundleScanBuilder(db.plane).open_stream(orjson.dumps({"files": "data/*.csv", "functionId": "f"}))
+    assert "'data/link.csv' resolves outside the bundle root" in str(ei.value)
+
+
+async def test_the_bundle_duckdb_opens_only_the_files_it_was_given(tmp_path):
+    allowed, other = tmp_path / "a.csv", tmp_path / "secret.txt"
+    allowed.write_text("id\n1\n")
+    other.write_text("hunter2")
+    plane = DataPlane({})
+    src = plane.files([str(allowed)])
+    try:
+        cols, rows = await src.fetch_rows(f"SELECT * FROM read_csv_auto('{allowed}')", [], 10)
+        assert rows == [(1,)]
+        for q in (f"SELECT content FROM read_text('{other}')", f"SELECT * FROM glob('{tmp_path}/*')",
+                  f"SELECT * FROM read_csv_auto('{tmp_path}/*.txt')"):
+            with pytest.raises(DataSourceError, match="disabled by configuration"):
+                await src.fetch_rows(q, [], 10)
+        cur = src.cursor()
+        for stmt in ("SET enable_external_access = true", f"SET allowed_paths = ['{other}']"):
+            with pytest.raises(duckdb.Error, match="locked"):
+                cur.execute(stmt)
+        cur.close()
+    finally:
+        src.close()
+        await plane.aclose()

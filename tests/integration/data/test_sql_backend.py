@@ -85,3 +85,24 @@ async def test_a_long_duckdb_query_times_out_and_is_interrupted(db):
     cpu0 = time.process_time()
     await asyncio.sleep(1.0)
     assert time.process_time() - cpu0 < 0.4
+
+
+async def test_a_result_larger_than_the_byte_cap_is_refused_naming_the_setting(db, table):
+    await db.exec(f"CREATE TABLE {table} AS SELECT i AS id, repeat('x', 1000) AS s FROM generate_series(1, 50) AS g(i)")
+    be = SqlBackend(db.plane, max_result_bytes=20_000)
+    small = orjson.loads((await be.request(req(query=f"SELECT id, s FROM {table} ORDER BY id LIMIT 15"), None))[0])
+    assert small["rowCount"] == 15 and small["rows"][0] == {"id": 1, "s": "x" * 1000}
+    with pytest.raises(IOBackendError) as ei:
+        await be.request(req(query=f"SELECT id, s FROM {table}"), None)
+    msg = str(ei.value)
+    assert "larger than 20000 bytes as JSON (ioBackends.sql.maxResultBytes, SQL_IO_MAX_RESULT_BYTES)" in msg, msg
+    assert not ei.value.retryable
+
+
+async def test_the_result_is_the_canonical_json_of_the_rows(db, table):
+    await db.exec(f"CREATE TABLE {table} AS SELECT i AS id, 'n' || i AS b, i * 2 AS a FROM generate_series(1, 3) AS g(i)")
+    out, _ = await SqlBackend(db.plane).request(req(query=f"SELECT id, b, a FROM {table} ORDER BY id"), None)
+    rows = [{"a": 2 * i, "b": f"n{i}", "id": i} for i in (1, 2, 3)]
+    assert out == orjson.dumps({"columns": ["id", "b", "a"], "rowCount": 3, "rows": rows}, option=orjson.OPT_SORT_KEYS)
+    out, _ = await SqlBackend(db.plane).request(req(query=f"SELECT id FROM {table} WHERE id > 9"), None)
+    assert out == b'{"columns":["id"],"rowCount":0,"rows":[]}'

@@ -166,3 +166,52 @@ async def test_a_duckdb_statement_past_the_io_timeout_is_interrupted_and_rolled_
         assert r.ok, r.message
     finally:
         await ok.aclose()
+
+
+DROP_VICTIM = 'v" BIGINT, PRIMARY KEY ("id")); DROP TABLE {victim}; COMMIT; CREATE TABLE "z" ("id" BIGINT, "q'
+
+
+@pytest.mark.parametrize("field", [DROP_VICTIM, 'x" BIGINT, "y', 'v" BIGINT) --', "a;b", "a(b)", "v\n"])
+async def test_create_table_refuses_a_bad_field_name_and_leaves_other_tables(db, table, field):
+    victim = table + "_victim"
+    field = field.replace("{victim}", victim)
+    await db.exec(f"CREATE TABLE {victim} (id BIGINT PRIMARY KEY, v BIGINT)")
+    await db.exec(f"INSERT INTO {victim} VALUES (1, 10), (2, 20)")
+    r = await TableUpsertsPlugin(db.plane).execute(cfg(table, createTable=True), out({"id": 1, field: 1}))
+    assert not r.ok
+    assert f"nothing written: row 0 (output 0): field {field!r} is not a plain SQL identifier" in r.message, r.message
+    assert await db.rows(f"SELECT id, v FROM {victim} ORDER BY id") == [(1, 10), (2, 20)]
+    assert await db.rows("SELECT count(*) FROM information_schema.tables WHERE table_name IN ($1, 'z')", table) \
+        == [(0,)]
+
+
+async def test_an_existing_column_named_outside_the_rule_is_never_written(db, table):
+    await db.exec(f'CREATE TABLE {table} (id BIGINT PRIMARY KEY, "a b" TEXT)')
+    r = await TableUpsertsPlugin(db.plane).execute(cfg(table), out({"id": 1, "a b": "x"}))
+    assert not r.ok and "row 0 (output 0): field 'a b' is not a plain SQL identifier" in r.message, r.message
+    assert await db.rows(f"SELECT count(*) FROM {table}") == [(0,)]
+
+
+async def test_a_built_statement_holding_two_statements_is_refused(db, table):
+    """The guard under the identifier rule: a statement the Worker builds runs as
+    exactly one statement on both databases."""
+    await db.exec(f"CREATE TABLE {table} (id BIGINT)")
+    two = f"INSERT INTO {table} VALUES (1); DROP TABLE {table}"
+    if db.kind == "duckdb":
+        from blockx.plugins.data.duck import execute_one
+        from blockx.plugins.data.errors import DataSourceError
+        cur = db.source.cursor()
+        try:
+            with pytest.raises(DataSourceError, match="parses to 2 statements"):
+                execute_one(cur, two)
+        finally:
+            cur.close()
+    else:
+        import asyncpg
+
+        from blockx.plugins.data.pg import _one
+        pool = await db.source.pool()
+        async with pool.acquire() as conn:
+            with pytest.raises(asyncpg.PostgresSyntaxError, match="cannot insert multiple commands"):
+                await _one(conn, two)
+    assert await db.rows(f"SELECT count(*) FROM {table}") == [(0,)]

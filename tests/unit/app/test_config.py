@@ -51,14 +51,29 @@ SPEC_ENV_VARS = {
     "SHADOW_SUBMIT_TARGET_ADDR": "shadowSubmitTargetAddr",
     "SHADOW_SUBMIT_SAMPLE_RATE": "shadowSubmitSampleRate",
     "IO_DEVSTUB_CONCURRENCY": "ioBackends.devstub.concurrency",
+    "IO_DEVSTUB_ENABLED": "ioBackends.devstub.enabled",
     "SQL_IO_TIMEOUT_MS": "ioBackends.sql.timeoutMs",
     "SQL_IO_MAX_ROWS": "ioBackends.sql.maxRows",
+    "SQL_IO_MAX_RESULT_BYTES": "ioBackends.sql.maxResultBytes",
+    "SCAN_MAX_ROW_BYTES": "dataPlane.scanMaxRowBytes",
+    "BUNDLE_MAX_FILES": "dataPlane.bundleMaxFiles",
     "BLOCKX_DATA_SOURCES": "dataSources",
     "STATE_DIR": "dataPlane.stateDir",
     "BUNDLE_ROOT": "dataPlane.bundleRoot",
     "LOG_LEVEL": "logLevel",
     "SESSION_MAX_PENDING_EVENTS": "sessionMaxPendingEvents",
     "SESSION_MAX_PENDING_BYTES": "sessionMaxPendingBytes",
+    "MAX_SLOT_TTL_MS": "worker.maxSlotTtlMs",
+    "MAX_PAYLOAD_BYTES": "worker.maxPayloadBytes",
+    "MAX_RESULT_HANDLER_CONFIG_BYTES": "worker.maxResultHandlerConfigBytes",
+    "MAX_INSTANCE_ID_BYTES": "worker.maxInstanceIdBytes",
+    "WORKER_GRPC_MAX_MESSAGE_BYTES": "grpcMaxMessageBytes",
+    "WORKER_GRPC_MAX_CONCURRENT_STREAMS": "grpcMaxConcurrentStreams",
+    "WORKER_GRPC_MAX_CONCURRENT_RPCS": "grpcMaxConcurrentRpcs",
+    "WORKER_GRPC_MAX_CONNECTIONS": "grpcMaxConnections",
+    "MAX_TASK_SESSIONS": "maxTaskSessions",
+    "MAX_WATCH_STREAMS": "maxWatchStreams",
+    "WATCH_MAX_PENDING_UPDATES": "watchMaxPendingUpdates",
     # isolation and trust (issue 14)
     "EXECUTOR_BUDGET_PREEMPT_MS": "executorBudgetPreemptMs",
     "EXECUTOR_CALL_BATCH": "executorCallBatch",
@@ -102,7 +117,12 @@ def test_defaults_match_the_spec_tables():
         "taskSlots": 50, "defaultTTLMs": 5000, "taskDeadlineMs": 300000, "maxTaskTimeoutMs": 28800000,
         "resultRetentionMs": 300000, "watchDisconnectGraceMs": 0, "defaultMaxAttempts": 3,
         "defaultBaseBackoffMs": 10, "defaultRetryJitterPercent": 5,
+        "maxSlotTtlMs": 600000, "maxPayloadBytes": 16 * 1024 * 1024,
+        "maxResultHandlerConfigBytes": 1024 * 1024, "maxInstanceIdBytes": 256,
     }
+    assert (d["grpcMaxMessageBytes"], d["grpcMaxConcurrentStreams"], d["grpcMaxConcurrentRpcs"],
+            d["grpcMaxConnections"], d["maxTaskSessions"], d["maxWatchStreams"],
+            d["watchMaxPendingUpdates"]) == (64 * 1024 * 1024, 1000, 10000, 1000, 1000, 1000, 65536)
     assert d["admission"] == {"builderSlots": 16, "executorTaskSlots": 32, "pluginSlots": 16, "scanSlots": 8}
     assert d["streamBuild"] == {"enabled": False, "maxOutstandingBatches": 2, "batchMaxRows": 8192,
                                 "batchMaxArgsBytes": 32 * 1024 * 1024}
@@ -120,13 +140,15 @@ def test_defaults_match_the_spec_tables():
     assert (d["executorRestartDelayMs"], d["executorMaxRestarts"], d["executorRestartWindowMs"],
             d["executorBackoffMs"], d["executorHeartbeatTimeoutMs"]) == (1000, 10, 60000, 30000, 10000)
     assert d["functionSnapshotRetentionMs"] == 0
-    assert os.path.isfile(os.path.join(d["functionsDir"], "add.py"))
+    assert d["functionsDir"] == ""           # no function until one is configured (dev: the examples)
     assert d["metricsListen"] == "127.0.0.1:9464"
     assert (d["shadowSubmitTargetAddr"], d["shadowSubmitSampleRate"]) == ("", 0.0)
-    assert d["ioBackends"] == {"devstub": {"enabled": True, "concurrency": 64, "timeoutMs": 0},
-                               "sql": {"enabled": True, "concurrency": 8, "timeoutMs": 5000, "maxRows": 10000}}
+    assert d["ioBackends"] == {"devstub": {"enabled": False, "concurrency": 64, "timeoutMs": 0},
+                               "sql": {"enabled": True, "concurrency": 8, "timeoutMs": 5000, "maxRows": 10000,
+                                       "maxResultBytes": 8 * 1024 * 1024}}
     assert d["dataSources"] == {}
     assert d["dataPlane"]["bundleRoot"] == "" and d["dataPlane"]["scanFetchRows"] == 1000
+    assert (d["dataPlane"]["scanMaxRowBytes"], d["dataPlane"]["bundleMaxFiles"]) == (4 * 1024 * 1024, 100_000)
     assert d["logLevel"] == "INFO"
     assert cfg.violations() == []
 
@@ -237,6 +259,9 @@ ENV_CASES = [
     ("IO_DEVSTUB_CONCURRENCY", "3", 3),
     ("SQL_IO_TIMEOUT_MS", "250", 250),
     ("SQL_IO_MAX_ROWS", "5", 5),
+    ("SQL_IO_MAX_RESULT_BYTES", "1000", 1000),
+    ("SCAN_MAX_ROW_BYTES", "2048", 2048),
+    ("BUNDLE_MAX_FILES", "10", 10),
     ("BLOCKX_DATA_SOURCES", '{"main": "postgresql://u@db:5432/app"}', {"main": "postgresql://u@db:5432/app"}),
     ("STATE_DIR", "/var/lib/blockx", "/var/lib/blockx"),
     ("BUNDLE_ROOT", "/srv/bundles", "/srv/bundles"),
@@ -495,7 +520,6 @@ VIOLATIONS = [
     (dict(function_snapshot_retention_ms=1000),
      "functionSnapshotRetentionMs (FUNCTION_SNAPSHOT_RETENTION_MS) (1000) must be 0 (= maxTaskTimeoutMs + 10s) "
      "or >= worker.maxTaskTimeoutMs"),
-    (dict(functions_dir=""), "functionsDir (FUNCTIONS_DIR) must not be empty"),
     (dict(functions_dir="/nonexistent/dir"), "functionsDir (FUNCTIONS_DIR) '/nonexistent/dir' is not a directory"),
     (dict(functions_source="git"), "functionsSource (FUNCTIONS_SOURCE) must be one of dir, etcd (got 'git')"),
     (dict(functions_source="etcd", etcd_endpoints=[]),

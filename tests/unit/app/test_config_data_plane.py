@@ -58,3 +58,12 @@ def test_printed_config_hides_passwords():
     assert "s3cret" not in printed
     assert cfg.to_dict()["dataSources"] == {"main": "postgresql://app:***@db:5432/app", "l": "duckdb:///x"}
     assert cfg.data_sources["main"] == "postgresql://app:s3cret@db:5432/app"     # only the print is masked
+
+
+def test_the_data_plane_caps_are_checked_by_name():
+    cfg = load({"SQL_IO_MAX_RESULT_BYTES": str(64 * 1024 * 1024), "SCAN_MAX_ROW_BYTES": "0", "BUNDLE_MAX_FILES": "0"})
+    text = "\n".join(cfg.violations())
+    assert ("ioBackends.sql.maxResultBytes (SQL_IO_MAX_RESULT_BYTES) must be between 1 and 15728640 "
+            "(a result travels in one 16 MiB frame)") in text
+    assert "dataPlane.scanMaxRowBytes (SCAN_MAX_ROW_BYTES) must be > 0" in text
+    assert "dataPlane.bundleMaxFiles (BUNDLE_MAX_FILES) must be > 0" in text

@@ -99,3 +99,33 @@ def test_validate_collects_every_problem():
 
 def test_a_profile_without_plugins_is_valid():
     replace(BLOCK, plugins=()).validate()
+
+
+# --- safe defaults: no example functions, no devstub unless configured ---------------------------
+
+
+@pytest.mark.parametrize("prof", [BLOCK, BUNDLE], ids=["block", "bundle"])
+def test_production_profiles_serve_no_function_and_no_devstub_by_default(prof):
+    from blockx.plugins.io.scope import IOScopeFactory
+
+    cfg = load_config(prof, env={})
+    assert cfg.functions_dir == "" and cfg.functions_source == "dir"
+    assert cfg.io_backends.devstub.enabled is False
+    assert "devstub" not in IOScopeFactory.from_config(cfg).backends
+    assert cfg.violations(prof) == []                  # and it is a valid config
+
+
+@pytest.mark.parametrize("prof", [BLOCK, BUNDLE], ids=["block", "bundle"])
+def test_production_profiles_serve_what_is_configured_explicitly(prof, tmp_path):
+    cfg = load_config(prof, env={"FUNCTIONS_DIR": str(tmp_path), "IO_DEVSTUB_ENABLED": "true"})
+    assert cfg.functions_dir == str(tmp_path) and cfg.io_backends.devstub.enabled is True
+
+
+def test_the_dev_profile_serves_the_examples_and_the_devstub():
+    from blockx.app.config import default_functions_dir
+
+    cfg = load_config(DEV, env={})
+    assert cfg.functions_dir == default_functions_dir() and cfg.io_backends.devstub.enabled is True
+    # an explicit value still wins over the profile's default
+    cfg = load_config(DEV, env={"FUNCTIONS_DIR": "/srv/fn", "IO_DEVSTUB_ENABLED": "false"})
+    assert cfg.functions_dir == "/srv/fn" and cfg.io_backends.devstub.enabled is False

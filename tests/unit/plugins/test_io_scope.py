@@ -206,6 +206,7 @@ async def test_request_timeout_is_retryable():
 async def test_every_backend_request_has_a_timeout_from_the_config():
     # ioBackends.<name>.timeoutMs, and phaseIoTimeoutMs when it is 0 (issue 14).
     cfg = WorkerFullConfig()
+    cfg.io_backends.devstub.enabled = True
     cfg.phase_io_timeout_ms = 30
     scope = IOScopeFactory.from_config(cfg).new_task_scope("t")
     with pytest.raises(IOBackendError, match="devstub: request timed out after 30 ms") as ei:
@@ -247,8 +248,14 @@ async def test_a_cancelled_waiter_does_not_cancel_the_shared_request():
     assert first.cancelled()
 
 
+def test_factory_from_the_default_config_serves_no_devstub():
+    # The production default: the devstub backend only when configured (the dev profile does).
+    assert "devstub" not in IOScopeFactory.from_config(WorkerFullConfig()).backends
+
+
 async def test_factory_from_config_and_shutdown():
     cfg = WorkerFullConfig()
+    cfg.io_backends.devstub.enabled = True
     cfg.io_backends.devstub.concurrency = 3
     f = IOScopeFactory.from_config(cfg)
     assert list(f.backends) == ["devstub"]

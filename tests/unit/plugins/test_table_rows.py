@@ -1,3 +1,4 @@
+import orjson
 import pytest
 
 from blockx.plugins.writers.table_rows import BadRows, create_columns, parse_rows, prepare
@@ -41,3 +42,23 @@ def test_create_columns_from_the_first_row():
     assert create_columns(rows, ["id"], False)[2] == ("m", "JSON")
     with pytest.raises(BadRows, match="key field 'k' is missing"):
         create_columns(rows, ["k"], True)
+
+
+@pytest.mark.parametrize("field", ['v" BIGINT); DROP TABLE victim; --', 'a"b', "a;b", "a--b", "a(b", "v\n"])
+def test_create_columns_refuses_a_field_name_that_is_not_an_identifier(field):
+    rows = parse_rows([orjson.dumps({"id": 1, field: 2})])
+    with pytest.raises(BadRows) as ei:
+        create_columns(rows, ["id"], True)
+    assert f"row 0 (output 0): field {field!r} is not a plain SQL identifier" in str(ei.value)
+
+
+def test_create_columns_refuses_names_differing_only_in_case():
+    with pytest.raises(BadRows, match="differ only in case"):
+        create_columns(parse_rows([b'{"id": 1, "v": 1, "V": 2}']), ["id"], False)
+
+
+def test_prepare_refuses_a_bad_field_name_by_row_and_field():
+    rows = parse_rows([b'{"id": 1}', b'[{"id": 2}, {"id": 3, "a\\"b": 1}]'])
+    with pytest.raises(BadRows) as ei:
+        prepare(rows, {"id": "bigint", 'a"b': "bigint"}, ["id"], "t")
+    assert "row 2 (output 1): field 'a\"b' is not a plain SQL identifier" in str(ei.value)

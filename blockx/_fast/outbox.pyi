@@ -1,0 +1,3 @@
+# Type stub of the compiled module blockx._fast.outbox: its public interface is that
+# of its pure-Python twin, blockx._fast.outbox_py (the same tests run against both).
+from blockx._fast.outbox_py import *  # noqa: F401,F403

@@ -1,0 +1,3 @@
+# Type stub of the compiled module blockx._fast.scoring: its public interface is that
+# of its pure-Python twin, blockx._fast.scoring_py (the same tests run against both).
+from blockx._fast.scoring_py import *  # noqa: F401,F403
