@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(VPY) -m pytest
 ARGS    ?=
 
-.PHONY: build dist serve test test-compiled test-twins etcd bubblewrap postgres prometheus tmux bench bench-instructions bench-micro bench-micro-ci clean
+.PHONY: build dist serve test test-compiled test-twins etcd redis bubblewrap postgres prometheus tmux ganache bench bench-instructions bench-micro bench-micro-ci clean
 
 build: $(STAMP)
 	$(VPY) setup.py -q build_ext --inplace
@@ -36,6 +36,12 @@ etcd:
 	@command -v etcd >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null)
 	@command -v etcd >/dev/null 2>&1 || { echo "etcd is missing and could not be installed" >&2; exit 1; }
 
+# redis-server is a test dependency of the FUNCTIONS_SOURCE=redis suites (a real Redis,
+# started by the tests on a free loopback port, without persistence).
+redis:
+	@command -v redis-server >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null)
+	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server is missing and could not be installed" >&2; exit 1; }
+
 # bubblewrap (bwrap) runs executors in EXECUTOR_SPAWN_MODE=sandbox; the sandbox suites need it.
 bubblewrap:
 	@command -v bwrap >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null)
@@ -59,7 +65,14 @@ prometheus:
 	@command -v promtool >/dev/null 2>&1 || { echo "promtool is missing and could not be installed (Debian package prometheus)" >&2; exit 1; }
 # ---- end issue 15 ----
 
-test: build etcd bubblewrap postgres prometheus tmux test-compiled test-twins bench-micro-ci
+# ganache (npm) is the Ethereum JSON-RPC node the rpc IO backend's suites and `make bench` start;
+# it goes into the project's .npm-tools/ (gitignored), never a global install.
+GANACHE := .npm-tools/node_modules/.bin/ganache
+ganache:
+	@test -x $(GANACHE) || npm install --prefix .npm-tools --no-audit --no-fund --silent ganache@7
+	@test -x $(GANACHE) || { echo "ganache is missing and could not be installed (npm install ganache@7)" >&2; exit 1; }
+
+test: build etcd redis bubblewrap postgres prometheus tmux ganache test-compiled test-twins bench-micro-ci
 
 test-compiled:
 	$(PYTEST) -q -p no:cacheprovider tests $(ARGS)
@@ -74,7 +87,7 @@ bench-micro: build
 bench-micro-ci: build
 	$(VPY) -m bench.micro --fast --check
 
-bench: build
+bench: build ganache
 	$(VPY) bench/e2e_load.py $(ARGS)
 
 # Instructions per call / subcall / IO round trip of the Worker and its executors,

@@ -94,9 +94,11 @@ async def _scenario(client: Client, which: str, n: int, timeout: float) -> int:
 
 async def measure(which: str, args, tmp: str) -> dict:
     prefix = os.path.join(tmp, f"cg-{which}")
-    w = CallgrindWorker(prefix, executors=2)
+    # Callgrind opens its output file as the executor starts (as root): an executor
+    # that then left root for EXECUTOR_USER could not write its counts.
+    w = CallgrindWorker(prefix, executors=2, env={"EXECUTOR_USER": "root"})
     await asyncio.to_thread(w.start)
-    client = Client(w.addr)
+    client = Client(w.addr, w.token)
     n = args.calls if which == "a" else args.subcalls_per_parent
     try:
         await sc.warm_up(client, ["add1", "subcall_loop", "io_loop"])

@@ -108,6 +108,17 @@ def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
                             ("--tls-key", "BLOCKX_TLS_KEY", "key (PEM) of --tls-cert")):
         parser.add_argument(flag, default=os.environ.get(env, ""), metavar="FILE",
                             help=f"{what} (default: ${env})")
+    parser.add_argument("--token", default=None, metavar="TOKEN",
+                        help="bearer token for a worker with WORKER_AUTH_MODE=token (default: $BLOCKX_TOKEN, "
+                             "else the token the worker generated on this host, <STATE_DIR>/auth-token)")
+
+
+def token_from_args(ns: argparse.Namespace):
+    """--token when given, else the client's default resolution (blockx.client.credentials)."""
+    from blockx.client.credentials import TOKEN_FROM_ENV
+
+    token = getattr(ns, "token", None)
+    return TOKEN_FROM_ENV if token is None else token
 
 
 def tls_from_args(ns: argparse.Namespace):
@@ -132,7 +143,8 @@ def _client_command(fn):
 
         out = out or sys.stdout
         try:
-            with connect(ns.addr, connect_timeout_s=ns.rpc_timeout, tls=tls_from_args(ns)) as client:
+            with connect(ns.addr, connect_timeout_s=ns.rpc_timeout, tls=tls_from_args(ns),
+                         token=token_from_args(ns)) as client:
                 return fn(ns, client, out)
         except BlockxError as exc:
             from blockx.cli_text import term_safe   # the worker's message, escaped for the terminal

@@ -14,6 +14,10 @@ function id, a value (or the whole transaction) over etcd's request size limit
 (1.5 MiB unless --max-request-bytes says otherwise) are refused with the reason.
 Files starting with "_" or "." are skipped, as the directory source does.
 `blockx functions list` prints each function's id, sha256 digest and size.
+With `--redis URL` both commands work on function code in Redis
+(FUNCTIONS_SOURCE=redis) instead: push writes the hash `<prefix>sources`, bumps
+`<prefix>epoch` and publishes on `<prefix>changed` in ONE MULTI/EXEC, after the
+same checks (with the Worker's per-source limit in place of etcd's request size).
 
 `--etcd` takes comma-separated endpoints (host:port); its default is $BLOCKX_ETCD,
 else 127.0.0.1:2379. Exit codes as the other client commands (blockx.cli_exit)."""
@@ -32,6 +36,7 @@ from typing import Any, TextIO
 
 from blockx.cli_exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, CLIError
 from blockx.cli_text import term_safe
+from blockx.plugins.function_code_redis import DEFAULT_REDIS_PREFIX
 
 DEFAULT_ETCD = "127.0.0.1:2379"
 DEFAULT_WORKERS_PREFIX = "/blockx/workers/"
@@ -65,26 +70,35 @@ def add_parsers(sub, client_parent: argparse.ArgumentParser) -> None:
     w.add_argument("--json", action="store_true", help="print the heartbeats as JSON")
     w.set_defaults(func=cmd_workers)
 
-    f = sub.add_parser("functions", help="function code in etcd (FUNCTIONS_SOURCE=etcd)", description=(
-        "Upload or list the function code that Workers with FUNCTIONS_SOURCE=etcd serve."),
-        epilog=epilog("blockx functions push ./functions", "blockx functions list --json"), **RAW)
+    f = sub.add_parser("functions", help="function code in etcd or Redis (FUNCTIONS_SOURCE=etcd|redis)",
+                       description=(
+        "Upload or list the function code that Workers with FUNCTIONS_SOURCE=etcd or redis serve."),
+        epilog=epilog("blockx functions push ./functions", "blockx functions list --json",
+                      "blockx functions push ./functions --redis redis://127.0.0.1:6379/0"), **RAW)
     fsub = f.add_subparsers(dest="functions_command", metavar="SUBCOMMAND")
     fsub.required = True
-    push = fsub.add_parser("push", parents=[etcd], help="upload every <id>.py of DIR in one transaction",
+    redis = argparse.ArgumentParser(add_help=False)
+    redis.add_argument("--redis", default=None, metavar="URL",
+                       help="function code in Redis (FUNCTIONS_SOURCE=redis) instead of etcd, "
+                            "e.g. redis://127.0.0.1:6379/0")
+    prefix_help = f"(default: {DEFAULT_FUNCTIONS_PREFIX}, with --redis {DEFAULT_REDIS_PREFIX})"
+    push = fsub.add_parser("push", parents=[etcd, redis], help="upload every <id>.py of DIR in one transaction",
                            description=(
-        "Upload every <id>.py of DIR to PREFIX<id> in one etcd transaction (all or nothing) and print the "
-        "new revision: the code epoch the Workers move to. Everything is checked first (UTF-8, function "
-        "ids, etcd's request size limit)."),
-        epilog=epilog("blockx functions push ./functions --etcd 127.0.0.1:2379"), **RAW)
+        "Upload every <id>.py of DIR in one transaction (all or nothing): to PREFIX<id> in etcd, printing the "
+        "new revision (the code epoch the Workers move to), or with --redis to the PREFIXsources hash, "
+        "bumping PREFIXepoch. Everything is checked first (UTF-8, function ids, the store's size limits)."),
+        epilog=epilog("blockx functions push ./functions --etcd 127.0.0.1:2379",
+                      "blockx functions push ./functions --redis redis://127.0.0.1:6379/0"), **RAW)
     directory(push.add_argument("directory", metavar="DIR", help="directory of <function id>.py files"))
-    push.add_argument("--prefix", default=DEFAULT_FUNCTIONS_PREFIX, help="(default: %(default)s)")
+    push.add_argument("--prefix", default=None, help=prefix_help)
     push.add_argument("--max-request-bytes", type=int, default=ETCD_MAX_REQUEST_BYTES,
                       help="etcd's request size limit (default: %(default)s, etcd's own default)")
     push.set_defaults(func=cmd_functions_push)
-    ls = fsub.add_parser("list", parents=[etcd], help="function ids, digests and sizes", description=(
+    ls = fsub.add_parser("list", parents=[etcd, redis], help="function ids, digests and sizes", description=(
         "Print each function under --prefix: its id, the sha256 of its source and its size."),
-        epilog=epilog("blockx functions list", "blockx functions list --json"), **RAW)
-    ls.add_argument("--prefix", default=DEFAULT_FUNCTIONS_PREFIX, help="(default: %(default)s)")
+        epilog=epilog("blockx functions list", "blockx functions list --json",
+                      "blockx functions list --redis redis://127.0.0.1:6379/0"), **RAW)
+    ls.add_argument("--prefix", default=None, help=prefix_help)
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.set_defaults(func=cmd_functions_list)
 
@@ -185,9 +199,12 @@ async def _watch_workers(ns: argparse.Namespace, out: TextIO) -> int:
 # --- blockx functions --------------------------------------------------------------------
 
 
-def collect_functions(directory: str, prefix: str, max_request_bytes: int) -> list[tuple[str, bytes]]:
+def collect_functions(directory: str, prefix: str, max_request_bytes: int | None, *,
+                      max_source_bytes: int | None = None) -> list[tuple[str, bytes]]:
     """[(key, source bytes), ...] for every <id>.py of ``directory``; CLIError (nothing
-    written) naming every problem if any file cannot be pushed."""
+    written) naming every problem if any file cannot be pushed. ``max_request_bytes``:
+    etcd's request size limit (None: no such limit); ``max_source_bytes``: the
+    Worker's limit for one source (a larger one would be skipped by every Worker)."""
     from blockx.plugins.function_code_etcd import valid_function_id
 
     d = Path(directory)
@@ -211,11 +228,15 @@ def collect_functions(directory: str, prefix: str, max_request_bytes: int) -> li
             problems.append(f"{name}: not UTF-8 ({exc.reason} at byte {exc.start})")
             continue
         key = prefix + fid
-        if len(raw) + len(key) + _TXN_OVERHEAD_PER_OP > max_request_bytes:
+        if max_source_bytes is not None and len(raw) > max_source_bytes:
+            problems.append(f"{name}: {len(raw)} bytes, over the Worker's limit for one function source "
+                            f"({max_source_bytes})")
+            continue
+        if max_request_bytes is not None and len(raw) + len(key) + _TXN_OVERHEAD_PER_OP > max_request_bytes:
             problems.append(f"{name}: {len(raw)} bytes, over etcd's request size limit ({max_request_bytes})")
             continue
         out.append((key, raw))
-    if not problems:
+    if not problems and max_request_bytes is not None:
         total = sum(len(k) + len(v) + _TXN_OVERHEAD_PER_OP for k, v in out)
         if total > max_request_bytes:
             problems.append(f"the directory is {total} bytes in one transaction, over etcd's request size "
@@ -240,6 +261,9 @@ async def push_functions(endpoints: str, items: list[tuple[str, bytes]], timeout
 
 def cmd_functions_push(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
+    if ns.redis is not None:
+        return _redis_push(ns, out)
+    ns.prefix = ns.prefix or DEFAULT_FUNCTIONS_PREFIX
     items = collect_functions(ns.directory, ns.prefix, ns.max_request_bytes)
     revision = asyncio.run(push_functions(ns.etcd, items, ns.timeout))
     out.write(f"pushed {len(items)} function(s) to {ns.prefix} at revision {revision}\n")
@@ -248,18 +272,82 @@ def cmd_functions_push(ns: argparse.Namespace, out: TextIO | None = None) -> int
 
 def cmd_functions_list(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
+    if ns.redis is not None:
+        return _redis_list(ns, out)
+    ns.prefix = ns.prefix or DEFAULT_FUNCTIONS_PREFIX
     revision, kvs = asyncio.run(read_prefix(ns.etcd, ns.prefix, ns.timeout))
     rows = [{"functionId": k[len(ns.prefix):], "digest": hashlib.sha256(v).hexdigest(), "bytes": len(v),
              "modRevision": r} for k, v, r in kvs]
     if ns.json:
         out.write(json.dumps({"revision": revision, "functions": rows}, indent=2) + "\n")
         return EXIT_OK
+    _functions_table(rows, f"at revision {revision}", out)
+    return EXIT_OK
+
+
+def _functions_table(rows: list[dict[str, Any]], where: str, out: TextIO) -> None:
+    """`blockx functions list`'s table (ids escaped for the terminal: anyone with write
+    access to the store chose them)."""
     ids = [term_safe(r["functionId"]) for r in rows]
     width = max([len("FUNCTION")] + [len(i) for i in ids])
     out.write(f"{'FUNCTION'.ljust(width)}  {'SHA256':64}  BYTES\n")
     for fid, r in zip(ids, rows):
         out.write(f"{fid.ljust(width)}  {r['digest']}  {r['bytes']}\n")
-    out.write(f"{len(rows)} function(s) at revision {revision}\n")
+    out.write(f"{len(rows)} function(s) {where}\n")
+
+
+# --- blockx functions push|list --redis ----------------------------------------------------
+
+
+async def _with_redis(url: str, timeout: float, fn):
+    """Run ``fn(client, keys_of)`` against the Redis of ``url``; CLIError on Redis trouble."""
+    from redis.exceptions import RedisError
+
+    from blockx.plugins.function_code_redis import RedisCodeError, redacted_url, redis_client
+
+    try:
+        client = redis_client(url, timeout)
+    except ValueError as exc:
+        raise CLIError(f"--redis {redacted_url(url)!r}: {exc}") from None
+    try:
+        return await fn(client)
+    except (RedisError, RedisCodeError, OSError) as exc:
+        raise CLIError(f"redis {redacted_url(url)}: {type(exc).__name__}: {exc}") from None
+    finally:
+        await client.aclose()
+
+
+def _redis_keys(prefix: str | None):
+    from blockx.plugins.function_code_redis import RedisCodeKeys
+
+    try:
+        return RedisCodeKeys(prefix or DEFAULT_REDIS_PREFIX)
+    except ValueError as exc:
+        raise CLIError(f"--prefix: {exc}") from None
+
+
+def _redis_push(ns: argparse.Namespace, out: TextIO) -> int:
+    from blockx.plugins.function_code_redis import push_sources
+    from blockx.plugins.function_code_view import DEFAULT_MAX_SOURCE_BYTES
+
+    keys = _redis_keys(ns.prefix)
+    items = collect_functions(ns.directory, "", None, max_source_bytes=DEFAULT_MAX_SOURCE_BYTES)
+    epoch = asyncio.run(_with_redis(ns.redis, ns.timeout, lambda c: push_sources(c, keys, items)))
+    out.write(f"pushed {len(items)} function(s) to redis {keys.sources} at epoch {epoch}\n")
+    return EXIT_OK
+
+
+def _redis_list(ns: argparse.Namespace, out: TextIO) -> int:
+    from blockx.plugins.function_code_redis import read_sources
+
+    keys = _redis_keys(ns.prefix)
+    epoch, sources = asyncio.run(_with_redis(ns.redis, ns.timeout, lambda c: read_sources(c, keys)))
+    rows = [{"functionId": k.decode(errors="replace"), "digest": hashlib.sha256(v).hexdigest(), "bytes": len(v)}
+            for k, v in sorted(sources.items())]
+    if ns.json:
+        out.write(json.dumps({"epoch": epoch, "functions": rows}, indent=2) + "\n")
+        return EXIT_OK
+    _functions_table(rows, f"at epoch {epoch}" if epoch is not None else "(no epoch: nothing pushed)", out)
     return EXIT_OK
 
 
@@ -272,7 +360,7 @@ def cmd_submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> int:
 
 
 async def _submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> int:
-    from blockx.cli_client import response_to_json
+    from blockx.cli_client import response_to_json, token_from_args
     from blockx.client import BlockxError, Cluster
 
     def exit_for(state: str) -> int:
@@ -285,7 +373,8 @@ async def _submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> in
         return obj
 
     try:
-        async with Cluster(ns.etcd, ns.etcd_prefix, wait_for_worker_s=ns.rpc_timeout) as cluster:
+        async with Cluster(ns.etcd, ns.etcd_prefix, wait_for_worker_s=ns.rpc_timeout,
+                           token=token_from_args(ns)) as cluster:
             if ns.no_wait or ns.watch:
                 first = await cluster.submit(task=task, wait=False)
                 if ns.no_wait or first.is_terminal:

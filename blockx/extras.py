@@ -22,6 +22,8 @@ EXTRAS: dict[str, dict[str, str]] = {
         "orjson": "orjson",
         "duckdb": "duckdb",
         "asyncpg": "asyncpg",
+        "aiohttp": "aiohttp",
+        "redis": "redis",
         "prometheus_client": "prometheus-client",
         "rich": "rich",
         "grpc_health": "grpcio-health-checking",

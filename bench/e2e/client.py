@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from typing import Any, Iterable
@@ -33,10 +34,23 @@ def task_request(task_id: str, payload: bytes, *, timeout_ms: int = 0) -> pb.Sub
         function_call=pb.FunctionCallConfig(type="callList", payload=payload)))
 
 
+class _WithToken:
+    """A WorkerService stub whose every call carries the bearer token."""
+
+    def __init__(self, stub, token: str) -> None:
+        md = (("authorization", f"Bearer {token}"),)
+        for name in ("RequestTaskSlot", "SubmitTask", "GetTaskResult", "WatchTasks", "TaskSession",
+                     "GetWorkerStatus", "GetTaskTrace"):
+            setattr(self, name, functools.partial(getattr(stub, name), metadata=md))
+
+
 class Client:
-    def __init__(self, addr: str) -> None:
+    """``token``: the worker's bearer token (None: a worker with WORKER_AUTH_MODE=none)."""
+
+    def __init__(self, addr: str, token: str | None = None) -> None:
         self.channel = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
-        self.stub = pb_grpc.WorkerServiceStub(self.channel)
+        stub = pb_grpc.WorkerServiceStub(self.channel)
+        self.stub = stub if token is None else _WithToken(stub, token)
 
     async def close(self) -> None:
         await self.channel.close()

@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -29,10 +30,29 @@ class WorkerError(RuntimeError):
     pass
 
 
+# The admin token every bench worker accepts in token mode; the bench's clients send it
+# (blockx.client finds it in BLOCKX_TOKEN, set for this process by bench/e2e/main.py).
+BENCH_TOKEN = secrets.token_urlsafe(32)
+
+
 class BenchWorker:
+    """``auth``: "token" (the Worker's default; it accepts BENCH_TOKEN, ``token``) or
+    "none" (WORKER_AUTH_MODE=none, ``token`` None)."""
+
     def __init__(self, *, executors: int, env: dict[str, str] | None = None,
-                 cprofile_out: str | None = None, profile: str = "block") -> None:
+                 cprofile_out: str | None = None, profile: str = "block", auth: str = "token") -> None:
         self.tmp = tempfile.mkdtemp(prefix="blockx-bench-")
+        if auth == "token":
+            tokens = os.path.join(self.tmp, "tokens")
+            with open(tokens, "w") as f:
+                f.write(f"admin {BENCH_TOKEN}\n")
+            auth_env = {"WORKER_AUTH_MODE": "token", "WORKER_AUTH_TOKENS_FILE": tokens}
+            self.token: str | None = BENCH_TOKEN
+        elif auth == "none":
+            auth_env, self.token = {"WORKER_AUTH_MODE": "none"}, None
+        else:
+            raise ValueError(f"auth must be token or none, got {auth!r}")
+        self.auth = auth
         fdir = os.path.join(self.tmp, "functions")
         os.makedirs(fdir)
         for src in list(EXAMPLES.glob("*.py")) + list(BENCH_FUNCTIONS.glob("*.py")):
@@ -51,6 +71,7 @@ class BenchWorker:
             "EXECUTOR_TASK_SLOTS": "256",
             "CALL_DEADLINE_MS": "120000",
             "LOG_LEVEL": "INFO",
+            **auth_env,
             **(env or {}),
         }
         self.cprofile_out = cprofile_out

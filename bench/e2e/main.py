@@ -13,6 +13,15 @@ in-flight tasks (bench/e2e/fleet.py).
 sandbox should cost start-up time, not per-call time.
 (g) the bundle pipeline into DuckDB and PostgreSQL (a fresh worker and a
 throwaway PostgreSQL cluster).
+(r) RPC reads/s through the Worker's rpc IO backend against a real ganache
+node, beside the same node read directly by one Python client in the same run,
+and the cache hit rate of repeated reads (counted from the node's own log).
+
+--auth token|none runs the workers with that WORKER_AUTH_MODE (default token,
+the Worker's default); --auth compare runs (b) and (c), unary and session, on
+a token worker and a none worker side by side, alternating which goes first
+in each of --auth-rounds rounds, and reports each mode's median and the
+difference.
 Prints ONE JSON object with every figure and the sizes used. The figures are
 for comparing builds on one machine: these machines are shared and noisy."""
 from __future__ import annotations
@@ -29,21 +38,21 @@ import uvloop
 
 from bench.e2e import scenarios as sc
 from bench.e2e.client import Client
-from bench.e2e.harness import BenchWorker, WorkerError
+from bench.e2e.harness import BENCH_TOKEN, BenchWorker, WorkerError
 from bench.e2e.profiling import format_table, top_entries
 
-ALL = ("a", "b", "c", "d", "e", "f", "g", "s")
+ALL = ("a", "b", "c", "d", "e", "f", "g", "s", "r")
 SPAWN_MODES = ("process", "sandbox")
 
 SIZES = {
     "default": {"a": [10_000, 100_000], "b_tasks": 5_000, "b_inflight": 64, "c_tasks": 1_000,
                 "d_parents": 100, "d_subcalls": 100, "d_io_parents": 100, "d_io": 100,
                 "e_calls": 100_000, "f_tasks": 5_000, "f_task_ms": 500, "s_calls": 10_000, "s_tasks": 500,
-                "g_rows": 1_000_000},
+                "g_rows": 1_000_000, "r_parents": 32, "r_reads": 100, "r_repeat": 10},
     "quick": {"a": [2_000, 10_000], "b_tasks": 500, "b_inflight": 64, "c_tasks": 200,
               "d_parents": 20, "d_subcalls": 20, "d_io_parents": 20, "d_io": 20,
               "e_calls": 10_000, "f_tasks": 1_000, "f_task_ms": 500, "s_calls": 2_000, "s_tasks": 100,
-              "g_rows": 50_000},
+              "g_rows": 50_000, "r_parents": 16, "r_reads": 25, "r_repeat": 5},
 }
 
 
@@ -53,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--executors", type=int, default=2, help="EXECUTOR_COUNT of the measured worker (default 2)")
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run in well under a minute")
     p.add_argument("--only", default=",".join(ALL),
-                   help="comma-separated scenarios to run, of a,b,c,d,e,f,g,s (default: all)")
+                   help="comma-separated scenarios to run, of a,b,c,d,e,f,g,s,r (default: all)")
     p.add_argument("--fleet-executors", type=int, default=1, help="EXECUTOR_COUNT of each (f) worker (default 1)")
     p.add_argument("--g-rows", type=int, default=0, help="(g): Parquet rows (default: 1,000,000; quick 50,000)")
     p.add_argument("--g-parts", default="rangeScan,dbscan,local,main",
@@ -71,6 +80,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="run each worker under cProfile, writing PREFIX-main.prof / PREFIX-rss.prof; "
                         "the top entries go to stderr and into the JSON")
     p.add_argument("--profile-top", type=int, default=25, help="entries per profile table (default 25)")
+    p.add_argument("--auth", choices=("token", "none", "compare"), default="token",
+                   help="WORKER_AUTH_MODE of the workers (default token); compare: (b) and (c) on a token and "
+                        "a none worker side by side, in alternating rounds")
+    p.add_argument("--auth-rounds", type=int, default=3, help="rounds of --auth compare (default 3)")
     p.add_argument("--timeout", type=float, default=600.0, help="bound of the whole run in seconds")
     ns = p.parse_args(argv)
     ns.only = [s.strip() for s in ns.only.split(",") if s.strip()]
@@ -79,6 +92,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--only takes a comma-separated subset of {','.join(ALL)}; got {bad or 'nothing'}")
     if ns.executors < 1 or ns.rss_executors < 1:
         p.error("--executors and --rss-executors must be at least 1")
+    if ns.auth == "compare" and (set(ns.only) - {"b", "c"} or ns.auth_rounds < 1):
+        p.error("--auth compare measures (b) and (c) only: use --only b,c (or one of them) and --auth-rounds >= 1")
     if not 0 < ns.b_max_outstanding <= 256:
         p.error("--b-max-outstanding must be within 1..256 (the worker has 256 task slots)")
     return ns
@@ -100,11 +115,11 @@ def compiled_extensions() -> dict:
 
 async def run_main_worker(ns, sizes: dict, report: dict) -> None:
     prof = f"{ns.cprofile}-main.prof" if ns.cprofile else None
-    w = BenchWorker(executors=ns.executors, cprofile_out=prof)
+    w = BenchWorker(executors=ns.executors, cprofile_out=prof, auth=ns.auth)
     t0 = time.perf_counter()
     await _start(w)
     report["worker"] = {"executors": ns.executors, "start_s": round(time.perf_counter() - t0, 3), "pid": w.pid}
-    client = Client(w.addr)
+    client = Client(w.addr, w.token)
     try:
         await sc.warm_up(client, ["add1", "add", "subcall_loop", "io_loop"])
         res = report["results"]
@@ -116,11 +131,11 @@ async def run_main_worker(ns, sizes: dict, report: dict) -> None:
                 client, sizes["b_tasks"], sizes["b_inflight"], ns.b_max_outstanding, ns.b_watch_batch,
                 ns.b_watch_delay_ms, timeout=300))
             res["b_session_task_throughput"] = await _with_cpu(w, sc.session_task_throughput(
-                w.addr, sizes["b_tasks"], sizes["b_inflight"], timeout=300))
+                w.addr, sizes["b_tasks"], sizes["b_inflight"], timeout=300, token=w.token))
         if "c" in ns.only:
             res["c_latency"] = await _with_cpu(w, sc.latency(client, sizes["c_tasks"], timeout=300))
             res["c_session_latency"] = await _with_cpu(w, sc.session_latency(w.addr, sizes["c_tasks"],
-                                                                             timeout=300))
+                                                                             timeout=300, token=w.token))
         if "d" in ns.only:
             res["d_subcalls"] = await _with_cpu(w, sc.subcall_rate(client, sizes["d_parents"], sizes["d_subcalls"],
                                                                    timeout=300))
@@ -136,6 +151,78 @@ async def run_main_worker(ns, sizes: dict, report: dict) -> None:
         if prof:
             _add_profile(ns, report, "main", prof)
         w.cleanup()
+
+
+async def _bc_figures(ns, sizes: dict, w: BenchWorker, client: Client) -> dict:
+    """(b) and (c), unary and session, on one worker: the headline figure of each, and
+    the worker process's CPU time per task (less sensitive than wall time to what
+    else the shared machine runs)."""
+    out = {}
+
+    async def cpu_per_task(label: str, n: int, coro) -> dict:
+        c0 = w.cpu_seconds()["worker"]
+        r = await coro
+        out[f"{label}_worker_cpu_us_per_task"] = round(1e6 * (w.cpu_seconds()["worker"] - c0) / n, 1)
+        return r
+    if "b" in ns.only:
+        n = sizes["b_tasks"]
+        r = await cpu_per_task("b", n, sc.task_throughput(client, n, sizes["b_inflight"], ns.b_max_outstanding,
+                                                          ns.b_watch_batch, ns.b_watch_delay_ms, timeout=300))
+        out["b_tasks_per_s"] = r["tasks_per_s"]
+        r = await cpu_per_task("b_session", n, sc.session_task_throughput(w.addr, n, sizes["b_inflight"],
+                                                                          timeout=300, token=w.token))
+        out["b_session_tasks_per_s"] = r["tasks_per_s"]
+    if "c" in ns.only:
+        n = sizes["c_tasks"]
+        r = await cpu_per_task("c", n, sc.latency(client, n, timeout=300))
+        out["c_p50_ms"], out["c_mean_ms"] = r["p50_ms"], r["mean_ms"]
+        r = await cpu_per_task("c_session", n, sc.session_latency(w.addr, n, timeout=300, token=w.token))
+        out["c_session_p50_ms"], out["c_session_mean_ms"] = r["p50_ms"], r["mean_ms"]
+    return out
+
+
+async def run_auth_compare(ns, sizes: dict, report: dict) -> None:
+    """(b) and (c) with WORKER_AUTH_MODE=token and =none, side by side: one worker of
+    each, warmed up, then --auth-rounds rounds that alternate which mode runs first.
+    The figure per mode is the median over the rounds; `diff_percent` is token
+    relative to none (positive: token is slower)."""
+    import statistics
+
+    workers = {mode: BenchWorker(executors=ns.executors, auth=mode) for mode in ("token", "none")}
+    clients: dict[str, Client] = {}
+    rounds: list[dict] = []
+    try:
+        for mode, w in workers.items():
+            await _start(w)
+            clients[mode] = Client(w.addr, w.token)
+            await sc.warm_up(clients[mode], ["add1"])
+        for r in range(ns.auth_rounds):
+            order = ("token", "none") if r % 2 == 0 else ("none", "token")
+            row = {"order": list(order)}
+            for mode in order:
+                row[mode] = await _bc_figures(ns, sizes, workers[mode], clients[mode])
+            rounds.append(row)
+            print(json.dumps({"auth_round": r, **row}), file=sys.stderr, flush=True)
+    except Exception as exc:
+        for mode, w in workers.items():
+            exc.add_note(f"{mode} worker log tail:\n" + w.tail(20))
+        raise
+    finally:
+        for c in clients.values():
+            await c.close()
+        for w in workers.values():
+            await asyncio.to_thread(w.stop)
+            w.cleanup()
+    median = {mode: {k: round(statistics.median(row[mode][k] for row in rounds), 3) for k in rounds[0][mode]}
+              for mode in ("token", "none")}
+    higher_is_better = {"b_tasks_per_s", "b_session_tasks_per_s"}
+    diff = {}
+    for k, none_v in median["none"].items():
+        tok = median["token"][k]
+        # positive: token auth costs (fewer tasks/s, or more ms)
+        cost = (none_v - tok) / none_v if k in higher_is_better else (tok - none_v) / none_v
+        diff[k] = round(100 * cost, 2)
+    report["results"]["auth_compare"] = {"rounds": rounds, "median": median, "token_cost_percent": diff}
 
 
 async def _start(w: BenchWorker) -> None:
@@ -170,7 +257,7 @@ async def run_rss_worker(ns, sizes: dict, report: dict) -> None:
     task_timeout_ms = 20_000 if n >= 50_000 else 8_000
     w = BenchWorker(executors=ns.rss_executors, cprofile_out=prof)
     await _start(w)
-    client = Client(w.addr)
+    client = Client(w.addr, w.token)
     try:
         await sc.warm_up(client, ["add1", "sleep_ms"], copies=500)
         report["results"]["e_rss"] = await sc.rss_queued(client, w, n, sleep_ms=600_000,
@@ -195,7 +282,7 @@ async def run_spawn_modes(ns, sizes: dict, report: dict) -> None:
         t0 = time.perf_counter()
         await _start(w)
         row = out[mode] = {"ready_s": round(time.perf_counter() - t0, 3)}
-        client = Client(w.addr)
+        client = Client(w.addr, w.token)
         try:
             await sc.warm_up(client, ["add1", "add"])
             row["a_call_throughput"] = await _with_cpu(w, sc.call_throughput(client, sizes["s_calls"], timeout=300))
@@ -239,7 +326,7 @@ async def run_bundle_worker(ns, sizes: dict, report: dict) -> None:
     client = None
     try:
         await _start(w)
-        client = Client(w.addr)
+        client = Client(w.addr, w.token)
         await sc.warm_up(client, ["add1"])
         parts = [p.strip() for p in ns.g_parts.split(",")]
         targets = [t for t in ("local", "main") if t in parts and (t == "local" or pg is not None)]
@@ -259,6 +346,63 @@ async def run_bundle_worker(ns, sizes: dict, report: dict) -> None:
             await asyncio.to_thread(pg.close)
         import shutil
         shutil.rmtree(base, ignore_errors=True)
+
+
+async def run_rpc_worker(ns, sizes: dict, report: dict) -> None:
+    """(r) on a fresh worker whose rpc endpoint `node` is a throwaway ganache.
+    Direct first, then through the Worker without and with repeats: one node,
+    one run. The hit rate counts the eth_getBalance lines the node logged."""
+    from tests.support.ganache import GanacheNode
+
+    node = GanacheNode(log_methods=True)
+    await asyncio.to_thread(node.start)
+    p, n, k = sizes["r_parents"], sizes["r_reads"], sizes["r_repeat"]
+    w = BenchWorker(executors=ns.executors, env={
+        "RPC_ENDPOINTS": json.dumps({"node": {"urls": [node.url], "concurrency": 16}})})
+    client = None
+    out = report["results"]["r_rpc"] = {"node": "ganache " + node.url}
+    try:
+        await _start(w)
+        client = Client(w.addr)
+        await sc.warm_up(client, ["add1"])
+        await sc.rpc_direct(node.url, 4, 10, timeout=120)            # warm the node
+        await sc.rpc_reads(client, 4, 10, 1, timeout=120)
+        out["direct_one_client"] = await sc.rpc_direct(node.url, p, n, timeout=300)
+        out["worker_uncached"] = await _with_cpu(w, sc.rpc_reads(client, p, n, 1, timeout=300))
+        before = node.methods_served("eth_getBalance")
+        cached = out["worker_repeat"] = await _with_cpu(w, sc.rpc_reads(client, p, n, k, timeout=300))
+        reached = node.methods_served("eth_getBalance") - before
+        cached["node_requests"] = reached
+        cached["cache_hit_rate"] = round(1 - reached / cached["reads"], 4)
+        await client.close()
+        client = None
+        await asyncio.to_thread(w.stop)
+        w.cleanup()
+        # the same uncached reads with batching off (maxBatch 1): what the batches are worth
+        conf = os.path.join(node.base, "nobatch.json")
+        with open(conf, "w") as f:
+            json.dump({"ioBackends": {"rpc": {"maxBatch": 1}}}, f)
+        w = BenchWorker(executors=ns.executors, env={
+            "WORKER_CONFIG": conf, "RPC_ENDPOINTS": json.dumps({"node": {"urls": [node.url], "concurrency": 16}})})
+        await _start(w)
+        client = Client(w.addr)
+        await sc.warm_up(client, ["add1"])
+        await sc.rpc_reads(client, 4, 10, 1, timeout=120)
+        out["worker_uncached_max_batch_1"] = await _with_cpu(w, sc.rpc_reads(client, p, n, 1, timeout=300))
+        # direct once more, last: the node warms up (V8 JIT) over the run, so order matters
+        out["direct_one_client_last"] = await sc.rpc_direct(node.url, p, n, timeout=300)
+        direct = max(out["direct_one_client"]["reads_per_s"], out["direct_one_client_last"]["reads_per_s"])
+        out["worker_vs_best_direct"] = {k: round(out[k]["reads_per_s"] / direct, 3)
+                                        for k in ("worker_uncached", "worker_uncached_max_batch_1", "worker_repeat")}
+    except Exception as exc:
+        exc.add_note("worker log tail:\n" + w.tail(20))
+        raise
+    finally:
+        if client is not None:
+            await client.close()
+        await asyncio.to_thread(w.stop)
+        w.cleanup()
+        await asyncio.to_thread(node.close)
 
 
 def _add_profile(ns, report: dict, label: str, path: str) -> None:
@@ -286,6 +430,11 @@ async def run(ns) -> dict:
         "results": {},
     }
     t0 = time.perf_counter()
+    report["auth"] = ns.auth
+    if ns.auth == "compare":
+        await run_auth_compare(ns, sizes, report)
+        report["elapsed_s"] = round(time.perf_counter() - t0, 2)
+        return report
     if any(s in ns.only for s in "abcd"):
         await run_main_worker(ns, sizes, report)
     if "e" in ns.only:
@@ -297,12 +446,17 @@ async def run(ns) -> dict:
         await run_spawn_modes(ns, sizes, report)
     if "g" in ns.only:
         await run_bundle_worker(ns, sizes, report)
+    if "r" in ns.only:
+        await run_rpc_worker(ns, sizes, report)
     report["elapsed_s"] = round(time.perf_counter() - t0, 2)
     return report
 
 
 def main(argv=None) -> int:
     ns = parse_args(argv)
+    # Every blockx.client the bench opens (sessions, the fleet's Cluster) sends the token
+    # the bench's token-mode workers accept.
+    os.environ["BLOCKX_TOKEN"] = BENCH_TOKEN
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             report = runner.run(asyncio.wait_for(run(ns), ns.timeout))

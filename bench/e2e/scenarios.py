@@ -31,6 +31,7 @@ import time
 import grpc
 
 from blockx.client import WorkerClient
+from blockx.client.credentials import TOKEN_FROM_ENV
 
 from bench.e2e.client import BenchFailure, Client, call_list, expect_ok, outputs, task_request, wait_until
 from blockx.worker.v1 import worker_pb2 as pb
@@ -235,8 +236,9 @@ async def latency(client: Client, n: int, timeout: float) -> dict:
 # ---- (b) and (c) over one session -------------------------------------------------------
 
 
-async def session_task_throughput(addr: str, n: int, inflight: int, timeout: float) -> dict:
-    async with WorkerClient(addr) as client:
+async def session_task_throughput(addr: str, n: int, inflight: int, timeout: float,
+                                  token=TOKEN_FROM_ENV) -> dict:
+    async with WorkerClient(addr, token=token) as client:
         t0 = time.perf_counter()
         done = 0
         bad: list[str] = []
@@ -254,9 +256,9 @@ async def session_task_throughput(addr: str, n: int, inflight: int, timeout: flo
     return {"tasks": n, "inflight": inflight, "seconds": round(secs, 4), "tasks_per_s": _rate(n, secs)}
 
 
-async def session_latency(addr: str, n: int, timeout: float) -> dict:
+async def session_latency(addr: str, n: int, timeout: float, token=TOKEN_FROM_ENV) -> dict:
     total: list[float] = []
-    async with WorkerClient(addr) as client:
+    async with WorkerClient(addr, token=token) as client:
         deadline = time.monotonic() + timeout
         for i in range(n):
             t0 = time.perf_counter()
@@ -299,6 +301,45 @@ async def io_rate(client: Client, parents: int, per_parent: int, timeout: float)
     n = parents * per_parent
     return {"parents": parents, "io_per_parent": per_parent, "io_round_trips": n, "seconds": round(secs, 4),
             "io_round_trips_per_s": _rate(n, secs)}
+
+
+# ---- (r) ---------------------------------------------------------------------------
+
+
+async def rpc_reads(client: Client, parents: int, per_parent: int, repeat: int, timeout: float) -> dict:
+    """`parents` concurrent calls of one task, each `per_parent` sequential
+    eth_getBalance reads through the Worker's rpc backend (repeat: see rpc_loop)."""
+    tid = new_id("rpc")
+    res, secs = await client.run_task(tid, call_list(("rpc_loop", [per_parent, j, repeat]) for j in range(parents)),
+                                      timeout)
+    expect_ok(tid, res, parents)
+    n = parents * per_parent
+    return {"parents": parents, "reads_per_parent": per_parent, "repeat": repeat, "reads": n,
+            "seconds": round(secs, 4), "reads_per_s": _rate(n, secs)}
+
+
+async def rpc_direct(url: str, parents: int, per_parent: int, timeout: float) -> dict:
+    """The same reads by one Python client straight to the node: aiohttp on this
+    loop, `parents` coroutines each reading sequentially, one POST per read."""
+    import aiohttp
+    import orjson
+
+    async def reader(session, j: int) -> None:
+        for i in range(per_parent):
+            body = orjson.dumps({"jsonrpc": "2.0", "id": i, "method": "eth_getBalance",
+                                 "params": ["0xb10c%018x%018x" % (10_000 + j, i), "latest"]})
+            async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+                doc = orjson.loads(await r.read())
+            if doc.get("result") != "0x0":
+                raise BenchFailure(f"direct eth_getBalance answered {doc!r}")
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        t0 = time.perf_counter()
+        await asyncio.wait_for(asyncio.gather(*(reader(session, j) for j in range(parents))), timeout)
+        secs = time.perf_counter() - t0
+    n = parents * per_parent
+    return {"parents": parents, "reads_per_parent": per_parent, "reads": n, "seconds": round(secs, 4),
+            "reads_per_s": _rate(n, secs)}
 
 
 # ---- (e) ---------------------------------------------------------------------------

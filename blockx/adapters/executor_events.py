@@ -131,6 +131,14 @@ class ExecutorEvents:
                         metrics.call_failed(kind)
                         if self.traces is not None: self.traces.call_done(p, call_id, executor_id, kind or "FAILED")  # trace hook
                 elif mt == "CallWaiting":
+                    # A wait is served in the name of the task its call belongs to (call ids
+                    # start with "<taskId>/"): a call cannot ask IO, code or subcalls of another.
+                    tid = p.get("taskId", "")
+                    n = len(tid)
+                    if not (call_id.startswith(tid) and call_id[n:n + 1] == "/"):
+                        log.warning("executor %s sent CallWaiting for call %.80r in the name of task %.80r: "
+                                    "refused", executor_id, call_id, tid)
+                        continue
                     if p.get("waitKind") == "subcall":     # the hottest wait: no _on_call_waiting frame
                         cmds = self._on_subcall_request(self._runtimes.get(p.get("taskId", "")), executor_id,
                                                         call_id, env.get("requestId", ""),

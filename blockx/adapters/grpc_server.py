@@ -3,7 +3,9 @@ synchronously (it runs on this same loop) and encode. Core refusals
 (`WorkerError`) map to status codes per the spec. Anything unexpected (a bug)
 answers INTERNAL with a short message, is counted in blockx_grpc_requests_total
 and logs its traceback (``_guarded``), for every RPC including the streams; it
-never takes the server down."""
+never takes the server down. Every handler resolves its caller once at entry
+(``_caller``, blockx.adapters.auth: UNAUTHENTICATED without valid credentials)
+and the core decides what that caller may see (blockx.core.owners)."""
 from __future__ import annotations
 
 import asyncio
@@ -13,13 +15,14 @@ import logging
 import grpc
 import orjson
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from blockx.adapters import wire
 from blockx.adapters.grpc_limits import GrpcLimits
 from blockx.adapters.open_streams import OpenStreams
 from blockx.adapters.request_decode import Undecodable, add_worker_service
 from blockx.adapters.result_delivery import ResultDelivery, result_bytes
+from blockx.adapters.auth import Authenticator, GuardedReflection, Unauthenticated
 from blockx.adapters.session import (
     DEFAULT_MAX_PENDING_BYTES, DEFAULT_MAX_PENDING_EVENTS, MAX_WATCH_TASK_IDS, Session, SessionEnd,
 )
@@ -64,8 +67,10 @@ def _guarded(handler):
 
 class WorkerService(pb_grpc.WorkerServiceServicer):
     def __init__(self, orch, metrics=None, *, status=None, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
-                 session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES, limits: GrpcLimits | None = None) -> None:
+                 session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES, limits: GrpcLimits | None = None,
+                 auth: Authenticator | None = None) -> None:
         self._orch = orch
+        self._auth = auth if auth is not None else Authenticator("none")
         self._metrics = metrics
         progress = getattr(orch, "progress", None)
         self._encoder = wire.TaskUpdateEncoder(progress.progress_of if progress is not None else None)
@@ -82,6 +87,14 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         m = self._metrics
         if m is not None:
             m.grpc_request(method, code)
+
+    async def _caller(self, context, method: str):
+        """The call's identity (None: unrestricted); UNAUTHENTICATED ends the call."""
+        try:
+            return self._auth.caller(context)
+        except Unauthenticated as exc:
+            self._count(method, "UNAUTHENTICATED")
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
 
     async def _refuse(self, context, method: str, err: WorkerError):
         self._count(method, err.grpc_status_name)
@@ -101,8 +114,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     @_guarded
     async def RequestTaskSlot(self, request, context):
+        caller = await self._caller(context, "RequestTaskSlot")
         try:
-            snap = self._orch.request_task_slot(request.task_id, request.ttl_ms)
+            snap = self._orch.request_task_slot(request.task_id, request.ttl_ms, caller)
         except WorkerError as err:
             await self._refuse(context, "RequestTaskSlot", err)
         resp = wire.slot_response(snap)
@@ -113,9 +127,10 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     @_guarded
     async def SubmitTask(self, request, context):
+        caller = await self._caller(context, "SubmitTask")
         try:
             req, shadow = wire.submit_request_from_pb(request)
-            snap = self._orch.submit_task(req, shadow=shadow, raw_request=request)
+            snap = self._orch.submit_task(req, shadow=shadow, raw_request=request, caller=caller)
         except WorkerError as err:
             await self._refuse(context, "SubmitTask", err)
         resp = wire.submit_response(snap)
@@ -126,8 +141,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     @_guarded
     async def GetTaskResult(self, request, context):
+        caller = await self._caller(context, "GetTaskResult")
         try:
-            snap = self._orch.get_task_result(request.task_id)
+            snap = self._orch.get_task_result(request.task_id, caller)
         except WorkerError as err:
             await self._refuse(context, "GetTaskResult", err)
         resp = wire.result_response(snap)
@@ -138,6 +154,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     @_guarded
     async def WatchTasks(self, request, context):
+        caller = await self._caller(context, "WatchTasks")
         orch = self._orch
         subs = orch.subscriptions
         task_ids = list(dict.fromkeys(request.task_ids))   # dedupe, keep order
@@ -160,7 +177,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             await self._refuse(context, "WatchTasks", err)
         for tid in task_ids:
             try:
-                snaps.append(orch.get_task_result(tid))
+                snaps.append(orch.get_task_result(tid, caller))
             except WorkerError as err:
                 await self._refuse(context, "WatchTasks", err)
         watches = self._watches
@@ -224,6 +241,13 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
     # ---- GetWorkerStatus (issue 15 part 3) ----
     @_guarded
     async def GetWorkerStatus(self, request, context):
+        caller = await self._caller(context, "GetWorkerStatus")
+        if caller is not None and not caller.admin:
+            self._count("GetWorkerStatus", "PERMISSION_DENIED")
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"GetWorkerStatus shows the whole worker: it needs the admin identity, and "
+                                f"this call is {caller.name!r} (a token named admin in WORKER_AUTH_TOKENS_FILE, "
+                                "or the worker's own <STATE_DIR>/auth-token)")
         if self._status is None:
             self._count("GetWorkerStatus", "UNIMPLEMENTED")
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this server has no worker status wired")
@@ -234,6 +258,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     @_guarded
     async def TaskSession(self, request_iterator, context):
+        caller = await self._caller(context, "TaskSession")     # once for the whole stream
         subs = self._orch.subscriptions
         if subs.closed:
             self._count("TaskSession", "UNAVAILABLE")
@@ -243,7 +268,10 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             self._count("TaskSession", "RESOURCE_EXHAUSTED")
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, sessions.refusal())
         try:
-            session = Session(self._orch, self._encoder, self._count, **self._session_limits)
+            # The client waits for this before its first write: a refusal above reaches it as
+            # its status, never raced by a write into a closed stream.
+            await context.send_initial_metadata(())
+            session = Session(self._orch, self._encoder, self._count, caller=caller, **self._session_limits)
         except BaseException:
             sessions.leave()
             raise
@@ -276,6 +304,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     @_guarded
     async def GetTaskTrace(self, request, context):
+        caller = await self._caller(context, "GetTaskTrace")
         tid = request.task_id
         if not tid:
             self._count("GetTaskTrace", "INVALID_ARGUMENT")
@@ -288,8 +317,8 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                                 "task tracing is off on this worker: start it with TRACE_ENABLED=true "
                                 "(traceEnabled in WORKER_CONFIG) to record traces of the tasks it runs")
         try:
-            snap = self._orch.get_task_result(tid)
-        except WorkerError as err:      # unknown, or its result (and trace) already purged
+            snap = self._orch.get_task_result(tid, caller)
+        except WorkerError as err:      # unknown (or another identity's), or its result (and trace) purged
             await self._refuse(context, "GetTaskTrace", err)
         tr = traces.get(tid)
         if tr is None:
@@ -339,12 +368,15 @@ def build_server(orch, *, listen_addr: str, keepalive_time_ms: int, keepalive_ti
                  metrics=None, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
                  session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  tls=None, status=None,
-                 limits: GrpcLimits | None = None) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
-    """A server with WorkerService, grpc.health.v1 (starts NOT_SERVING) and
-    reflection. Returns (server, health servicer, bound port). With `tls`
-    (blockx.adapters.tls.ServerTLS) the port speaks TLS only. ``limits``
-    (blockx.adapters.grpc_limits) bounds messages, streams, RPCs and connections."""
+                 limits: GrpcLimits | None = None,
+                 auth: Authenticator | None = None) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+    """A server with WorkerService, grpc.health.v1 (starts NOT_SERVING, open to
+    probes) and reflection (behind `auth`). Returns (server, health servicer,
+    bound port). With `tls` (blockx.adapters.tls.ServerTLS) the port speaks TLS
+    only. `auth` None: no authentication (what WORKER_AUTH_MODE=none configures).
+    ``limits`` (blockx.adapters.grpc_limits) bounds messages, streams, RPCs and connections."""
     limits = limits or GrpcLimits()
+    auth = auth if auth is not None else Authenticator("none")
     server = grpc.aio.server(options=[
         ("grpc.keepalive_time_ms", keepalive_time_ms),
         ("grpc.keepalive_timeout_ms", keepalive_timeout_ms),
@@ -355,12 +387,12 @@ def build_server(orch, *, listen_addr: str, keepalive_time_ms: int, keepalive_ti
     ], maximum_concurrent_rpcs=limits.max_concurrent_rpcs)
     add_worker_service(WorkerService(
         orch, metrics, status=status, session_max_pending_events=session_max_pending_events,
-        session_max_pending_bytes=session_max_pending_bytes, limits=limits), server)
+        session_max_pending_bytes=session_max_pending_bytes, limits=limits, auth=auth), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(GuardedReflection(
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
-        server)
+        auth), server)
     addr = listen_addr if not listen_addr.startswith(":") else "0.0.0.0" + listen_addr
     port = server.add_insecure_port(addr) if tls is None else server.add_secure_port(addr, tls.credentials())
     if port == 0:

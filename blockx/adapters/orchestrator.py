@@ -96,14 +96,15 @@ class Orchestrator:
 
     # ---- RPC entry points (synchronous, on the loop) ------------------------------
 
-    def request_task_slot(self, task_id: str, ttl_ms: int) -> TaskSnapshot:
-        res = self.core.handle_request_task_slot(task_id, ttl_ms, self._wall())
+    def request_task_slot(self, task_id: str, ttl_ms: int, caller=None) -> TaskSnapshot:
+        res = self.core.handle_request_task_slot(task_id, ttl_ms, self._wall(), caller)
         snap = res.snapshot
         self.subscriptions.publish(snap)
         return snap
 
-    def submit_task(self, req: SubmitTaskRequest, *, shadow: bool = False, raw_request=None) -> TaskSnapshot:
-        res = self.core.handle_submit_task(req, None, self._wall())
+    def submit_task(self, req: SubmitTaskRequest, *, shadow: bool = False, raw_request=None,
+                    caller=None) -> TaskSnapshot:
+        res = self.core.handle_submit_task(req, None, self._wall(), caller)
         accepted = False
         for cmd in res.commands:
             if type(cmd) is PrepareTaskActivation:
@@ -119,8 +120,9 @@ class Orchestrator:
                 self.shadow.maybe_forward(raw_request)
         return snap
 
-    def get_task_result(self, task_id: str) -> TaskSnapshot:
-        return self.core.handle_get_task_result(task_id).snapshot
+    def get_task_result(self, task_id: str, caller=None) -> TaskSnapshot:
+        """``caller`` (blockx.core.owners.Caller, None: unrestricted): whose view."""
+        return self.core.handle_get_task_result(task_id, caller).snapshot
 
     def _watch_first_attach(self, task_id: str) -> None:
         self.core.handle_watch_attached(task_id, self._wall())

@@ -61,15 +61,16 @@ class SessionEnd(Exception):
 
 
 class Session:
-    __slots__ = ("_orch", "_subs", "_encoder", "_count", "_max_events", "_max_bytes", "_loop",
+    __slots__ = ("_orch", "_subs", "_encoder", "_count", "_caller", "_max_events", "_max_bytes", "_loop",
                  "_delivery", "_batch_bytes", "_out", "_sizes", "_bytes", "_waiter", "_last", "_shown",
                  "_eof", "_end", "overflowed")
 
     def __init__(self, orch, encoder: wire.TaskUpdateEncoder, count, *,
                  max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
-                 delivery: ResultDelivery | None = None) -> None:
+                 delivery: ResultDelivery | None = None, caller=None) -> None:
         self._orch = orch
+        self._caller = caller                    # the stream's identity, resolved once (blockx.adapters.auth)
         self._delivery = delivery = delivery or ResultDelivery(DEFAULT_MAX_MESSAGE_BYTES)
         # One SessionEventBatch of several events stays within one message too.
         self._batch_bytes = min(MAX_BATCH_BYTES, delivery.fits_bytes)
@@ -117,14 +118,14 @@ class Session:
                     return
             elif op == "request_slot":
                 r = req.request_slot
-                snap = orch.request_task_slot(r.task_id, r.ttl_ms)
+                snap = orch.request_task_slot(r.task_id, r.ttl_ms, self._caller)
                 resp = wire.slot_response(snap)
                 size = _result_bytes(snap)
                 if size and self._too_big(rid, op, snap, resp, size):
                     return
                 self._emit(_SessionEvent(request_id=rid, slot=resp), size)
             elif op == "get_result":
-                snap = orch.get_task_result(req.get_result.task_id)
+                snap = orch.get_task_result(req.get_result.task_id, self._caller)
                 resp = wire.result_response(snap)
                 size = _result_bytes(snap)
                 if size and self._too_big(rid, op, snap, resp, size):
@@ -156,7 +157,7 @@ class Session:
     def _submit(self, rid: int, sub: pb.SubmitTaskRequest, follow: bool) -> bool:
         """False when the reply was an error (the result too large to send)."""
         req, shadow = wire.submit_request_from_pb(sub)
-        snap = self._orch.submit_task(req, shadow=shadow, raw_request=sub)
+        snap = self._orch.submit_task(req, shadow=shadow, raw_request=sub, caller=self._caller)
         resp = wire.submit_response(snap)
         size = _result_bytes(snap)
         if size and self._too_big(rid, "submit", snap, resp, size):
@@ -179,7 +180,8 @@ class Session:
         for tid in ids:                           # a malformed id is INVALID_ARGUMENT before any NOT_FOUND
             require_task_id(tid, "an entry of watch.task_ids")
         get = self._orch.get_task_result
-        snaps = [get(tid) for tid in ids]         # NotFound for any id: nothing is watched
+        caller = self._caller
+        snaps = [get(tid, caller) for tid in ids]   # NotFound for any id (or another's): nothing is watched
         encode = self._encoder
         attach = []
         fit = self._delivery.fit_update

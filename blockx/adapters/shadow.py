@@ -4,7 +4,9 @@ another Worker at a sampling rate (spec: SubmitTaskShadowForwarder).
 The copy is marked `shadow=true`; the receiver strips its ResultHandler so a
 mirrored task never writes results twice, and never forwards it again. Forwarding
 is fire-and-forget: a slow or dead shadow target must not slow the primary path,
-so at most `max_inflight` copies are in flight and extra ones are dropped (counted)."""
+so at most `max_inflight` copies are in flight and extra ones are dropped (counted).
+Every copy carries the forwarder's bearer token (``token``), so a target with
+WORKER_AUTH_MODE=token accepts it; the copy then belongs to that identity there."""
 from __future__ import annotations
 
 import asyncio
@@ -14,6 +16,7 @@ from typing import Callable
 
 import grpc
 
+from blockx.client.credentials import auth_metadata
 from blockx.client.tls import ClientTLS, aio_channel
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
@@ -24,9 +27,10 @@ log = logging.getLogger("blockx.shadow")
 class ShadowForwarder:
     def __init__(self, target_addr: str, sample_rate: float, *, timeout_s: float = 5.0,
                  max_inflight: int = 64, rand: Callable[[], float] = random.random,
-                 tls: ClientTLS | None = None) -> None:
+                 tls: ClientTLS | None = None, token: str | None = None) -> None:
         self._target = target_addr
         self._tls = tls
+        self._metadata = auth_metadata(token)
         self._rate = sample_rate
         self._timeout = timeout_s
         self._max_inflight = max_inflight
@@ -60,7 +64,7 @@ class ShadowForwarder:
 
     async def _send(self, req: pb.SubmitTaskRequest) -> None:
         try:
-            await self._stub.SubmitTask(req, timeout=self._timeout)
+            await self._stub.SubmitTask(req, timeout=self._timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as err:
             self.failed += 1
             log.warning("shadow submit of %s to %s failed: %s: %s", req.task.task_id, self._target,

@@ -47,7 +47,7 @@ __all__ = [
     "BLOCK_REGISTRY_SEGMENT", "BUNDLE_REGISTRY_SEGMENT", "ETCD_LEASE_TTL_MS", "INT64_MAX", "INT64_MIN",
     "LOG_LEVELS", "MiB", "SPAWN_MODES_SUPPORTED", "STALL_DERIVED_MARGIN_MS", "UDS_PATH_MAX",
     "AdmissionSection", "ConfigError", "DataPlaneSection", "DispatcherSection", "IOBackendSection", "IOBackendsSection",
-    "SqlBackendSection", "StreamBuildSection", "WorkerFullConfig", "WorkerSection",
+    "RpcBackendSection", "SqlBackendSection", "StreamBuildSection", "WorkerFullConfig", "WorkerSection",
     "apply_env", "apply_json", "check_registry_prefix", "default_functions_dir", "default_socket_path",
     "env_vars", "expected_registry_segment", "load_config", "load_config_file", "outbound_ip",
     "parse_bool", "parse_float", "parse_int", "split_host_port",
@@ -155,9 +155,27 @@ class SqlBackendSection:
 
 
 @dataclass
+class RpcBackendSection:
+    endpoints: dict[str, dict] = _f(default_factory=dict, env="RPC_ENDPOINTS",
+                                    doc='{"name": {"urls": [...], "headers": {"H": {"env": "VAR"}}, '
+                                        '"timeoutMs": N, "concurrency": N}}; empty: no rpc backend')
+    timeout_ms: int = _f(5_000, env="RPC_IO_TIMEOUT_MS",
+                         doc="an endpoint's default: one request from queue to answer, retries included")
+    concurrency: int = _f(16, doc="an endpoint's default: HTTP requests in flight to it, across all tasks")
+    max_queue: int = _f(1_024, env="RPC_IO_MAX_QUEUE",
+                        doc="requests waiting for a connection, all endpoints together; one more is refused")
+    max_batch: int = _f(100, doc="JSON-RPC requests sent together in one HTTP POST")
+    max_response_bytes: int = _f(8 * MiB, env="RPC_IO_MAX_RESPONSE_BYTES",
+                                 doc="a larger HTTP response body is refused")
+    retries: int = _f(2, doc="retries after a transient failure (HTTP 429/5xx, refused or reset), on the next URL")
+    retry_backoff_ms: int = _f(50, doc="delay before retrying a URL already tried, doubled each time")
+
+
+@dataclass
 class IOBackendsSection:
     devstub: IOBackendSection = _f(default_factory=IOBackendSection)
     sql: SqlBackendSection = _f(default_factory=SqlBackendSection)
+    rpc: RpcBackendSection = _f(default_factory=RpcBackendSection)
 
 
 def default_state_dir() -> str:
@@ -190,6 +208,13 @@ class WorkerFullConfig:
     executor_memory_limit_mb: int = _f(1024, env="EXECUTOR_MEMORY_LIMIT_MB", doc="sandbox: per executor; 0 = none")
     executor_max_processes: int = _f(64, env="EXECUTOR_MAX_PROCESSES", doc="sandbox: per executor; 0 = none")
     executor_max_open_files: int = _f(1024, env="EXECUTOR_MAX_OPEN_FILES", doc="sandbox: per executor; 0 = none")
+    executor_user: str = _f("nobody", env="EXECUTOR_USER",
+                            doc="process mode with the Worker as root: the unprivileged user executors run as")
+    executor_output_line_bytes: int = _f(4096, env="EXECUTOR_OUTPUT_LINE_BYTES",
+                                         doc="executor stdout/stderr: longer lines are cut in the log")
+    executor_output_bytes_per_s: int = _f(65536, env="EXECUTOR_OUTPUT_BYTES_PER_S",
+                                          doc="executor stdout/stderr logged per executor and second; "
+                                              "the rest is dropped and counted")
     worker: WorkerSection = _f(default_factory=WorkerSection)
     admission: AdmissionSection = _f(default_factory=AdmissionSection)
     stream_build: StreamBuildSection = _f(default_factory=StreamBuildSection)
@@ -233,19 +258,34 @@ class WorkerFullConfig:
     functions_dir: str = _f("", env="FUNCTIONS_DIR",
                             doc="<functionId>.py files; empty: none (dev profile: the shipped examples)")
     functions_source: str = _f("dir", env="FUNCTIONS_SOURCE",
-                               doc='"dir" (functionsDir) or "etcd" (keys under functionsEtcdPrefix)')
+                               doc='"dir" (functionsDir), "etcd" (keys under functionsEtcdPrefix) '
+                                   'or "redis" (functionsRedisUrl, keys under functionsRedisPrefix)')
     functions_etcd_prefix: str = _f("/blockx/functions/", env="FUNCTIONS_ETCD_PREFIX")
+    functions_redis_url: str = _f("redis://127.0.0.1:6379/0", env="FUNCTIONS_REDIS_URL",
+                                  doc="redis://[:password@]host:port/db, rediss:// (TLS) or unix://path")
+    functions_redis_prefix: str = _f("blockx:functions:", env="FUNCTIONS_REDIS_PREFIX",
+                                     doc="<prefix>sources (hash), <prefix>epoch, channel <prefix>changed")
+    functions_redis_check_interval_ms: int = _f(1000, env="FUNCTIONS_REDIS_CHECK_INTERVAL_MS",
+                                                doc="backstop beside pub/sub: the epoch key read every N ms")
     socket_path: str = _f(default_factory=default_socket_path, env="EXECUTOR_SOCKET_PATH")
     metrics_listen: str = _f("127.0.0.1:9464", env="METRICS_LISTEN", doc="empty disables")
     # issue 15 part 4: the memory diagnostics log line (the spec names no setting for it)
     memory_diagnostics_interval_ms: int = _f(60_000, doc="memory_diagnostics log line every N ms; 0 disables")
     shadow_submit_target_addr: str = _f("", env="SHADOW_SUBMIT_TARGET_ADDR")
     shadow_submit_sample_rate: float = _f(0.0, env="SHADOW_SUBMIT_SAMPLE_RATE")
+    shadow_submit_token_file: str = _f("", env="SHADOW_SUBMIT_TOKEN_FILE",
+                                       doc="the bearer token for the shadow target (a file); empty: $BLOCKX_TOKEN, "
+                                           "else <stateDir>/auth-token")
     io_backends: IOBackendsSection = _f(default_factory=IOBackendsSection)
     # Isolation and trust (issue 14): TLS files are PEM paths; empty = off.
     tls_cert: str = _f("", env="WORKER_TLS_CERT", doc="gRPC port certificate; set with tlsKey: TLS on")
     tls_key: str = _f("", env="WORKER_TLS_KEY")
     tls_client_ca: str = _f("", env="WORKER_TLS_CLIENT_CA", doc="set: mutual TLS, clients need a cert it signed")
+    auth_mode: str = _f("token", env="WORKER_AUTH_MODE",
+                        doc="token (bearer tokens), mtls (client certificate subject) or none")
+    auth_tokens_file: str = _f("", env="WORKER_AUTH_TOKENS_FILE",
+                               doc="`name token` a line, re-read on SIGHUP; empty: <stateDir>/auth-token, "
+                                   "generated (admin) at start")
     etcd_ca_cert: str = _f("", env="ETCD_CA_CERT", doc="set: TLS towards etcd")
     etcd_cert: str = _f("", env="ETCD_CERT", doc="client certificate towards etcd")
     etcd_key: str = _f("", env="ETCD_KEY")

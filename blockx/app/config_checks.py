@@ -65,6 +65,8 @@ APP_RULES = (
     Rule("executor_memory_limit_mb", 0, note="0 = no limit"),
     Rule("executor_max_processes", 0, note="0 = no limit"),
     Rule("executor_max_open_files", 0, note="0 = no limit"),
+    Rule("executor_output_line_bytes", 1),
+    Rule("executor_output_bytes_per_s", 1),
     Rule("shadow_submit_sample_rate", 0, 1, kind=float),
     Rule("memory_diagnostics_interval_ms", 0, note="0 disables the memory diagnostics log line"),  # issue 15
     Rule("trace_max_events_per_task", MIN_TRACE_EVENTS, note="events kept per task trace"),   # task traces
@@ -73,6 +75,10 @@ APP_RULES = (
 IO_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 0, note="0 = phaseIoTimeoutMs"))
 SQL_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 1), Rule("max_rows", 1),
                      Rule("max_result_bytes", 1, 15 * 1024 * 1024, note="a result travels in one 16 MiB frame"))
+RPC_BACKEND_RULES = (Rule("timeout_ms", 1), Rule("concurrency", 1), Rule("max_queue", 1),
+                     Rule("max_batch", 1, 10_000),
+                     Rule("max_response_bytes", 1, 15 * 1024 * 1024, note="a result travels in one 16 MiB frame"),
+                     Rule("retries", 0, 10), Rule("retry_backoff_ms", 0, 60_000))
 DATA_PLANE_RULES = (Rule("scan_fetch_rows", 1, 1_000_000), Rule("scan_max_row_bytes", 1),
                     Rule("bundle_max_files", 1))
 
@@ -120,6 +126,11 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     if cfg.executor_spawn_mode not in SPAWN_MODES_SUPPORTED:
         out.append(f"{name('executorSpawnMode')} must be \"process\" or \"sandbox\" "
                    f"(got {cfg.executor_spawn_mode!r})")
+    elif cfg.executor_spawn_mode == "process":
+        from blockx.adapters.executor.run_as import run_as_problem
+        problem = run_as_problem(cfg.executor_user, name("executorUser"))
+        if problem:
+            out.append(problem)
     elif cfg.executor_spawn_mode == "sandbox":
         # Never a silent fallback to "process": no bwrap, or no namespaces, stops the Worker.
         from blockx.adapters.executor.sandbox import sandbox_problem
@@ -183,6 +194,11 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     check(dev, IO_BACKEND_RULES, section((dev, "ioBackends.devstub.")), out)
     sql = cfg.io_backends.sql
     check(sql, SQL_BACKEND_RULES, section((sql, "ioBackends.sql.")), out)
+    rpc = cfg.io_backends.rpc
+    if check(rpc, RPC_BACKEND_RULES, section((rpc, "ioBackends.rpc.")), out):
+        from blockx.plugins.io.rpc_endpoints import parse_endpoints
+        out.extend(parse_endpoints(rpc.endpoints, timeout_ms=rpc.timeout_ms, concurrency=rpc.concurrency,
+                                   environ=os.environ)[1])
     check(cfg.data_plane, DATA_PLANE_RULES, section((cfg.data_plane, "dataPlane.")), out)
     for src, url in cfg.data_sources.items():
         try:
@@ -194,6 +210,7 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
                    "(it holds the default `local` DuckDB file)")
 
     tls_problems(cfg, name, out)
+    auth_problems(cfg, name, out)
     audit_problems(cfg, name, out)
 
     if cfg.log_level.strip().upper() not in LOG_LEVELS:
@@ -202,7 +219,8 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     return out
 
 
-FUNCTION_SOURCES = ("dir", "etcd")
+FUNCTION_SOURCES = ("dir", "etcd", "redis")
+REDIS_URL_SCHEMES = ("redis", "rediss", "unix")
 
 
 def _function_source_violations(cfg: WorkerFullConfig, name) -> list[str]:
@@ -216,7 +234,33 @@ def _function_source_violations(cfg: WorkerFullConfig, name) -> list[str]:
     p = cfg.functions_etcd_prefix
     if not (p.startswith("/") and p.endswith("/") and len(p) > 1):
         out.append(f"{name('functionsEtcdPrefix')} must start and end with '/' (got {p!r})")
+    if cfg.functions_source == "redis":
+        _redis_source_violations(cfg, name, out)
     return out
+
+
+def _redis_source_violations(cfg: WorkerFullConfig, name, out: list[str]) -> None:
+    from urllib.parse import urlsplit
+
+    from blockx.plugins.function_code_redis import RedisCodeKeys, redacted_url
+
+    url = cfg.functions_redis_url
+    try:
+        parts = urlsplit(url)
+        parts.port                                  # noqa: B018 - raises on a port that is not a number
+    except ValueError as exc:
+        out.append(f"{name('functionsRedisUrl')} {redacted_url(url)!r} is not a URL ({exc})")
+    else:
+        if parts.scheme not in REDIS_URL_SCHEMES or not (parts.hostname or parts.path):
+            out.append(f"{name('functionsRedisUrl')} must be redis://host:port/db, rediss://host:port/db "
+                       f"or unix:///path (got {redacted_url(url)!r})")
+    try:
+        RedisCodeKeys(cfg.functions_redis_prefix)
+    except ValueError as exc:
+        out.append(f"{name('functionsRedisPrefix')}: {exc}")
+    if not 10 <= cfg.functions_redis_check_interval_ms <= 3_600_000:
+        out.append(f"{name('functionsRedisCheckIntervalMs')} must be between 10 and 3600000 "
+                   f"(got {cfg.functions_redis_check_interval_ms})")
 
 
 def audit_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:
@@ -238,6 +282,27 @@ def audit_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:
             AuditAllowlist(cfg.audit_allowlist_file)
         except AuditAllowlistError as exc:
             out.append(f"{name('auditAllowlistFile')}: {exc}")
+
+
+def auth_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:
+    """The API's authentication: a known mode; mtls needs a client CA (the subject
+    of a certificate it signed is the identity); a tokens file must parse."""
+    from blockx.adapters.auth import MODES
+    from blockx.adapters.auth_tokens import TokenFileError, read_tokens
+
+    if cfg.auth_mode not in MODES:
+        out.append(f"{name('authMode')} must be one of {', '.join(MODES)} (got {cfg.auth_mode!r})")
+    elif cfg.auth_mode == "mtls" and not (cfg.tls_cert and cfg.tls_client_ca):
+        out.append(f"{name('authMode')} is mtls but {name('tlsClientCa')} is not set: the identity is the "
+                   f"subject of a client certificate, so set {name('tlsCert')}, {name('tlsKey')} and "
+                   f"{name('tlsClientCa')} (the CA that signs the clients' certificates)")
+    if cfg.shadow_submit_token_file and not os.path.isfile(cfg.shadow_submit_token_file):
+        out.append(f"{name('shadowSubmitTokenFile')} {cfg.shadow_submit_token_file!r} is not a readable file")
+    if cfg.auth_tokens_file and cfg.auth_mode == "token":
+        try:
+            read_tokens(cfg.auth_tokens_file)
+        except TokenFileError as exc:
+            out.append(f"{name('authTokensFile')}: {exc}")
 
 
 def tls_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:

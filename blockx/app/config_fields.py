@@ -55,10 +55,29 @@ def to_dict(obj) -> dict[str, Any]:
     for f in public_fields(obj):
         value = getattr(obj, f.name)
         if isinstance(value, dict):
-            # dataSources: URLs may hold passwords, never printed
-            value = {k: redact_url(v) for k, v in value.items()}
+            # dataSources, rpc endpoints: URLs may hold passwords, never printed
+            value = {k: _redacted(v) for k, v in value.items()}
         out[json_name(f)] = to_dict(value) if is_dataclass(value) else (
             list(value) if isinstance(value, list) else value)
+    return out
+
+
+def _redacted(value):
+    """A dataSources URL, or an rpc endpoint object, without passwords: its urls
+    redacted and its literal header values hidden ({"env": VAR} names stay)."""
+    if isinstance(value, str):
+        return redact_url(value)
+    if not isinstance(value, dict):
+        return value
+    out = dict(value)
+    urls = value.get("urls")
+    if isinstance(urls, list):
+        out["urls"] = [redact_url(u) if isinstance(u, str) else u for u in urls]
+    elif isinstance(urls, str):
+        out["urls"] = redact_url(urls)
+    headers = value.get("headers")
+    if isinstance(headers, dict):
+        out["headers"] = {h: "***" if isinstance(v, str) else v for h, v in headers.items()}
     return out
 
 

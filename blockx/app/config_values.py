@@ -27,7 +27,7 @@ _FALSE = {"0", "f", "false", "no", "n", "off"}
 
 def _type_name(t: Any) -> str:
     return {int: "an integer", bool: "a boolean", str: "a string", float: "a number",
-            dict[str, str]: "an object of strings"}.get(t, "a list of strings")
+            dict[str, str]: "an object of strings", dict[str, dict]: "an object of objects"}.get(t, "a list of strings")
 
 
 def json_value(path: str, t: Any, value: Any) -> Any:
@@ -51,6 +51,9 @@ def json_value(path: str, t: Any, value: Any) -> Any:
     elif t == dict[str, str]:  # dataSources: {"name": "url", ...}
         if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
             return dict(value)
+    elif t == dict[str, dict]:  # ioBackends.rpc.endpoints: {"name": {...}, ...}, checked by config_checks
+        if isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()):
+            return json.loads(json.dumps(value))
     else:  # list[str]: etcdEndpoints accepts a list or a comma-separated string
         if isinstance(value, str):
             return _endpoints(value)
@@ -114,6 +117,8 @@ def env_value(t: Any, kind: str | None, text: str) -> Any:
         return text.strip()
     if t == dict[str, str]:
         return _string_object(text)
+    if t == dict[str, dict]:
+        return _object_of_objects(text)
     return _endpoints(text)
 
 
@@ -125,4 +130,15 @@ def _string_object(text: str) -> dict[str, str]:
         raise ValueError(f"is not valid JSON ({exc.args[0] if exc.args else exc})") from None
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise ValueError(f"expected a JSON object of strings, got {_json_type(value)}")
+    return value
+
+
+def _object_of_objects(text: str) -> dict[str, dict]:
+    """A JSON object of objects from an environment variable (RPC_ENDPOINTS)."""
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except ValueError as exc:
+        raise ValueError(f"is not valid JSON ({exc.args[0] if exc.args else exc})") from None
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise ValueError(f"expected a JSON object of objects, got {_json_type(value)}")
     return value

@@ -28,9 +28,14 @@ import uvloop
 from blockx import __version__
 from blockx.adapters.admission import Admission
 from blockx.adapters.audit import AuditAllowlist, AuditGate, EtcdAuditAllowlist
+from blockx.adapters.auth import Authenticator, warn_if_open
+from blockx.adapters.auth_tokens import TokenStore, ensure_local_token
 from blockx.adapters.etcd_publisher import EtcdPublisher
 from blockx.adapters.executor.adapter import ExecutorAdapter
-from blockx.adapters.executor.pool import PoolManager
+from blockx.adapters.executor.credentials import ExecutorCredentials
+from blockx.adapters.executor.output import ExecutorOutput
+from blockx.adapters.executor.pool import PoolManager, executor_ids
+from blockx.adapters.executor.run_as import executor_run_as_user
 from blockx.adapters.executor.sandbox import Sandbox, SandboxLimits
 from blockx.adapters.grpc_limits import GrpcLimits
 from blockx.adapters.grpc_server import build_server, set_health
@@ -43,6 +48,7 @@ from blockx.adapters.worker_status import WorkerStatusReader
 from blockx.app.logs import log_event, setup_logging
 from blockx.app.memory_diagnostics import MemoryDiagnostics
 from blockx.app.state_dir import ensure_state_dir
+from blockx.client.credentials import resolve_token
 from blockx.client.tls import ClientTLS
 from blockx.core.dispatcher import DispatcherCore
 from blockx.core.worker import WorkerCore
@@ -51,6 +57,7 @@ from blockx.plugins.data.plane import DataPlane
 from blockx.plugins.function_code import FunctionCodeDirectory
 from blockx.plugins.function_code_etcd import FunctionCodeEtcd
 from blockx.plugins.function_code_none import NO_SOURCE, FunctionCodeNone
+from blockx.plugins.function_code_redis import FunctionCodeRedis
 from blockx.plugins.io.scope import IOScopeFactory
 from blockx.plugins.writers import PluginRegistry
 
@@ -65,6 +72,28 @@ def server_tls(cfg) -> ServerTLS | None:
     if not cfg.tls_cert:
         return None
     return ServerTLS(ServerTLSFiles(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca))
+
+
+def authenticator(cfg) -> Authenticator:
+    """WORKER_AUTH_MODE: token (WORKER_AUTH_TOKENS_FILE, else the generated
+    <stateDir>/auth-token), mtls or none."""
+    if cfg.auth_mode != "token":
+        return Authenticator(cfg.auth_mode)
+    path = cfg.auth_tokens_file or ensure_local_token(cfg.data_plane.state_dir)
+    return Authenticator("token", TokenStore(path))
+
+
+def shadow_token(cfg) -> str | None:
+    """The bearer token shadow copies carry: SHADOW_SUBMIT_TOKEN_FILE (the token, or a
+    `name token` line), else $BLOCKX_TOKEN, else <stateDir>/auth-token."""
+    if cfg.shadow_submit_token_file:
+        with open(cfg.shadow_submit_token_file, encoding="utf-8") as f:
+            for line in f:
+                parts = line.split()
+                if parts and not parts[0].startswith("#"):
+                    return parts[-1]
+        return None
+    return resolve_token(env={**os.environ, "STATE_DIR": cfg.data_plane.state_dir})
 
 
 def client_tls(ca: str, cert: str, key: str) -> ClientTLS | None:
@@ -130,6 +159,13 @@ class Worker:
             log_event(log, "shutdown_forced", signal=signal.Signals(signum).name)
             self._force.set()
 
+    def _on_sighup(self) -> None:
+        """Re-read the TLS files and the tokens file; each keeps what it has on a failure."""
+        if self.tls is not None:
+            self.tls.reload()
+        if self.auth.tokens is not None:
+            self.auth.tokens.reload()
+
     def _on_ready(self) -> None:
         log_event(log, "worker_ready", executors_healthy=self.adapter.healthy_count())
         asyncio.get_running_loop().create_task(self._become_ready())
@@ -175,11 +211,13 @@ class Worker:
         """The Function Code View of FUNCTIONS_SOURCE: the directory, or etcd (read once
         here, waiting a few seconds for etcd, then followed by a watch). With neither
         configured (the production profiles' default) an empty view, said once in the log."""
-        if cfg.functions_source != "etcd" and not cfg.functions_dir:
+        if cfg.functions_source == "dir" and not cfg.functions_dir:
             log_event(log, "function_source_missing", logging.WARNING, message=NO_SOURCE,
                       profile=self.profile.name,
                       hint="the dev profile serves the shipped examples (blockx serve --profile dev)")
             return FunctionCodeNone(cfg.effective_function_snapshot_retention_ms(), now_ms=wall_ms())
+        if cfg.functions_source == "redis":
+            return await self._function_code_redis(cfg)
         if cfg.functions_source != "etcd":
             return FunctionCodeDirectory(cfg.functions_dir, cfg.effective_function_snapshot_retention_ms(),
                                          now_ms=wall_ms())
@@ -188,6 +226,20 @@ class Worker:
         loaded = await fcode.start()
         log_event(log, "function_code_etcd", prefix=cfg.functions_etcd_prefix, loaded=loaded,
                   epoch=fcode.current_epoch(wall_ms()))
+        return fcode
+
+    async def _function_code_redis(self, cfg) -> FunctionCodeRedis:
+        """FUNCTIONS_SOURCE=redis: read once here (waiting a few seconds for Redis), then
+        followed by pub/sub with a periodic check of the epoch key."""
+        fcode = FunctionCodeRedis(cfg.functions_redis_url, cfg.functions_redis_prefix,
+                                  cfg.effective_function_snapshot_retention_ms(), now_ms=wall_ms(),
+                                  check_interval_ms=cfg.functions_redis_check_interval_ms)
+        loaded = await fcode.start()
+        log_event(log, "function_code_redis", logging.INFO if loaded else logging.WARNING,
+                  url=fcode.address, prefix=cfg.functions_redis_prefix, loaded=loaded,
+                  epoch=fcode.current_epoch(wall_ms()),
+                  **({} if loaded else {"message": f"Redis {fcode.address} not reachable yet: no functions "
+                                                   "until it answers; the worker serves meanwhile"}))
         return fcode
 
     async def run(self) -> int:
@@ -209,20 +261,29 @@ class Worker:
             log_event(log, "state_dir_warning", logging.WARNING, message=permissive)
         data = DataPlane.from_config(cfg)
         io_factory = IOScopeFactory.from_config(cfg, data)
+        # Executors attach with a secret the pool issues; a sandboxed one only sees its own socket.
+        credentials = ExecutorCredentials()
+        sandbox = executor_sandbox(cfg)
         self.adapter = ExecutorAdapter(cfg.socket_path,
                                        heartbeat_timeout_ms=cfg.effective_executor_heartbeat_timeout_ms(),
                                        executor_contexts=dcfg.executor_max_inflight, metrics=metrics,
-                                       execute_call_batch=cfg.executor_call_batch)
+                                       execute_call_batch=cfg.executor_call_batch, credentials=credentials,
+                                       private_executor_ids=executor_ids(cfg.executor_count) if sandbox else ())
+        self.executor_output = ExecutorOutput(line_bytes=cfg.executor_output_line_bytes,
+                                              bytes_per_s=cfg.executor_output_bytes_per_s)
         self.pool = PoolManager(
             cfg.executor_count, cfg.socket_path, max_inflight=dcfg.executor_max_inflight,
             max_runnable=dcfg.executor_max_runnable, restart_enabled=cfg.executor_restart_enabled,
             restart_delay_ms=cfg.executor_restart_delay_ms, max_restarts=cfg.executor_max_restarts,
             restart_window_ms=cfg.executor_restart_window_ms, backoff_ms=cfg.executor_backoff_ms,
-            extra_args=executor_args(cfg), metrics=metrics, sandbox=executor_sandbox(cfg))
+            extra_args=executor_args(cfg), metrics=metrics, sandbox=sandbox, credentials=credentials,
+            run_as_user=executor_run_as_user(cfg.executor_spawn_mode, cfg.executor_user),
+            output=self.executor_output)
         shadow = None
         if cfg.shadow_submit_target_addr and cfg.shadow_submit_sample_rate > 0:
             shadow = ShadowForwarder(cfg.shadow_submit_target_addr, cfg.shadow_submit_sample_rate,
-                                     tls=client_tls(cfg.shadow_tls_ca, cfg.shadow_tls_cert, cfg.shadow_tls_key))
+                                     tls=client_tls(cfg.shadow_tls_ca, cfg.shadow_tls_cert, cfg.shadow_tls_key),
+                                     token=shadow_token(cfg))
         self.orch = Orchestrator(
             core=core, disp=disp, adapter=self.adapter, pool=self.pool, fcode=fcode,
             builders=BuilderRegistry.from_names(profile.builders, data=data),
@@ -243,6 +304,7 @@ class Worker:
         self.memory_diagnostics = MemoryDiagnostics(core=core, disp=disp, fcode=fcode, adapter=self.adapter,
                                                     interval_ms=cfg.memory_diagnostics_interval_ms)
         self.tls = server_tls(cfg)
+        self.auth = authenticator(cfg)
         status = WorkerStatusReader(core=core, adapter=self.adapter, metrics=metrics, pool=self.pool, fcode=fcode,
                                     started_at_ms=self.started_at_ms)
         server, self.health, port = build_server(
@@ -250,7 +312,7 @@ class Worker:
             keepalive_timeout_ms=cfg.grpc_keepalive_timeout_ms, metrics=metrics,
             session_max_pending_events=cfg.session_max_pending_events,
             session_max_pending_bytes=cfg.session_max_pending_bytes, tls=self.tls, status=status,
-            limits=GrpcLimits.from_config(cfg))
+            limits=GrpcLimits.from_config(cfg), auth=self.auth)
         await set_health(self.health, False)
         self.worker_addr = cfg.resolved_worker_addr(port)
         self.publisher = EtcdPublisher(
@@ -268,13 +330,16 @@ class Worker:
         await server.start()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        if self.tls is not None:
-            loop.add_signal_handler(signal.SIGHUP, self.tls.reload)
+        if self.tls is not None or self.auth.tokens is not None:
+            loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
         log_event(log, "worker_serving", listen=cfg.listen_addr, port=port, worker_addr=self.worker_addr,
                   executors=cfg.executor_count, spawn_mode=cfg.executor_spawn_mode,
                   task_slots=cfg.worker.task_slots, pid=os.getpid(),
                   socket=cfg.socket_path, etcd=cfg.etcd_endpoints if cfg.etcd_enabled else "disabled",
-                  tls="off" if self.tls is None else ("mutual" if self.tls.mutual else "on"))
+                  tls="off" if self.tls is None else ("mutual" if self.tls.mutual else "on"),
+                  auth=self.auth.mode,
+                  auth_tokens=self.auth.tokens.path if self.auth.tokens is not None else "")
+        warn_if_open(self.auth.mode, cfg.grpc_listen_addr(), self.tls is not None)
 
         # Everything built so far lives until exit: keep it out of every future
         # collection, and collect the young generation less often. A queued call
@@ -301,7 +366,7 @@ class Worker:
         # ---- phase 2: force (the spec's order: lifecycle, pool, executor
         # adapter, IO scopes, Watch streams, gRPC) ----
         await self.publisher.stop()
-        if isinstance(fcode, FunctionCodeEtcd):
+        if isinstance(fcode, (FunctionCodeEtcd, FunctionCodeRedis)):
             await fcode.stop()
         ticker.cancel()
         memdiag.cancel()

@@ -14,13 +14,15 @@
 
 Everything goes over one TaskSession stream per worker. Refusals raise typed
 exceptions (NoSlot, Unavailable, InvalidArgument, InvalidSlot, NotFound,
-SlotUncertain; TracingOff from trace()) with the Worker's message; a broken session
-raises SessionBroken.
+SlotUncertain, AlreadyExists, Unauthenticated, PermissionDenied; TracingOff from
+trace()) with the Worker's message; a broken session raises SessionBroken.
+Credentials (a Worker with WORKER_AUTH_MODE=token): ``token=`` or $BLOCKX_TOKEN,
+else the token the Worker generated on this host (blockx.client.credentials).
 """
 from blockx.client.cluster import Cluster
 from blockx.client.errors import (
-    BlockxError, InvalidArgument, InvalidSlot, NoSlot, NotFound, SessionBroken, SlotUncertain, TracingOff,
-    Unavailable,
+    AlreadyExists, BlockxError, InvalidArgument, InvalidSlot, NoSlot, NotFound, PermissionDenied, SessionBroken,
+    SlotUncertain, TracingOff, Unauthenticated, Unavailable,
 )
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskProgress, TaskUpdate
 from blockx.client.registry import RegistryView, WorkerInfo
@@ -31,6 +33,7 @@ from blockx.client.trace import TaskTrace
 from blockx.client.worker_client import WorkerClient
 
 __all__ = [
+    "AlreadyExists", "PermissionDenied", "Unauthenticated",
     "BlockxError", "ClientTLS", "Cluster", "InvalidArgument", "InvalidSlot", "NoSlot", "NotFound", "SessionBroken",
     "SlotLease", "RegistryView", "SlotUncertain", "SyncWorkerClient", "TaskOutcome", "TaskProgress", "TaskTrace", "TaskUpdate", "TracingOff", "Unavailable",
     "WorkerClient", "WorkerInfo",

@@ -42,6 +42,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from blockx.client.bounded import as_completed_bounded
+from blockx.client.credentials import TOKEN_FROM_ENV
 from blockx.client.errors import NoSlot, NotFound, SessionBroken, Unavailable
 from blockx.client.outcome import TaskOutcome, TaskUpdate
 from blockx.client.placement import Placement
@@ -85,7 +86,8 @@ class Cluster:
                  max_resubmits: int = 2, resubmit_retryable: bool = False, connect_timeout_s: float = 3.0,
                  wait_for_worker_s: float = 30.0, etcd_wait_s: float = 5.0, probe_timeout_s: float = 3.0,
                  on_placement: Callable[[str, str], None] | None = None,
-                 rand: Callable[[], float] = random.random) -> None:
+                 rand: Callable[[], float] = random.random,
+                 token: str | None | object = TOKEN_FROM_ENV) -> None:
         if max_resubmits < 0:
             raise ValueError("max_resubmits must be >= 0")
         self.prefix = prefix
@@ -94,6 +96,7 @@ class Cluster:
         self.connect_timeout_s = connect_timeout_s
         self.wait_for_worker_s = wait_for_worker_s
         self.probe_timeout_s = probe_timeout_s
+        self._token = token                       # every worker's session carries it (blockx.client.credentials)
         self._etcd_wait_s = etcd_wait_s
         self._on_placement = on_placement
         self.view = RegistryView(etcd_endpoints, prefix, on_change=self._worker_changed)
@@ -321,7 +324,7 @@ class Cluster:
         fut = self._opening.get(addr)
         if fut is None:
             fut = self._opening[addr] = asyncio.get_running_loop().create_future()
-            c = WorkerClient(addr, connect_timeout_s=self.connect_timeout_s, fail_fast=True)
+            c = WorkerClient(addr, connect_timeout_s=self.connect_timeout_s, fail_fast=True, token=self._token)
             try:
                 await c.connect()
             except Unavailable as exc:

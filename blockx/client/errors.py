@@ -2,7 +2,8 @@
 
 A refused request (on a session or a unary RPC) raises the exception of its
 code: ``NoSlot`` (RESOURCE_EXHAUSTED), ``Unavailable``, ``InvalidArgument``,
-``InvalidSlot`` (FAILED_PRECONDITION), ``NotFound``, ``SlotUncertain`` (ABORTED);
+``InvalidSlot`` (FAILED_PRECONDITION), ``NotFound``, ``SlotUncertain`` (ABORTED),
+``AlreadyExists`` (another identity's task id), ``Unauthenticated``, ``PermissionDenied``;
 ``trace()`` raises ``TracingOff`` (FAILED_PRECONDITION) on a worker that records no traces.
 A session that broke (the Worker went away, or ended it) raises
 ``SessionBroken`` for every request still waiting and every later one.
@@ -50,6 +51,21 @@ class SlotUncertain(BlockxError):
     code = grpc.StatusCode.ABORTED
 
 
+class AlreadyExists(BlockxError):
+    """The task id belongs to another identity on that worker: choose another id."""
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class Unauthenticated(BlockxError):
+    """No credentials, or credentials the worker does not accept (--token / BLOCKX_TOKEN)."""
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(BlockxError):
+    """The identity may not make this request (GetWorkerStatus needs admin)."""
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
 class TracingOff(BlockxError):
     """GetTaskTrace on a worker that records no traces (TRACE_ENABLED=false).
     Its own class, not InvalidSlot: the same status code, a different remedy."""
@@ -61,7 +77,8 @@ class SessionBroken(Unavailable):
     status the stream ended with (UNAVAILABLE when the Worker went away)."""
 
 
-_BY_CODE = {cls.code: cls for cls in (InvalidArgument, NoSlot, Unavailable, InvalidSlot, NotFound, SlotUncertain)}
+_BY_CODE = {cls.code: cls for cls in (InvalidArgument, NoSlot, Unavailable, InvalidSlot, NotFound, SlotUncertain,
+                                      AlreadyExists, Unauthenticated, PermissionDenied)}
 _BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 
 from blockx.client.bounded import as_completed_bounded
+from blockx.client.credentials import TOKEN_FROM_ENV, auth_metadata, resolve_token
 from blockx.client.errors import NoSlot, SessionBroken, TracingOff, Unavailable, error_for, from_rpc_error
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate, state_name
 from blockx.client.tasks import build_task
@@ -28,6 +29,7 @@ from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 
 _TERMINAL = (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED)
+SESSION_ACCEPT_WAIT_S = 2.0
 DEFAULT_CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -97,10 +99,13 @@ class WorkerClient:
 
     def __init__(self, addr: str, *, connect_timeout_s: float = 10.0,
                  channel_options: Iterable[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS,
-                 fail_fast: bool = False, tls: ClientTLS | None | object = TLS_FROM_ENV) -> None:
+                 fail_fast: bool = False, tls: ClientTLS | None | object = TLS_FROM_ENV,
+                 token: str | None | object = TOKEN_FROM_ENV) -> None:
         self.addr = addr
         # TLS_FROM_ENV: BLOCKX_TLS_CA / _CERT / _KEY when set, else plaintext (blockx.client.tls).
         self.tls = ClientTLS.from_env() if tls is TLS_FROM_ENV else tls
+        # TOKEN_FROM_ENV: BLOCKX_TOKEN, else this host's <STATE_DIR>/auth-token (blockx.client.credentials).
+        self._metadata = auth_metadata(resolve_token(token))
         self._connect_timeout_s = connect_timeout_s
         # fail_fast: a refused connection raises Unavailable at once instead of
         # retrying until connect_timeout_s (a Cluster has other workers to try).
@@ -136,7 +141,26 @@ class WorkerClient:
         except Unavailable:
             await self._channel.close()
             raise
-        self._call = pb_grpc.WorkerServiceStub(self._channel).TaskSession()
+        self._call = call = pb_grpc.WorkerServiceStub(self._channel).TaskSession(metadata=self._metadata)
+        # The Worker answers a session it accepts with its initial metadata, and one it
+        # refuses (credentials, shutdown) with its status: wait for either before writing,
+        # so the refusal is what the caller gets (grpc.aio lets a write that fails after
+        # the status replace it with INTERNAL). A Worker too old to send it answers only
+        # the first request: after SESSION_ACCEPT_WAIT_S the session goes ahead anyway.
+        try:
+            await asyncio.wait_for(asyncio.shield(call.initial_metadata()),
+                                   min(SESSION_ACCEPT_WAIT_S, self._connect_timeout_s))
+        except asyncio.TimeoutError:
+            pass
+        except grpc.RpcError:
+            pass                                  # the status below says why
+        if call.done():
+            code = await call.code()
+            details = await call.details()
+            call.cancel()
+            await asyncio.sleep(0)                # let the call's own preparation task finish
+            await self._channel.close()
+            raise error_for(code, f"the worker at {self.addr} refused the session: {details}")
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._read_loop()), loop.create_task(self._write_loop())]
 
@@ -264,7 +288,7 @@ class WorkerClient:
                                 "or await connect()", grpc.StatusCode.FAILED_PRECONDITION)
         try:
             return await pb_grpc.WorkerServiceStub(self._channel).GetWorkerStatus(
-                pb.GetWorkerStatusRequest(), timeout=timeout_s)
+                pb.GetWorkerStatusRequest(), timeout=timeout_s, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 
@@ -292,7 +316,7 @@ class WorkerClient:
                                 "or await connect()", grpc.StatusCode.FAILED_PRECONDITION)
         try:
             msg = await pb_grpc.WorkerServiceStub(self._channel).GetTaskTrace(
-                pb.GetTaskTraceRequest(task_id=task_id), timeout=timeout_s)
+                pb.GetTaskTraceRequest(task_id=task_id), timeout=timeout_s, metadata=self._metadata)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 raise TracingOff(exc.details() or "") from None

@@ -22,8 +22,9 @@ UNAVAILABLE: Final = "Unavailable"
 INVALID_SLOT: Final = "InvalidSlot"
 NOT_FOUND: Final = "NotFound"
 SLOT_UNCERTAIN: Final = "SlotUncertain"
+ALREADY_EXISTS: Final = "AlreadyExists"
 
-CODES: Final = (INVALID_ARGUMENT, NO_SLOT, UNAVAILABLE, INVALID_SLOT, NOT_FOUND, SLOT_UNCERTAIN)
+CODES: Final = (INVALID_ARGUMENT, NO_SLOT, UNAVAILABLE, INVALID_SLOT, NOT_FOUND, SLOT_UNCERTAIN, ALREADY_EXISTS)
 
 # WorkerError.code -> grpc.StatusCode member name (spec: workerCodeToGRPC).
 GRPC_STATUS_NAME: Final = {
@@ -33,6 +34,7 @@ GRPC_STATUS_NAME: Final = {
     INVALID_SLOT: "FAILED_PRECONDITION",
     NOT_FOUND: "NOT_FOUND",
     SLOT_UNCERTAIN: "ABORTED",
+    ALREADY_EXISTS: "ALREADY_EXISTS",
 }
 
 
@@ -96,6 +98,11 @@ class SlotUncertainError(_Coded):
     CODE = SLOT_UNCERTAIN
 
 
+class AlreadyExistsError(_Coded):
+    """The task id belongs to another identity on this worker; choose another id."""
+    CODE = ALREADY_EXISTS
+
+
 BY_CODE: Final = {cls.CODE: cls for cls in (
     InvalidArgumentError, NoSlotError, UnavailableError, InvalidSlotError, NotFoundError,
-    SlotUncertainError)}
+    SlotUncertainError, AlreadyExistsError)}

@@ -208,6 +208,7 @@ class TaskIndexEntry:
     retained_until_ms: int = -1        # terminal results and tombstones: purge instant
     watch_attached: int = 0            # Watch streams attached before SubmitTask
     watch_ever_attached: bool = False
+    owner: str = ""                    # the identity that reserved or submitted it (core.owners)
 
 
 @dataclass(slots=True)

@@ -77,9 +77,12 @@ a task whose lease ran out earlier converges SLOT_LOST.
 Adapter API (all ``now`` in ms)
 -------------------------------
 RPCs (raise ``WorkerError``; return a result with ``snapshot`` + ``commands``):
-  ``handle_request_task_slot(task_id, ttl_ms, now) -> RequestTaskSlotResult``
-  ``handle_submit_task(req, adapter_task_ctx, now) -> SubmitTaskResult``
-  ``handle_get_task_result(task_id) -> GetTaskResultOutput``
+  ``handle_request_task_slot(task_id, ttl_ms, now, caller=None) -> RequestTaskSlotResult``
+  ``handle_submit_task(req, adapter_task_ctx, now, caller=None) -> SubmitTaskResult``
+  ``handle_get_task_result(task_id, caller=None) -> GetTaskResultOutput``
+  ``caller`` (core.owners.Caller; None: unrestricted) decides ownership: a task
+  id belongs to the identity that reserved or submitted it; another identity
+  reads it as NotFound and reserving or submitting it is AlreadyExists.
 Events fed back by the adapter (a stale, out-of-order or unknown-task event
 returns ``applied=False`` and changes nothing; they raise only for a slot id
 that is no slot, or a phase other than BUILDER/CALLS/PLUGIN):
@@ -106,7 +109,8 @@ from typing import Any, TypeVar
 
 from . import failure_codes as fc
 from .config import Config
-from .errors import InvalidArgumentError, NoSlotError, NotFoundError, UnavailableError
+from .errors import AlreadyExistsError, InvalidArgumentError, NoSlotError, NotFoundError, UnavailableError
+from .owners import Caller, may_use, owner_of
 from .types import (ActivationResult, Command, ConvergeTask, CoreResult, GetTaskResultOutput,
                     LeaseExpiredResult, PhaseOutcome, PhaseTransitionResult,
                     PrepareTaskActivation, RequestTaskSlotResult, SlotEntry, SlotState,
@@ -197,11 +201,14 @@ class WorkerCore:
 
     # ---- RPCs -------------------------------------------------------------------
 
-    def handle_request_task_slot(self, task_id: str, ttl_ms: int, now: int) -> RequestTaskSlotResult:
+    def handle_request_task_slot(self, task_id: str, ttl_ms: int, now: int,
+                                 caller: Caller | None = None) -> RequestTaskSlotResult:
         require_task_id(task_id)
         ttl = resolve_ttl(ttl_ms, self.config)
         entry = self._tasks.entry(task_id)
         if entry is not None:
+            if not may_use(entry.owner, caller):
+                raise _taken(task_id)
             if entry.ctx is None and entry.slot_index >= 0:
                 self._expire_reservation_if_due(entry, now)
             if entry.lease_lost_at_ms < 0:
@@ -209,17 +216,20 @@ class WorkerCore:
         if self._draining:
             raise UnavailableError(
                 "worker is draining and takes no new tasks; request a slot on another worker")
-        entry = self._reserve(task_id, ttl, now, entry)
+        entry = self._reserve(task_id, ttl, now, entry, owner_of(caller))
         return RequestTaskSlotResult(_snapshot(entry))
 
     def handle_submit_task(self, req: SubmitTaskRequest, adapter_task_ctx: Any,
-                           now: int) -> SubmitTaskResult:
+                           now: int, caller: Caller | None = None) -> SubmitTaskResult:
         task_id = req.task_id
         require_task_id(task_id)
         tasks = self._tasks
         entry = tasks.entry(task_id)
-        if entry is not None and (entry.ctx is not None or entry.result is not None):
-            return SubmitTaskResult(_snapshot(entry), [], False)
+        if entry is not None:
+            if not may_use(entry.owner, caller):
+                raise _taken(task_id)
+            if entry.ctx is not None or entry.result is not None:
+                return SubmitTaskResult(_snapshot(entry), [], False)
         cfg = self.config
         (function_call, result_handler, timeout_ms, policy, retry,
          instance_id) = resolve_submit(req, cfg)
@@ -233,7 +243,7 @@ class WorkerCore:
         if req.slot_id:
             check_reserved_slot(task_id, req.slot_id, entry)
         elif entry is None or entry.slot_index < 0:
-            entry = self._reserve(task_id, cfg.default_ttl_ms, now, entry)
+            entry = self._reserve(task_id, cfg.default_ttl_ms, now, entry, owner_of(caller))
         assert entry is not None
         slot_id = entry.slot_id
         ctx = TaskContext(task_id, slot_id, entry.slot_index, now + timeout_ms, now, function_call,
@@ -243,10 +253,10 @@ class WorkerCore:
                                     ctx.deadline_ms, adapter_task_ctx)
         return SubmitTaskResult(TaskSnapshot(task_id, slot_id, _RUNNING), [cmd])
 
-    def handle_get_task_result(self, task_id: str) -> GetTaskResultOutput:
+    def handle_get_task_result(self, task_id: str, caller: Caller | None = None) -> GetTaskResultOutput:
         require_task_id(task_id)
         entry = self._tasks.entry(task_id)
-        if entry is None:
+        if entry is None or not may_use(entry.owner, caller):   # another's task reads as unknown
             raise NotFoundError(
                 f"task {task_id!r} is not known to this worker: it was never submitted here, or "
                 f"its result was purged {self.config.result_retention_ms} ms (resultRetentionMs) "
@@ -448,13 +458,13 @@ class WorkerCore:
     # ---- transitions shared by the handlers ------------------------------------------
 
     def _reserve(self, task_id: str, ttl_ms: int, now: int,
-                 previous: TaskIndexEntry | None) -> TaskIndexEntry:
+                 previous: TaskIndexEntry | None, owner: str = "") -> TaskIndexEntry:
         slots = self._slots
         if slots.free_capacity <= 0:
             raise NoSlotError(
                 f"no free task slot: all {slots.size} slots are reserved ({slots.allocated}) or "
                 f"running ({slots.running}); retry later or on another worker")
-        return self._tasks.reserve(task_id, slots.allocate(task_id, now + ttl_ms), previous)
+        return self._tasks.reserve(task_id, slots.allocate(task_id, now + ttl_ms), previous, owner)
 
     def _expire_reservation_if_due(self, entry: TaskIndexEntry, now: int) -> None:
         """Apply a due lease of a bare reservation now instead of waiting for the tick."""
@@ -488,6 +498,12 @@ class WorkerCore:
         if entry is None or entry.lease_lost_at_ms >= 0:
             return None
         return _snapshot(entry)
+
+
+def _taken(task_id: str) -> AlreadyExistsError:
+    return AlreadyExistsError(
+        f"task id {task_id!r} is in use on this worker by another identity; choose another task id "
+        "(task ids are owned by the identity that reserved or submitted them)")
 
 
 def _snapshot(entry: TaskIndexEntry) -> TaskSnapshot:

@@ -15,6 +15,8 @@ Rules:
   tombstone re-reserved) is stale and skipped: identity with the index decides.
 - Watch streams are counted on the entry until SubmitTask, then on the context;
   a terminal task accepts no more attach or detach.
+- Each entry records its ``owner`` (the identity that reserved it); who may use
+  it is ``core.owners``' rule, applied by WorkerCore.
 
 The table knows nothing of slot states or timers: WorkerCore frees the slot in
 the same call that retires or tombstones an entry.
@@ -46,9 +48,9 @@ class TaskTable:
     # ---- transitions ------------------------------------------------------------
 
     def reserve(self, task_id: str, slot: SlotEntry,
-                previous: TaskIndexEntry | None) -> TaskIndexEntry:
-        """A new reservation of ``slot``; ``previous`` is the tombstone it replaces."""
-        entry = TaskIndexEntry(task_id, _ALLOCATED, slot.slot_id, slot.index)
+                previous: TaskIndexEntry | None, owner: str = "") -> TaskIndexEntry:
+        """A new reservation of ``slot`` by ``owner``; ``previous`` is the tombstone it replaces."""
+        entry = TaskIndexEntry(task_id, _ALLOCATED, slot.slot_id, slot.index, owner=owner)
         if previous is not None:    # keep the Watch streams of the replaced tombstone
             entry.watch_attached = previous.watch_attached
             entry.watch_ever_attached = previous.watch_ever_attached

@@ -158,10 +158,6 @@ class FunctionCodeEtcd:
 
     def _maybe_install(self, revision: int, now_ms: int) -> None:
         digests = {fid: d for fid, d in self._values.items() if d is not None}
-        store = self._store
-        if store.current_digests() == digests:
-            store.drop_unreferenced(self._live())       # same code (or still empty at epoch 0)
-            return
-        epoch = revision if revision > store.epoch else store.epoch + 1
-        store.install(epoch, digests, now_ms, self._live())
-        logger.info("function code epoch %d: %d function(s) from etcd %s", epoch, len(digests), self.prefix)
+        if self._store.advance(revision, digests, now_ms, self._live()):
+            logger.info("function code epoch %d: %d function(s) from etcd %s", self._store.epoch, len(digests),
+                        self.prefix)

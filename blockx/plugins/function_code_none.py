@@ -12,7 +12,7 @@ from blockx.plugins.function_code_view import FunctionView
 from blockx.plugins.function_snapshots import SnapshotStore
 
 NO_SOURCE = ("no function source is configured: set FUNCTIONS_DIR to a directory of <functionId>.py "
-             "files, or FUNCTIONS_SOURCE=etcd")
+             "files, or FUNCTIONS_SOURCE=etcd or redis")
 
 
 class FunctionCodeNone:

@@ -1,4 +1,4 @@
-"""The retained code snapshots of a Function Code View source (directory or etcd).
+"""The retained code snapshots of a Function Code View source (directory, etcd or Redis).
 
 Rules, the same for every source:
 - A snapshot maps each function id to the sha256 digest of its source and has
@@ -89,6 +89,17 @@ class SnapshotStore:
         for d in set(digests.values()):
             self._source_refs[d] = self._source_refs.get(d, 0) + 1
         self.drop_unreferenced(live)
+
+    def advance(self, version: int, digests: dict[str, str], now_ms: int, live: set[str]) -> bool:
+        """Install ``digests`` unless they are the current code; the epoch is the source's
+        ``version`` when it is above the current epoch, else epoch + 1 (epochs only grow,
+        even when the store behind the source was wiped and counts again from low).
+        Whether a snapshot was installed."""
+        if self.current_digests() == digests:
+            self.drop_unreferenced(live)        # same code (or still empty at epoch 0)
+            return False
+        self.install(version if version > self.epoch else self.epoch + 1, digests, now_ms, live)
+        return True
 
     def purge(self, now_ms: int, live: set[str]) -> None:
         if len(self._snapshots) <= 1:

@@ -28,7 +28,7 @@ from .failure import (
     clip, error_kind_of, local_vars_of, message_of, retryable_of, stack_of, MAX_MESSAGE,
 )
 from .jsonenc import OUTPUT_OPTIONS
-from .sdk import BudgetExceeded, IOCallError, SubcallError
+from .sdk import BudgetExceeded, IOCallError, RpcError, SubcallError
 
 PENDING, CODE_WAIT, READY, RUNNING, WAITING, DONE = range(6)
 STATE_NAMES = ("PENDING", "CODE_WAIT", "READY", "RUNNING", "WAITING", "DONE")
@@ -151,6 +151,11 @@ class Call:
                              f"body may be at most {limit} bytes")
         ok, value, sidecar = self._suspend(("io", backend, request_json, body))
         if not ok:
+            rpc = value.get("rpcError")
+            if rpc is not None:
+                raise RpcError(f"IO request to backend {backend!r} failed: {value['errorMessage']}",
+                               backend=backend, code=rpc.get("code"), rpc_message=rpc.get("message"),
+                               data=rpc.get("data"), retryable=value["retryable"])
             raise IOCallError(
                 f"IO request to backend {backend!r} failed: {value['errorKind']}: "
                 f"{value['errorMessage']}", backend=backend, error_kind=value["errorKind"],

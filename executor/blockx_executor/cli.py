@@ -64,13 +64,44 @@ def build_parser() -> argparse.ArgumentParser:
                    help="open file limit (RLIMIT_NOFILE); 0 = none")
     p.add_argument("--code-cache-size", type=_positive(1), default=256, metavar="N",
                    help="function code versions (digests) kept compiled (default 256)")
+    p.add_argument("--attach-secret-fd", type=_positive(3), default=0, metavar="FD",
+                   help="an inherited file descriptor holding the one-time secret this executor "
+                        "attaches with; read once at start and closed (the Worker's pool passes it)")
+    p.add_argument("--run-as-user", default="", metavar="USER",
+                   help="started as root: connect, then leave root for USER before attaching "
+                        "(a private mount namespace, see blockx_executor.privileges)")
     p.add_argument("--log-level", default="info",
                    choices=["debug", "info", "warning", "error"], help="stderr log level")
     return p
 
 
+def read_secret(fd: int) -> str:
+    """The attach secret from the inherited descriptor `fd`, which is then closed."""
+    import os
+
+    chunks = []
+    try:
+        while True:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if sum(map(len, chunks)) > 4096:
+                break
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("ascii", "replace").strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    secret = ""
+    if args.attach_secret_fd:
+        try:
+            secret = read_secret(args.attach_secret_fd)
+        except OSError as exc:
+            print(f"cannot read the attach secret from fd {args.attach_secret_fd}: {exc}", file=sys.stderr)
+            return 1
     # The executor's stderr is the worker's: log the same JSON lines, tagged with the executor id.
     from blockx.app.logs import setup_logging
 
@@ -101,13 +132,25 @@ def main(argv: list[str] | None = None) -> int:
     except ConnectError as exc:
         log.error("%s", exc)
         return 1
+    if args.run_as_user:
+        import os
+
+        from .privileges import PrivilegeError, drop_to
+        try:
+            sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != os.path.realpath(os.getcwd())]
+            drop_to(args.run_as_user)
+        except (PrivilegeError, OSError) as exc:
+            log.error("cannot run as %r: %s", args.run_as_user, exc)
+            sock.close()
+            return 1
     conn = Connection(sock)
     scheduler = Scheduler(conn, codec, max_inflight=args.executor_max_inflight,
                           max_runnable=args.executor_max_runnable,
                           code_cache_size=args.code_cache_size,
                           idle_poll_ms=args.heartbeat_interval_ms)
     heartbeats = Heartbeats(conn, scheduler, args.executor_id, args.heartbeat_interval_ms,
-                            codec.encode_frame)
+                            codec.encode_frame, attach_secret=secret)
+    del secret
     try:
         heartbeats.send_one()  # the first Heartbeat attaches this executor
     except ConnectionClosed as exc:

@@ -45,8 +45,12 @@ def rss_bytes() -> int:
 
 class Heartbeats:
     def __init__(self, conn: Connection, scheduler, executor_id: str, interval_ms: int,
-                 encode_frame, features: tuple = (messages.FEATURE_EXECUTE_CALL_BATCH,)):
+                 encode_frame, features: tuple = (messages.FEATURE_EXECUTE_CALL_BATCH,),
+                 attach_secret: str = ""):
         self.conn = conn
+        # Sent once, in the first Heartbeat (the attach), then forgotten: the Worker
+        # accepts a secret once, so a copy left in memory would be worth nothing anyway.
+        self._attach_secret = attach_secret
         self.features = list(features)
         self.scheduler = scheduler
         self.executor_id = executor_id
@@ -71,6 +75,9 @@ class Heartbeats:
         env["payload"]["maxInflight"] = s.max_inflight
         # Negotiated extensions this executor takes (messages.EXECUTE_CALL_BATCH).
         env["payload"]["features"] = self.features
+        if self._attach_secret:
+            env["payload"]["attachSecret"] = self._attach_secret
+            self._attach_secret = ""
         return self.encode_frame(env)
 
     def send_one(self) -> None:

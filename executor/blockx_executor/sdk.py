@@ -29,7 +29,8 @@ returns `(result, body)` with `body` None when the answer carried no binary part
 `io()` raises `IOCallError` rather than silently dropping such a body.
 
 Failures the Worker reports come back as exceptions: `IOCallError` for an IO
-(`error_kind` as the backend reported it, e.g. IO_ERROR) and `SubcallError`
+(`error_kind` as the backend reported it, e.g. IO_ERROR; `RpcError`, with the
+node's `code` and `rpc_message`, for a JSON-RPC error of the rpc backend) and `SubcallError`
 (`error_kind` SUBCALL_FAILED, `child_error_kind` the child's own kind). Left
 uncaught they fail the call with that error_kind and retryable flag (an
 SDKError subclass of your own may set its error_kind too). Any other exception
@@ -51,7 +52,7 @@ _dumps = orjson.dumps
 
 __all__ = [
     "io", "io_bytes", "call", "sleep", "context",
-    "CallContext", "SDKError", "IOCallError", "SubcallError",
+    "CallContext", "SDKError", "IOCallError", "RpcError", "SubcallError",
     "CallAborted", "BudgetExceeded", "CallCancelled",
 ]
 
@@ -81,6 +82,21 @@ class IOCallError(SDKError):
                  retryable: bool = False):
         super().__init__(message, error_kind=error_kind, retryable=retryable)
         self.backend = backend
+
+
+class RpcError(IOCallError):
+    """A JSON-RPC node answered with an error object (the rpc backend): `code`
+    (e.g. -32601 method not found), `rpc_message` and `data` (None when absent)
+    are the node's. An IOCallError, so `except sdk.IOCallError` catches it too."""
+
+    error_kind = "RPC_ERROR"
+
+    def __init__(self, message: str, *, backend: str, code: int, rpc_message: str, data: Any = None,
+                 retryable: bool = False):
+        super().__init__(message, backend=backend, retryable=retryable)
+        self.code = code
+        self.rpc_message = rpc_message
+        self.data = data
 
 
 class SubcallError(SDKError):

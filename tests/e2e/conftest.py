@@ -4,10 +4,16 @@ Each worker gets a private functions directory: the shipped examples plus the
 test functions in tests/e2e/functions."""
 import pathlib
 import shutil
+import tempfile
 
 import pytest
 
+from tests.support.auth import use_harness_token
 from tests.support.worker import EXAMPLES, WorkerProcess
+
+# Workers start with WORKER_AUTH_MODE=token (the default) and accept the harness's
+# token; blockx.client and the CLI (in process and as subprocesses) send it.
+use_harness_token()
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -18,6 +24,17 @@ def make_functions_dir(tmp: pathlib.Path) -> pathlib.Path:
     for src in list(EXAMPLES.glob("*.py")) + list((HERE / "functions").glob("*.py")):
         shutil.copy(src, d / src.name)
     return d
+
+
+@pytest.fixture
+def executor_tmp():
+    """A directory the executors' user-code may write: under a root Worker,
+    process-mode executors run as EXECUTOR_USER (nobody), who cannot enter
+    pytest's own tmp_path (a 0700 directory of root)."""
+    d = pathlib.Path(tempfile.mkdtemp(prefix="bx-exec-", dir="/tmp"))
+    d.chmod(0o777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

@@ -103,9 +103,9 @@ def test_failures_fail_the_task_clearly_and_the_worker_keeps_serving(bundle_work
                             {"path": "data/2026-11-02.parquet", "rows": 50}]
 
 
-def test_a_killed_executor_mid_task_leaves_the_table_consistent(bundle_worker, tmp_path):
+def test_a_killed_executor_mid_task_leaves_the_table_consistent(bundle_worker, executor_tmp):
     w = bundle_worker
-    marker = str(tmp_path / "crash.pid")
+    marker = str(executor_tmp / "crash.pid")
     calls = [{"functionId": "crash_row", "args": [i, marker]} for i in range(20)]
     w.submit("crash", "callList", {"calls": calls}, result_handler=upserts("main", "crashed"),
              retry=(3, 10, 0))

@@ -9,6 +9,7 @@ from grpc_health.v1 import health_pb2
 
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
+from tests.support import auth
 
 pytestmark = pytest.mark.e2e
 
@@ -17,7 +18,7 @@ def _watch_in_thread(w, task_id):
     got = []
 
     def run():
-        ch = grpc.insecure_channel(f"127.0.0.1:{w.port}")
+        ch = auth.channel(f"127.0.0.1:{w.port}")
         try:
             for upd in pb_grpc.WorkerServiceStub(ch).WatchTasks(pb.WatchTasksRequest(task_ids=[task_id]),
                                                                  timeout=30):

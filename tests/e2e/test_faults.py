@@ -32,9 +32,9 @@ def _metric(w, name):
     return 0.0
 
 
-def test_executor_killed_mid_call_is_restarted_and_the_call_retried(start_worker, tmp_path):
+def test_executor_killed_mid_call_is_restarted_and_the_call_retried(start_worker, executor_tmp):
     w = start_worker({"CALL_RETRY_BASE_BACKOFF_MS": "5"})
-    marker = tmp_path / "crash.pid"
+    marker = executor_tmp / "crash.pid"
     w.submit_calls("t-crash", [("crash_once", [str(marker)])], retry=(3, 5, 0))
     pid = int(_wait_for(lambda: marker.exists() and marker.read_text(), 15, "the first attempt to start"))
     os.kill(pid, signal.SIGKILL)

@@ -105,9 +105,9 @@ def test_executor_gauges_carry_each_executors_own_rss_and_cpu(obs_worker):
     assert s[("blockx_worker_ready", ())] == 1 and s[("blockx_worker_draining", ())] == 0
 
 
-def test_memory_diagnostics_line_reads_the_owners(obs_worker, tmp_path):
+def test_memory_diagnostics_line_reads_the_owners(obs_worker, executor_tmp):
     w = obs_worker
-    run_some_work(w, tmp_path)
+    run_some_work(w, executor_tmp)
     n = len(w.events_named("memory_diagnostics"))
     deadline = time.monotonic() + 10
     while True:      # a line sampled after the three tasks retired
@@ -128,9 +128,9 @@ def test_memory_diagnostics_line_reads_the_owners(obs_worker, tmp_path):
     assert 2 <= len(w.events_named("memory_diagnostics")) - before <= 8
 
 
-def test_every_metric_the_dashboard_and_alerts_query_is_exported(obs_worker, tmp_path):
+def test_every_metric_the_dashboard_and_alerts_query_is_exported(obs_worker, executor_tmp):
     w = obs_worker
-    run_some_work(w, tmp_path)    # phase histograms, terminal counters, failures, retries
+    run_some_work(w, executor_tmp)    # phase histograms, terminal counters, failures, retries
     exported = exported_names(w.metrics_text()) | PROMETHEUS_SYNTHETIC
     used = {}
     for where, exprs in (("dashboard", dashboard_exprs()), ("alerts", alert_exprs())):

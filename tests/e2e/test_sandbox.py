@@ -6,6 +6,7 @@ import os
 import pathlib
 import signal
 import socket
+import tempfile
 import threading
 import time
 
@@ -114,7 +115,17 @@ def test_no_name_resolution(sandboxed):
 def test_no_secret_file_beside_the_worker(sandboxed, unsandboxed):
     for w in (sandboxed, unsandboxed):
         pathlib.Path(w.tmp, "secret.txt").write_text("s3cret")
-    assert outputs(run(unsandboxed, "attack_read", os.path.join(unsandboxed.tmp, "secret.txt"))) == ["s3cret"]
+    if os.geteuid() == 0:
+        # Process mode under a root Worker runs executors as EXECUTOR_USER (nobody): the
+        # Worker's private directory is closed to them; a world-readable file is not.
+        failed_with(run(unsandboxed, "attack_read", os.path.join(unsandboxed.tmp, "secret.txt")), "PermissionError")
+        shared = pathlib.Path(tempfile.mkdtemp(prefix="bx-shared-"))
+        shared.chmod(0o755)
+        (shared / "open.txt").write_text("anyone")
+        assert outputs(run(unsandboxed, "attack_read", str(shared / "open.txt"))) == ["anyone"]
+        failed_with(run(sandboxed, "attack_read", str(shared / "open.txt")), "FileNotFoundError")
+    else:
+        assert outputs(run(unsandboxed, "attack_read", os.path.join(unsandboxed.tmp, "secret.txt"))) == ["s3cret"]
     failed_with(run(sandboxed, "attack_read", os.path.join(sandboxed.tmp, "secret.txt")), "FileNotFoundError")
     failed_with(run(sandboxed, "attack_read", "/etc/passwd"), "FileNotFoundError")
     failed_with(run(sandboxed, "attack_read", os.path.expanduser("~/.bashrc")), "FileNotFoundError")
@@ -133,7 +144,7 @@ def test_no_write_outside_tmp(sandboxed):
     assert not (repo / "pwned").exists()
     failed_with(run(sandboxed, "attack_write", str(repo / "blockx" / "pwned.py")), "Read-only file system")
     # Paths under /tmp land in its private /tmp, never in the host's.
-    target = os.path.join(sandboxed.tmp, "pwned")
+    target = os.path.join("/tmp", f"bx-pwned-{os.getpid()}-{next(_ids)}")
     assert outputs(run(sandboxed, "attack_write", target)) == [target]
     assert not os.path.exists(target)
 

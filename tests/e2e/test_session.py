@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from blockx.worker.v1 import worker_pb2 as pb
+from tests.support import auth
 from tests.support.session import RawSession, kind, submit
 
 pytestmark = pytest.mark.e2e
@@ -262,7 +263,7 @@ async def test_malformed_bytes_end_only_that_stream(worker):
     try:
         raw = channel.stream_stream("/blockx.worker.v1.WorkerService/TaskSession",
                                     request_serializer=None, response_deserializer=None)
-        call = raw()
+        call = raw(metadata=auth.metadata())
         await call.write(b"\xff\xff\xff\xff\x0f not a protobuf")
         code = await asyncio.wait_for(call.code(), 10)
         assert code != grpc.StatusCode.OK

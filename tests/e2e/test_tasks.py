@@ -108,16 +108,16 @@ def test_continue_policy_keeps_successful_outputs(worker):
     assert outputs(res) == [2, 4]
 
 
-def test_retries_until_success(worker, tmp_path):
-    counter = str(tmp_path / "flaky.count")
+def test_retries_until_success(worker, executor_tmp):
+    counter = str(executor_tmp / "flaky.count")
     worker.submit_calls("t-retry", [("flaky", [counter, 2])], retry=(3, 5, 0))
     res = worker.wait_terminal("t-retry")
     assert res.state == pb.TASK_STATE_SUCCEEDED, res.failure_message
     assert outputs(res) == [3] and res.statistic.call_retries == 2
 
 
-def test_retries_exhausted(worker, tmp_path):
-    counter = str(tmp_path / "flaky2.count")
+def test_retries_exhausted(worker, executor_tmp):
+    counter = str(executor_tmp / "flaky2.count")
     worker.submit_calls("t-retry-x", [("flaky", [counter, 5])], retry=(2, 5, 0))
     res = worker.wait_terminal("t-retry-x")
     assert res.state == pb.TASK_STATE_FAILED and res.failure_code == "CALL_FAILED"

@@ -22,9 +22,9 @@ def trace_of(w, task_id: str) -> pb.TaskTrace:
     return w.stub.GetTaskTrace(pb.GetTaskTraceRequest(task_id=task_id), timeout=10)
 
 
-def test_a_task_with_a_retry_subcalls_and_io_has_each_event_in_order_on_its_lane(start_worker, tmp_path):
+def test_a_task_with_a_retry_subcalls_and_io_has_each_event_in_order_on_its_lane(start_worker, executor_tmp):
     w = start_worker({"RESULT_RETENTION_MS": "60000", "IO_DEVSTUB_ENABLED": "true"})
-    flag = str(tmp_path / "flaky-count")
+    flag = str(executor_tmp / "flaky-count")
     with connect(f"127.0.0.1:{w.port}") as c:
         out = c.submit(calls=[("sum_squares", [3]), ("echo_io", [{"k": 1}]), ("flaky", [flag, 1])],
                        task_id="t-traced")

@@ -1,5 +1,6 @@
 """A raw TaskSession for end-to-end tests: write request batches, read events
-(with a bounded wait), and read the stream's final status. Protocol-level tests
+(with a bounded wait), and read the stream's final status. It carries the
+harness's bearer token unless told another (``token=``, None for none). Protocol-level tests
 use it where the client library would hide what is on the wire."""
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import grpc
 
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
+from tests.support import auth
 
 
 def call_list_task(task_id: str, calls, **fields) -> pb.Task:
@@ -36,9 +38,9 @@ class RawSession:
     """``keep_progress=False`` (the default) sets progress-only updates aside in
     ``progress`` so the protocol tests read the state changes they assert on."""
 
-    def __init__(self, port: int, *, keep_progress: bool = False) -> None:
+    def __init__(self, port: int, *, keep_progress: bool = False, token: str | None = auth.HARNESS_TOKEN) -> None:
         self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-        self.call = pb_grpc.WorkerServiceStub(self.channel).TaskSession()
+        self.call = pb_grpc.WorkerServiceStub(self.channel).TaskSession(metadata=auth.metadata(token))
         self.batches = 0
         self._buf: collections.deque = collections.deque()
         self.ended = False

@@ -23,6 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
+from tests.support import auth
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "blockx" / "examples" / "functions"
@@ -34,9 +35,13 @@ class WorkerProcess:
 
     def __init__(self, env: dict[str, str] | None = None, *, profile: str = "block",
                  executors: int = 2, functions_dir: str | os.PathLike | None = None,
-                 tls=None) -> None:
+                 tls=None, token: str | None = auth.HARNESS_TOKEN) -> None:
         self.tmp = tempfile.mkdtemp(prefix="blockx-e2e-")
         self.tls = tls      # blockx.client.ClientTLS for the harness's own channel (a TLS port)
+        self.token = token  # the bearer token of the harness's own channel (None: no credentials)
+        # Without auth settings of its own, the worker accepts the harness's admin token.
+        harness_tokens = {} if env and ("WORKER_AUTH_MODE" in env or "WORKER_AUTH_TOKENS_FILE" in env) else {
+            "WORKER_AUTH_TOKENS_FILE": auth.write_tokens(self.tmp, {"admin": auth.HARNESS_TOKEN})}
         self.env = {
             **{k: v for k, v in os.environ.items() if k not in ("WORKER_CONFIG",)},
             "WORKER_LISTEN": "127.0.0.1:0",
@@ -46,6 +51,7 @@ class WorkerProcess:
             "EXECUTOR_SOCKET_PATH": os.path.join(self.tmp, "sock", "worker.sock"),
             "FUNCTIONS_DIR": str(functions_dir or EXAMPLES),
             "LOG_LEVEL": "INFO",
+            **harness_tokens,
             **(env or {}),
         }
         self.profile = profile
@@ -72,8 +78,7 @@ class WorkerProcess:
         self.port = ev["port"]
         m = self.find_event("metrics_listening")
         self.metrics_port = m["port"] if m else 0
-        self.channel = (grpc.insecure_channel(f"127.0.0.1:{self.port}") if self.tls is None
-                        else grpc.secure_channel(f"127.0.0.1:{self.port}", self.tls.credentials()))
+        self.channel = auth.channel(f"127.0.0.1:{self.port}", self.tls, self.token)
         self.stub = pb_grpc.WorkerServiceStub(self.channel)
         if ready:
             self.wait_serving(timeout)

@@ -7,10 +7,19 @@ Theory of operation:
   on_executor_attached(executor_id), on_executor_frames(executor_id, frames)
   and on_executor_lost(executor_id, reason). A handler callback that raises is
   logged; it never takes a connection or the loop down.
-- An executor is known by the executorId of its first Heartbeat. A new
-  connection with the same id is a new era: the old connection is declared
-  lost (and closed) before the new one attaches, so its reservations vanish
-  with it and the orchestrator fails the old era's calls as EXECUTOR_LOST.
+- An executor is known by the executorId of its first Heartbeat, which must
+  bring the one-time secret the pool issued for that id (credentials.py). An
+  attach with a wrong or missing secret, an id nobody issued a secret for, the
+  id of an executor that is attached (the live connection stays: a respawned
+  executor only attaches after the old connection is gone), or another id than
+  the private listener it came in on is refused: that connection is closed
+  with a logged reason, nothing is sent to it and nobody else is touched.
+- With `private_executor_ids`, each of those executors also gets a listening
+  socket of its own (listener.private_socket_path), for a sandbox that must
+  see no other executor's socket; a connection accepted there can attach only
+  as that executor.
+- A call frame about a call not dispatched to the connection it came on is
+  refused (connection.py): dropped, counted in refused_frames_total, logged.
 - Reservations (reservations.py) are the adapter's transport truth about which
   calls occupy a context; bind() refuses when none is free (snapshot.py states
   the capacity rule). Terminal frames release them before the orchestrator
@@ -35,8 +44,9 @@ from blockx.protocol import messages
 
 from .connection import ExecutorConnection, encode_execute_call, encode_frame, encode_resume_result
 from .counters import counters_for
+from .credentials import ExecutorCredentials
 from .errors import BindError, CallNotBound, ExecutorGone, OutboxClosed
-from .listener import bind_listener, unlink_if_ours
+from .listener import bind_listener, private_socket_path, unlink_if_ours
 from .outbox_limits import OUTBOX_DEPTH, OUTBOX_MAX_BATCH
 from .reservations import NOT_DISPATCHED
 from .snapshot import ExecutorSnapshotData
@@ -82,6 +92,8 @@ class ExecutorAdapter:
         outbox_max_batch: int = OUTBOX_MAX_BATCH,
         backlog: int = 128,
         execute_call_batch: bool = False,
+        credentials: ExecutorCredentials | None = None,
+        private_executor_ids=(),
     ) -> None:
         if outbox_depth < 1 or outbox_max_batch < 1:
             raise ValueError("outbox_depth and outbox_max_batch must be >= 1")
@@ -100,6 +112,10 @@ class ExecutorAdapter:
         # Send ExecuteCallBatch frames to executors that advertise the feature.
         self.execute_call_batch = execute_call_batch
         self.handler = _NoHandler(self.log)
+        # The secrets executors attach with: the pool issues, the connection checks.
+        self.credentials = credentials if credentials is not None else ExecutorCredentials()
+        self.private_executor_ids = tuple(private_executor_ids)
+        self._private: list = []    # (path, identity, server) of the private listeners
         # wedge backstop: replace with PoolManager.kill_executor so kills are
         # counted and the slot restarts; the default kills the peer pid.
         self.kill_hook: Callable[[str], bool] = self._kill_by_pid
@@ -112,9 +128,11 @@ class ExecutorAdapter:
         # Adapter-local totals. Heartbeat timeouts and wedge kills reach Metrics
         # through the orchestrator, which counts what these calls return.
         self.malformed_total = 0
-        self.reconnects_total = 0
         self.handler_errors_total = 0
         self.heartbeat_timeouts_total = 0
+        self.attach_refused_total = 0
+        self.refused_frames_total = 0
+        self._refusals_logged = 0   # refused frames are logged a bounded number of times
 
     # ---- lifecycle ----
     async def start(self) -> None:
@@ -130,14 +148,35 @@ class ExecutorAdapter:
             sock.close()
             unlink_if_ours(self.socket_path, self._identity)
             raise
+        try:
+            for eid in self.private_executor_ids:
+                await self._listen_private(eid)
+        except BaseException:
+            await self.close()
+            raise
         self.log.info("executor socket listening on %s", self.socket_path,
                       extra={"fields": {"socket_path": self.socket_path}})
+
+    async def _listen_private(self, executor_id: str) -> None:
+        path = private_socket_path(self.socket_path, executor_id)
+        sock, identity = bind_listener(path, 4)
+        try:
+            server = await self.loop.create_unix_server(
+                lambda: ExecutorConnection(self, executor_id), sock=sock)
+        except BaseException:
+            sock.close()
+            unlink_if_ours(path, identity)
+            raise
+        self._private.append((path, identity, server))
 
     async def close(self) -> None:
         self._closing = True
         server, self._server = self._server, None
         if server is not None:
             server.close()
+        private, self._private = self._private, []
+        for _path, _identity, pserver in private:
+            pserver.close()
         for conn in list(self._conns.values()) + list(self._pending):
             self._lose(conn, "executor adapter closed")
         if server is not None:
@@ -145,10 +184,16 @@ class ExecutorAdapter:
                 await asyncio.wait_for(server.wait_closed(), 5.0)
             except asyncio.TimeoutError:
                 self.log.warning("executor listener did not close within 5 s")
-        try:
-            unlink_if_ours(self.socket_path, self._identity)
-        except OSError as exc:
-            self.log.warning("could not remove executor socket %s: %s", self.socket_path, exc)
+        for path, identity, pserver in [(self.socket_path, self._identity, None), *private]:
+            if pserver is not None:
+                try:
+                    await asyncio.wait_for(pserver.wait_closed(), 5.0)
+                except asyncio.TimeoutError:
+                    pass
+            try:
+                unlink_if_ours(path, identity)
+            except OSError as exc:
+                self.log.warning("could not remove executor socket %s: %s", path, exc)
         self._identity = None
 
     # ---- connection bookkeeping (called by ExecutorConnection) ----
@@ -160,12 +205,40 @@ class ExecutorAdapter:
             return
         self._pending.add(conn)
 
+    def _attach_refusal(self, conn: ExecutorConnection, executor_id: str, secret) -> str | None:
+        """Why `conn` may not attach as `executor_id`, or None (the secret is then spent)."""
+        if conn.pinned_id and executor_id != conn.pinned_id:
+            return (f"attach as {executor_id!r:.80} on the private socket of {conn.pinned_id!r}: "
+                    "only that executor attaches there")
+        live = self._conns.get(executor_id)
+        if live is not None and not live.closed:
+            return f"executor {executor_id!r} is already attached; the live connection stays"
+        return self.credentials.check(executor_id, secret)
+
+    def _refuse_attach(self, conn: ExecutorConnection, executor_id: str, reason: str) -> None:
+        self.attach_refused_total += 1
+        self.log.warning("executor attach refused: %s", reason,
+                         extra={"event": "executor_attach_refused",
+                                "fields": {"executor_id": executor_id[:80],
+                                           "reason": reason, "peer_pid": conn.peer_pid}})
+        self._lose(conn, f"attach refused: {reason}")
+
+    def _refuse_frame(self, conn: ExecutorConnection, env: dict) -> None:
+        """A call frame about a call not dispatched to `conn`: dropped. Logged the
+        first times only (a forger must not be able to flood the log)."""
+        self.refused_frames_total += 1
+        if self._refusals_logged < 100:
+            self._refusals_logged += 1
+            call_id = env.get("callId")
+            self.log.warning(
+                "executor %s sent %s about call %.80r, which was not dispatched to it: refused",
+                conn.executor_id, env.get("messageType"), call_id,
+                extra={"event": "executor_frame_refused", "fields": {"executor_id": conn.executor_id,
+                                  "message_type": env.get("messageType"),
+                                  "call_id": str(call_id)[:200], "peer_pid": conn.peer_pid}})
+
     def _attach(self, conn: ExecutorConnection) -> None:
         eid = conn.executor_id
-        old = self._conns.get(eid)
-        if old is not None:
-            self.reconnects_total += 1
-            self._lose(old, "replaced by a new connection with the same executorId (reconnect)")
         self._pending.discard(conn)
         self._conns[eid] = conn
         self.log.info("executor %s attached (pid %d, %d contexts)", eid, self.pid_of(eid) or 0,

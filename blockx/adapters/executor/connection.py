@@ -8,6 +8,16 @@ Theory of operation:
 - The first valid Heartbeat names the executor (executorId) and attaches the
   connection; any other frame before it is a protocol error. A later Heartbeat
   with another executorId is a protocol error too.
+- That first Heartbeat must carry the executor's one-time `attachSecret`
+  (credentials.py); a connection accepted on an executor's private listener
+  (`pinned_id`) may only attach as that executor. The adapter refuses an attach
+  with a wrong or missing secret, an unknown id, or the id of an executor that
+  is already attached (the live connection stays); the refused connection is
+  closed with a logged reason and is never told anything.
+- A call frame (CallCompleted, CallFailed, CallWaiting) about a call this
+  connection was not sent (no dispatched reservation here) is refused: dropped
+  before the handler, counted and logged. Only the executor that runs a call
+  speaks for it; the check is one dict lookup the terminal frames already do.
 - Heartbeats update the capacity view and are answered with HeartbeatAck
   (best effort: a full outbox just skips the ack). The Heartbeat that attaches
   decides, once, whether ExecuteCalls go out batched (its `features` list
@@ -34,7 +44,7 @@ from blockx._fast.errors import FrameError, OutboxClosed, OutboxFull, ProtocolEr
 from blockx.protocol import messages
 
 from .batch_sender import BatchSender
-from .reservations import Reservations
+from .reservations import NOT_DISPATCHED, Reservations
 
 _codec = load("codec")
 _Outbox = load("outbox").Outbox
@@ -64,10 +74,10 @@ class ExecutorConnection(asyncio.Protocol):
         "executor_id", "peer_pid", "connected_at_ms", "attached_at_ms",
         "last_heartbeat_at_ms", "pid", "heartbeat_seq", "runnable_count", "inflight_count",
         "available_contexts", "memory_bytes", "running_call_id", "scheduler_active_at_ms",
-        "reported_scheduler_active_at_ms", "cpu_user_ms", "cpu_system_ms", "batch",
+        "reported_scheduler_active_at_ms", "cpu_user_ms", "cpu_system_ms", "batch", "pinned_id",
     )
 
-    def __init__(self, adapter) -> None:
+    def __init__(self, adapter, pinned_id: str = "") -> None:
         self.adapter = adapter
         self.counters = adapter.counters
         self.fixed_capacity = adapter.executor_contexts  # 0: estimate from heartbeats
@@ -93,6 +103,7 @@ class ExecutorConnection(asyncio.Protocol):
         self.cpu_user_ms = 0
         self.cpu_system_ms = 0
         self.batch: BatchSender | None = None  # set at attach when ExecuteCallBatch is negotiated
+        self.pinned_id = pinned_id  # accepted on this executor's private listener: only it may attach
 
     # ---- capacity view (see snapshot.py for the rule) ----
     @property
@@ -164,6 +175,7 @@ class ExecutorConnection(asyncio.Protocol):
         batch = []
         error = None
         reservations = self.reservations
+        attempt_of = reservations.attempt_of
         attached = bool(self.executor_id)
         try:
             for item in frames:
@@ -172,20 +184,31 @@ class ExecutorConnection(asyncio.Protocol):
                 # attached executor (anything unusual takes the general validation below).
                 if attached and (payload := _route_fast(env, _INBOUND)) is not None:
                     if env["messageType"] == CALL_COMPLETED:
-                        reservations.release_on_terminal(env["callId"], payload["attemptSeq"])
+                        if not reservations.release_on_terminal(env["callId"], payload["attemptSeq"]) \
+                                and not self._dispatched_here(env):
+                            continue
+                    else:
+                        dispatched = attempt_of(env["callId"])
+                        if dispatched is None or dispatched == NOT_DISPATCHED:
+                            self.adapter._refuse_frame(self, env)
+                            continue
                     batch.append(item)
                     continue
                 payload = _validate(env, _INBOUND)  # fills optional defaults in place
                 mt = env["messageType"]
                 if mt == HEARTBEAT:
                     self._heartbeat(payload)
-                    if self.closed:  # a callback closed us while attaching
+                    if self.closed:  # a callback closed us while attaching, or the attach was refused
                         return
                 elif not self.executor_id:
                     raise ProtocolError(f"{mt} frame before the first Heartbeat")
                 else:
                     if mt == CALL_COMPLETED or mt == CALL_FAILED:
-                        reservations.release_on_terminal(env["callId"], payload["attemptSeq"])
+                        if (not reservations.release_on_terminal(env["callId"], payload["attemptSeq"])
+                                and not self._dispatched_here(env)):
+                            continue
+                    elif not self._dispatched_here(env):
+                        continue
                     batch.append(item)
         except ProtocolError as exc:
             error = exc
@@ -193,6 +216,17 @@ class ExecutorConnection(asyncio.Protocol):
             self.adapter._deliver(self, batch)
         if error is not None and not self.closed:
             self.adapter._lose(self, f"protocol error: {error}", malformed=True)
+
+    def _dispatched_here(self, env: dict) -> bool:
+        """Whether this connection was sent the call `env` is about; a frame about
+        any other call is refused (reported to the adapter, never delivered). A
+        terminal frame of an older attempt of a call sent here still passes: the
+        dispatcher ignores it as stale, as before."""
+        dispatched = self.reservations.attempt_of(env["callId"])
+        if dispatched is not None and dispatched != NOT_DISPATCHED:
+            return True
+        self.adapter._refuse_frame(self, env)
+        return False
 
     def _heartbeat(self, p: dict) -> None:
         eid = p["executorId"]
@@ -203,6 +237,11 @@ class ExecutorConnection(asyncio.Protocol):
         for key in _HB_NON_NEGATIVE:
             if p[key] < 0:
                 raise ProtocolError(f"Heartbeat {key} must not be negative, got {p[key]}")
+        if not self.executor_id:
+            refused = self.adapter._attach_refusal(self, eid, p.get("attachSecret"))
+            if refused:
+                self.adapter._refuse_attach(self, eid, refused)
+                return
         now = self.adapter.clock_ms()
         self.pid = p["pid"]
         self.heartbeat_seq = p["seq"]

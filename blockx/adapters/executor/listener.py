@@ -77,6 +77,14 @@ def _remove_stale_socket(path: str) -> None:
         pass
 
 
+def private_socket_path(socket_path: str, executor_id: str) -> str:
+    """Where the private listening socket of `executor_id` lives: beside the
+    shared socket, in the same private directory (`worker.sock` ->
+    `worker.exec-0.sock`). A sandbox gets this one file bound read-only."""
+    base, ext = os.path.splitext(os.path.abspath(socket_path))
+    return f"{base}.{executor_id}{ext or '.sock'}"
+
+
 def bind_listener(path: str, backlog: int = 128) -> tuple[socket.socket, tuple[int, int]]:
     """A non-blocking listening AF_UNIX socket at `path` (mode 0600 in a 0700
     directory) and the (st_dev, st_ino) identity of its file."""

@@ -17,6 +17,16 @@ Slot state machine, one slot per executor id exec-0 .. exec-(N-1):
   BLOCKX_EXECUTOR_* variables and `extra_env`: the Worker's configuration and
   credentials (WORKER_CONFIG, etcd endpoints, tokens, proxies) never reach
   user code.
+- Every spawn issues the slot a fresh attach secret (credentials.py) and hands
+  it over through a pipe the child inherits (`--attach-secret-fd`), never its
+  environment or command line.
+- `run_as_user` (process mode, Worker running as root): the executor starts as
+  root and leaves root for that user before it attaches (its --run-as-user,
+  blockx_executor.privileges); HOME, USER and LOGNAME are that user's.
+- `output` (output.py): the children's stdout and stderr are pipes whose lines
+  reach the Worker's log as escaped fields of `executor_output` records.
+- With a sandbox, each executor is given its private socket
+  (listener.private_socket_path), which the adapter listens on.
 - Timers are loop.call_later handles; exits arrive through spawn.ChildProcess.
   Nothing blocks the loop except Popen itself (vfork+exec, well under 10 ms)."""
 
@@ -27,6 +37,7 @@ import enum
 import importlib.util
 import logging
 import os
+import subprocess
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,10 +46,12 @@ from pathlib import Path
 
 from .adapter import monotonic_ms
 from .counters import counters_for
+from .credentials import ExecutorCredentials
+from .listener import private_socket_path
 from .spawn import ChildProcess
 
 __all__ = ["DEFAULT_ENV_ALLOWLIST", "ENV_PREFIX", "PoolManager", "SlotInfo", "SlotState",
-           "build_child_env"]
+           "build_child_env", "executor_ids"]
 
 # What an executor may see of the Worker's environment: locale, time zone,
 # interpreter/venv plumbing, the temp dir, and the switch for the pure-Python
@@ -54,6 +67,11 @@ DEFAULT_ENV_ALLOWLIST: tuple[str, ...] = (
 )
 # Variables meant for the executor itself pass through by prefix.
 ENV_PREFIX = "BLOCKX_EXECUTOR_"
+
+
+def executor_ids(count: int) -> list[str]:
+    """The executor ids of a pool of `count` slots."""
+    return [f"exec-{i}" for i in range(count)]
 
 
 class SlotState(str, enum.Enum):
@@ -138,6 +156,9 @@ class PoolManager:
         logger: logging.Logger | None = None,
         metrics=None,
         sandbox=None,
+        credentials: ExecutorCredentials | None = None,
+        run_as_user: str = "",
+        output=None,
     ) -> None:
         for name, value in (("executor_count", executor_count), ("max_inflight", max_inflight),
                             ("max_runnable", max_runnable), ("restart_delay_ms", restart_delay_ms),
@@ -159,6 +180,14 @@ class PoolManager:
         self.command = list(command) if command else [python, "-m", "blockx_executor"]
         self.extra_args = list(extra_args)
         self.env = build_child_env(env_allowlist, extra_env)
+        self.run_as_user = run_as_user
+        if run_as_user:
+            import pwd
+            pw = pwd.getpwnam(run_as_user)      # config validation named a user that exists
+            self.env.update({"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name})
+        # The attach secrets; share it with the ExecutorAdapter (its `credentials`).
+        self.credentials = credentials if credentials is not None else ExecutorCredentials()
+        self.output = output
         self._stdout = stdout
         self._stderr = stderr
         self.clock_ms = clock_ms
@@ -168,15 +197,20 @@ class PoolManager:
         # in bwrap, and names the limit that killed one.
         self.sandbox = sandbox
         self.limit_kills: dict[str, int] = {}
-        self._slots = {f"exec-{i}": _Slot(f"exec-{i}") for i in range(executor_count)}
+        self._slots = {eid: _Slot(eid) for eid in executor_ids(executor_count)}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
         self._stopping = False
 
-    def argv_for(self, executor_id: str) -> list[str]:
-        return [*self.command, "--executor-id", executor_id, "--socket-path", self.socket_path,
+    def argv_for(self, executor_id: str, *, socket_path: str = "", secret_fd: int = 0) -> list[str]:
+        argv = [*self.command, "--executor-id", executor_id, "--socket-path", socket_path or self.socket_path,
                 "--executor-max-inflight", str(self.max_inflight),
-                "--executor-max-runnable", str(self.max_runnable), *self.extra_args]
+                "--executor-max-runnable", str(self.max_runnable)]
+        if secret_fd:
+            argv += ["--attach-secret-fd", str(secret_fd)]
+        if self.run_as_user and self.sandbox is None:
+            argv += ["--run-as-user", self.run_as_user]
+        return [*argv, *self.extra_args]
 
     # ---- lifecycle ----
     async def start(self) -> None:
@@ -184,6 +218,10 @@ class PoolManager:
             raise RuntimeError("PoolManager already started")
         self._started = True
         self._loop = asyncio.get_running_loop()
+        if self.sandbox is None and not self.run_as_user and os.geteuid() == 0:
+            self.log.warning("process-mode executors run as root: user code can read this Worker's "
+                             "environment, memory and files (EXECUTOR_USER=root)",
+                             extra={"event": "executors_run_as_root", "fields": {}})
         for slot in self._slots.values():
             self._spawn(slot)
 
@@ -218,24 +256,43 @@ class PoolManager:
         self._close_sandbox()
 
     def _close_sandbox(self) -> None:
+        if self.output is not None:
+            self.output.close()
         if self.sandbox is not None:
             self.sandbox.close()
 
     # ---- slot machinery ----
     def _spawn(self, slot: _Slot) -> None:
-        argv = self.argv_for(slot.executor_id)
+        eid = slot.executor_id
+        secret = self.credentials.issue(eid)
+        read_fd, write_fd = os.pipe()
+        try:
+            os.write(write_fd, secret.encode())      # 64 bytes: fits the pipe, never blocks
+        finally:
+            os.close(write_fd)
         if self.sandbox is not None:
-            argv = self.sandbox.argv(slot.executor_id, argv)
+            argv = self.argv_for(eid, socket_path=self.sandbox.executor_socket_path, secret_fd=read_fd)
+            argv = self.sandbox.argv(eid, argv, socket_path=private_socket_path(self.socket_path, eid))
+        else:
+            argv = self.argv_for(eid, secret_fd=read_fd)
+        piped = self.output is not None
         try:
             child = ChildProcess(argv, self.env, loop=self._loop, on_exit=self._on_exit,
-                                 stdout=self._stdout, stderr=self._stderr)
+                                 stdout=subprocess.PIPE if piped else self._stdout,
+                                 stderr=subprocess.PIPE if piped else self._stderr, pass_fds=(read_fd,))
         except OSError as exc:
+            os.close(read_fd)
+            self.credentials.revoke(eid)
             slot.spawn_failures += 1
             slot.child = None
             self.log.error("cannot start executor %s (%s): %s", slot.executor_id, argv[0], exc,
                            extra={"fields": {"executor_id": slot.executor_id, "error": str(exc)}})
             self._after_exit(slot)
             return
+        os.close(read_fd)
+        if piped:
+            self.output.watch(self._loop, eid, "stdout", child.popen.stdout)
+            self.output.watch(self._loop, eid, "stderr", child.popen.stderr)
         slot.child = child
         slot.state = SlotState.RUNNING
         slot.starts += 1
@@ -247,6 +304,7 @@ class PoolManager:
         if slot is None:
             return
         slot.child = None
+        self.credentials.revoke(slot.executor_id)     # an exited executor's secret attaches nobody
         slot.last_exit_code = rc
         how = f"killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
         reason = self.sandbox.exit_reason(slot.executor_id) if self.sandbox is not None else None

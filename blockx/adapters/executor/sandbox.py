@@ -9,7 +9,11 @@ What the executor gets (and nothing else):
   dynamic linker's cache, the Python installation (sys.base_prefix), the venv
   (sys.prefix) and the two packages it imports (blockx, blockx_executor);
 - a private tmpfs /tmp (its working directory and HOME), sized to the memory limit;
-- the socket directory, bound read-write, so it can reach the Worker;
+- its own listening socket of the Worker (one per executor, see
+  listener.private_socket_path), bound read-only at SANDBOX_SOCKET_PATH: it sees
+  no other executor's socket, and the directory around it is the sandbox's
+  read-only root, so it can create nothing there. connect() needs no write
+  access to the mount: only the socket file's own mode counts;
 - the environment the pool built (the allowlist), HOME and TMPDIR set to /tmp;
 - --die-with-parent: it dies with the Worker.
 Not mounted: the Worker's working directory, the functions directory, home
@@ -43,6 +47,7 @@ from pathlib import Path
 log = logging.getLogger("blockx.executor.sandbox")
 
 SANDBOX_UID = 65534
+SANDBOX_SOCKET_PATH = "/run/blockx/worker.sock"   # where an executor finds its socket inside
 PROBE_TIMEOUT_S = 10
 MiB = 1024 * 1024
 
@@ -99,6 +104,7 @@ class Sandbox:
         if self.bwrap is None:
             raise RuntimeError(sandbox_problem() or "bwrap is missing")
         self.socket_dir = os.path.dirname(os.path.abspath(socket_path))
+        self.executor_socket_path = SANDBOX_SOCKET_PATH
         self.limits = limits
         self.functions_dir = os.path.realpath(functions_dir) if functions_dir else ""
         self.cgroups = CgroupLimits.create(limits) if cgroups else None
@@ -125,7 +131,9 @@ class Sandbox:
             args += ["--tmpfs", self.functions_dir]      # code only through the Worker
         return args
 
-    def argv(self, executor_id: str, executor_argv: list[str]) -> list[str]:
+    def argv(self, executor_id: str, executor_argv: list[str], *, socket_path: str) -> list[str]:
+        """bwrap around `executor_argv` (which names SANDBOX_SOCKET_PATH); `socket_path`
+        is the executor's private socket on the host."""
         lim = self.limits
         tmp_size = (lim.memory_mb or 256) * MiB
         argv = [self.bwrap,
@@ -135,7 +143,7 @@ class Sandbox:
                 "--proc", "/proc", "--dev", "/dev",
                 "--size", str(tmp_size), "--tmpfs", "/tmp",
                 *self._mounts(),
-                "--bind", self.socket_dir, self.socket_dir,
+                "--ro-bind", socket_path, self.executor_socket_path,
                 "--remount-ro", "/",                 # the sandbox's own root: nothing writable but /tmp
                 "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--chdir", "/tmp",
                 "--", *executor_argv]

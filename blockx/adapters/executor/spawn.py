@@ -7,7 +7,8 @@ Why this way:
   nothing of the Worker (threads, grpc state, the event loop) is duplicated; the
   child is a fresh interpreter. uvloop's own subprocess support would fork().
   preexec_fn is never used: it forces a real fork() in a threaded process.
-- close_fds=True: the child inherits no listener, grpc or etcd socket.
+- close_fds=True: the child inherits no listener, grpc or etcd socket; only
+  `pass_fds` (the pipe its attach secret is read from) stay open in it.
 - start_new_session=True: a Ctrl-C on the Worker's terminal reaches the Worker
   only; the Worker drains, then stops its executors itself (the executor exits
   when its Worker connection closes, so a killed Worker leaves no orphans).
@@ -41,7 +42,7 @@ class ChildProcess:
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], *,
                  loop: asyncio.AbstractEventLoop,
                  on_exit: Callable[[ChildProcess, int], None] | None = None,
-                 stdout=None, stderr=None, cwd: str | None = None) -> None:
+                 stdout=None, stderr=None, cwd: str | None = None, pass_fds: Sequence[int] = ()) -> None:
         self.argv = list(argv)
         self._loop = loop
         self._on_exit = on_exit
@@ -51,7 +52,7 @@ class ChildProcess:
         self._waiters: list[asyncio.Future] = []
         self.popen = subprocess.Popen(
             self.argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout,
-            stderr=stderr, close_fds=True, start_new_session=True)
+            stderr=stderr, close_fds=True, start_new_session=True, pass_fds=tuple(pass_fds))
         self.pid = self.popen.pid
         try:
             self._pidfd = os.pidfd_open(self.pid)

@@ -32,3 +32,27 @@ class UnknownIOBackend(TaskIOError):
 
 class IOScopeClosed(TaskIOError):
     """The task ended (or the Worker is shutting down) while the request was pending."""
+
+
+RPC_ERROR = "RPC_ERROR"
+
+
+class RpcCallError(TaskIOError):
+    """A JSON-RPC node answered the request with an error object: its code,
+    message and optional data reach the call (the SDK raises RpcError)."""
+
+    error_kind = RPC_ERROR
+
+    def __init__(self, message: str, *, code: int, rpc_message: str, data=None):
+        super().__init__(message, retryable=False)
+        self.code = code
+        self.rpc_message = rpc_message
+        self.data = data
+
+    def to_resume_error(self) -> dict:
+        error = super().to_resume_error()
+        rpc = {"code": self.code, "message": self.rpc_message}
+        if self.data is not None:
+            rpc["data"] = self.data
+        error["rpcError"] = rpc
+        return error

@@ -249,8 +249,9 @@ class IOScopeFactory:
 
     @classmethod
     def from_config(cls, cfg, data=None) -> IOScopeFactory:
-        """The backends a WorkerFullConfig enables: devstub, and sql when the
-        Worker has a data plane (admission per source lives in the sql backend).
+        """The backends a WorkerFullConfig enables: devstub, sql when the
+        Worker has a data plane (admission per source lives in the sql backend),
+        rpc when ioBackends.rpc.endpoints names any (admission per endpoint in it).
         Every backend request has a timeout: ioBackends.<name>.timeoutMs
         (devstub: 0 = phaseIoTimeoutMs)."""
         from blockx.plugins.io.devstub import DevStubBackend
@@ -270,6 +271,11 @@ class IOScopeFactory:
             backends["sql"] = SqlBackend(data, concurrency=sql.concurrency, max_rows=sql.max_rows,
                                          timeout_ms=sql.timeout_ms, max_result_bytes=sql.max_result_bytes)
             timeouts["sql"] = sql.timeout_ms
+        rpc = cfg.io_backends.rpc
+        if rpc.endpoints:   # on only when endpoints are configured; the backend owns admission and timeouts
+            from blockx.plugins.io.rpc import backend_from_config
+
+            backends["rpc"] = backend_from_config(rpc)
         return cls(backends, concurrency, request_timeout_ms=timeouts)
 
     @property

@@ -29,8 +29,9 @@ async def wait_until(predicate, timeout: float = WAIT_S, what: str = "condition"
 
 
 class FakeExecutor:
-    def __init__(self, socket_path: str, executor_id: str, *, contexts: int = 4) -> None:
+    def __init__(self, socket_path: str, executor_id: str, *, contexts: int = 4, secret: str = "") -> None:
         self.socket_path = socket_path
+        self.secret = secret        # sent in the first Heartbeat (the attach), as a real executor does
         self.executor_id = executor_id
         self.contexts = contexts
         self.inflight = 0
@@ -72,6 +73,8 @@ class FakeExecutor:
         self.seq += 1
         hb = m.heartbeat(self.executor_id, os.getpid(), self.seq, 0, self.inflight,
                          self.contexts - self.inflight, 1 << 20, 0)
+        if self.secret and self.seq == 1:
+            hb["payload"]["attachSecret"] = self.secret
         hb["payload"].update(fields)
         return hb
 

@@ -50,7 +50,7 @@ async def env(sock_dir, clock):
     fakes: list[FakeExecutor] = []
 
     async def attach(executor_id: str, contexts: int = 4, **hb) -> FakeExecutor:
-        fake = await FakeExecutor(adapter.socket_path, executor_id, contexts=contexts).connect()
+        fake = await FakeExecutor(adapter.socket_path, executor_id, secret=adapter.credentials.issue(executor_id), contexts=contexts).connect()
         fakes.append(fake)
         before = handler.attached.count(executor_id)
         fake.heartbeat(**hb)
@@ -58,7 +58,7 @@ async def env(sock_dir, clock):
         return fake
 
     async def connect(executor_id: str) -> FakeExecutor:
-        fake = await FakeExecutor(adapter.socket_path, executor_id).connect()
+        fake = await FakeExecutor(adapter.socket_path, executor_id, secret=adapter.credentials.issue(executor_id)).connect()
         fakes.append(fake)
         return fake
 
@@ -218,7 +218,7 @@ async def test_configured_executor_contexts_fix_the_capacity(sock_dir):
     adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"), executor_contexts=3)
     handler = adapter.handler = RecordingHandler()
     await adapter.start()
-    fake = await FakeExecutor(adapter.socket_path, "exec-0", contexts=4).connect()
+    fake = await FakeExecutor(adapter.socket_path, "exec-0", secret=adapter.credentials.issue("exec-0"), contexts=4).connect()
     try:
         # one subcall in flight inflates the heartbeat estimate (2 + 3 = 5)
         fake.heartbeat(inflightCount=3, availableContexts=2)
@@ -301,6 +301,8 @@ async def test_execute_call_and_one_batch_per_chunk_after_release(env):
 async def test_waiting_frame_with_sidecar_reaches_the_handler(env):
     adapter, handler, attach, connect = env
     fake = await attach("exec-0")
+    adapter.bind("c1", "exec-0")
+    adapter.send_execute_call("exec-0", "c1", execute_payload())
     fake.send(m.call_waiting_io("c1", "r1", "t1", 1, "devstub", {"k": 1}), sidecar=b"\x00\xffraw")
     (frame,) = await handler.wait_frames("exec-0")
     assert frame[1] == b"\x00\xffraw" and frame[0]["requestId"] == "r1"
@@ -313,15 +315,17 @@ async def test_stale_attempt_frame_does_not_release_a_newer_attempt(env):
     adapter.send_execute_call("exec-0", "c1", execute_payload(attempt=1))
     adapter.unbind("c1", "exec-0")  # e.g. a synthesized failure; attempt 1 still runs
     adapter.bind("c1", "exec-0")
-    fake.send(fake.complete("c1", 1))  # attempt 1 ends before attempt 2 went out
+    # attempt 1 ends before attempt 2 went out: no attempt of c1 is dispatched
+    # here now, so the frame is refused (the dispatcher would drop it as stale).
+    fake.send(fake.complete("c1", 1))
+    await wait_until(lambda: adapter.refused_frames_total == 1, what="the frame refused")
+    assert adapter.is_bound("c1", "exec-0") and handler.frames_of("exec-0") == []
+    adapter.send_execute_call("exec-0", "c1", execute_payload(attempt=2))
+    fake.send(fake.complete("c1", 1))   # a call sent here: delivered, its attempt is the core's business
     await handler.wait_frames("exec-0", 1)
     assert adapter.is_bound("c1", "exec-0")
-    adapter.send_execute_call("exec-0", "c1", execute_payload(attempt=2))
-    fake.send(fake.complete("c1", 1))
-    await handler.wait_frames("exec-0", 2)
-    assert adapter.is_bound("c1", "exec-0")
     fake.send(fake.complete("c1", 2))
-    await handler.wait_frames("exec-0", 3)
+    await handler.wait_frames("exec-0", 2)
     assert not adapter.is_bound("c1", "exec-0")
 
 
@@ -378,7 +382,7 @@ async def test_a_burst_past_the_outbox_depth_waits_instead_of_failing(sock_dir):
     adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"), outbox_depth=2, outbox_max_batch=2)
     handler = adapter.handler = RecordingHandler()
     await adapter.start()
-    fake = await FakeExecutor(adapter.socket_path, "exec-0", contexts=8).connect()
+    fake = await FakeExecutor(adapter.socket_path, "exec-0", secret=adapter.credentials.issue("exec-0"), contexts=8).connect()
     try:
         fake.heartbeat()
         await handler.wait_attached("exec-0")
@@ -475,7 +479,7 @@ async def test_post_resume_call_refuses_when_the_outbox_is_full(sock_dir):
     adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"), outbox_depth=2)
     handler = adapter.handler = RecordingHandler()
     await adapter.start()
-    fake = await FakeExecutor(adapter.socket_path, "exec-0", contexts=8).connect()
+    fake = await FakeExecutor(adapter.socket_path, "exec-0", secret=adapter.credentials.issue("exec-0"), contexts=8).connect()
     try:
         fake.heartbeat()
         await handler.wait_attached("exec-0")
@@ -592,6 +596,9 @@ async def test_a_failing_handler_does_not_break_the_connection(env):
     def boom(eid, frames):
         raise RuntimeError("orchestrator bug")
 
+    for cid in ("c1", "c2"):
+        adapter.bind(cid, "exec-0")
+        adapter.send_execute_call("exec-0", cid, execute_payload())
     handler.hook = boom
     fake.send(fake.complete("c1"))
     await handler.wait_frames("exec-0", 1)
@@ -637,32 +644,45 @@ async def test_heartbeat_timeout_declares_lost(env, clock):
     assert adapter.check_heartbeat_timeouts(25_000) == []
 
 
-async def test_reconnect_starts_a_new_era(env):
+async def test_a_second_connection_for_a_live_executor_is_refused_and_the_live_one_stays(env):
+    adapter, handler, attach, connect = env
+    live = await attach("exec-0", contexts=2)
+    adapter.bind("c1", "exec-0")
+    adapter.send_execute_call("exec-0", "c1", execute_payload())
+    await live.wait_frames(m.EXECUTE_CALL)
+    # Even with a valid secret (the pool issued a new one): the id is taken.
+    second = await connect("exec-0")
+    second.secret = adapter.credentials.issue("exec-0")
+    second.heartbeat()
+    await second.wait_eof()
+    assert handler.attached == ["exec-0"] and handler.lost == [] and adapter.attach_refused_total == 1
+    assert second.of_type(m.HEARTBEAT_ACK) == [] and second.of_type(m.EXECUTE_CALL) == []
+    assert adapter.is_bound("c1", "exec-0")
+    live.send(live.complete("c1"))
+    await handler.wait_frames("exec-0", 1)
+
+
+async def test_after_the_connection_is_lost_a_fresh_secret_starts_a_new_era(env):
     adapter, handler, attach, connect = env
     old = await attach("exec-0", contexts=2)
     adapter.bind("c1", "exec-0")
-    adapter.bind("c2", "exec-0")
     adapter.send_execute_call("exec-0", "c1", execute_payload())
-    assert adapter.snapshots()[0].free_contexts == 0
-    new = await attach("exec-0", contexts=2)
-    assert "reconnect" in await handler.wait_lost("exec-0")
-    await old.wait_eof()
-    assert handler.attached == ["exec-0", "exec-0"] and adapter.reconnects_total == 1
-    snap = adapter.snapshots()[0]
-    assert (snap.reserved_count, snap.free_contexts) == (0, 2)
+    await old.close()
+    await handler.wait_lost("exec-0")
     assert not adapter.is_bound("c1", "exec-0")
+    new = await attach("exec-0", contexts=2)      # a respawned executor, with its new secret
+    assert handler.attached == ["exec-0", "exec-0"]
     adapter.bind("c1", "exec-0")  # the new era accepts the retried calls
     adapter.send_execute_call("exec-0", "c1", execute_payload(attempt=2))
     (frame,) = await new.wait_frames(m.EXECUTE_CALL)
     assert frame[0]["payload"]["attemptSeq"] == 2
-    assert old.of_type(m.EXECUTE_CALL)[0][0]["payload"]["attemptSeq"] == 1
 
 
 async def test_close_reports_every_executor_lost_and_removes_the_socket(sock_dir):
     adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"))
     handler = adapter.handler = RecordingHandler()
     await adapter.start()
-    fakes = [await FakeExecutor(adapter.socket_path, f"exec-{i}").connect() for i in range(2)]
+    fakes = [await FakeExecutor(adapter.socket_path, f"exec-{i}", secret=adapter.credentials.issue(f"exec-{i}")).connect() for i in range(2)]
     for fake in fakes:
         fake.heartbeat()
     await handler.wait_attached("exec-1")
@@ -694,7 +714,7 @@ async def batching(sock_dir):
     fakes = []
 
     async def attach(executor_id, **hb):
-        fake = await FakeExecutor(adapter.socket_path, executor_id, contexts=8).connect()
+        fake = await FakeExecutor(adapter.socket_path, executor_id, secret=adapter.credentials.issue(executor_id), contexts=8).connect()
         fakes.append(fake)
         fake.heartbeat(**hb)
         await handler.wait_attached(executor_id)
@@ -785,3 +805,69 @@ async def test_flush_now_writes_what_is_queued_for_the_executor_at_once(env):
     adapter.flush_now("exec-9")                                                     # not attached: nothing
     (frame,) = await fake.wait_frames(m.RESUME_CALL)
     assert frame[0]["callId"] == "c1"
+
+
+# ---- who may attach, and speak for which calls ----
+
+@pytest.mark.parametrize("executor_id, secret, why", [
+    ("exec-0", "", "without an attachSecret"),
+    ("exec-0", "f" * 64, "wrong attachSecret"),
+    ("exec-5", "f" * 64, "unknown id"),
+])
+async def test_an_attach_without_the_issued_secret_is_refused(env, executor_id, secret, why):
+    adapter, handler, attach, connect = env
+    adapter.credentials.issue("exec-0")
+    forger = await connect(executor_id)
+    forger.secret = secret
+    forger.heartbeat()
+    await forger.wait_eof()
+    assert handler.attached == [] and adapter.executor_ids() == [] and adapter.attach_refused_total == 1
+    assert forger.received == []                     # not even a HeartbeatAck
+    real = await attach("exec-0")                     # the real one still attaches afterwards
+    assert adapter.executor_ids() == ["exec-0"] and not real.eof
+
+
+async def test_a_private_listener_attaches_only_its_own_executor(sock_dir):
+    from blockx.adapters.executor.listener import private_socket_path
+    path = os.path.join(sock_dir, "w.sock")
+    adapter = ExecutorAdapter(path, private_executor_ids=["exec-0", "exec-1"])
+    handler = adapter.handler = RecordingHandler()
+    await adapter.start()
+    own = private_socket_path(path, "exec-0")
+    assert own == os.path.join(sock_dir, "w.exec-0.sock")
+    assert stat.S_IMODE(os.stat(own).st_mode) == 0o600
+    fakes = []
+    try:
+        # exec-1's valid secret, on exec-0's socket: refused.
+        wrong = await FakeExecutor(own, "exec-1", secret=adapter.credentials.issue("exec-1")).connect()
+        fakes.append(wrong)
+        wrong.heartbeat()
+        await wrong.wait_eof()
+        assert handler.attached == [] and adapter.attach_refused_total == 1
+        right = await FakeExecutor(own, "exec-0", secret=adapter.credentials.issue("exec-0")).connect()
+        fakes.append(right)
+        right.heartbeat()
+        await handler.wait_attached("exec-0")
+    finally:
+        await adapter.close()
+        for f in fakes:
+            await f.close()
+    assert not os.path.exists(own) and not os.path.exists(path)
+
+
+async def test_frames_about_a_call_dispatched_to_another_connection_are_refused(env):
+    adapter, handler, attach, connect = env
+    victim = await attach("exec-0")
+    forger = await attach("exec-1")
+    adapter.bind("c1", "exec-0")
+    adapter.send_execute_call("exec-0", "c1", execute_payload())
+    adapter.bind("c2", "exec-1")                 # bound on the forger, not yet sent: not its either
+    forger.send(forger.complete("c1"), m.call_failed("c1", "t1", 1, m.USER_ERROR, False, "forged"),
+                m.call_waiting_io("c1", "r1", "t1", 1, "devstub", {"k": 1}), forger.complete("c2"),
+                forger.complete("nope"))
+    await wait_until(lambda: adapter.refused_frames_total == 5, what="five refused frames")
+    assert handler.frames_of("exec-1") == [] and adapter.is_bound("c1", "exec-0")
+    assert adapter.is_bound("c2", "exec-1") and adapter.executor_ids() == ["exec-0", "exec-1"]
+    victim.send(victim.complete("c1"))
+    (frame,) = await handler.wait_frames("exec-0")
+    assert frame[0]["callId"] == "c1" and not adapter.is_bound("c1", "exec-0")

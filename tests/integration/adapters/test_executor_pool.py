@@ -32,9 +32,14 @@ mode = os.environ.get("BLOCKX_EXECUTOR_MODE", "sleep")
 if mode == "stubborn":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 # Written last: once a stand-in's record exists, its signal disposition is set.
+secret = ""
+if "--attach-secret-fd" in sys.argv:
+    fd = int(sys.argv[sys.argv.index("--attach-secret-fd") + 1])
+    secret = os.read(fd, 4096).decode()
+    os.close(fd)
 if out:
     with open(os.path.join(out, f"{eid}.{os.getpid()}.json"), "w") as f:
-        json.dump({"argv": sys.argv[1:], "env": dict(os.environ)}, f)
+        json.dump({"argv": sys.argv[1:], "env": dict(os.environ), "secret": secret}, f)
 if mode.startswith("exit"):
     sys.exit(int(mode[4:] or 0))
 time.sleep(60)
@@ -92,9 +97,18 @@ async def test_start_spawns_every_slot_with_the_executor_flags(make_pool, out_di
     assert pool.states() == {"exec-0": SlotState.RUNNING, "exec-1": SlotState.RUNNING}
     for i in range(2):
         rec = (await wait_until(lambda: records(out_dir, f"exec-{i}"), what="stand-in record"))[0]
+        fd = rec["argv"][rec["argv"].index("--attach-secret-fd") + 1]
         assert rec["argv"] == ["--executor-id", f"exec-{i}", "--socket-path",
                                os.path.join(out_dir, "w.sock"), "--executor-max-inflight", "7",
-                               "--executor-max-runnable", "5", "--log-level", "debug"]
+                               "--executor-max-runnable", "5", "--attach-secret-fd", fd,
+                               "--log-level", "debug"]
+        # The secret came through the inherited pipe only, and it is the one the
+        # adapter expects for that id (once).
+        secret = rec["secret"]
+        assert len(secret) == 64 and secret not in " ".join(rec["argv"])
+        assert all(secret not in v for v in rec["env"].values())
+        assert pool.credentials.check(f"exec-{i}", secret) is None
+        assert pool.credentials.check(f"exec-{i}", secret) is not None
     assert pool.pid_of("exec-0") and pool.pid_of("exec-0") != pool.pid_of("exec-1")
 
 
@@ -222,7 +236,8 @@ async def test_real_executors_attach_through_the_adapter(out_dir):
     adapter = ExecutorAdapter(sock_path)
     handler = adapter.handler = RecordingHandler()
     await adapter.start()
-    pool = PoolManager(2, sock_path, max_inflight=16, max_runnable=16, restart_delay_ms=100)
+    pool = PoolManager(2, sock_path, max_inflight=16, max_runnable=16, restart_delay_ms=100,
+                       credentials=adapter.credentials)
     try:
         await pool.start()
         await wait_until(lambda: sorted(handler.attached) == ["exec-0", "exec-1"], timeout=20,

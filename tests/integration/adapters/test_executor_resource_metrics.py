@@ -47,7 +47,7 @@ async def wired():
     fakes: list[FakeExecutor] = []
 
     async def connect(eid: str) -> FakeExecutor:
-        fake = await FakeExecutor(adapter.socket_path, eid).connect()
+        fake = await FakeExecutor(adapter.socket_path, eid, secret=adapter.credentials.issue(eid)).connect()
         fakes.append(fake)
         return fake
 
@@ -87,6 +87,8 @@ async def test_restarted_executor_resets_its_counter_and_a_lost_one_disappears(w
     await handler.wait_attached("exec-1")
     assert executor_samples(metrics)[cpu("exec-0", "user")] == 30.0
     # The pool restarts exec-0: a new process, same id, CPU from ~0 again.
+    await old.close()
+    await handler.wait_lost("exec-0")
     new = await connect("exec-0")
     new.heartbeat(memoryBytes=20_000_000, cpuUserMs=150, cpuSystemMs=20)
     await handler.wait_attached("exec-0", 2)

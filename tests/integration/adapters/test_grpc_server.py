@@ -19,13 +19,13 @@ class BuggyOrch:
     def __init__(self):
         self.subscriptions = SubscriptionManager(lambda t: None, lambda t, d: None)
 
-    def request_task_slot(self, task_id, ttl_ms):
+    def request_task_slot(self, task_id, ttl_ms, caller=None):
         raise RuntimeError("boom in request_task_slot")
 
-    def submit_task(self, req, shadow=False, raw_request=None):
+    def submit_task(self, req, shadow=False, raw_request=None, caller=None):
         raise KeyError("boom in submit_task")
 
-    def get_task_result(self, task_id):
+    def get_task_result(self, task_id, caller=None):
         raise ZeroDivisionError("boom in get_task_result")
 
 

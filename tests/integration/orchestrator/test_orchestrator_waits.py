@@ -345,3 +345,26 @@ async def test_an_executor_lost_before_the_flush_fails_the_waiting_attempt(make_
 
 def _failed_kinds(h) -> dict:
     return {k: v for k, v in h.metrics.calls_failed.items() if v}
+
+
+async def test_a_wait_in_the_name_of_another_task_is_refused(make_harness):
+    """A call may only wait in the name of its own task: user code that names
+    another running task gets none of its code, IO or subcalls."""
+    from blockx.protocol import messages as m
+    h = await make_harness()
+    f = h.fake
+    h.submit("mine", [("add", [1, 2])])
+    h.submit("theirs", [("echo", ["private"])])
+    mine, theirs = await h.executed(2)
+    seen = _record_waits(h)
+    forged = [m.call_waiting_function_code("mine/0", "c1", "theirs", 1, "echo",
+                                           theirs.payload["functionCodeDigest"]),
+              m.call_waiting_io("mine/0", "io1", "theirs", 1, "devstub", {"k": 1}),
+              m.call_waiting_subcall("mine/0", "s1", "theirs", 1, "echo", [1], 1000, ["mine/0"])]
+    f.deliver(mine.executor_id, [(env, None) if i == 1 else env for i, env in enumerate(forged)])
+    await settle()
+    assert f.resumes == [] and seen == []
+    assert h.disp.call_state("mine/0") == "RUNNING"
+    f.complete("mine/0", 3)
+    f.complete("theirs/0", "private")
+    assert outputs(await h.terminal("mine")) == [3]

@@ -14,14 +14,18 @@ def test_bwrap_argv_isolates_and_binds_only_what_the_executor_needs(tmp_path):
     sock = tmp_path / "sock" / "w.sock"
     box = Sandbox(str(sock), SandboxLimits(256, 32, 100), functions_dir=str(tmp_path / "fn"),
                   bwrap="/usr/bin/bwrap", cgroups=False)
-    argv = box.argv("exec-0", [sys.executable, "-m", "blockx_executor", "--executor-id", "exec-0"])
+    private = str(tmp_path / "sock" / "w.exec-0.sock")
+    argv = box.argv("exec-0", [sys.executable, "-m", "blockx_executor", "--executor-id", "exec-0"],
+                    socket_path=private)
     head = argv[:argv.index("--")]
     for flag in ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-net", "--die-with-parent"):
         assert flag in head
     assert ("/", ) == tuple(head[i + 1] for i, a in enumerate(head) if a == "--remount-ro")
-    binds = _pairs(head, "--bind")
-    assert binds == [(str(tmp_path / "sock"), str(tmp_path / "sock"))]        # the only writable bind
+    assert _pairs(head, "--bind") == []                 # nothing of the host is writable
+    # Its own socket only, read-only, at a fixed path; never the socket directory.
+    assert (private, "/run/blockx/worker.sock") in _pairs(head, "--ro-bind")
     ro = {src for src, _ in _pairs(head, "--ro-bind")}
+    assert str(tmp_path / "sock") not in ro and str(sock) not in ro
     assert os.path.realpath(sys.prefix) in ro and os.getcwd() not in ro
     assert not any(p == os.path.expanduser("~") for p in ro)
     assert argv[-6:] == ["--limit-memory-mb", "256", "--limit-processes", "32", "--limit-open-files", "100"]

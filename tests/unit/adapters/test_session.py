@@ -17,7 +17,7 @@ class Orch:
         self.snaps = snaps
         self.subscriptions = SubscriptionManager(lambda t: None, lambda t, d: None)
 
-    def get_task_result(self, task_id):
+    def get_task_result(self, task_id, caller=None):
         try:
             return self.snaps[task_id]
         except KeyError:

@@ -54,3 +54,27 @@ def test_etcd_default_comes_from_blockx_etcd(monkeypatch):
     assert ns.etcd == "10.1.1.1:2379"
     ns = build_parser().parse_args(["submit", "--calls", "add:1,2"])
     assert ns.etcd is None, "without --etcd, submit goes to --addr as before"
+
+
+def test_a_redis_push_has_the_same_checks_with_the_workers_source_limit(tmp_path):
+    (tmp_path / "ok.py").write_text("x = 1\n")
+    (tmp_path / "bad name.py").write_text("x = 1\n")
+    (tmp_path / "big.py").write_text("x" * 2001)
+    (tmp_path / "fits.py").write_text("x" * 2000)
+    with pytest.raises(CLIError) as ei:
+        collect_functions(str(tmp_path), "", None, max_source_bytes=2000)
+    msg = str(ei.value)
+    assert "'bad name' is not a valid function id" in msg
+    assert "big.py: 2001 bytes, over the Worker's limit for one function source (2000)" in msg
+    assert "fits.py" not in msg
+    (tmp_path / "bad name.py").unlink()
+    (tmp_path / "big.py").unlink()
+    assert [k for k, _ in collect_functions(str(tmp_path), "", None, max_source_bytes=2000)] == ["fits", "ok"]
+
+
+def test_functions_push_and_list_take_redis_and_its_prefix():
+    ns = build_parser().parse_args(["functions", "push", "--redis", "redis://127.0.0.1:6379/0", "d"])
+    assert ns.redis == "redis://127.0.0.1:6379/0" and ns.prefix is None and ns.directory == "d"
+    ns = build_parser().parse_args(["functions", "list", "--redis", "redis://h:1/2", "--prefix", "team:fn:"])
+    assert ns.redis == "redis://h:1/2" and ns.prefix == "team:fn:"
+    assert build_parser().parse_args(["functions", "list"]).redis is None

@@ -46,6 +46,9 @@ SPEC_ENV_VARS = {
     "FUNCTIONS_DIR": "functionsDir",
     "FUNCTIONS_SOURCE": "functionsSource",
     "FUNCTIONS_ETCD_PREFIX": "functionsEtcdPrefix",
+    "FUNCTIONS_REDIS_URL": "functionsRedisUrl",
+    "FUNCTIONS_REDIS_PREFIX": "functionsRedisPrefix",
+    "FUNCTIONS_REDIS_CHECK_INTERVAL_MS": "functionsRedisCheckIntervalMs",
     "EXECUTOR_SOCKET_PATH": "socketPath",
     "METRICS_LISTEN": "metricsListen",
     "SHADOW_SUBMIT_TARGET_ADDR": "shadowSubmitTargetAddr",
@@ -55,6 +58,10 @@ SPEC_ENV_VARS = {
     "SQL_IO_TIMEOUT_MS": "ioBackends.sql.timeoutMs",
     "SQL_IO_MAX_ROWS": "ioBackends.sql.maxRows",
     "SQL_IO_MAX_RESULT_BYTES": "ioBackends.sql.maxResultBytes",
+    "RPC_ENDPOINTS": "ioBackends.rpc.endpoints",
+    "RPC_IO_TIMEOUT_MS": "ioBackends.rpc.timeoutMs",
+    "RPC_IO_MAX_QUEUE": "ioBackends.rpc.maxQueue",
+    "RPC_IO_MAX_RESPONSE_BYTES": "ioBackends.rpc.maxResponseBytes",
     "SCAN_MAX_ROW_BYTES": "dataPlane.scanMaxRowBytes",
     "BUNDLE_MAX_FILES": "dataPlane.bundleMaxFiles",
     "BLOCKX_DATA_SOURCES": "dataSources",
@@ -82,8 +89,13 @@ SPEC_ENV_VARS = {
     "SHADOW_TLS_CA": "shadowTlsCa", "SHADOW_TLS_CERT": "shadowTlsCert", "SHADOW_TLS_KEY": "shadowTlsKey",
     "EXECUTOR_MEMORY_LIMIT_MB": "executorMemoryLimitMb", "EXECUTOR_MAX_PROCESSES": "executorMaxProcesses",
     "EXECUTOR_MAX_OPEN_FILES": "executorMaxOpenFiles",
+    "EXECUTOR_USER": "executorUser",
+    "EXECUTOR_OUTPUT_LINE_BYTES": "executorOutputLineBytes",
+    "EXECUTOR_OUTPUT_BYTES_PER_S": "executorOutputBytesPerS",
     "AUDIT_MODE": "auditMode", "AUDIT_ALLOWLIST_FILE": "auditAllowlistFile",
     "AUDIT_ALLOWLIST_ETCD_PREFIX": "auditAllowlistEtcdPrefix",
+    "WORKER_AUTH_MODE": "authMode", "WORKER_AUTH_TOKENS_FILE": "authTokensFile",
+    "SHADOW_SUBMIT_TOKEN_FILE": "shadowSubmitTokenFile",
     # task traces (issue 15)
     "TRACE_ENABLED": "traceEnabled", "TRACE_MAX_EVENTS_PER_TASK": "traceMaxEventsPerTask",
     "TRACE_RETAINED_MAX_EVENTS": "traceRetainedMaxEvents",
@@ -145,7 +157,10 @@ def test_defaults_match_the_spec_tables():
     assert (d["shadowSubmitTargetAddr"], d["shadowSubmitSampleRate"]) == ("", 0.0)
     assert d["ioBackends"] == {"devstub": {"enabled": False, "concurrency": 64, "timeoutMs": 0},
                                "sql": {"enabled": True, "concurrency": 8, "timeoutMs": 5000, "maxRows": 10000,
-                                       "maxResultBytes": 8 * 1024 * 1024}}
+                                       "maxResultBytes": 8 * 1024 * 1024},
+                               "rpc": {"endpoints": {}, "timeoutMs": 5000, "concurrency": 16, "maxQueue": 1024,
+                                       "maxBatch": 100, "maxResponseBytes": 8 * 1024 * 1024, "retries": 2,
+                                       "retryBackoffMs": 50}}
     assert d["dataSources"] == {}
     assert d["dataPlane"]["bundleRoot"] == "" and d["dataPlane"]["scanFetchRows"] == 1000
     assert (d["dataPlane"]["scanMaxRowBytes"], d["dataPlane"]["bundleMaxFiles"]) == (4 * 1024 * 1024, 100_000)
@@ -521,7 +536,16 @@ VIOLATIONS = [
      "functionSnapshotRetentionMs (FUNCTION_SNAPSHOT_RETENTION_MS) (1000) must be 0 (= maxTaskTimeoutMs + 10s) "
      "or >= worker.maxTaskTimeoutMs"),
     (dict(functions_dir="/nonexistent/dir"), "functionsDir (FUNCTIONS_DIR) '/nonexistent/dir' is not a directory"),
-    (dict(functions_source="git"), "functionsSource (FUNCTIONS_SOURCE) must be one of dir, etcd (got 'git')"),
+    (dict(functions_source="git"), "functionsSource (FUNCTIONS_SOURCE) must be one of dir, etcd, redis (got 'git')"),
+    (dict(functions_source="redis", functions_redis_url="http://127.0.0.1:6379"),
+     "functionsRedisUrl (FUNCTIONS_REDIS_URL) must be redis://host:port/db, rediss://host:port/db or unix:///path "
+     "(got 'http://127.0.0.1:6379')"),
+    (dict(functions_source="redis", functions_redis_url="redis://:s3cret@127.0.0.1:notaport/0"),
+     "functionsRedisUrl (FUNCTIONS_REDIS_URL) 'redis://:***@127.0.0.1:notaport/0' is not a URL"),
+    (dict(functions_source="redis", functions_redis_prefix=""),
+     "functionsRedisPrefix (FUNCTIONS_REDIS_PREFIX): functions Redis prefix '' must be non-empty"),
+    (dict(functions_source="redis", functions_redis_check_interval_ms=5),
+     "functionsRedisCheckIntervalMs (FUNCTIONS_REDIS_CHECK_INTERVAL_MS) must be between 10 and 3600000 (got 5)"),
     (dict(functions_source="etcd", etcd_endpoints=[]),
      "functionsSource (FUNCTIONS_SOURCE) is etcd but etcdEndpoints (ETCD_ENDPOINTS) is \"none\""),
     (dict(functions_etcd_prefix="blockx/functions"),

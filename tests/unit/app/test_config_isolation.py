@@ -49,3 +49,32 @@ def test_sandbox_mode_where_namespaces_are_refused_stops_the_worker_at_start(mon
     problems = load({"EXECUTOR_SPAWN_MODE": "sandbox"}).violations()
     assert any("bubblewrap cannot create the executor's namespaces here (bwrap: No permissions to create "
                "new namespace); user namespaces are probably refused" in p for p in problems), problems
+
+
+def test_auth_mode_defaults_to_token_and_is_checked(tmp_path):
+    assert load({}).auth_mode == "token" and load({}).violations() == []
+    problems = load({"WORKER_AUTH_MODE": "open"}).violations()
+    assert "authMode (WORKER_AUTH_MODE) must be one of token, mtls, none (got 'open')" in problems
+    assert load({"WORKER_AUTH_MODE": "none"}).violations() == []
+
+
+def test_mtls_without_a_client_ca_is_a_config_error(tmp_path):
+    pem = tmp_path / "x.pem"
+    pem.write_text("-----BEGIN CERTIFICATE-----\n")
+    problems = load({"WORKER_AUTH_MODE": "mtls"}).violations()
+    assert any(p.startswith("authMode (WORKER_AUTH_MODE) is mtls but tlsClientCa (WORKER_TLS_CLIENT_CA) is not set")
+               for p in problems), problems
+    problems = load({"WORKER_AUTH_MODE": "mtls", "WORKER_TLS_CERT": str(pem), "WORKER_TLS_KEY": str(pem)}).violations()
+    assert any("is mtls but tlsClientCa" in p for p in problems), problems
+    assert load({"WORKER_AUTH_MODE": "mtls", "WORKER_TLS_CERT": str(pem), "WORKER_TLS_KEY": str(pem),
+                 "WORKER_TLS_CLIENT_CA": str(pem)}).violations() == []
+
+
+def test_a_bad_tokens_file_is_a_config_error_naming_the_line(tmp_path):
+    f = tmp_path / "tokens"
+    f.write_text("# ops\nalice s3cr3t-token-of-alice\nbob short\n")
+    problems = load({"WORKER_AUTH_TOKENS_FILE": str(f)}).violations()
+    assert any(p.startswith("authTokensFile (WORKER_AUTH_TOKENS_FILE):") and "line 3" in p and "'bob'" in p
+               for p in problems), problems
+    problems = load({"WORKER_AUTH_TOKENS_FILE": str(tmp_path / "missing")}).violations()
+    assert any("cannot read the tokens file" in p for p in problems), problems

@@ -12,6 +12,7 @@ from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 
 class _BreaksOnFirstBatch(pb_grpc.WorkerServiceServicer):
     async def TaskSession(self, request_iterator, context):
+        await context.send_initial_metadata(())        # the Worker accepts the session, as it does
         async for _batch in request_iterator:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "going away")
         if False:  # pragma: no cover - makes this an async generator

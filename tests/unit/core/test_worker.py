@@ -484,7 +484,7 @@ def test_error_codes_and_grpc_mapping():
     assert errors.GRPC_STATUS_NAME == {
         "InvalidArgument": "INVALID_ARGUMENT", "NoSlot": "RESOURCE_EXHAUSTED",
         "Unavailable": "UNAVAILABLE", "InvalidSlot": "FAILED_PRECONDITION",
-        "NotFound": "NOT_FOUND", "SlotUncertain": "ABORTED"}
+        "NotFound": "NOT_FOUND", "SlotUncertain": "ABORTED", "AlreadyExists": "ALREADY_EXISTS"}
     for code, cls in errors.BY_CODE.items():
         e = cls("msg")
         assert isinstance(e, WorkerError) and e.code == code and str(e) == f"{code}: msg"

@@ -1,0 +1,139 @@
+"""Authenticator: who calls the Worker's API (WORKER_AUTH_MODE).
+
+- ``token`` (the default): the ``authorization`` metadata of the call holds
+  ``Bearer <token>``, a token of the TokenStore (blockx.adapters.auth_tokens);
+  the identity is the token's name.
+- ``mtls``: the port speaks mutual TLS (a client CA is configured, so a client
+  without a certificate it signed never completes the handshake); the identity
+  is the client certificate's subject, admin when its common name is ``admin``.
+- ``none``: no authentication; every caller is the unrestricted caller.
+
+Handlers resolve the caller once per RPC or stream, at entry (``caller``), and
+hand it to the core, which owns the ownership rule (blockx.core.owners). The
+check reads only the call's metadata or its TLS peer: no IO. Missing or wrong
+credentials raise ``Unauthenticated``, answered UNAUTHENTICATED with its message.
+The grpc.health.v1 service is never checked (probes carry no credentials);
+reflection is (``GuardedReflection``)."""
+from __future__ import annotations
+
+import ipaddress
+import logging
+
+import grpc
+from grpc_reflection.v1alpha import reflection
+
+from blockx.adapters.auth_tokens import ADMIN, TokenStore
+from blockx.core.owners import Caller
+
+log = logging.getLogger("blockx.auth")
+
+MODES = ("token", "mtls", "none")
+_BEARER = "Bearer "
+
+
+class Unauthenticated(Exception):
+    """The call carries no credentials, or credentials this Worker does not accept."""
+
+
+class Authenticator:
+    __slots__ = ("mode", "tokens", "_mtls_callers")
+
+    def __init__(self, mode: str, tokens: TokenStore | None = None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"auth mode {mode!r} is not one of {', '.join(MODES)}")
+        if mode == "token" and tokens is None:
+            raise ValueError("token auth needs a TokenStore")
+        self.mode = mode
+        self.tokens = tokens
+        self._mtls_callers: dict[bytes, Caller] = {}
+
+    @property
+    def required(self) -> bool:
+        return self.mode != "none"
+
+    def caller(self, context) -> Caller | None:
+        """The identity of the call (None: no authentication); raises Unauthenticated."""
+        mode = self.mode
+        if mode == "token":
+            for key, value in context.invocation_metadata() or ():
+                if key == "authorization":
+                    break
+            else:
+                raise Unauthenticated(
+                    "this worker requires a bearer token (WORKER_AUTH_MODE=token): send the metadata "
+                    "`authorization: Bearer <token>`; the blockx CLI takes --token or $BLOCKX_TOKEN, and "
+                    "on the worker's host finds <STATE_DIR>/auth-token by itself")
+            if type(value) is bytes:
+                value = value.decode("latin-1")
+            if not value.startswith(_BEARER):
+                raise Unauthenticated("the authorization metadata must be `Bearer <token>`")
+            caller = self.tokens.identify(value[7:].strip())
+            if caller is None:
+                raise Unauthenticated(
+                    "the bearer token is not one this worker accepts: check --token / $BLOCKX_TOKEN "
+                    "against the worker's tokens file (WORKER_AUTH_TOKENS_FILE, or <STATE_DIR>/auth-token)")
+            return caller
+        if mode == "mtls":
+            return self._peer_caller(context)
+        return None
+
+    def _peer_caller(self, context) -> Caller:
+        auth = context.auth_context() or {}
+        subject = (auth.get("x509_subject") or [b""])[0]
+        cn = (auth.get("x509_common_name") or [b""])[0]
+        if not subject and not cn:
+            raise Unauthenticated("this worker requires a client certificate (WORKER_AUTH_MODE=mtls): "
+                                  "connect with --tls-cert / --tls-key signed by its WORKER_TLS_CLIENT_CA")
+        key = subject or cn
+        caller = self._mtls_callers.get(key)
+        if caller is None:
+            name = subject.decode("utf-8", "replace") if subject else f"CN={cn.decode('utf-8', 'replace')}"
+            caller = Caller(name, admin=cn == ADMIN.encode())
+            if len(self._mtls_callers) < 10_000:
+                self._mtls_callers[key] = caller
+        return caller
+
+
+def is_loopback_listener(listen_addr: str) -> bool:
+    """True when the gRPC listen address (host:port) binds only a loopback address."""
+    host = listen_addr.rsplit(":", 1)[0].strip("[]")
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def warn_if_open(mode: str, listen_addr: str, tls_on: bool) -> bool:
+    """WORKER_AUTH_MODE=none on a non-loopback listener without TLS: log a warning
+    (anyone who reaches the port runs tasks and reads every result). True if warned."""
+    if mode != "none" or tls_on or is_loopback_listener(listen_addr):
+        return False
+    log.warning("auth_disabled", extra={"event": "auth_disabled", "fields": {
+        "listen": listen_addr,
+        "warning": "WORKER_AUTH_MODE=none on a non-loopback listener without TLS: anyone who can reach "
+                   "this port can submit tasks and read every task's result; use WORKER_AUTH_MODE=token "
+                   "(the default) or mtls, or listen on 127.0.0.1"}})
+    return True
+
+
+class GuardedReflection(reflection.aio.ReflectionServicer):
+    """Server reflection behind the auth mode: a caller without credentials learns
+    nothing of the services (health stays open for probes)."""
+
+    def __init__(self, service_names, auth: Authenticator) -> None:
+        super().__init__(service_names)
+        self._auth = auth
+
+    async def ServerReflectionInfo(self, request_iterator, context):
+        try:
+            self._auth.caller(context)
+        except Unauthenticated as exc:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        async for resp in super().ServerReflectionInfo(request_iterator, context):
+            yield resp
+
+
+__all__ = ["Authenticator", "GuardedReflection", "MODES", "Unauthenticated", "is_loopback_listener",
+           "warn_if_open"]

@@ -1,0 +1,146 @@
+"""TokenStore: the bearer tokens the Worker accepts, read from a tokens file and
+re-read on SIGHUP; and the token the Worker generates for its own host.
+
+The tokens file holds one ``name token`` per line; blank lines and lines
+starting with ``#`` are skipped. A name is the identity that owns the tasks it
+submits (letters, digits and ``._@-``, at most 64 characters); the name
+``admin`` sees every task. A name may have several tokens (to rotate one
+without a gap); a token belongs to one name. A token is 16 to 512 printable
+ASCII characters without spaces.
+
+Lookups compare the SHA-256 digest of the presented token with every stored
+digest by ``hmac.compare_digest``, without stopping at a match, so the time an
+answer takes does not depend on how much of a token was right or which one it
+was. A reload that fails (a missing file, a bad line) is logged and the
+tokens in use stay.
+
+Without a tokens file, the Worker writes ``admin <random token>`` to
+``<stateDir>/auth-token`` (mode 0600, reused when it already exists) and accepts
+that token: the CLI and ``blockx.client`` on the same host read it from there
+(blockx.client.credentials)."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import re
+import secrets
+
+from blockx.core.owners import Caller
+
+log = logging.getLogger("blockx.auth")
+
+ADMIN = "admin"
+LOCAL_TOKEN_FILE = "auth-token"          # under the state directory
+MIN_TOKEN_CHARS = 16
+MAX_TOKEN_CHARS = 512
+_NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
+_TOKEN = re.compile(r"[\x21-\x7e]+")
+
+
+class TokenFileError(ValueError):
+    """The tokens file cannot be read or has a bad line."""
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+def parse_tokens(text: str, source: str) -> dict[bytes, Caller]:
+    """SHA-256 digest of each token -> its identity; TokenFileError names the line."""
+    out: dict[bytes, Caller] = {}
+    names: dict[bytes, str] = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        where = f"{source} line {n}"
+        if len(parts) != 2:
+            raise TokenFileError(f"{where}: expected `name token` (two fields separated by a space), "
+                                 f"got {len(parts)} field{'s' if len(parts) != 1 else ''}")
+        name, token = parts
+        if not _NAME.fullmatch(name):
+            raise TokenFileError(f"{where}: the name {name[:80]!r} is not 1-64 letters, digits or ._@-")
+        if not _TOKEN.fullmatch(token) or not MIN_TOKEN_CHARS <= len(token) <= MAX_TOKEN_CHARS:
+            raise TokenFileError(f"{where}: the token of {name!r} must be {MIN_TOKEN_CHARS} to {MAX_TOKEN_CHARS} "
+                                 f"printable ASCII characters (it has {len(token)}); generate one with "
+                                 "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`")
+        d = _digest(token)
+        if d in out and names[d] != name:
+            raise TokenFileError(f"{where}: this token is already the token of {names[d]!r}; "
+                                 "a token belongs to one name")
+        out[d] = Caller(name, admin=name == ADMIN)
+        names[d] = name
+    return out
+
+
+def read_tokens(path: str) -> dict[bytes, Caller]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokenFileError(f"cannot read the tokens file {path!r} (WORKER_AUTH_TOKENS_FILE): "
+                             f"{getattr(exc, 'strerror', None) or exc}") from None
+    tokens = parse_tokens(text, f"the tokens file {path!r}")
+    if not tokens:
+        raise TokenFileError(f"the tokens file {path!r} (WORKER_AUTH_TOKENS_FILE) holds no token: "
+                             "add a `name token` line")
+    return tokens
+
+
+class TokenStore:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._entries = tuple(read_tokens(path).items())   # a start-up failure raises TokenFileError
+        self.reloads = 0
+
+    def identify(self, token: str) -> Caller | None:
+        """The identity of ``token``, None when it is not one of the configured tokens.
+        Every stored digest is compared (constant time each, no early exit)."""
+        d = _digest(token)
+        found = None
+        for known, caller in self._entries:
+            if hmac.compare_digest(known, d):
+                found = caller
+        return found
+
+    @property
+    def names(self) -> list[str]:
+        return sorted({c.name for _, c in self._entries})
+
+    def reload(self) -> bool:
+        """Re-read the file (SIGHUP); True when the new tokens are in use."""
+        try:
+            tokens = read_tokens(self.path)
+        except TokenFileError as exc:
+            log.error("auth_tokens_reload_failed", extra={"event": "auth_tokens_reload_failed", "fields": {
+                "error": f"{exc}; keeping the tokens in use"}})
+            return False
+        self._entries = tuple(tokens.items())
+        self.reloads += 1
+        log.info("auth_tokens_reloaded", extra={"event": "auth_tokens_reloaded", "fields": {
+            "file": self.path, "names": self.names, "reloads": self.reloads}})
+        return True
+
+
+def local_token_path(state_dir: str) -> str:
+    return os.path.join(state_dir, LOCAL_TOKEN_FILE)
+
+
+def ensure_local_token(state_dir: str) -> str:
+    """``<state_dir>/auth-token`` holding ``admin <token>`` (mode 0600): written with a
+    new random token when missing, reused (and its mode tightened) when present.
+    Returns its path."""
+    path = local_token_path(state_dir)
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if os.stat(path).st_mode & 0o077:
+            os.chmod(path, 0o600)
+        return path
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{ADMIN} {secrets.token_urlsafe(32)}\n")
+    return path

@@ -1,0 +1,381 @@
+"""Attacks on the Worker's API, tried as a client on the same network would, against
+real worker processes: calls without credentials or with a wrong token, reading
+and taking over another identity's task, reflection, and the auth settings
+(SIGHUP reload, the generated local token, mTLS identities, an open `none`).
+Each fails on a Worker without authentication and task ownership."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from blockx.client import ClientTLS
+from blockx.worker.v1 import worker_pb2 as pb
+from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
+from tests.e2e.conftest import make_functions_dir
+from tests.support import auth
+from tests.support.certs import CertAuthority
+from tests.support.session import RawSession, call_list_task, kind, submit
+from tests.support.worker import WorkerProcess
+
+pytestmark = pytest.mark.e2e
+
+ALICE, BOB, WRONG = "alice-token-0123456789abcdef", "bob-token-0123456789abcdef", "not-a-token-0123456789abcdef"
+SECRET = "alice's secret output"
+
+
+@pytest.fixture(scope="module")
+def w(tmp_path_factory):
+    """One worker with three identities: alice, bob and admin (the harness token)."""
+    d = tmp_path_factory.mktemp("auth")
+    tokens = auth.write_tokens(d, {"alice": ALICE, "bob": BOB, "admin": auth.HARNESS_TOKEN})
+    proc = WorkerProcess({"WORKER_AUTH_TOKENS_FILE": tokens, "TASK_SLOTS": "16", "RESULT_RETENTION_MS": "60000"},
+                         functions_dir=make_functions_dir(d))
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def stub(w, token):
+    ch = auth.channel(f"127.0.0.1:{w.port}", token=token)
+    return ch, pb_grpc.WorkerServiceStub(ch)
+
+
+def rpc_error(fn, *args, **kw) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as ei:
+        r = fn(*args, **kw)
+        if hasattr(r, "__iter__") and not isinstance(r, (bytes, str)) and not hasattr(r, "DESCRIPTOR"):
+            list(r)                     # a server stream: the status comes with the first read
+    return ei.value
+
+
+def session_status(w, token, *requests) -> tuple[grpc.StatusCode, str]:
+    async def run():
+        s = RawSession(w.port, token=token)
+        try:
+            await asyncio.wait_for(s.call.initial_metadata(), 10)    # accepted (metadata) or refused (status)
+            if requests and not s.call.done():
+                await s.send(*requests)
+            try:
+                while True:
+                    await s.next_event(10)
+            except (EOFError, grpc.aio.AioRpcError):
+                pass
+            return await s.status()
+        finally:
+            await s.close()
+    return asyncio.run(run())
+
+
+def session_events(w, token, *requests, n: int) -> list[pb.SessionEvent]:
+    async def run():
+        s = RawSession(w.port, token=token)
+        try:
+            await s.send(*requests)
+            return await s.events(n)
+        finally:
+            await s.close()
+    return asyncio.run(run())
+
+
+def alice_task(w, task_id: str) -> pb.TaskResult:
+    ch, st = stub(w, ALICE)
+    try:
+        st.SubmitTask(pb.SubmitTaskRequest(task=call_list_task(task_id, [("echo", [SECRET])])), timeout=10)
+        for upd in st.WatchTasks(pb.WatchTasksRequest(task_ids=[task_id]), timeout=30):
+            if upd.is_terminal:
+                return upd.result
+    finally:
+        ch.close()
+    raise AssertionError("no terminal update")
+
+
+# ---- unauthenticated and wrong-token calls -----------------------------------------------------
+
+
+UNARY = {
+    "RequestTaskSlot": lambda st: st.RequestTaskSlot(pb.RequestTaskSlotRequest(task_id="u-slot"), timeout=10),
+    "SubmitTask": lambda st: st.SubmitTask(pb.SubmitTaskRequest(
+        task=call_list_task("u-submit", [("add", [1, 2])])), timeout=10),
+    "GetTaskResult": lambda st: st.GetTaskResult(pb.GetTaskResultRequest(task_id="u-result"), timeout=10),
+    "WatchTasks": lambda st: list(st.WatchTasks(pb.WatchTasksRequest(task_ids=["u-watch"]), timeout=10)),
+    "GetWorkerStatus": lambda st: st.GetWorkerStatus(pb.GetWorkerStatusRequest(), timeout=10),
+    "GetTaskTrace": lambda st: st.GetTaskTrace(pb.GetTaskTraceRequest(task_id="u-trace"), timeout=10),
+}
+
+
+@pytest.mark.parametrize("token", [None, WRONG], ids=["no-token", "wrong-token"])
+def test_every_rpc_without_valid_credentials_is_unauthenticated(w, token):
+    ch, st = stub(w, token)
+    try:
+        for name, call in UNARY.items():
+            err = rpc_error(call, st)
+            assert err.code() == grpc.StatusCode.UNAUTHENTICATED, (name, err)
+            assert "bearer token" in err.details(), (name, err.details())
+        # A malformed authorization value is refused the same way.
+        md = (("authorization", f"Basic {ALICE}"),)
+        err = rpc_error(pb_grpc.WorkerServiceStub(grpc.insecure_channel(f"127.0.0.1:{w.port}")).GetTaskResult,
+                        pb.GetTaskResultRequest(task_id="u"), timeout=10, metadata=md)
+        assert err.code() == grpc.StatusCode.UNAUTHENTICATED and "Bearer <token>" in err.details()
+    finally:
+        ch.close()
+    code, details = session_status(w, token, submit(1, "u-session", [("add", [1, 2])]))
+    assert code == grpc.StatusCode.UNAUTHENTICATED and "bearer token" in details, (code, details)
+    # Nothing was reserved or submitted by any of these calls.
+    for tid in ("u-slot", "u-submit", "u-session"):
+        assert rpc_error(w.result, tid).code() == grpc.StatusCode.NOT_FOUND
+    assert w.stub.GetWorkerStatus(pb.GetWorkerStatusRequest(), timeout=10).slots.reserved == 0
+
+
+def test_reflection_needs_a_token_and_health_stays_open(w):
+    def list_services(token):
+        ch = auth.channel(f"127.0.0.1:{w.port}", token=token)
+        try:
+            resp = reflection_pb2_grpc.ServerReflectionStub(ch).ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+            return [s.name for r in resp for s in r.list_services_response.service]
+        finally:
+            ch.close()
+    for token in (None, WRONG):
+        err = rpc_error(list_services, token)
+        assert err.code() == grpc.StatusCode.UNAUTHENTICATED, err
+    assert "blockx.worker.v1.WorkerService" in list_services(BOB)
+    ch = grpc.insecure_channel(f"127.0.0.1:{w.port}")             # a probe carries no credentials
+    try:
+        for service in ("", "blockx.worker.v1.WorkerService"):
+            assert health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service),
+                                                       timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        ch.close()
+
+
+# ---- another identity's task ---------------------------------------------------------------------
+
+
+def test_another_identity_cannot_read_watch_trace_or_take_a_task(w):
+    res = alice_task(w, "a-owned")
+    assert res.state == pb.TASK_STATE_SUCCEEDED and json.loads(res.outputs[0]) == SECRET
+    ch, bob = stub(w, BOB)
+    try:
+        unknown = rpc_error(bob.GetTaskResult, pb.GetTaskResultRequest(task_id="never-submitted"), timeout=10)
+        err = rpc_error(bob.GetTaskResult, pb.GetTaskResultRequest(task_id="a-owned"), timeout=10)
+        assert err.code() == grpc.StatusCode.NOT_FOUND
+        assert err.details() == unknown.details().replace("never-submitted", "a-owned")   # same as unknown
+        err = rpc_error(bob.WatchTasks, pb.WatchTasksRequest(task_ids=["a-owned"]), timeout=10)
+        assert err.code() == grpc.StatusCode.NOT_FOUND
+        err = rpc_error(bob.GetTaskTrace, pb.GetTaskTraceRequest(task_id="a-owned"), timeout=10)
+        assert err.code() == grpc.StatusCode.NOT_FOUND
+        # Re-submitting the id (the idempotent answer would be the outputs) and reserving it.
+        err = rpc_error(bob.SubmitTask, pb.SubmitTaskRequest(task=call_list_task("a-owned", [("add", [1, 1])])),
+                        timeout=10)
+        assert err.code() == grpc.StatusCode.ALREADY_EXISTS and SECRET not in err.details()
+        err = rpc_error(bob.RequestTaskSlot, pb.RequestTaskSlotRequest(task_id="a-owned"), timeout=10)
+        assert err.code() == grpc.StatusCode.ALREADY_EXISTS
+        err = rpc_error(bob.GetWorkerStatus, pb.GetWorkerStatusRequest(), timeout=10)
+        assert err.code() == grpc.StatusCode.PERMISSION_DENIED and "admin" in err.details()
+    finally:
+        ch.close()
+    # The same on one session: watch, get_result, submit and request_slot of the id.
+    evs = session_events(w, BOB,
+                         pb.SessionRequest(request_id=1, watch=pb.WatchTasksRequest(task_ids=["a-owned"])),
+                         pb.SessionRequest(request_id=2, get_result=pb.GetTaskResultRequest(task_id="a-owned")),
+                         submit(3, "a-owned", [("add", [1, 1])]),
+                         pb.SessionRequest(request_id=4, request_slot=pb.RequestTaskSlotRequest(task_id="a-owned")),
+                         submit(5, "b-own", [("add", [2, 2])], follow=False), n=5)
+    by_rid = {e.request_id: e for e in evs}
+    codes = {rid: grpc.StatusCode.NOT_FOUND.value[0] if rid <= 2 else grpc.StatusCode.ALREADY_EXISTS.value[0]
+             for rid in (1, 2, 3, 4)}
+    for rid, code in codes.items():
+        assert kind(by_rid[rid]) == "error" and by_rid[rid].error.code == code, by_rid[rid]
+    assert kind(by_rid[5]) == "submitted"                  # the session itself lives on
+    assert not any(SECRET in e.SerializeToString().decode("utf-8", "replace") for e in evs)
+    # Alice still has her task and its outputs.
+    ch, alice = stub(w, ALICE)
+    try:
+        r = alice.GetTaskResult(pb.GetTaskResultRequest(task_id="a-owned"), timeout=10)
+        assert json.loads(r.result.outputs[0]) == SECRET
+    finally:
+        ch.close()
+
+
+def test_admin_sees_every_task(w):
+    alice_task(w, "a-for-admin")
+    ch, bob = stub(w, BOB)
+    try:                                                   # what bob does not see, admin does
+        assert rpc_error(bob.GetTaskResult, pb.GetTaskResultRequest(task_id="a-for-admin"),
+                         timeout=10).code() == grpc.StatusCode.NOT_FOUND
+        assert rpc_error(bob.GetWorkerStatus, pb.GetWorkerStatusRequest(),
+                         timeout=10).code() == grpc.StatusCode.PERMISSION_DENIED
+    finally:
+        ch.close()
+    r = w.result("a-for-admin")                            # the harness channel is admin
+    assert r.state == pb.TASK_STATE_SUCCEEDED and json.loads(r.result.outputs[0]) == SECRET
+    assert w.stub.GetTaskTrace(pb.GetTaskTraceRequest(task_id="a-for-admin"), timeout=10).task_id == "a-for-admin"
+    assert w.wait_terminal("a-for-admin").state == pb.TASK_STATE_SUCCEEDED
+    assert w.stub.GetWorkerStatus(pb.GetWorkerStatusRequest(), timeout=10).slots.total == 16
+
+
+def test_every_cli_command_carries_the_token(w):
+    addr = f"127.0.0.1:{w.port}"
+    env = {k: v for k, v in os.environ.items() if k != "BLOCKX_TOKEN"}
+
+    def cli(*args, token=None, extra_env=None):
+        argv = [sys.executable, "-m", "blockx", *args, "--addr", addr, "--compact"]
+        if token is not None:
+            argv += ["--token", token]
+        return subprocess.run(argv, env={**env, "STATE_DIR": w.tmp, **(extra_env or {})},
+                              capture_output=True, text=True, timeout=60)
+    p = cli("submit", "--task-id", "cli-alice", "--calls", "add:2,3", token=ALICE)
+    assert p.returncode == 0 and json.loads(p.stdout)["result"]["outputs"] == [5], p.stderr
+    p = cli("submit", "--task-id", "cli-env", "--calls", "add:2,3", extra_env={"BLOCKX_TOKEN": ALICE})
+    assert p.returncode == 0, p.stderr
+    for args in (("result", "cli-alice"), ("watch", "cli-alice"), ("slot", "cli-alice-2")):
+        assert cli(*args, token=ALICE).returncode == 0, args
+    for args in (("submit", "--calls", "add:1,1"), ("result", "cli-alice"), ("watch", "cli-alice"),
+                 ("slot", "cli-x"), ("status",), ("trace", "cli-alice", "-o", os.path.join(w.tmp, "t.json"))):
+        for token in (None, WRONG):
+            p = cli(*args, token=token)
+            assert p.returncode == 1 and "UNAUTHENTICATED" in p.stderr, (args, token, p.stderr)
+    p = cli("result", "cli-alice", token=BOB)
+    assert p.returncode == 1 and "error: NOT_FOUND" in p.stderr, p.stderr
+    p = cli("trace", "cli-alice", "-o", os.path.join(w.tmp, "t.json"), token=ALICE)
+    assert p.returncode == 0, p.stderr
+    p = cli("status", token=auth.HARNESS_TOKEN)
+    assert p.returncode == 0, p.stderr
+
+
+# ---- the auth settings ---------------------------------------------------------------------------
+
+
+def test_sighup_reloads_the_tokens_file(start_worker, tmp_path):
+    tokens = auth.write_tokens(tmp_path, {"alice": ALICE, "bob": BOB})
+    wk = start_worker({"WORKER_AUTH_TOKENS_FILE": tokens})
+    carol = "carol-token-0123456789abcdef"
+
+    def status_of(token):
+        ch, st = stub(wk, token)
+        try:
+            return st.GetTaskResult(pb.GetTaskResultRequest(task_id="nope"), timeout=10)
+        except grpc.RpcError as err:
+            return err.code()
+        finally:
+            ch.close()
+    assert status_of(BOB) == grpc.StatusCode.NOT_FOUND and status_of(carol) == grpc.StatusCode.UNAUTHENTICATED
+    auth.write_tokens(tmp_path, {"alice": ALICE, "carol": carol})
+    wk.signal(signal.SIGHUP)
+    wk.wait_event("auth_tokens_reloaded", 10)
+    assert status_of(carol) == grpc.StatusCode.NOT_FOUND           # added
+    assert status_of(BOB) == grpc.StatusCode.UNAUTHENTICATED       # removed
+    assert status_of(ALICE) == grpc.StatusCode.NOT_FOUND
+    # A broken file keeps the tokens in use.
+    with open(tokens, "a") as f:
+        f.write("dave short\n")
+    wk.signal(signal.SIGHUP)
+    wk.wait_event("auth_tokens_reload_failed", 10)
+    assert status_of(carol) == grpc.StatusCode.NOT_FOUND
+
+
+def test_the_generated_token_is_0600_and_the_cli_and_client_find_it(start_worker, tmp_path):
+    state = tmp_path / "state"
+    wk = start_worker({"WORKER_AUTH_MODE": "token", "STATE_DIR": str(state)}, ready=True)
+    path = state / "auth-token"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    name, token = path.read_text().split()
+    assert name == "admin" and len(token) >= 32
+    assert wk.find_event("worker_serving")["auth_tokens"] == str(path)
+    env = {k: v for k, v in os.environ.items() if k != "BLOCKX_TOKEN"}
+    addr = f"127.0.0.1:{wk.port}"
+    p = subprocess.run([sys.executable, "-m", "blockx", "submit", "--addr", addr, "--compact", "--calls", "add:1,2"],
+                       env={**env, "STATE_DIR": str(state)}, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and json.loads(p.stdout)["result"]["outputs"] == [3], p.stderr
+    p = subprocess.run([sys.executable, "-m", "blockx", "status", "--addr", addr],
+                       env={**env, "STATE_DIR": str(state)}, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr                              # the local token is admin
+    code = ("from blockx.client import connect\n"
+            f"with connect({addr!r}) as c: print(c.submit(calls=[('add', [4, 5])]).outputs)\n")
+    p = subprocess.run([sys.executable, "-c", code], env={**env, "STATE_DIR": str(state)},
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "[9]", p.stderr
+    # Elsewhere (another state dir, no BLOCKX_TOKEN) there is no token to find.
+    p = subprocess.run([sys.executable, "-m", "blockx", "result", "x", "--addr", addr],
+                       env={**env, "STATE_DIR": str(tmp_path / "elsewhere")}, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 1 and "UNAUTHENTICATED" in p.stderr, p.stderr
+    # A restart reuses the token: clients holding it keep working.
+    wk.stop()
+    wk2 = start_worker({"WORKER_AUTH_MODE": "token", "STATE_DIR": str(state)})
+    assert path.read_text().split()[1] == token
+    ch, st = stub(wk2, token)
+    try:
+        assert st.GetWorkerStatus(pb.GetWorkerStatusRequest(), timeout=10).slots.total > 0
+    finally:
+        ch.close()
+
+
+def test_mtls_identity_is_the_certificate_subject(start_worker, tmp_path):
+    ca = CertAuthority(tmp_path / "pki")
+    server = ca.issue("server")
+    certs = {who: ca.issue(who, server=False) for who in ("alice", "bob", "admin")}
+    tls = {who: ClientTLS(ca=ca.cert, cert=c.cert, key=c.key) for who, c in certs.items()}
+    env = {"WORKER_AUTH_MODE": "mtls", "WORKER_TLS_CERT": server.cert, "WORKER_TLS_KEY": server.key,
+           "WORKER_TLS_CLIENT_CA": ca.cert}
+    wk = start_worker(env, tls=tls["admin"])
+    addr = f"127.0.0.1:{wk.port}"
+
+    def ch(who):
+        c = auth.channel(addr, tls[who], token=None)
+        return c, pb_grpc.WorkerServiceStub(c)
+    ca_, alice = ch("alice")
+    cb, bob = ch("bob")
+    try:
+        alice.SubmitTask(pb.SubmitTaskRequest(task=call_list_task("m-alice", [("echo", [SECRET])])), timeout=10)
+        assert wk.wait_terminal("m-alice").state == pb.TASK_STATE_SUCCEEDED      # admin (CN=admin) sees it
+        r = alice.GetTaskResult(pb.GetTaskResultRequest(task_id="m-alice"), timeout=10)
+        assert json.loads(r.result.outputs[0]) == SECRET
+        assert rpc_error(bob.GetTaskResult, pb.GetTaskResultRequest(task_id="m-alice"),
+                         timeout=10).code() == grpc.StatusCode.NOT_FOUND
+        err = rpc_error(bob.SubmitTask, pb.SubmitTaskRequest(task=call_list_task("m-alice", [("add", [1, 1])])),
+                        timeout=10)
+        assert err.code() == grpc.StatusCode.ALREADY_EXISTS and SECRET not in err.details()
+        assert rpc_error(bob.GetWorkerStatus, pb.GetWorkerStatusRequest(),
+                         timeout=10).code() == grpc.StatusCode.PERMISSION_DENIED
+        assert wk.stub.GetWorkerStatus(pb.GetWorkerStatusRequest(), timeout=10).slots.total > 0
+    finally:
+        ca_.close()
+        cb.close()
+
+
+def test_mtls_without_a_client_ca_does_not_start(tmp_path):
+    wk = WorkerProcess({"WORKER_AUTH_MODE": "mtls"})
+    p = subprocess.run([sys.executable, "-m", "blockx", "serve"], env={**wk.env, "BLOCKX_PROFILE": "block"},
+                       capture_output=True, text=True, timeout=60, cwd=wk.tmp)
+    assert p.returncode == 2 and "authMode (WORKER_AUTH_MODE) is mtls but tlsClientCa" in p.stderr, p.stderr
+
+
+def test_none_warns_on_a_non_loopback_listener(start_worker):
+    open_w = start_worker({"WORKER_AUTH_MODE": "none", "WORKER_LISTEN": "0.0.0.0:0"}, executors=1)
+    ev = open_w.wait_event("auth_disabled", 10)
+    assert ev["level"] in ("WARNING", "warning") and "anyone who can reach this port" in ev["warning"], ev
+    assert open_w.find_event("worker_serving")["auth"] == "none"
+    # `none` serves without credentials; on loopback it does not warn.
+    ch = grpc.insecure_channel(f"127.0.0.1:{open_w.port}")
+    try:
+        st = pb_grpc.WorkerServiceStub(ch)
+        st.SubmitTask(pb.SubmitTaskRequest(task=call_list_task("n-1", [("add", [1, 1])])), timeout=10)
+    finally:
+        ch.close()
+    local = start_worker({"WORKER_AUTH_MODE": "none"}, executors=1)
+    time.sleep(0.5)
+    assert local.find_event("auth_disabled") is None
