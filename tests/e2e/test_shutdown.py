@@ -10,6 +10,7 @@ import pytest
 
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
+from tests.support import auth
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +30,7 @@ def _watch_in_thread(port: int, task_id: str):
     got: list = []
 
     def run():
-        ch = grpc.insecure_channel(f"127.0.0.1:{port}")
+        ch = auth.channel(f"127.0.0.1:{port}")
         try:
             for upd in pb_grpc.WorkerServiceStub(ch).WatchTasks(pb.WatchTasksRequest(task_ids=[task_id]),
                                                                  timeout=60):
@@ -61,7 +62,9 @@ def test_tasks_running_at_the_drain_timeout_end_with_a_terminal_update(start_wor
     w = start_worker({"DRAIN_TIMEOUT_MS": "1000"})
     w.submit_calls("sd-slow", [("sleep_ms", [30000])])
     t, updates = _watch_in_thread(w.port, "sd-slow")
-    _until(lambda: updates and updates[0].state == pb.TASK_STATE_RUNNING, "the watch's current state")
+    _until(lambda: updates, "the watch's current state")
+    assert not isinstance(updates[0], grpc.RpcError), updates[0]
+    assert updates[0].state == pb.TASK_STATE_RUNNING, updates[0]
     w.signal(signal.SIGTERM)
     assert w.wait_exit(20) == 0
     t.join(10)
