@@ -574,10 +574,12 @@ cdef class DispatchLoop:
         cdef list recs = ex.recs
         select_fn = ex.select_fn
         sample, max_runnable, max_inflight, mem, stall = ex.select_params()
+        # Sampling: each decision's scan starts at a random view (the core's rand).
+        sample_start = ex.sample_start if sample > 0 else None
         # The compiled scoring's views are ExecutorViews: select and count in C.
         cdef bint c_sel = select_fn is _compiled_select
         cdef long long c_now = 0, c_run = 0, c_inf = 0, c_mem = 0, c_stall = 0
-        cdef Py_ssize_t c_sample = 0
+        cdef Py_ssize_t c_sample = 0, start = 0
         if c_sel:
             c_now, c_sample, c_run, c_inf, c_mem, c_stall = (now, sample, max_runnable,
                                                               max_inflight, mem, stall)
@@ -606,10 +608,13 @@ cdef class DispatchLoop:
                 continue
             if not views:
                 i = -1
-            elif c_sel:
-                i = select_index(views, c_now, c_sample, c_run, c_inf, c_mem, c_stall)
             else:
-                i = select_fn(views, now, sample, max_runnable, max_inflight, mem, stall)
+                if sample_start is not None:
+                    start = sample_start(len(views))
+                if c_sel:
+                    i = select_index(views, c_now, c_sample, c_run, c_inf, c_mem, c_stall, start)
+                else:
+                    i = select_fn(views, now, sample, max_runnable, max_inflight, mem, stall, start)
             if i < 0:
                 ready.push_front(ctx)
                 sched.unserved()

@@ -16,7 +16,8 @@ What it holds:
   given at construction, and follows the rules stated in blockx/core/dispatcher.py
   and dispatcher_tasks.py (it is that code, moved here so that it can be
   compiled); anything off the per-call path stays in the parts.
-Rules: Sans-IO like the core (no clock, no IO, no randomness); both
+Rules: Sans-IO like the core (no clock, no IO, randomness only from the core's
+injected ``rand``, through ExecutorTable.sample_start); both
 implementations take and return the same values and raise the same errors.
 """
 from __future__ import annotations
@@ -457,6 +458,9 @@ class DispatchLoop:
         recs = ex.recs
         select_fn = ex.select_fn
         sample, max_runnable, max_inflight, mem, stall = ex.select_params()
+        # Sampling: each decision's scan starts at a random view (the core's rand).
+        sample_start = ex.sample_start if sample > 0 else None
+        start = 0
         deadline = self.deadline
         BindCall = self.BindCall
         by_id = self.by_id
@@ -479,7 +483,12 @@ class DispatchLoop:
             if leader is not None and leader is not ctx:  # ctx itself leads while retrying
                 join(leader, ctx)
                 continue
-            i = select_fn(views, now, sample, max_runnable, max_inflight, mem, stall) if views else -1
+            if views:
+                if sample_start is not None:
+                    start = sample_start(len(views))
+                i = select_fn(views, now, sample, max_runnable, max_inflight, mem, stall, start)
+            else:
+                i = -1
             if i < 0:
                 ready.push_front(ctx)
                 sched.unserved()

@@ -22,6 +22,7 @@ cdef class Outbox:
     cdef readonly long long frames_written
 
     cpdef enqueue(self, object frame)
+    cpdef push(self, object frame)
     cdef int _flush_c(self) except -1
     cdef int _write_c(self) except -1
     cpdef flush_now(self)

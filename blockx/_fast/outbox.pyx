@@ -1,7 +1,8 @@
 # Per-connection write outbox (compiled; twin: outbox_py.py, whose docstring
 # holds the theory of operation: list + one call_soon flush per loop iteration,
 # <= max_batch frames per transport.writelines(), no flushing while paused,
-# OutboxFull at `depth`, send() resolved by sequence number once flushed).
+# OutboxFull at `depth`, push() past it, send() resolved by sequence number
+# once flushed).
 # The behaviour must match the twin exactly; the parity tests run both.
 
 cimport cython
@@ -73,6 +74,20 @@ cdef class Outbox:
             raise OutboxFull(
                 f"outbox full: {n} frames queued (depth {self._depth})"
                 + (" while the transport is paused" if self._paused else ""))
+        self._frames.append(frame)
+        self._enqueued += 1
+        if not self._scheduled and not self._paused:
+            self._scheduled = True
+            self._call_soon(self._flush_cb)
+
+    cpdef push(self, object frame):
+        """Queue one encoded frame that a full outbox must not refuse (an
+        ExecuteCall: the dispatcher already bounds the calls one executor
+        holds); never blocks. Past `depth` it waits behind the frames queued
+        before it and leaves with the later flushes, max_batch per iteration:
+        a burst is paced instead of failed. Raises OutboxClosed after close()."""
+        if self._closed:
+            raise self._closed_error()
         self._frames.append(frame)
         self._enqueued += 1
         if not self._scheduled and not self._paused:

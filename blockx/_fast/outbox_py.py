@@ -9,7 +9,13 @@ Theory of operation (uvloop's _queue_write idea, Go's outbox of depth 256 with
   flush for the following iteration (never two flushes in one iteration).
 - While the transport is paused (pause_writing from the protocol), nothing is
   flushed; frames pile up to `depth`, then enqueue() raises OutboxFull (retryable)
-  so ExecuteCall can go elsewhere instead of blocking the event loop.
+  for frames that may be dropped (a HeartbeatAck) instead of blocking the event
+  loop.
+- push() is enqueue() for frames a full outbox must not refuse: ExecuteCalls,
+  whose number per executor the dispatcher already bounds (executorMaxInflight,
+  at most the depth). Past `depth` a pushed frame waits behind the others and
+  leaves with the later flushes, max_batch per iteration: a burst of more than
+  `depth` ExecuteCalls in one iteration is paced, not failed (no attempt spent).
 - flush_now() writes at once what the scheduled flush would write (same
   limits), for a caller that answers a peer's batch in slices.
 - send() is for frames the caller must know were handed to the transport
@@ -92,6 +98,20 @@ class Outbox:
                 f"outbox full: {len(frames)} frames queued (depth {self._depth})"
                 + (" while the transport is paused" if self._paused else ""))
         frames.append(frame)
+        self._enqueued += 1
+        if not self._scheduled and not self._paused:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def push(self, frame: bytes) -> None:
+        """Queue one encoded frame that a full outbox must not refuse (an
+        ExecuteCall: the dispatcher already bounds the calls one executor
+        holds); never blocks. Past `depth` it waits behind the frames queued
+        before it and leaves with the later flushes, max_batch per iteration:
+        a burst is paced instead of failed. Raises OutboxClosed after close()."""
+        if self._closed:
+            raise self._closed_error()
+        self._frames.append(frame)
         self._enqueued += 1
         if not self._scheduled and not self._paused:
             self._scheduled = True

@@ -15,8 +15,8 @@ cdef class ExecutorView:
 
 
 # The C entry point of select_executor, for the compiled dispatch loop (its
-# views are this module's ExecutorViews, in a list).
+# views are this module's ExecutorViews, in a list; the scan starts at start).
 cdef Py_ssize_t select_index(list views, long long now_ms, Py_ssize_t sample_size,
                              long long max_runnable, long long max_inflight,
                              long long memory_high_watermark,
-                             long long stall_timeout_ms) except -2
+                             long long stall_timeout_ms, Py_ssize_t start=*) except -2

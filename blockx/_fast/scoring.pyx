@@ -6,9 +6,11 @@
 # executor with the fewest runnable calls (its scheduler is least busy), then
 # the fewest calls this worker has in flight there, then the most headroom, and
 # finally the smallest executor_id so the choice is deterministic. With
-# sample_size > 0 only the first sample_size eligible views are scored
-# (power-of-d choices: bounded cost per decision on large pools); the caller
-# decides the order of the list (and thus any rotation or shuffling).
+# sample_size > 0 only sample_size eligible views are scored (power-of-d
+# choices: bounded cost per decision on large pools): the scan starts at view
+# `start` and wraps around, and the caller draws `start` at random for each
+# decision, so every executor can be sampled (a fixed start would only ever
+# score the first sample_size eligible ones).
 # Views are typed records so the scan reads C fields, not attributes.
 
 cimport cython
@@ -83,11 +85,17 @@ cdef inline int reject_code(ExecutorView v, long long now_ms, long long max_runn
 cdef Py_ssize_t select_index(list views, long long now_ms, Py_ssize_t sample_size,
                              long long max_runnable, long long max_inflight,
                              long long memory_high_watermark,
-                             long long stall_timeout_ms) except -2:
-    cdef Py_ssize_t i, n = len(views), best = -1, seen = 0
+                             long long stall_timeout_ms, Py_ssize_t start=0) except -2:
+    cdef Py_ssize_t i, k, n = len(views), best = -1, seen = 0
     cdef long long run, inf, head, b_run = 0, b_inf = 0, b_head = 0
     cdef ExecutorView v, b = None
-    for i in range(n):
+    if start < 0 or (start >= n and n > 0):
+        raise ValueError(f"start must be an index into the {n} views, got {start}")
+    i = start - 1
+    for k in range(n):
+        i += 1
+        if i == n:
+            i = 0
         v = views[i]
         if reject_code(v, now_ms, max_runnable, max_inflight,
                        memory_high_watermark, stall_timeout_ms) != R_OK:
@@ -120,9 +128,11 @@ def filter_reason(ExecutorView view not None, long long now_ms, long long max_ru
 
 def select_executor(views, long long now_ms, Py_ssize_t sample_size,
                     long long max_runnable, long long max_inflight,
-                    long long memory_high_watermark, long long stall_timeout_ms) -> int:
-    """Index into views of the best eligible executor, or -1 if none is."""
+                    long long memory_high_watermark, long long stall_timeout_ms,
+                    Py_ssize_t start=0) -> int:
+    """Index into views of the best eligible executor, or -1 if none is; the
+    scan (and a sample) starts at views[start]."""
     if type(views) is not list:
         views = list(views)
     return select_index(<list>views, now_ms, sample_size, max_runnable, max_inflight,
-                        memory_high_watermark, stall_timeout_ms)
+                        memory_high_watermark, stall_timeout_ms, start)

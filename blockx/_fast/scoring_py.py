@@ -6,9 +6,11 @@ reason recorded in metrics and asserted in tests). The score prefers the
 executor with the fewest runnable calls (its scheduler is least busy), then the
 fewest calls this worker has in flight there, then the most headroom, and
 finally the smallest executor_id so the choice is deterministic. With
-sample_size > 0 only the first sample_size eligible views are scored
-(power-of-d choices: bounded cost per decision on large pools); the caller
-decides the order of the list (and thus any rotation or shuffling)."""
+sample_size > 0 only sample_size eligible views are scored (power-of-d
+choices: bounded cost per decision on large pools): the scan starts at view
+`start` and wraps around, and the caller draws `start` at random for each
+decision, so every executor can be sampled (a fixed start would only ever
+score the first sample_size eligible ones)."""
 
 __all__ = ["ExecutorView", "select_executor", "filter_reason"]
 
@@ -73,13 +75,24 @@ def filter_reason(view: ExecutorView, now_ms: int, max_runnable: int, max_inflig
 
 def select_executor(views: list, now_ms: int, sample_size: int, max_runnable: int,
                     max_inflight: int, memory_high_watermark: int,
-                    stall_timeout_ms: int) -> int:
-    """Index into views of the best eligible executor, or -1 if none is."""
+                    stall_timeout_ms: int, start: int = 0) -> int:
+    """Index into views of the best eligible executor, or -1 if none is; the
+    scan (and a sample) starts at views[start]."""
+    if type(views) is not list:
+        views = list(views)
+    n = len(views)
+    if start < 0 or (start >= n and n > 0):
+        raise ValueError(f"start must be an index into the {n} views, got {start}")
     best = -1
     b_run = b_inf = b_head = 0
     b_id = ""
     seen = 0
-    for i, v in enumerate(views):
+    i = start - 1
+    for _ in range(n):
+        i += 1
+        if i == n:
+            i = 0
+        v = views[i]
         if filter_reason(v, now_ms, max_runnable, max_inflight,
                          memory_high_watermark, stall_timeout_ms):
             continue

@@ -70,12 +70,15 @@ cdef class SubcallBinder:
                 REJECT_INVALID_BUDGET,
                 f"grantedBudgetMs must be an integer >= 0 (0 = unlimited), got {granted_budget_ms!r}"
             ), []
+        # The child's ancestry (the requesting call and its ancestors, as the
+        # executor sends it) holds `depth` calls: len(ancestry) < maxSubcallDepth.
         depth = parent.depth + 1
-        if depth > self._max_depth:
+        if depth >= self._max_depth:
             return SubcallRejected(
                 REJECT_DEPTH_EXCEEDED,
-                f"subcall {function_id} would be at depth {depth}, over maxSubcallDepth "
-                f"{self._max_depth}"), []
+                f"subcall {function_id} would be at depth {depth}: its ancestry of {depth} calls must "
+                f"be shorter than maxSubcallDepth {self._max_depth} (dispatcher.maxSubcallDepth "
+                f"raises it)"), []
         if self._c_key:
             key = cache_key_c(function_id, digest, args_json)
         else:

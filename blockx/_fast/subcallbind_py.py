@@ -50,12 +50,15 @@ class SubcallBinder:
                 REJECT_INVALID_BUDGET,
                 f"grantedBudgetMs must be an integer >= 0 (0 = unlimited), got {granted_budget_ms!r}"
             ), []
+        # The child's ancestry (the requesting call and its ancestors, as the
+        # executor sends it) holds `depth` calls: len(ancestry) < maxSubcallDepth.
         depth = parent.depth + 1
         limit = self._max_depth
-        if depth > limit:
+        if depth >= limit:
             return SubcallRejected(
                 REJECT_DEPTH_EXCEEDED,
-                f"subcall {function_id} would be at depth {depth}, over maxSubcallDepth {limit}"), []
+                f"subcall {function_id} would be at depth {depth}: its ancestry of {depth} calls must "
+                f"be shorter than maxSubcallDepth {limit} (dispatcher.maxSubcallDepth raises it)"), []
         key = self._cache_key(function_id, digest, args_json)
         a: CallContext | None = parent
         while a is not None:

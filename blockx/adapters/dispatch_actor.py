@@ -224,7 +224,7 @@ class DispatchActor:
                 self.adapter.send_dispatched_call(cmd)
             else:
                 self.adapter.send_execute_call(cmd.executor_id, cmd.call_id, payload)
-        except OutboxFull as exc:
+        except OutboxFull as exc:   # the executor adapter paces ExecuteCalls; another adapter may refuse
             more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, m.OUTBOX_FULL, True,
                                            f"ExecuteCall to {cmd.executor_id} not sent: {exc}", now)
         except (ExecutorGone, OutboxClosed) as exc:

@@ -128,6 +128,7 @@ class EtcdPublisher:
         self._endpoint_idx = 0
         self._lease_id: int | None = None
         self._task: asyncio.Task | None = None
+        self._ended = False             # deregister() / stop() ran: start() is refused from then on
         self._wake = asyncio.Event()
         self._seq = 0
         self._failures = 0              # consecutive failed cycles (drives backoff)
@@ -157,8 +158,14 @@ class EtcdPublisher:
         return [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self._endpoints]
 
     async def start(self) -> None:
-        """Begin registering in the background; returns at once."""
+        """Begin registering in the background; returns at once. After
+        `deregister()` or `stop()` it does nothing: a worker that is draining
+        (the signal came while its ready path awaited) never registers again."""
         if not self.enabled or self._task is not None:
+            return
+        if self._ended:
+            self._log_event(logging.WARNING, "etcd_start_refused", state=self._state,
+                            reason="the publisher was stopped or deregistered (the worker is shutting down)")
             return
         self._set_state(PublisherState.REGISTERING)
         self._task = asyncio.get_running_loop().create_task(self._run(), name="etcd-publisher")
@@ -171,6 +178,7 @@ class EtcdPublisher:
         """Stop heartbeats, delete the key and revoke the lease; bounded, never raises."""
         if not self.enabled:
             return
+        self._ended = True
         await self._halt()
         lease_id, self._lease_id = self._lease_id, None
         if lease_id is not None:
@@ -192,6 +200,7 @@ class EtcdPublisher:
         """
         if not self.enabled:
             return
+        self._ended = True
         await self._halt()
         await self._close_client()
         if self._state != PublisherState.DEREGISTERED:

@@ -307,7 +307,19 @@ class Orchestrator:
                 self._core_timers()
         return True
 
+    def end_unfinished_tasks(self) -> int:
+        """Shutdown phase 2: every task the drain left running converges FAILED /
+        WORKER_SHUTDOWN through the terminal path (its calls are cancelled, its IO
+        scope closed, its watchers get the terminal update while their streams
+        are still open). Returns how many there were."""
+        cmds = self.core.handle_shutdown(self._wall())
+        for cmd in cmds:
+            self._on_task_terminal(cmd)
+        return len(cmds)
+
     async def close(self) -> None:
+        """Stop the runners, the actor and the timers; the Watch streams stay open
+        until close_watches (after the IO scopes, in the shutdown order)."""
         for rt in list(self._runtimes.values()):
             if rt.runner is not None:
                 rt.runner.cancel()
@@ -315,6 +327,9 @@ class Orchestrator:
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()
         self.progress.close()
+
+    def close_watches(self) -> None:
+        """End every WatchTasks stream and TaskSession, after what they have queued."""
         self.subscriptions.close_all()
 
 

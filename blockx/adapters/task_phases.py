@@ -392,21 +392,25 @@ class TaskPhases:
             return PhaseOutcome.failure(fc.PLUGIN_FAILED, msg,
                                         plugin_results=[PluginResult(rh.type, False, msg)])
         t0 = time.perf_counter()
+        retryable = False
         async with self.admission.plugin:
-            ctx = PluginContext(task_id=rt.task_id, instance_id=rt.instance_id, deadline_ms=rt.deadline_ms)
+            # phaseIoTimeoutMs bounds each IO operation of the plugin (a statement,
+            # a batch, a file), which the plugin applies; the phase as a whole is
+            # bounded by the task deadline (the core converges TIMED_OUT and the
+            # terminal path cancels this runner, and so the plugin).
+            ctx = PluginContext(task_id=rt.task_id, instance_id=rt.instance_id, deadline_ms=rt.deadline_ms,
+                                io_timeout_ms=self.phase_io_timeout_ms)
             try:
-                r = await asyncio.wait_for(plugin.execute(rh.config, cmd.outputs, ctx),
-                                           self.phase_io_timeout_ms / 1000.0)
+                r = await plugin.execute(rh.config, cmd.outputs, ctx)
                 pr = PluginResult(r.plugin, r.ok, r.message, r.details)
-            except asyncio.TimeoutError:
-                pr = PluginResult(rh.type, False, f"plugin timed out after {self.phase_io_timeout_ms} ms "
-                                                  "(phaseIoTimeoutMs)")
+                retryable = bool(getattr(r, "retryable", False)) and not r.ok
             except Exception as exc:  # noqa: BLE001 - PluginError or a plugin bug
                 pr = PluginResult(rh.type, False, f"{type(exc).__name__}: {exc}")
+                retryable = bool(getattr(exc, "retryable", False))
         self.metrics.observe_phase("plugin", time.perf_counter() - t0)
         if pr.ok:
             return PhaseOutcome(ok=True, plugin_results=[pr])
-        return PhaseOutcome.failure(fc.PLUGIN_FAILED, pr.message, plugin_results=[pr])
+        return PhaseOutcome.failure(fc.PLUGIN_FAILED, pr.message, retryable, plugin_results=[pr])
 
 
 def is_async_stream(stream) -> bool:

@@ -18,6 +18,7 @@ import os
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
+from blockx.adapters.executor.outbox_limits import OUTBOX_DEPTH
 from blockx.adapters.trace_recorder import MIN_MAX_EVENTS as MIN_TRACE_EVENTS, RETAINED_FLOOR_EVENTS
 from blockx.app.addresses import split_host_port
 from blockx.app.config_fields import env_vars_of, json_name
@@ -152,6 +153,12 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     check(cfg.admission, ADMISSION_RULES, section((cfg.admission, "admission.")), out)
     check(cfg.stream_build, DISPATCHER_RULES, section((cfg.stream_build, "streamBuild.")), out)
     check(cfg.dispatcher, DISPATCHER_RULES, section((cfg.dispatcher, "dispatcher.")), out)
+    inflight = cfg.dispatcher.executor_max_inflight
+    if type(inflight) is int and inflight > OUTBOX_DEPTH:
+        out.append(f"{name('dispatcher.executorMaxInflight')} ({inflight}) must not exceed the executor "
+                   f"outbox depth ({OUTBOX_DEPTH} frames): it is how many calls one executor may be sent "
+                   f"at once; set it to at most {OUTBOX_DEPTH} (more executors, executorCount, carry more "
+                   "calls in flight)")
 
     # The settings only the app has.
     check(cfg, APP_RULES, top, out)

@@ -8,8 +8,10 @@ ready, health SERVING, etcd registration and heartbeats.
 Stop on SIGTERM / SIGINT. Phase 1 (drain): stop registration, SetDraining
 (new RequestTaskSlot / not-yet-activated SubmitTask get UNAVAILABLE), health
 NOT_SERVING, etcd Deregister, WaitDrain up to drainTimeoutMs. A second signal or
-the drain timeout ends phase 1 early. Phase 2 (force): stop the pool, close the
-executor adapter, the IO scopes and the Watch streams, gRPC stop with 5 s grace.
+the drain timeout ends phase 1 early. Phase 2 (force): tasks still running end
+FAILED / WORKER_SHUTDOWN (their watchers get the terminal update), then stop the
+pool, close the executor adapter, the IO scopes, then the Watch streams (after
+what they queued), gRPC stop with 5 s grace.
 """
 from __future__ import annotations
 
@@ -172,6 +174,12 @@ class Worker:
         if self._stop.is_set():
             return
         await set_health(self.health, True)
+        if self._stop.is_set():
+            # The signal came during the await: the drain already set health
+            # NOT_SERVING and deregistered; stay out of health and the registry
+            # (the publisher also refuses a start after its deregister).
+            await set_health(self.health, False)
+            return
         await self.publisher.start()
 
     def _audit_gate(self, metrics) -> AuditGate | None:
@@ -355,19 +363,27 @@ class Worker:
             t.cancel()
         log_event(log, "drain_finished", drained=bool(drained), active_tasks=core.active_task_count(),
                   seconds=round(time.monotonic() - t0, 3))
-        # ---- phase 2: force ----
+        # ---- phase 2: force (the spec's order: lifecycle, pool, executor
+        # adapter, IO scopes, Watch streams, gRPC) ----
         await self.publisher.stop()
         if isinstance(fcode, (FunctionCodeEtcd, FunctionCodeRedis)):
             await fcode.stop()
         ticker.cancel()
         memdiag.cancel()
+        unfinished = self.orch.end_unfinished_tasks()    # their watchers get a terminal update
+        log_event(log, "shutdown_step", step="tasks_ended", unfinished_tasks=unfinished)
         await self.pool.stop()
+        log_event(log, "shutdown_step", step="executor_pool_stopped")
         await self.adapter.close()
         await self.orch.close()
+        log_event(log, "shutdown_step", step="executor_adapter_closed")
         await io_factory.aclose()
         if self.orch.actor.audit is not None and self.orch.actor.audit.etcd is not None:
             await self.orch.actor.audit.etcd.close()
         await data.aclose()
+        log_event(log, "shutdown_step", step="io_scopes_closed")
+        self.orch.close_watches()
+        log_event(log, "shutdown_step", step="watch_streams_closed")
         if shadow is not None:
             await shadow.close()
         await server.stop(GRPC_STOP_GRACE_S)

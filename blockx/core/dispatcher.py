@@ -5,7 +5,8 @@ Rules: single writer (the adapter's dispatch actor); every input is a method
 call carrying ``now`` (int ms); every output is a list of commands
 (``dispatcher_commands``) that the adapter executes in order, feeding results
 back as events. The core never reads a clock, sleeps, or picks a random number
-(jitter comes from the injected ``rand``). Command lists never alias core state.
+(retry jitter and the start of a sampled executor scan come from the injected
+``rand``). Command lists never alias core state.
 
 Driving it (the adapter's loop):
   1. register work: ``prepare_call_phase`` (pure, may run off-actor) then
@@ -109,7 +110,7 @@ class DispatcherCore:
             raise TypeError("rand must be a callable returning a float in [0, 1)")
         self.config = config
         cache_key = (cachekey or load("cachekey")).cache_key
-        self._exec = ExecutorTable(scoring or load("scoring"), config)
+        self._exec = ExecutorTable(scoring or load("scoring"), config, rand)
         self._sched = TaskScheduler(config.instance_fairness, config.effective_fairness_quantum,
                                     config.task_max_inflight_calls)
         self._calls = CallTable()

@@ -13,8 +13,9 @@ and which event it feeds back:
   always starts with ``UnbindCall`` for that call; a stale or duplicated frame
   is answered with no command at all, so the adapter counts accepted frames
   by that (``handle_call_completed`` / ``handle_call_failed`` document it).
-- ``DispatchCallCmd``: send ExecuteCall (non-blocking). A send failure is fed
-  back as ``handle_call_failed(call_id, attempt_seq, "OUTBOX_FULL", True, ...)``.
+- ``DispatchCallCmd``: send ExecuteCall (non-blocking; a full outbox paces it
+  rather than refusing it). A send failure (the executor is gone) is fed back as
+  ``handle_call_failed(call_id, attempt_seq, "EXECUTOR_LOST", True, ...)``.
 - ``UnbindCall``: release the reservation (idempotent with the release the
   adapter already did on the executor's terminal frame).
 - ``CancelCallCmd``: mark the reservation draining and send CancelCall best

@@ -40,13 +40,14 @@ DISPATCHER_RULES: Final = (
     Rule("task_max_inflight_calls", 1),
     Rule("call_deadline_ms", 0, note="0 = unlimited"),
     Rule("scheduler_stall_timeout_ms", 0, note="0 = derived"),
-    Rule("max_subcall_depth", 0, note="0 disables subcalls"),
+    Rule("max_subcall_depth", 0, note="0 and 1 disable subcalls"),
     Rule("base_backoff_ms", 0),
     Rule("max_backoff_ms", 0, note="0 = no cap"),
     DEFAULT_MAX_ATTEMPTS_RULE,
     RETRY_JITTER_RULE,
     Rule("instance_fairness", kind=bool),
-    Rule("instance_fairness_quantum", 0, MAX_FAIRNESS_QUANTUM, note="0 and 1 both re-select per call"),
+    # Above MAX_FAIRNESS_QUANTUM the quantum is capped (effective_fairness_quantum), not refused.
+    Rule("instance_fairness_quantum", 0, note="0 and 1 both re-select per call"),
     Rule("max_collected_output_bytes", 0, note="0 = unlimited"),
     Rule("max_outstanding_batches", 1),
     Rule("batch_max_rows", 1),
@@ -72,13 +73,13 @@ class DispatcherConfig:
     task_max_inflight_calls: int = 1024       # per-task admission window (root calls)
     call_deadline_ms: int = 5_000             # budget per root attempt; 0 = unlimited
     scheduler_stall_timeout_ms: int = 0       # 0 = derived (see module doc)
-    max_subcall_depth: int = 8                # deepest allowed subcall (a root's child is depth 1)
+    max_subcall_depth: int = 8                # a subcall's ancestry must be shorter: depths 1..7
     base_backoff_ms: int = 10                 # retry base when the task policy sets none
     max_backoff_ms: int = 60_000              # cap on one retry delay before jitter; 0 = no cap
     default_max_attempts: int = 3             # when the task policy sets none
     default_retry_jitter_percent: int = 5     # when the task gives no policy at all
     instance_fairness: bool = False           # max-min admission across instance ids
-    instance_fairness_quantum: int = 0        # consecutive binds per instance; 0/1 = per call
+    instance_fairness_quantum: int = 0        # consecutive binds per instance; 0/1 = per call; capped at 1024
     max_collected_output_bytes: int = 0       # per task; 0 = unlimited
     max_outstanding_batches: int = 2          # streaming credit window
     batch_max_rows: int = 8192

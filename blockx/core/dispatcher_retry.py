@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from blockx.core.config import MAX_RETRY_JITTER_PERCENT
 from blockx.core.dispatcher_calls import READY
 from blockx.core.dispatcher_commands import ArmCallRetry
 from blockx.core.dispatcher_config import DispatcherConfig
@@ -51,7 +52,8 @@ def resolve_retry(retry: RetryPolicy | tuple | None, config: DispatcherConfig) -
     """(max_attempts, base_backoff_ms, jitter_percent) for a task.
 
     No policy: every value from the config. With a policy: 0 max_attempts /
-    base_backoff_ms fall back to the config; jitter_percent is used as given."""
+    base_backoff_ms fall back to the config; jitter_percent is used as given, and
+    like the config's default it may not exceed MAX_RETRY_JITTER_PERCENT (5)."""
     if retry is None:
         return (config.default_max_attempts, config.base_backoff_ms,
                 config.default_retry_jitter_percent)
@@ -68,8 +70,8 @@ def resolve_retry(retry: RetryPolicy | tuple | None, config: DispatcherConfig) -
             raise ValueError(f"retry policy {name} must be an integer, got {v!r}")
         if v < 0:
             raise ValueError(f"retry policy {name} must be >= 0, got {v}")
-    if j > 100:
-        raise ValueError(f"retry policy jitter_percent must be between 0 and 100, got {j}")
+    if j > MAX_RETRY_JITTER_PERCENT:
+        raise ValueError(f"retry policy jitter_percent must be between 0 and {MAX_RETRY_JITTER_PERCENT}, got {j}")
     return (m or config.default_max_attempts, b or config.base_backoff_ms, j)
 
 

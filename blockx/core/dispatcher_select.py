@@ -15,11 +15,16 @@ over it with no per-call allocation and ties break on the smallest id.
   once no call is bound to it any more.
 - A failed bind marks the view unhealthy until the next snapshot, so a vanished
   executor is not picked again in a tight bind / fail loop.
+- With ``executor_selection_sample_size`` N > 0 each decision scores only N
+  eligible executors (power-of-d choices), scanning from a start drawn from the
+  injected ``rand`` (``sample_start``) and wrapping around the sorted list: the
+  sample varies, so every executor takes calls. A pool of at most N executors
+  is scored whole and draws nothing.
 """
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from blockx._fast import load
 
@@ -34,9 +39,9 @@ ExecutorRecord = load("dispatchloop").ExecutorRecord
 
 class ExecutorTable:
     __slots__ = ("_scoring", "views", "recs", "records", "_ids", "select_fn", "_sample",
-                 "_max_runnable", "_max_inflight", "_mem", "_stall")
+                 "_max_runnable", "_max_inflight", "_mem", "_stall", "_rand")
 
-    def __init__(self, scoring: Any, config: DispatcherConfig) -> None:
+    def __init__(self, scoring: Any, config: DispatcherConfig, rand: Callable[[], float]) -> None:
         self._scoring = scoring
         self.select_fn = scoring.select_executor
         self.views: list[Any] = []              # sorted by executor_id
@@ -48,6 +53,7 @@ class ExecutorTable:
         self._max_inflight = config.executor_max_inflight
         self._mem = config.executor_memory_high_watermark
         self._stall = config.effective_stall_timeout_ms
+        self._rand = rand
 
     # --- snapshots -----------------------------------------------------------------
 
@@ -107,6 +113,17 @@ class ExecutorTable:
         stall_timeout_ms): the constant arguments of select_fn, so the
         dispatch loop calls it without a Python frame in between."""
         return (self._sample, self._max_runnable, self._max_inflight, self._mem, self._stall)
+
+    def sample_start(self, n: int) -> int:
+        """Where a sampled scan of ``n`` views starts: uniform over the views,
+        from the injected rand; 0 when the sample covers the whole pool."""
+        if n <= self._sample:
+            return 0
+        r = self._rand()
+        if not 0.0 <= r < 1.0:
+            raise ValueError(f"rand() must return a float in [0, 1), got {r!r}")
+        start = int(r * n)
+        return start if start < n else n - 1
 
     def filter_reasons(self, now: int) -> dict[str, str]:
         """executor_id -> why it is not eligible ("" when it is); for tests/metrics."""

@@ -6,8 +6,10 @@ Rules and theory of operation:
 - A subcall is requested by a running call (its parent) through the executor
   the parent is bound to. The parent must be RUNNING/WAITING and bound, the
   requesting executor must be that executor (a late request from an old
-  attempt is refused as stale), the child's depth (a root's child has depth 1)
-  must not exceed ``max_subcall_depth``, and the child's cache key must differ
+  attempt is refused as stale), the child's ancestry (the requesting call and
+  its ancestors: a root's child has depth 1 and an ancestry of 1) must be shorter
+  than ``max_subcall_depth``, so the deepest child has depth
+  ``max_subcall_depth - 1``, and the child's cache key must differ
   from every ancestor's (a call that would wait on an identical call up its own
   chain can never finish).
 - The child gets its own CallContext with MaxAttempts = 1, the budget the

@@ -36,7 +36,7 @@ ERR_SUBCALL_FAILED: Final = "SUBCALL_FAILED"
 # SubcallRejected.reason values.
 REJECT_PARENT_NOT_ACTIVE: Final = "PARENT_NOT_ACTIVE"    # parent unknown, done, or not bound yet
 REJECT_EXECUTOR_MISMATCH: Final = "EXECUTOR_MISMATCH"    # request from an executor the parent is not bound to
-REJECT_DEPTH_EXCEEDED: Final = "DEPTH_EXCEEDED"          # child depth > max_subcall_depth
+REJECT_DEPTH_EXCEEDED: Final = "DEPTH_EXCEEDED"          # child depth >= max_subcall_depth
 REJECT_CYCLE: Final = "CYCLE"                            # child's cache key equals an ancestor's
 REJECT_INVALID_BUDGET: Final = "INVALID_BUDGET"          # granted_budget_ms < 0
 

@@ -2,8 +2,8 @@
 
 These strings are part of the public contract (clients match on them), so they
 never change spelling. ``RETRYABLE`` says whether a client may resubmit the
-task (on any worker) and expect a different outcome: only ``TIMED_OUT`` is
-retryable by default; a phase outcome may still carry its own ``retryable``
+task (on any worker) and expect a different outcome: only ``TIMED_OUT`` and
+``WORKER_SHUTDOWN`` are retryable by default; a phase outcome may still carry its own ``retryable``
 flag (e.g. a call that failed with a retryable error kind).
 """
 from __future__ import annotations
@@ -20,14 +20,15 @@ TIMED_OUT: Final = "TIMED_OUT"                          # the task deadline pass
 SLOT_LOST: Final = "SLOT_LOST"                          # the slot lease expired before activation
 WATCH_DISCONNECTED: Final = "WATCH_DISCONNECTED"        # every Watch stream left and grace ran out
 OUTPUT_BYTES_EXCEEDED: Final = "OUTPUT_BYTES_EXCEEDED"  # collected outputs passed maxCollectedOutputBytes
+WORKER_SHUTDOWN: Final = "WORKER_SHUTDOWN"              # still running when the worker's drain ended
 
 ALL: Final = frozenset({
     ACTIVATION_FAILED, IO_SCOPE_FAILED, BUILDER_NOT_FOUND, BUILDER_FAILED, CALL_FAILED,
-    PLUGIN_FAILED, TIMED_OUT, SLOT_LOST, WATCH_DISCONNECTED, OUTPUT_BYTES_EXCEEDED,
+    PLUGIN_FAILED, TIMED_OUT, SLOT_LOST, WATCH_DISCONNECTED, OUTPUT_BYTES_EXCEEDED, WORKER_SHUTDOWN,
 })
 
 # Default retryability of a code when the core itself produces the failure.
-RETRYABLE: Final = frozenset({TIMED_OUT})
+RETRYABLE: Final = frozenset({TIMED_OUT, WORKER_SHUTDOWN})
 
 
 def is_retryable(code: str) -> bool:

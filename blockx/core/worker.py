@@ -59,7 +59,8 @@ Slots and submission
 - Order of checks: task_id, idempotency (known submitted or terminal task ->
   its snapshot, even while draining), request validation, draining
   (Unavailable), slot checks, capacity (NoSlot).
-- ``ready`` is reported in the heartbeat only; it does not gate admission.
+- ``ready`` is reported in the heartbeat only (as false while draining); it does
+  not gate admission.
 - Watch streams may attach to a bare reservation; the count carries over to
   the task at SubmitTask. Watch grace only ever reclaims submitted tasks.
 
@@ -96,6 +97,7 @@ Timers: ``expired_slots(now)``, ``timed_out_tasks(now)``, ``watch_disconnected_t
   ``purge_expired_results(now)`` deletes; ``next_deadline()`` is the earliest
   instant any of them would report something (arm one timer for it);
   ``tick(now)`` runs all four scans and their handlers and returns the commands.
+Shutdown: ``handle_shutdown(now)`` converges every task still submitted.
 Status: ``set_ready``/``ready``, ``set_draining``/``draining``,
   ``active_task_count()``, ``free_capacity()``, ``derive_heartbeat(now)``,
   ``get_task_context(task_id)``, ``get_index_entry(task_id)``, ``slots``.
@@ -193,7 +195,8 @@ class WorkerCore:
     def derive_heartbeat(self, now: int) -> dict[str, Any]:
         s = self._slots
         return {"taskSlots": s.size, "reservedSlots": s.allocated, "runningTasks": s.running,
-                "freeSlots": s.free_capacity, "draining": self._draining, "ready": self._ready,
+                "freeSlots": s.free_capacity, "draining": self._draining,
+                "ready": self._ready and not self._draining,
                 "atMs": now}
 
     # ---- RPCs -------------------------------------------------------------------
@@ -437,6 +440,19 @@ class WorkerCore:
         for task_id in self.watch_disconnected_tasks(now):
             out.extend(self.handle_watch_disconnected(task_id, now).commands)
         self.purge_expired_results(now)
+        return out
+
+    def handle_shutdown(self, now: int) -> list[Command]:
+        """The drain ended with tasks still submitted (its timeout, a second
+        signal): each converges FAILED / WORKER_SHUTDOWN (retryable: it may run
+        on another worker), so its watchers get a terminal update. Returns the
+        ConvergeTask commands; bare reservations are left to lapse."""
+        out: list[Command] = []
+        msg = ("the worker shut down before the task finished (drain timeout or a second "
+               "signal); resubmit it to another worker")
+        for ctx in list(self._tasks.active.values()):
+            out.extend(self._converge(PhaseTransitionResult, ctx, _FAILED, fc.WORKER_SHUTDOWN, msg,
+                                      True, now).commands)
         return out
 
     # ---- transitions shared by the handlers ------------------------------------------

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import Config
+from .config import MAX_RETRY_JITTER_PERCENT, Config
 from .errors import InvalidArgumentError, InvalidSlotError, SlotUncertainError
 from .types import (CONTINUE, FAST_FAIL, CallRetryPolicy, FunctionCall, ResultHandler,
                     SubmitTaskRequest, TaskIndexEntry)
@@ -33,7 +33,6 @@ _POLICIES: dict[Any, str] = {
     None: FAST_FAIL,
 }
 
-MAX_JITTER_PERCENT = 100
 MAX_TASK_ID_BYTES = 256
 MAX_SLOT_ID_BYTES = 64
 MAX_PLUGIN_NAME_BYTES = 128
@@ -169,10 +168,11 @@ def resolve_submit(req: SubmitTaskRequest, cfg: Config) -> ResolvedSubmit:
             raise InvalidArgumentError(
                 f"call_retry_policy.base_backoff_ms {rp.base_backoff_ms} is negative; use 0 for "
                 f"the default ({cfg.default_base_backoff_ms} ms) or a positive number of milliseconds")
-        if not 0 <= rp.jitter_percent <= MAX_JITTER_PERCENT:
+        if not 0 <= rp.jitter_percent <= MAX_RETRY_JITTER_PERCENT:
             raise InvalidArgumentError(
-                f"call_retry_policy.jitter_percent {rp.jitter_percent} is outside 0..{MAX_JITTER_PERCENT}; "
-                f"use 0 for the default ({cfg.default_retry_jitter_percent})")
+                f"call_retry_policy.jitter_percent {rp.jitter_percent} is outside 0..{MAX_RETRY_JITTER_PERCENT}: "
+                f"a retry adds at most {MAX_RETRY_JITTER_PERCENT}% jitter to its backoff; use 0 for the "
+                f"worker default ({cfg.default_retry_jitter_percent})")
         retry = CallRetryPolicy(rp.max_attempts or cfg.default_max_attempts,
                                 rp.base_backoff_ms or cfg.default_base_backoff_ms,
                                 rp.jitter_percent or cfg.default_retry_jitter_percent)

@@ -3,7 +3,10 @@
 The Plugin phase runs once per task, after the Calls phase, with the task's
 ResultHandler config (JSON bytes) and the outputs (JSON bytes of each successful
 root call, in call-list order). A plugin reports with a PluginResult; ok=False
-fails the task with PLUGIN_FAILED and the message. A plugin that raises is treated
+fails the task with PLUGIN_FAILED and the message (retryable when the result
+says so). ``ctx.io_timeout_ms`` (phaseIoTimeoutMs) bounds each IO operation the
+plugin makes; nothing bounds the plugin as a whole but the task deadline, whose
+expiry cancels it (a plugin must then leave no write behind it). A plugin that raises is treated
 the same way by the orchestrator (the exception text becomes the message).
 A task without a ResultHandler runs no plugin."""
 
@@ -21,6 +24,7 @@ class PluginResult:
     ok: bool
     message: str = ""
     details: bytes = b""
+    retryable: bool = False     # a failure that may pass on a retry (a transient database error)
 
 
 class PluginError(RuntimeError):
@@ -34,6 +38,9 @@ class PluginContext:
     task_id: str = ""
     instance_id: str = ""
     deadline_ms: int = 0
+    # phaseIoTimeoutMs: the bound of each IO operation (a statement, a batch, a
+    # file); 0 = none. The whole plugin run is bounded by the task deadline.
+    io_timeout_ms: int = 0
 
 
 @runtime_checkable

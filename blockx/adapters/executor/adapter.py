@@ -47,6 +47,7 @@ from .counters import counters_for
 from .credentials import ExecutorCredentials
 from .errors import BindError, CallNotBound, ExecutorGone, OutboxClosed
 from .listener import bind_listener, private_socket_path, unlink_if_ours
+from .outbox_limits import OUTBOX_DEPTH, OUTBOX_MAX_BATCH
 from .reservations import NOT_DISPATCHED
 from .snapshot import ExecutorSnapshotData
 
@@ -87,8 +88,8 @@ class ExecutorAdapter:
         metrics=None,
         logger: logging.Logger | None = None,
         executor_contexts: int = 0,
-        outbox_depth: int = 256,
-        outbox_max_batch: int = 64,
+        outbox_depth: int = OUTBOX_DEPTH,
+        outbox_max_batch: int = OUTBOX_MAX_BATCH,
         backlog: int = 128,
         execute_call_batch: bool = False,
         credentials: ExecutorCredentials | None = None,
@@ -362,8 +363,8 @@ class ExecutorAdapter:
 
     # ---- sends ----
     def send_execute_call(self, executor_id: str, call_id: str, payload: dict) -> None:
-        """Queue an ExecuteCall; never blocks. Raises ExecutorGone, CallNotBound,
-        OutboxFull (retryable; the reservation stays, unbind or retry), or the
+        """Queue an ExecuteCall; never blocks, and a full outbox paces it rather
+        than refusing it (Outbox.push). Raises ExecutorGone, CallNotBound, or the
         codec's FrameTooLarge / TypeError for a payload that cannot be sent."""
         conn = self._execute_conn(executor_id, call_id)
         frame = encode_frame(
@@ -406,7 +407,7 @@ class ExecutorAdapter:
             conn.batch.add(frame)
             conn.reservations.record_dispatch(call_id, attempt_seq)
             return
-        conn.outbox.enqueue(frame)
+        conn.outbox.push(frame)
         conn.reservations.record_dispatch(call_id, attempt_seq)
         counters = self.counters
         counters.uds_frames_out += 1

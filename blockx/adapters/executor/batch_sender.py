@@ -19,8 +19,8 @@ Theory of operation:
   the outbox one slot and the executor one frame, and the calls go out with the
   outbox's next flush, exactly when single frames would.
 - Caps: a frame stays within MAX_FRAME_BYTES and holds at most `max_calls`
-  calls; beyond either a new frame is opened (it needs outbox room: OutboxFull
-  otherwise, as for single frames).
+  calls; beyond either a new frame is opened (pushed like a single ExecuteCall:
+  a full outbox paces it, never refuses it).
 """
 from __future__ import annotations
 
@@ -53,8 +53,8 @@ class BatchSender:
 
     def add(self, frame: bytes) -> None:
         """Queue one encoded single-ExecuteCall frame (4-byte length + JSON body).
-        Raises OutboxFull / OutboxClosed when a new frame is needed and the
-        outbox refuses it (then nothing was queued)."""
+        Raises OutboxClosed when a new frame is needed and the outbox is closed
+        (then nothing was queued)."""
         outbox = self.outbox
         ba = self._frame
         if ba is not None and outbox.frames_written < self._seq and not outbox.closed:
@@ -77,7 +77,7 @@ class BatchSender:
         if outbox.closed:
             raise OutboxClosed("outbox is closed; the connection is gone")
         ba = bytearray(frame)
-        outbox.enqueue(ba)                 # OutboxFull: nothing changed here
+        outbox.push(ba)
         self._frame = ba
         self._seq = outbox.frames_written + len(outbox)
         self._count = 1

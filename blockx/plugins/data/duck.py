@@ -110,13 +110,48 @@ class DuckScan:
             await asyncio.to_thread(owner.close)
 
 
+class _StatementTimer:
+    """A cursor whose statements are each interrupted once they have run for
+    `timeout_ms` (0 = never): the IO timeout of one write statement. It stands in
+    for the cursor (execute, interrupt, close)."""
+
+    __slots__ = ("_cur", "_timeout_s", "fired")
+
+    def __init__(self, cur: duckdb.DuckDBPyConnection, timeout_ms: int):
+        self._cur = cur
+        self._timeout_s = timeout_ms / 1000.0
+        self.fired = False
+
+    def _fire(self) -> None:
+        self.fired = True
+        self._cur.interrupt()
+
+    def execute(self, *args):
+        if self._timeout_s <= 0:
+            return self._cur.execute(*args)
+        timer = threading.Timer(self._timeout_s, self._fire)
+        timer.start()
+        try:
+            return self._cur.execute(*args)
+        finally:
+            timer.cancel()
+
+    def interrupt(self) -> None:
+        self._cur.interrupt()
+
+    def close(self) -> None:
+        self._cur.close()
+
+
 class DuckSource:
     kind = "duckdb"
 
-    def __init__(self, name: str, path: str, *, allowed_paths: Sequence[str] | None = None):
+    def __init__(self, name: str, path: str, *, allowed_paths: Sequence[str] | None = None,
+                 statement_timeout_ms: int = 0):
         self.name = name
         self.path = path
         self._allowed = list(allowed_paths) if allowed_paths is not None else None
+        self._timeout_ms = statement_timeout_ms     # phaseIoTimeoutMs per write statement; 0 = none
         self._db: duckdb.DuckDBPyConnection | None = None
         self._open_lock = threading.Lock()
         self._write_lock: asyncio.Lock | None = None
@@ -212,7 +247,7 @@ class DuckSource:
                      create: list[tuple[str, str]] | None = None, types: dict[str, str] | None = None) -> int:
         """Write every group (columns, column-major values) in one transaction."""
         target = quoted_table(schema, table)
-        cur = self.cursor()
+        cur = watch = _StatementTimer(self.cursor(), self._timeout_ms)   # each statement bounded
 
         def run() -> int:
             written = 0
@@ -252,7 +287,7 @@ class DuckSource:
             try:
                 return await asyncio.shield(fut)
             except asyncio.CancelledError:
-                # A timed-out writer: stop the statement, and keep the write lock
+                # A cancelled writer (the task ended): stop the statement, and keep the write lock
                 # until its thread has rolled back, so the next writer starts clean.
                 cur.interrupt()
                 await asyncio.wait({fut})
@@ -260,6 +295,9 @@ class DuckSource:
                     fut.exception()
                 raise
             except duckdb.Error as exc:
+                if watch.fired:
+                    raise DataSourceError(f"DuckDB: a statement ran longer than phaseIoTimeoutMs "
+                                          f"({self._timeout_ms} ms)", retryable=True) from None
                 raise _db_error(exc) from None
 
     def close(self) -> None:

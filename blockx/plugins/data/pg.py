@@ -26,9 +26,22 @@ CONNECT_TIMEOUT_S = 10.0
 PRIME_ROWS = 100
 
 
+# SQLSTATEs of failures that may pass on a retry: connection exceptions (08),
+# serialization failure / deadlock (40), insufficient resources (53), operator
+# intervention (57: a statement timeout or cancel, a server shutting down or
+# starting), a lock not available (55P03).
+_TRANSIENT_CLASSES = ("08", "40", "53", "57")
+_TRANSIENT_STATES = frozenset({"55P03"})
+
+
+def is_transient(exc: BaseException) -> bool:
+    state = getattr(exc, "sqlstate", None) or ""
+    return state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_STATES
+
+
 def _pg_error(exc: BaseException) -> DataSourceError:
     if isinstance(exc, asyncpg.PostgresError):
-        return DataSourceError(f"PostgreSQL: {exc}")
+        return DataSourceError(f"PostgreSQL: {exc}", retryable=is_transient(exc))
     if isinstance(exc, (OSError, asyncio.TimeoutError, asyncpg.InterfaceError)):
         return DataSourceError(f"PostgreSQL unreachable or closed: {type(exc).__name__}: {exc}", retryable=True)
     return DataSourceError(f"PostgreSQL: {type(exc).__name__}: {exc}")

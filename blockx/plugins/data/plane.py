@@ -32,7 +32,7 @@ class DataPlane:
         for name, url in sources.items():
             u = parse_source_url(name, url)
             if u.kind == DUCKDB:
-                self._sources[name] = DuckSource(name, u.target)
+                self._sources[name] = DuckSource(name, u.target, statement_timeout_ms=statement_timeout_ms)
             else:
                 self._sources[name] = PgSource(name, u.target, statement_timeout_ms=statement_timeout_ms)
         self.bundle_root = os.path.realpath(bundle_root) if bundle_root else ""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import threading
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote as url_quote
@@ -121,7 +122,9 @@ class BundleWritePlugin:
             if not n:
                 await asyncio.to_thread(self._remove, final)
                 return PluginResult(NAME, True, "no rows; no file", orjson.dumps({"rows": 0, "path": None}))
-            await asyncio.to_thread(self._write, directory, final, names, values)
+            await self._write_bounded(directory, final, names, values, getattr(ctx, "io_timeout_ms", 0))
+        except _WriteTimedOut as exc:
+            return PluginResult(NAME, False, f"{NAME}: nothing written: {exc}", retryable=True)
         except (duckdb.Error, OSError) as exc:
             return PluginResult(NAME, False, f"{NAME}: nothing written: {' '.join(str(exc).split())}")
         except DataSourceError as exc:
@@ -135,7 +138,28 @@ class BundleWritePlugin:
         except FileNotFoundError:
             pass
 
-    def _write(self, directory: str, final: str, names: list[str], values: list[list[Any]]) -> None:
+    async def _write_bounded(self, directory: str, final: str, names: list[str], values: list[list[Any]],
+                             timeout_ms: int) -> None:
+        """_write in a thread, bounded by phaseIoTimeoutMs: writing the file is one
+        IO operation, and a timeout fails the task, retryable. A timeout, or the
+        task's end cancelling the plugin, abandons the write: the thread's query
+        is interrupted and it never renames its file into place afterwards
+        (unless the rename had already happened)."""
+        guard = _WriteGuard()
+        fut = asyncio.ensure_future(asyncio.to_thread(self._write, directory, final, names, values, guard))
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000.0 if timeout_ms > 0 else None)
+        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            renamed = guard.abandon()
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())   # its end is not awaited
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            if not renamed:
+                raise _WriteTimedOut(f"writing the file took longer than phaseIoTimeoutMs ({timeout_ms} ms); "
+                                     "raise phaseIoTimeoutMs (PHASE_IO_TIMEOUT_MS) for larger bundles") from None
+
+    def _write(self, directory: str, final: str, names: list[str], values: list[list[Any]],
+               guard: "_WriteGuard") -> None:
         make_dirs(directory)
         tmp = os.path.join(directory, f".{os.path.basename(final)}.{secrets.token_hex(6)}.tmp")
         table = quote("__blockx_bundle_" + secrets.token_hex(6))
@@ -145,6 +169,7 @@ class BundleWritePlugin:
         files = self.data.files([tmp])          # may open the temporary file, nothing else
         try:
             cur = files.cursor()
+            guard.cursor = cur
             sel = ", ".join(f"UNNEST(${i + 1}) AS {quote(n)}" for i, n in enumerate(names))
             execute_one(cur, f"CREATE TEMP TABLE {table} AS SELECT {sel}", values)
             path = tmp.replace("'", "''")
@@ -155,9 +180,48 @@ class BundleWritePlugin:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(tmp, final)
-            _fsync_dir(directory)
+            if guard.rename(tmp, final):
+                _fsync_dir(directory)
         finally:
             files.close()
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+class _WriteTimedOut(Exception):
+    pass
+
+
+class _WriteGuard:
+    """Between the event loop (which may abandon a write) and the thread doing
+    it: once abandoned, the thread renames nothing; the rename and the abandon
+    exclude each other, so exactly one of them wins."""
+
+    __slots__ = ("_lock", "abandoned", "renamed", "cursor")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.abandoned = False
+        self.renamed = False
+        self.cursor: Any = None
+
+    def abandon(self) -> bool:
+        """No rename from now on; True when the file was already renamed."""
+        with self._lock:
+            self.abandoned = True
+            renamed = self.renamed
+        cur = self.cursor
+        if cur is not None and not renamed:
+            try:
+                cur.interrupt()
+            except Exception:  # noqa: BLE001 - nothing running any more
+                pass
+        return renamed
+
+    def rename(self, tmp: str, final: str) -> bool:
+        with self._lock:
+            if self.abandoned:
+                return False
+            os.replace(tmp, final)
+            self.renamed = True
+            return True

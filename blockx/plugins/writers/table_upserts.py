@@ -86,7 +86,7 @@ class TableUpsertsPlugin:
         except BadRows as exc:
             return PluginResult(NAME, False, f"{NAME}: nothing written: {exc}")
         except DataSourceError as exc:
-            return PluginResult(NAME, False, f"{NAME}: nothing written: {exc.message}")
+            return PluginResult(NAME, False, f"{NAME}: nothing written: {exc.message}", retryable=exc.retryable)
         return PluginResult(NAME, True, f"{written} rows written to {tname}", _details(written, target, tname))
 
 

@@ -12,7 +12,6 @@ import tempfile
 import orjson
 import pytest
 
-from blockx._fast.errors import OutboxFull
 from blockx.adapters.executor import (BindError, CallNotBound, ExecutorAdapter, ExecutorGone,
                                       SocketPathError)
 from blockx.adapters.executor.connection import HEARTBEAT_ACK_FRAME
@@ -377,8 +376,10 @@ async def test_send_execute_call_errors(env):
         adapter.send_execute_call("exec-0", "c1", execute_payload())
 
 
-async def test_outbox_full_is_retryable_and_keeps_the_reservation(sock_dir):
-    adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"), outbox_depth=2)
+async def test_a_burst_past_the_outbox_depth_waits_instead_of_failing(sock_dir):
+    # More ExecuteCalls to one executor in one loop iteration than its outbox
+    # holds: none is refused (no attempt spent), all arrive, in order.
+    adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"), outbox_depth=2, outbox_max_batch=2)
     handler = adapter.handler = RecordingHandler()
     await adapter.start()
     fake = await FakeExecutor(adapter.socket_path, "exec-0", secret=adapter.credentials.issue("exec-0"), contexts=8).connect()
@@ -386,17 +387,17 @@ async def test_outbox_full_is_retryable_and_keeps_the_reservation(sock_dir):
         fake.heartbeat()
         await handler.wait_attached("exec-0")
         await fake.wait_frames(m.HEARTBEAT_ACK)
-        for cid in ("c1", "c2", "c3"):
+        ids = [f"c{i}" for i in range(7)]
+        for cid in ids:
             adapter.bind(cid, "exec-0")
-        adapter.send_execute_call("exec-0", "c1", execute_payload())
-        adapter.send_execute_call("exec-0", "c2", execute_payload())
-        with pytest.raises(OutboxFull) as err:  # nothing flushed yet in this loop iteration
-            adapter.send_execute_call("exec-0", "c3", execute_payload())
-        assert err.value.retryable
-        assert adapter.is_bound("c3", "exec-0")
-        await fake.wait_frames(m.EXECUTE_CALL, 2)
-        adapter.send_execute_call("exec-0", "c3", execute_payload())  # room again
-        await fake.wait_frames(m.EXECUTE_CALL, 3)
+        for cid in ids:                    # nothing flushed yet in this loop iteration
+            adapter.send_execute_call("exec-0", cid, execute_payload())
+        assert all(adapter.is_bound(cid, "exec-0") for cid in ids)
+        got = await fake.wait_frames(m.EXECUTE_CALL, 7)
+        assert [f[0]["callId"] for f in got] == ids
+        for cid in ids:                    # each was dispatched once: a second send is refused
+            with pytest.raises(CallNotBound, match="already dispatched"):
+                adapter.send_execute_call("exec-0", cid, execute_payload())
     finally:
         await adapter.close()
         await fake.close()

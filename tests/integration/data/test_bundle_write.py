@@ -61,6 +61,43 @@ async def test_task_ids_cannot_leave_the_directory(plane, tmp_path):
     assert os.listdir(tmp_path / "o") == ["..%2F..%2Fevil.parquet"]
 
 
+def _many_rows(n: int = 300_000) -> list[bytes]:
+    return [orjson.dumps([{"id": i, "x": i * 0.5, "s": f"row {i}"} for i in range(j, j + 10_000)])
+            for j in range(0, n, 10_000)]
+
+
+async def _until(cond, timeout: float = 20.0) -> None:
+    import asyncio
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.001)
+
+
+async def test_a_write_over_the_io_timeout_fails_retryable_and_never_lands(plane, tmp_path):
+    import asyncio
+    w = BundleWritePlugin(plane)
+    r = await w.execute(b'{"dir": "slow"}', _many_rows(), PluginContext(task_id="t", io_timeout_ms=1))
+    assert not r.ok and r.retryable
+    assert r.message == ("bundleWrite: nothing written: writing the file took longer than phaseIoTimeoutMs "
+                         "(1 ms); raise phaseIoTimeoutMs (PHASE_IO_TIMEOUT_MS) for larger bundles")
+    await asyncio.sleep(3)              # the abandoned thread has long finished
+    assert os.listdir(tmp_path / "slow") == []          # no file, no temporary
+
+
+async def test_a_write_cancelled_by_the_task_end_never_renames_its_file_afterwards(plane, tmp_path):
+    import asyncio
+    w = BundleWritePlugin(plane)
+    task = asyncio.get_running_loop().create_task(
+        w.execute(b'{"dir": "gone"}', _many_rows(), PluginContext(task_id="t")))
+    await _until(lambda: (tmp_path / "gone").exists())    # the write has started in its thread
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(3)
+    assert os.listdir(tmp_path / "gone") == []
+
+
 async def test_files_are_0640_and_new_directories_0700(plane, tmp_path):
     os.chmod(tmp_path, 0o755)                  # the operator's root keeps its own mode
     r = await BundleWritePlugin(plane).execute(b'{"dir": "a/b"}', [b'{"id": 1}'], PluginContext(task_id="t"))

@@ -104,6 +104,70 @@ async def test_no_outputs_write_nothing_and_succeed(db, table):
     assert r.ok and orjson.loads(r.details)["rows"] == 0
 
 
+async def test_a_transient_postgresql_error_is_retryable(postgres_server, tmp_path, table):
+    # A lock held by another session: the upsert's statement runs past the
+    # statement timeout (phaseIoTimeoutMs), a failure that a retry may pass.
+    import asyncpg
+
+    from blockx.plugins.data.plane import DataPlane
+    plane = DataPlane({"main": postgres_server.dsn}, bundle_root=str(tmp_path), statement_timeout_ms=300)
+    holder = await asyncpg.connect(postgres_server.dsn)
+    try:
+        await holder.execute(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, name TEXT)")
+        tr = holder.transaction()
+        await tr.start()
+        await holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        r = await TableUpsertsPlugin(plane).execute(cfg(table), out({"id": 1, "name": "a"}))
+        assert not r.ok and getattr(r, "retryable", False), r
+        assert "statement timeout" in r.message and r.message.startswith("tableUpserts: nothing written: PostgreSQL")
+        await tr.rollback()
+        r = await TableUpsertsPlugin(plane).execute(cfg(table), out({"id": 1, "name": "a"}))
+        assert r.ok, r.message                               # and the retry passes
+    finally:
+        await holder.close()
+        await plane.aclose()
+
+
+async def test_a_permanent_postgresql_error_is_not_retryable(postgres_server, tmp_path, table):
+    import asyncpg
+
+    from blockx.plugins.data.plane import DataPlane
+    plane = DataPlane({"main": postgres_server.dsn}, bundle_root=str(tmp_path), statement_timeout_ms=5000)
+    conn = await asyncpg.connect(postgres_server.dsn)
+    try:
+        await conn.execute(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, name TEXT CHECK (name <> 'bad'))")
+        r = await TableUpsertsPlugin(plane).execute(cfg(table), out({"id": 1, "name": "bad"}))
+        assert not r.ok and not r.retryable and "check constraint" in r.message
+    finally:
+        await conn.close()
+        await plane.aclose()
+
+
+async def test_a_duckdb_statement_past_the_io_timeout_is_interrupted_and_rolled_back(tmp_path, table):
+    from blockx.plugins.data.plane import DataPlane
+    url = f"duckdb://{tmp_path}/main.duckdb"
+    rows = [orjson.dumps([{"id": i, "name": f"n{i}"} for i in range(j, j + 10_000)]) for j in range(0, 300_000, 10_000)]
+    slow = DataPlane({"main": url}, bundle_root=str(tmp_path), statement_timeout_ms=1)
+    try:
+        cur = slow.source("main").cursor()
+        cur.execute(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, name TEXT)")
+        cur.close()
+        r = await TableUpsertsPlugin(slow).execute(cfg(table), rows)
+        assert not r.ok and getattr(r, "retryable", False), r
+        assert r.message == "tableUpserts: nothing written: DuckDB: a statement ran longer than phaseIoTimeoutMs (1 ms)"
+        cur = slow.source("main").cursor()
+        assert cur.execute(f"SELECT count(*) FROM {table}").fetchall() == [(0,)]      # rolled back
+        cur.close()
+    finally:
+        await slow.aclose()
+    ok = DataPlane({"main": url}, bundle_root=str(tmp_path), statement_timeout_ms=60_000)
+    try:
+        r = await TableUpsertsPlugin(ok).execute(cfg(table), rows)
+        assert r.ok, r.message
+    finally:
+        await ok.aclose()
+
+
 DROP_VICTIM = 'v" BIGINT, PRIMARY KEY ("id")); DROP TABLE {victim}; COMMIT; CREATE TABLE "z" ("id" BIGINT, "q'
 
 

@@ -140,6 +140,33 @@ async def test_deregister_deletes_key_and_revokes_lease(etcd_server, observer):
     await p.stop()
 
 
+@pytest.mark.parametrize("when", ["after_registering", "before_ever_starting"])
+async def test_a_start_after_deregister_never_registers_again(etcd_server, observer, when):
+    # The ready path of a worker that is already draining (a SIGTERM landed while
+    # it awaited) calls start() after deregister(): the key must not come back to
+    # linger for the lease TTL.
+    p = publisher([etcd_server.endpoint], HB(draining=True, ready=False))
+    if when == "after_registering":
+        await p.start()
+        await eventually(lambda: read_value(observer, KEY), what="registration")
+    await p.deregister()
+    assert await observer.get(KEY) is None
+    await p.start()
+    await asyncio.sleep(0.5)                   # ten heartbeat intervals
+    assert await observer.get(KEY) is None
+    assert p.state == PublisherState.DEREGISTERED and p._task is None
+    assert [r.fields["key"] for r in p.test_log.events("etcd_start_refused")] == [KEY.decode()]
+    await p.stop()
+
+
+async def test_a_start_after_stop_never_registers_again(etcd_server, observer):
+    p = publisher([etcd_server.endpoint], HB())
+    await p.stop()
+    await p.start()
+    await asyncio.sleep(0.3)
+    assert await observer.get(KEY) is None and p._task is None
+
+
 async def test_stop_without_deregister_leaves_key_to_expire(etcd_server, observer):
     p = publisher([etcd_server.endpoint], HB(), lease_ttl_s=5)
     await p.start()

@@ -450,6 +450,7 @@ class Harness:
 
     async def close(self) -> None:
         await self.orch.close()
+        self.orch.close_watches()
         await settle()
         if self.data is not None:
             await self.data.aclose()

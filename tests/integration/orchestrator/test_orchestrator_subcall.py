@@ -77,7 +77,7 @@ async def test_failed_child_resumes_the_parent_with_its_error(make_harness):
 
 @pytest.mark.parametrize("case", ["unknown_function", "depth", "cycle"])
 async def test_rejected_subcall_gets_an_error_resume(make_harness, case):
-    h = await make_harness(tweak=lambda cfg: setattr(cfg.dispatcher, "max_subcall_depth", 1))
+    h = await make_harness(tweak=lambda cfg: setattr(cfg.dispatcher, "max_subcall_depth", 2))
     f = h.fake
     await _parent_running(h)
     if case == "unknown_function":
@@ -93,7 +93,7 @@ async def test_rejected_subcall_gets_an_error_resume(make_harness, case):
         await h.executed(2)
         waiter = "t/0/sub-1"
         f.wait_subcall(waiter, "r1", "add", [1, 2], ancestry=["t/0", waiter])
-        kind, message = "SUBCALL_FAILED", "subcall add would be at depth 2, over maxSubcallDepth 1"
+        kind, message = "SUBCALL_FAILED", "subcall add would be at depth 2: its ancestry of 2 calls must be shorter than maxSubcallDepth 2"
     await until(lambda: f.resumes_for(waiter), what="rejection resume")
     [r] = f.resumes_for(waiter)
     assert r.request_id == "r1"

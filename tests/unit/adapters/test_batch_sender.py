@@ -115,16 +115,15 @@ async def test_caps_open_new_frames(wire):
     assert [[c["callId"] for c in calls_of(f)] for f in frames] == [["x0", "x1"], ["x2", "x3"], ["x4"]]
 
 
-async def test_a_full_outbox_refuses_a_new_frame_but_not_a_call_joining_a_queued_one(wire):
+async def test_a_full_outbox_paces_a_new_frame_instead_of_refusing_it(wire):
     make, read = wire
     outbox, sender = make(depth=1, max_calls=2)
     sender.add(frame_of("a"))
-    sender.add(frame_of("b"))         # joins the queued frame: no outbox room needed
+    sender.add(frame_of("b"))         # joins the queued frame
+    sender.add(frame_of("c"))         # the frame is full (max_calls): a new one waits past the depth
+    sender.add(frame_of("d"))         # joins that one, still queued
+    assert (sender.frames, sender.calls) == (2, 4) and len(outbox) == 2
     with pytest.raises(OutboxFull):
-        sender.add(frame_of("c"))     # the frame is full (max_calls), a new one needs room
-    assert (sender.frames, sender.calls) == (1, 2)
-    frames, _ = await read(1)
-    assert [c["callId"] for c in calls_of(frames[0])] == ["a", "b"]
-    sender.add(frame_of("c"))
-    frames, _ = await read(1)
-    assert frames[0]["callId"] == "c"
+        outbox.enqueue(b"\x00\x00\x00\x02{}")   # what may be refused (a HeartbeatAck) still is
+    frames, _ = await read(2)
+    assert [[c["callId"] for c in calls_of(f)] for f in frames] == [["a", "b"], ["c", "d"]]

@@ -502,6 +502,9 @@ VIOLATIONS = [
     (dict(stream_build__batch_max_rows=0), "streamBuild.batchMaxRows must be > 0"),
     (dict(stream_build__batch_max_args_bytes=0), "streamBuild.batchMaxArgsBytes must be > 0"),
     (dict(dispatcher__executor_max_inflight=0), "dispatcher.executorMaxInflight must be > 0"),
+    (dict(dispatcher__executor_max_inflight=257),
+     "dispatcher.executorMaxInflight (257) must not exceed the executor outbox depth (256 frames): it is how "
+     "many calls one executor may be sent at once; set it to at most 256"),
     (dict(dispatcher__executor_max_runnable=-1), "dispatcher.executorMaxRunnable must be >= 0"),
     (dict(dispatcher__executor_selection_sample_size=-1), "dispatcher.executorSelectionSampleSize"),
     (dict(dispatcher__executor_memory_high_watermark=-1), "dispatcher.executorMemoryHighWatermark"),
@@ -511,8 +514,8 @@ VIOLATIONS = [
     (dict(dispatcher__max_subcall_depth=-1), "dispatcher.maxSubcallDepth must be >= 0"),
     (dict(dispatcher__base_backoff_ms=-1), "dispatcher.baseBackoffMs must be >= 0"),
     (dict(dispatcher__max_backoff_ms=-1), "dispatcher.maxBackoffMs must be >= 0"),
-    (dict(dispatcher__instance_fairness_quantum=1025),
-     "dispatcher.instanceFairnessQuantum (DISPATCH_INSTANCE_FAIRNESS_QUANTUM) must be between 0 and 1024"),
+    (dict(dispatcher__instance_fairness_quantum=-1),
+     "dispatcher.instanceFairnessQuantum (DISPATCH_INSTANCE_FAIRNESS_QUANTUM) must be >= 0"),
     (dict(dispatcher__max_collected_output_bytes=-1), "dispatcher.maxCollectedOutputBytes"),
     (dict(heartbeat_interval_ms=0), "heartbeatIntervalMs (WORKER_HEARTBEAT_INTERVAL) must be > 0"),
     (dict(heartbeat_interval_ms=10_000), "must be below the 10 s etcd lease TTL"),
@@ -583,9 +586,16 @@ def test_valid_edge_values_pass():
     cfg = broken(worker__default_retry_jitter_percent=0, function_snapshot_retention_ms=28_800_000,
                  metrics_listen="", etcd_endpoints=[], heartbeat_interval_ms=60_000,
                  dispatcher__instance_fairness_quantum=1024, listen_addr="[::1]:0",
+                 dispatcher__executor_max_inflight=256,
                  shadow_submit_target_addr="10.1.1.1:8081", shadow_submit_sample_rate=1.0,
                  worker_registry_prefix="/staging/blockx/workers/")
     assert cfg.violations() == []
+
+
+def test_a_fairness_quantum_above_1024_is_capped_not_refused():
+    cfg = broken(dispatcher__instance_fairness_quantum=5000)
+    assert cfg.violations() == []
+    assert cfg.dispatcher_config().effective_fairness_quantum == 1024
 
 
 def test_registry_prefix_is_checked_against_the_deployment_of_the_profile():

@@ -18,7 +18,7 @@ class Parts:
         cfg = config or DispatcherConfig()
         self.cache_key = load("cachekey").cache_key
         self.calls = CallTable()
-        self.exec = ExecutorTable(load("scoring"), cfg)
+        self.exec = ExecutorTable(load("scoring"), cfg, lambda: 0.0)
         self.sched = TaskScheduler(False, 1, cfg.task_max_inflight_calls)
         self.tasks = TaskTable(self.calls, self.exec, self.sched, load("readyqueue").ReadyQueue,
                                max_output)

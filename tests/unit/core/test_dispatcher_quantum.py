@@ -66,6 +66,20 @@ def test_large_quantum_is_capped():
     assert _instances(h) == "AAAAABBBBB"
 
 
+@pytest.mark.parametrize("quantum", [1025, 5000])
+def test_a_quantum_above_1024_is_capped_at_1024_not_refused(quantum):
+    # The task window and the executor's in-flight cap are opened wide so that
+    # only the quantum ends A's turn.
+    cfg = DispatcherConfig(instance_fairness=True, instance_fairness_quantum=quantum,
+                           task_max_inflight_calls=4096, executor_max_inflight=4096)
+    assert cfg.validate().effective_fairness_quantum == 1024
+    h = Harness(cfg, executors=("e",), contexts=0)
+    h.submit("a", [spec("f", i) for i in range(1100)], instance_id="A")
+    h.submit("b", [spec("g", i) for i in range(1100)], instance_id="B")
+    h.set_executor("e", usable_contexts=1100)
+    assert _instances(h) == "A" * 1024 + "B" * 76
+
+
 def test_a_turn_that_served_nothing_is_void():
     h = Harness(DispatcherConfig(instance_fairness=True, instance_fairness_quantum=3),
                 executors=("e",), contexts=3)

@@ -55,11 +55,65 @@ def test_score_prefers_lower_runnable_then_lower_inflight_then_id():
     assert [b.executor_id for b in of_type(h.log, BindCall)] == ["b", "c", "b"]
 
 
-def test_sample_size_scores_only_the_first_eligible_views():
+def test_sample_size_scores_only_the_sampled_views():
     h = Harness(DispatcherConfig(executor_selection_sample_size=1), executors=("a", "b"))
     h.set_executor("a", runnable_count=9, heartbeat_seq=1)
     h.submit("t", [spec("f", 1)])
-    assert h.live["t/0"].executor_id == "a"   # b (better) was never scored
+    assert h.live["t/0"].executor_id == "a"   # the sample started at a; b (better) was never scored
+
+
+class Draws:
+    """An injected rand that replays fixed values and counts its draws."""
+
+    def __init__(self, *values):
+        self.values = list(values)
+        self.drawn = 0
+
+    def __call__(self):
+        r = self.values[self.drawn % len(self.values)]
+        self.drawn += 1
+        return r
+
+
+def test_a_sample_of_one_starts_at_a_random_executor_so_each_one_is_reached():
+    # Three idle executors, sample size 1: the start of each decision's scan
+    # comes from rand, floor(r * 3), so r = 0.0, 0.4, 0.7 picks a, b, c.
+    rand = Draws(0.0, 0.4, 0.7)
+    h = Harness(DispatcherConfig(executor_selection_sample_size=1, default_retry_jitter_percent=0),
+                rand=rand, executors=("a", "b", "c"), contexts=10)
+    h.submit("t", [spec("f", i) for i in range(6)])
+    assert [b.executor_id for b in of_type(h.log, BindCall)] == ["a", "b", "c", "a", "b", "c"]
+    assert rand.drawn == 6
+    assert [h.core.executor_view(e).local_inflight for e in "abc"] == [2, 2, 2]
+
+
+def test_a_sample_of_two_scores_the_start_and_its_successor_wrapping_around():
+    rand = Draws(0.9)                          # start at c (floor(0.9 * 3) = 2), then a
+    h = Harness(DispatcherConfig(executor_selection_sample_size=2, default_retry_jitter_percent=0),
+                rand=rand, executors=("a", "b", "c"), contexts=10)
+    h.set_executor("a", runnable_count=4, heartbeat_seq=1)
+    h.set_executor("b", runnable_count=0, heartbeat_seq=1)   # the best, but outside the sample
+    h.set_executor("c", runnable_count=2, heartbeat_seq=1)
+    h.submit("t", [spec("f", 1)])
+    assert h.live["t/0"].executor_id == "c"
+
+
+def test_no_draw_when_the_sample_covers_the_pool_or_sampling_is_off():
+    for sample in (0, 3, 5):
+        rand = Draws(0.5)
+        h = Harness(DispatcherConfig(executor_selection_sample_size=sample, default_retry_jitter_percent=0),
+                    rand=rand, executors=("a", "b", "c"), contexts=10)
+        h.set_executor("a", runnable_count=4, heartbeat_seq=1)
+        h.submit("t", [spec("f", i) for i in range(3)])
+        assert [b.executor_id for b in of_type(h.log, BindCall)] == ["b", "c", "b"]
+        assert rand.drawn == 0
+
+
+def test_a_sampling_rand_outside_the_unit_interval_is_refused():
+    h = Harness(DispatcherConfig(executor_selection_sample_size=1), rand=lambda: 1.0,
+                executors=("a", "b", "c"))
+    with pytest.raises(ValueError, match=r"rand\(\) must return a float in \[0, 1\), got 1.0"):
+        h.submit("t", [spec("f", 1)])
 
 
 def test_runnable_count_changes_only_with_a_new_heartbeat():

@@ -69,21 +69,41 @@ def test_subcall_bypasses_the_executor_filters():
     assert h.core.executor_view("a").local_inflight == 2
 
 
-@pytest.mark.parametrize("depth_limit", [1, 2])
+@pytest.mark.parametrize("depth_limit", [2, 3])
 def test_depth_limit(depth_limit):
+    # The rule is len(ancestry) < maxSubcallDepth, the ancestry being the
+    # requesting call and its ancestors: a child at depth d has d of them.
     h, _ = _running(max_subcall_depth=depth_limit)
     parent = "t/0"
-    for depth in range(1, depth_limit + 1):
+    for depth in range(1, depth_limit):
         parent, _ = h.subcall(parent, f"g{depth}", depth)
         assert isinstance(parent, str)
     res, cmds = h.subcall(parent, "deep", 0)
     assert isinstance(res, SubcallRejected) and res.reason == "DEPTH_EXCEEDED" and cmds == []
-    assert f"at depth {depth_limit + 1}, over maxSubcallDepth {depth_limit}" in res.message
+    assert res.message == (f"subcall deep would be at depth {depth_limit}: its ancestry of {depth_limit} "
+                           f"calls must be shorter than maxSubcallDepth {depth_limit} "
+                           "(dispatcher.maxSubcallDepth raises it)")
     assert not res.retryable and not res.stale and res.error_kind == "SUBCALL_FAILED"
 
 
-def test_zero_depth_disables_subcalls():
-    h, _ = _running(max_subcall_depth=0)
+def test_the_default_depth_admits_seven_levels_and_refuses_the_eighth():
+    h, eid = _running()
+    assert h.core.config.max_subcall_depth == 8
+    parent = "t/0"
+    for depth in range(1, 8):
+        parent, cmds = h.subcall(parent, f"g{depth}", depth)
+        assert isinstance(parent, str), (depth, parent)
+        assert of_type(cmds, BindCall)[0].executor_id == eid
+    assert parent == "t/0" + "".join(f"/sub-{n}" for n in range(1, 8))
+    res, cmds = h.subcall(parent, "g8", 8)
+    assert isinstance(res, SubcallRejected) and res.reason == "DEPTH_EXCEEDED" and cmds == []
+    assert "would be at depth 8: its ancestry of 8 calls" in res.message
+    assert h.core.executor_view(eid).local_inflight == 8     # the root and its 7 subcalls, no more
+
+
+@pytest.mark.parametrize("depth_limit", [0, 1])
+def test_zero_and_one_depth_disable_subcalls(depth_limit):
+    h, _ = _running(max_subcall_depth=depth_limit)
     res, _ = h.subcall("t/0", "g", 1)
     assert res.reason == "DEPTH_EXCEEDED"
 

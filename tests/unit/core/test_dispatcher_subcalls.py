@@ -84,8 +84,11 @@ def test_a_cycle_and_a_too_deep_child_are_refused(binder):
     child_id, _ = _add(p, a)
     child = p.calls.by_id[child_id]
     child.bound = True
-    child.depth = 8
-    res, _ = _add(p, child, arg=3)
+    child.depth = 6                                     # a depth-7 grandchild: ancestry of 7 < 8
+    ok, _ = _add(p, child, arg=3)
+    assert isinstance(ok, str)
+    child.depth = 7                                     # a depth-8 grandchild: ancestry of 8 is not < 8
+    res, _ = _add(p, child, arg=4)
     assert res.reason == "DEPTH_EXCEEDED"
 
 

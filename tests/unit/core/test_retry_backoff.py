@@ -45,12 +45,24 @@ def test_resolve_retry_defaults_and_overrides():
     assert resolve_retry(RetryPolicy(0, 0, 0), cfg) == (4, 25, 0)
     assert resolve_retry(RetryPolicy(7, 100, 5), cfg) == (7, 100, 5)
     assert resolve_retry((2, 0, 1), cfg) == (2, 25, 1)
-    with pytest.raises(ValueError, match="jitter_percent must be between 0 and 100"):
+    with pytest.raises(ValueError, match="jitter_percent must be between 0 and 5, got 101"):
         resolve_retry(RetryPolicy(1, 1, 101), cfg)
+    with pytest.raises(ValueError, match="jitter_percent must be between 0 and 5, got 6"):
+        resolve_retry(RetryPolicy(1, 1000, 6), cfg)
     with pytest.raises(ValueError, match="must be an integer"):
         resolve_retry(RetryPolicy(True, 1, 1), cfg)
     with pytest.raises(ValueError, match="retry must be a RetryPolicy"):
         resolve_retry("3", cfg)
+
+
+def test_a_task_jitter_above_five_percent_never_reaches_the_dispatcher():
+    # With 100% a 1,000 ms backoff could become 1,999 ms; the spec allows 5%.
+    h = Harness(DispatcherConfig(), rand=lambda: 0.999)
+    with pytest.raises(ValueError, match="jitter_percent must be between 0 and 5, got 100"):
+        h.submit("big", [spec("f", 1)], retry=RetryPolicy(2, 1000, 100))
+    h.submit("t", [spec("f", 1)], retry=RetryPolicy(2, 1000, 5))
+    cmds = h.fail("t/0", "EXECUTOR_LOST", True)
+    assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 1049, True)]   # 1000 + floor(1000 * 5% * 0.999)
 
 
 def test_retries_fire_at_exact_deadlines_and_reuse_the_call_id():

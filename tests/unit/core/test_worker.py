@@ -275,7 +275,10 @@ def test_submit_without_slot_id_reserves_inline_or_reuses_the_reservation():
     ({"call_failure_policy": 7}, "call_failure_policy 7 is not one of"),
     ({"call_retry_policy": CallRetryPolicy(-1)}, "call_retry_policy.max_attempts -1 is negative"),
     ({"call_retry_policy": CallRetryPolicy(0, -2)}, "call_retry_policy.base_backoff_ms -2 is negative"),
-    ({"call_retry_policy": CallRetryPolicy(0, 0, 101)}, "call_retry_policy.jitter_percent 101 is outside 0..100"),
+    ({"call_retry_policy": CallRetryPolicy(0, 0, 101)}, "call_retry_policy.jitter_percent 101 is outside 0..5"),
+    ({"call_retry_policy": CallRetryPolicy(0, 0, 6)}, "call_retry_policy.jitter_percent 6 is outside 0..5"),
+    ({"call_retry_policy": CallRetryPolicy(0, 1000, 100)}, "call_retry_policy.jitter_percent 100 is outside 0..5"),
+    ({"call_retry_policy": CallRetryPolicy(0, 0, -1)}, "call_retry_policy.jitter_percent -1 is outside 0..5"),
     ({"result_handler": ResultHandler("", b"{}")}, "task.result_handler.type is required"),
 ])
 def test_invalid_submissions_are_rejected_without_side_effects(kw, match):
@@ -286,6 +289,18 @@ def test_invalid_submissions_are_rejected_without_side_effects(kw, match):
     check_invariants(w)
     assert w.active_task_count() == 0 and w.free_capacity() == 49
     assert w.get_index_entry("t").state is TaskState.ALLOCATED and w.get_index_entry("fresh") is None
+
+
+def test_a_task_jitter_is_held_to_the_five_percent_the_retries_allow():
+    w = make(default_retry_jitter_percent=3)
+    with pytest.raises(errors.InvalidArgumentError) as e:
+        w.handle_submit_task(req("t", call_retry_policy=CallRetryPolicy(2, 1000, 100)), None, 0)
+    assert e.value.code == errors.INVALID_ARGUMENT
+    assert e.value.message == ("call_retry_policy.jitter_percent 100 is outside 0..5: a retry adds at most 5% "
+                            "jitter to its backoff; use 0 for the worker default (3)")
+    assert w.active_task_count() == 0
+    submit(w, "five", 0, call_retry_policy=CallRetryPolicy(2, 1000, 5))
+    assert w.get_task_context("five").call_retry_policy == CallRetryPolicy(2, 1000, 5)
 
 
 def test_deadline_and_policies_resolve_from_request_or_config():
@@ -479,10 +494,10 @@ def test_error_codes_and_grpc_mapping():
 
 
 def test_failure_codes_and_retryability():
-    assert fcodes.is_retryable(fcodes.TIMED_OUT)
-    for code in fcodes.ALL - {fcodes.TIMED_OUT}:
+    assert fcodes.is_retryable(fcodes.TIMED_OUT) and fcodes.is_retryable(fcodes.WORKER_SHUTDOWN)
+    for code in fcodes.ALL - {fcodes.TIMED_OUT, fcodes.WORKER_SHUTDOWN}:
         assert not fcodes.is_retryable(code)
-    assert len(fcodes.ALL) == 10
+    assert len(fcodes.ALL) == 11
 
 
 def test_converge_command_shape():

@@ -146,6 +146,51 @@ async def test_full_outbox_raises_retryable_error_and_recovers(Outbox):
     assert t.written == frames(256) + [b"room again"]
 
 
+async def test_a_burst_of_pushed_frames_past_the_depth_is_paced_not_refused(Outbox):
+    # 300 ExecuteCalls to one executor in one loop iteration: the first 256 fill
+    # the outbox, the rest wait behind them; 64 leave per iteration, in order.
+    loop = asyncio.get_running_loop()
+    ticker = Ticker(loop)
+    t = FakeTransport(ticker)
+    box = Outbox(t, loop)
+    for f in frames(300):
+        assert box.push(f) is None
+    assert len(box) == 300 and t.calls == []
+    with pytest.raises(errors.OutboxFull, match=r"300 frames queued \(depth 256\)"):
+        box.enqueue(b"heartbeat-ack")      # a frame that may be dropped still is
+    await spin(8)
+    ticker.stop()
+    assert t.batch_sizes == [64, 64, 64, 64, 44]
+    assert t.written == frames(300)
+    assert len({it for it, _ in t.calls}) == 5          # one flush per iteration
+    assert len(box) == 0 and box.frames_written == 300
+
+
+async def test_pushed_frames_wait_out_a_pause_and_a_send_waits_behind_them(Outbox):
+    loop = asyncio.get_running_loop()
+    t = FakeTransport()
+    box = Outbox(t, loop, depth=4, max_batch=2)
+    box.pause_writing()
+    for f in frames(6):
+        box.push(f)
+    task = loop.create_task(box.send(b"resume"))
+    await spin(3)
+    assert t.calls == [] and len(box) == 6 and not task.done()
+    box.resume_writing()
+    await asyncio.wait_for(task, 2)
+    assert t.written == frames(6) + [b"resume"]
+    assert max(t.batch_sizes) == 2
+
+
+async def test_push_after_close_raises_outbox_closed(Outbox):
+    box = Outbox(FakeTransport(), asyncio.get_running_loop(), depth=1)
+    box.push(b"a")
+    box.push(b"b")
+    box.close()
+    with pytest.raises(errors.OutboxClosed):
+        box.push(b"c")
+
+
 async def test_send_resolves_once_its_frame_was_handed_to_the_transport(Outbox):
     loop = asyncio.get_running_loop()
     t = FakeTransport()

@@ -34,6 +34,13 @@ def select(S, views, sample_size=0, now=NOW, **limits):
                              lim["memory_high_watermark"], lim["stall_timeout_ms"])
 
 
+def select_from(S, views, start, sample_size=0, now=NOW, **limits):
+    lim = dict(NO_LIMITS)
+    lim.update(limits)
+    return S.select_executor(views, now, sample_size, lim["max_runnable"], lim["max_inflight"],
+                             lim["memory_high_watermark"], lim["stall_timeout_ms"], start)
+
+
 def reason(S, view, now=NOW, **limits):
     lim = dict(NO_LIMITS)
     lim.update(limits)
@@ -241,6 +248,26 @@ def test_sample_counts_only_eligible_views(S):
     assert select(S, views, sample_size=1) == 1
 
 
+def test_the_scan_starts_at_start_and_wraps_around(S):
+    views = [ok(S, "a", runnable=1), ok(S, "b", runnable=3), ok(S, "c", runnable=2)]
+    assert [select_from(S, views, start, sample_size=1) for start in (0, 1, 2)] == [0, 1, 2]
+    assert [select_from(S, views, start, sample_size=2) for start in (0, 1, 2)] == [0, 2, 0]
+    assert [select_from(S, views, start) for start in (0, 1, 2)] == [0, 0, 0]   # all scored: start is moot
+
+
+def test_the_sample_from_start_counts_only_eligible_views(S):
+    views = [ok(S, "a", runnable=0), ok(S, "x", healthy=False), ok(S, "b", runnable=5)]
+    assert select_from(S, views, 1, sample_size=1) == 2       # x is skipped, b is the sample
+    assert select_from(S, views, 1, sample_size=2) == 0       # b, then a after the wrap
+
+
+@pytest.mark.parametrize("start", [-1, 3, 10])
+def test_a_start_outside_the_views_is_refused(S, start):
+    views = [ok(S, "a"), ok(S, "b"), ok(S, "c")]
+    with pytest.raises(ValueError, match=f"start must be an index into the 3 views, got {start}"):
+        select_from(S, views, start, sample_size=1)
+
+
 def test_negative_sample_size_means_all(S):
     views = [ok(S, "a", runnable=5), ok(S, "b", runnable=0)]
     assert select(S, views, sample_size=-1) == 1
@@ -275,21 +302,24 @@ VIEW = st.fixed_dictionaries({
 @given(views=st.lists(VIEW, max_size=24), now=st.integers(0, 3000),
        sample=st.integers(-1, 10), max_runnable=st.integers(0, 6),
        max_inflight=st.integers(0, 6), mem=st.sampled_from([0, 500, 1000, 1500]),
-       stall=st.sampled_from([0, 100, 1000]))
-def test_implementations_agree(views, now, sample, max_runnable, max_inflight, mem, stall):
+       stall=st.sampled_from([0, 100, 1000]), start=st.integers(0, 23))
+def test_implementations_agree(views, now, sample, max_runnable, max_inflight, mem, stall, start):
+    start = start % len(views) if views else 0
     results = set()
     reasons = set()
     for _, mod in IMPLS:
         vs = [mod.ExecutorView(d["executor_id"], **{k: d[k] for k in d if k != "executor_id"})
               for d in views]
-        results.add(mod.select_executor(vs, now, sample, max_runnable, max_inflight, mem, stall))
+        results.add(mod.select_executor(vs, now, sample, max_runnable, max_inflight, mem, stall, start))
         reasons.add(tuple(mod.filter_reason(v, now, max_runnable, max_inflight, mem, stall)
                           for v in vs))
     assert len(results) == 1 and len(reasons) == 1
     (idx,) = results
     (rs,) = reasons
-    # Independent oracle: min of the score tuple over the sampled eligible prefix.
-    eligible = [i for i, r in enumerate(rs) if r == ""]
+    # Independent oracle: min of the score tuple over the sampled eligible views,
+    # taken in scan order from start.
+    order = list(range(start, len(views))) + list(range(start))
+    eligible = [i for i in order if rs[i] == ""]
     if sample > 0:
         eligible = eligible[:sample]
     if not eligible:
@@ -298,5 +328,5 @@ def test_implementations_agree(views, now, sample, max_runnable, max_inflight, m
         def key(i):
             d = views[i]
             return (d["runnable"], d["local_inflight"],
-                    -(d["usable_contexts"] - d["local_inflight"]), d["executor_id"], i)
+                    -(d["usable_contexts"] - d["local_inflight"]), d["executor_id"], order.index(i))
         assert idx == min(eligible, key=key)
