@@ -240,6 +240,24 @@ def test_plain_names_still_write_and_files_are_not_world_readable(plane):
 # --- bounds ----------------------------------------------------------------------------
 
 
+def test_a_task_id_of_256_bytes_writes_its_bundle_file_and_a_scan_reads_it_back(plane):
+    """The longest task id the API accepts escapes to more than a file name may
+    hold: bundleWrite still writes the task's file (a bounded, unique name), and
+    its failure could never have told the client the bundle root's host path."""
+    p = plane
+    tid = "é" * 127 + "/x"                    # 256 bytes, 767 characters once escaped
+    assert len(tid.encode()) == 256
+    res = p.run(tid, [{"id": 7}], ("bundleWrite", {"dir": "out/long"}))
+    assert res.state == SUCCEEDED, res.failure_message[:300]
+    assert p.root not in res.failure_message
+    names = os.listdir(os.path.join(p.root, "out", "long"))
+    assert len(names) == 1 and len(names[0].encode()) < 255, names
+    scan = p.task_id("scan-long")
+    p.w.submit(scan, "bundleScan", {"files": "out/long/*.parquet", "functionId": "echo"})
+    res = p.w.wait_terminal(scan)
+    assert res.state == SUCCEEDED and outputs(res) == [{"id": 7}], res.failure_message
+
+
 @pytest.mark.parametrize("target", ["main", "local"])
 def test_a_query_result_past_the_byte_cap_fails_that_call_naming_the_setting(plane, target):
     """A 20 MB result (over the 16 MiB frame a result travels in) is refused by
