@@ -379,3 +379,48 @@ def test_none_warns_on_a_non_loopback_listener(start_worker):
     local = start_worker({"WORKER_AUTH_MODE": "none"}, executors=1)
     time.sleep(0.5)
     assert local.find_event("auth_disabled") is None
+
+
+PLANTED = "planted-token-0123456789abcdef"
+
+
+def _planted_state(tmp_path, how: str):
+    """A STATE_DIR where another local user could put the generated token's file:
+    the directory writable by others, or an auth-token that is another user's file
+    or a symbolic link to one."""
+    state = tmp_path / f"state-{how}"
+    state.mkdir()
+    theirs = tmp_path / f"theirs-{how}"
+    theirs.write_text(f"admin {PLANTED}\n")
+    os.chown(theirs, 65534, 65534)
+    if how == "dir-writable":
+        os.chmod(state, 0o777)
+        (state / "auth-token").write_text(f"admin {PLANTED}\n")
+    elif how == "other-owner":
+        os.chmod(state, 0o700)
+        (state / "auth-token").write_text(f"admin {PLANTED}\n")
+        os.chown(state / "auth-token", 65534, 65534)
+    else:
+        os.chmod(state, 0o700)
+        os.symlink(theirs, state / "auth-token")
+    return state
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's file needs root")
+@pytest.mark.parametrize("how", ["dir-writable", "other-owner", "symlink"])
+def test_a_token_file_another_user_could_plant_is_never_trusted(tmp_path, how):
+    # Without a tokens file the Worker trusts <STATE_DIR>/auth-token as admin: if
+    # another local user can write it (a directory open to writes, their own file,
+    # a link to their file), their token would be admin. Such a Worker does not start.
+    state = _planted_state(tmp_path, how)
+    wk = WorkerProcess({"WORKER_AUTH_MODE": "token", "STATE_DIR": str(state)}, executors=1)
+    p = subprocess.Popen([sys.executable, "-m", "blockx", "serve"], env={**wk.env, "BLOCKX_PROFILE": "block"},
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=wk.tmp)
+    try:
+        _out, err = p.communicate(timeout=20)
+    except subprocess.TimeoutExpired:        # it started: does it take the planted token as admin?
+        p.kill()
+        _out, err = p.communicate()
+        raise AssertionError(f"a worker started on a planted token file ({how}): {err[-600:]}")
+    assert p.returncode == 2, (p.returncode, err[-600:])
+    assert "auth-token" in err and "WORKER_AUTH_TOKENS_FILE" in err and PLANTED not in err, err[-600:]
