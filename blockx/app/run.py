@@ -26,7 +26,7 @@ import uvloop
 from blockx import __version__
 from blockx.adapters.admission import Admission
 from blockx.adapters.audit import AuditAllowlist, AuditGate, EtcdAuditAllowlist
-from blockx.adapters.auth import Authenticator, warn_if_open
+from blockx.adapters.auth import Authenticator, warn_if_cleartext_tokens, warn_if_open
 from blockx.adapters.auth_tokens import TokenStore, ensure_local_token
 from blockx.adapters.etcd_publisher import EtcdPublisher
 from blockx.adapters.executor.adapter import ExecutorAdapter
@@ -332,6 +332,7 @@ class Worker:
                   auth=self.auth.mode,
                   auth_tokens=self.auth.tokens.path if self.auth.tokens is not None else "")
         warn_if_open(self.auth.mode, cfg.grpc_listen_addr(), self.tls is not None)
+        warn_if_cleartext_tokens(self.auth.mode, cfg.grpc_listen_addr(), self.tls is not None)
 
         # Everything built so far lives until exit: keep it out of every future
         # collection, and collect the young generation less often. A queued call

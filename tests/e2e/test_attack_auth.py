@@ -424,3 +424,16 @@ def test_a_token_file_another_user_could_plant_is_never_trusted(tmp_path, how):
         raise AssertionError(f"a worker started on a planted token file ({how}): {err[-600:]}")
     assert p.returncode == 2, (p.returncode, err[-600:])
     assert "auth-token" in err and "WORKER_AUTH_TOKENS_FILE" in err and PLANTED not in err, err[-600:]
+
+
+def test_tokens_sent_in_clear_over_a_network_listener_are_warned_of(start_worker, tmp_path):
+    # The default listener is every address without TLS: a bearer token then
+    # crosses the network readable by anyone on the path, who becomes that identity.
+    wk = start_worker({"WORKER_LISTEN": "0.0.0.0:0"}, executors=1)
+    ev = wk.wait_event("auth_token_cleartext", 10)
+    assert ev["level"] in ("WARNING", "warning") and "WORKER_TLS_CERT" in ev["warning"], ev
+    assert wk.find_event("worker_serving")["auth"] == "token"
+    local = start_worker({}, executors=1)                    # loopback: nothing to warn of
+    local.wait_event("worker_serving", 10)
+    time.sleep(0.5)
+    assert local.find_event("auth_token_cleartext") is None
