@@ -179,16 +179,20 @@ class TraceStore:
         return n
 
     def _task_of_call(self, call_id: str) -> TaskTrace | None:
-        """The trace of the task a call id belongs to ("<task_id>/..."; a task id may
-        itself hold "/", so each prefix is tried, shortest first)."""
-        tasks = self._tasks
-        i = call_id.find("/")
-        while i > 0:
-            tr = tasks.get(call_id[:i])
-            if tr is not None:
-                return tr
-            i = call_id.find("/", i + 1)
-        return None
+        """The trace of the task a call id belongs to. A task id may itself hold "/",
+        so no prefix may be guessed (task "a/0" has calls "a/0/0": trying "a" first
+        would file them under another task, maybe another identity's): the id is
+        read from the end, where the forms are exact: a root is
+        "<task_id>/<index>" or "<task_id>/<batch>.<row>", a subcall
+        "<parent_call_id>/sub-<n>"."""
+        tid = call_id
+        while True:
+            i = tid.rfind("/")
+            if i <= 0:
+                return None
+            last, tid = tid[i + 1:], tid[:i]
+            if not last.startswith("sub-"):
+                return self._tasks.get(tid)
 
     # ---- hooks: task phases (task_phases.py, orchestrator.py) ----------------------------
 

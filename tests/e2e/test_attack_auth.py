@@ -437,3 +437,30 @@ def test_tokens_sent_in_clear_over_a_network_listener_are_warned_of(start_worker
     local.wait_event("worker_serving", 10)
     time.sleep(0.5)
     assert local.find_event("auth_token_cleartext") is None
+
+
+def test_a_task_id_under_another_identitys_id_never_writes_into_its_trace(start_worker, tmp_path):
+    # Task ids may hold "/": bob's task "<alice's id>/0" has calls "<alice's id>/0/0".
+    # Its retries must land in bob's trace, never in alice's, where alice would
+    # read bob's call ids and timings.
+    tokens = auth.write_tokens(tmp_path, {"alice": ALICE, "bob": BOB, "admin": auth.HARNESS_TOKEN})
+    wk = start_worker({"WORKER_AUTH_TOKENS_FILE": tokens, "TRACE_ENABLED": "true"}, executors=1)
+    ch_a, alice = stub(wk, ALICE)
+    ch_b, bob = stub(wk, BOB)
+    try:
+        alice.SubmitTask(pb.SubmitTaskRequest(task=call_list_task("tr", [("add", [1, 2])])), timeout=10)
+        assert wk.wait_terminal("tr").state == pb.TASK_STATE_SUCCEEDED
+        marker = f"/tmp/blockx-flaky-{os.getpid()}-{time.monotonic_ns()}"
+        bob.SubmitTask(pb.SubmitTaskRequest(task=call_list_task(
+            "tr/0", [("flaky", [marker, 2])],
+            call_retry_policy=pb.CallRetryPolicy(max_attempts=3, base_backoff_ms=5))), timeout=10)
+        assert wk.wait_terminal("tr/0").state == pb.TASK_STATE_SUCCEEDED
+        mine = alice.GetTaskTrace(pb.GetTaskTraceRequest(task_id="tr"), timeout=10).chrome_trace_json
+        theirs = bob.GetTaskTrace(pb.GetTaskTraceRequest(task_id="tr/0"), timeout=10).chrome_trace_json
+        assert b"tr/0/0" in theirs                      # bob's retries are recorded, in bob's trace
+        assert b"tr/0/0" not in mine, "bob's call landed in alice's trace"
+    finally:
+        ch_a.close()
+        ch_b.close()
+        if os.path.exists(marker):
+            os.unlink(marker)
