@@ -18,6 +18,7 @@ from typing import Callable, Mapping
 import orjson
 
 from blockx.adapters.dispatch_actor import DispatchActor, dumps_kept
+from blockx.core.call_ids import task_id_of_call
 from blockx.protocol import messages as m
 
 log = logging.getLogger("blockx.dispatch")
@@ -131,11 +132,11 @@ class ExecutorEvents:
                         metrics.call_failed(kind)
                         if self.traces is not None: self.traces.call_done(p, call_id, executor_id, kind or "FAILED")  # trace hook
                 elif mt == "CallWaiting":
-                    # A wait is served in the name of the task its call belongs to (call ids
-                    # start with "<taskId>/"): a call cannot ask IO, code or subcalls of another.
+                    # A wait is served in the name of the task its call belongs to (read from
+                    # the call id exactly: core.call_ids): a call cannot ask IO, code or
+                    # subcalls of another, not even of a task whose id prefixes its own.
                     tid = p.get("taskId", "")
-                    n = len(tid)
-                    if not (call_id.startswith(tid) and call_id[n:n + 1] == "/"):
+                    if task_id_of_call(call_id) != tid:
                         log.warning("executor %s sent CallWaiting for call %.80r in the name of task %.80r: "
                                     "refused", executor_id, call_id, tid)
                         continue

@@ -48,6 +48,7 @@ from collections import deque
 from typing import Callable
 
 from blockx._fast import load
+from blockx.core.call_ids import task_id_of_call
 
 # The per-call part is a hot path (blockx/_fast/tracebuf.pyx, twin tracebuf_py.py).
 _tb = load("tracebuf")
@@ -179,20 +180,10 @@ class TraceStore:
         return n
 
     def _task_of_call(self, call_id: str) -> TaskTrace | None:
-        """The trace of the task a call id belongs to. A task id may itself hold "/",
-        so no prefix may be guessed (task "a/0" has calls "a/0/0": trying "a" first
-        would file them under another task, maybe another identity's): the id is
-        read from the end, where the forms are exact: a root is
-        "<task_id>/<index>" or "<task_id>/<batch>.<row>", a subcall
-        "<parent_call_id>/sub-<n>"."""
-        tid = call_id
-        while True:
-            i = tid.rfind("/")
-            if i <= 0:
-                return None
-            last, tid = tid[i + 1:], tid[:i]
-            if not last.startswith("sub-"):
-                return self._tasks.get(tid)
+        """The trace of the task a call id belongs to (read exactly, never a guessed
+        prefix: core.call_ids), so a task's events never land in another's trace."""
+        tid = task_id_of_call(call_id)
+        return None if tid is None else self._tasks.get(tid)
 
     # ---- hooks: task phases (task_phases.py, orchestrator.py) ----------------------------
 
