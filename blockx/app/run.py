@@ -83,7 +83,8 @@ def authenticator(cfg) -> Authenticator:
 
 def shadow_token(cfg) -> str | None:
     """The bearer token shadow copies carry: SHADOW_SUBMIT_TOKEN_FILE (the token, or a
-    `name token` line), else $BLOCKX_TOKEN, else <stateDir>/auth-token."""
+    `name token` line), else $BLOCKX_TOKEN, else <stateDir>/auth-token when the
+    target is on this host."""
     if cfg.shadow_submit_token_file:
         with open(cfg.shadow_submit_token_file, encoding="utf-8") as f:
             for line in f:
@@ -91,7 +92,8 @@ def shadow_token(cfg) -> str | None:
                 if parts and not parts[0].startswith("#"):
                     return parts[-1]
         return None
-    return resolve_token(env={**os.environ, "STATE_DIR": cfg.data_plane.state_dir})
+    return resolve_token(env={**os.environ, "STATE_DIR": cfg.data_plane.state_dir},
+                         addr=cfg.shadow_submit_target_addr or None)   # the local token stays on this host
 
 
 def client_tls(ca: str, cert: str, key: str) -> ClientTLS | None:
