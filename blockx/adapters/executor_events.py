@@ -33,6 +33,13 @@ _dumps = orjson.dumps
 ANSWER_SLICE = 16
 
 
+def _own_task(p: dict, call_id: str) -> dict:
+    """The payload of a terminal frame for the trace hook, naming the call's own task:
+    the executor chose its taskId, which must not file the event under another task."""
+    tid = task_id_of_call(call_id)
+    return p if p.get("taskId") == tid else {**p, "taskId": tid}
+
+
 class ExecutorEvents:
     def __init__(self, *, actor: DispatchActor, runtimes: Mapping, canonical_args: Callable[[object], bytes],
                  on_attached: Callable[[str], None], snapshots: Callable[[], list],
@@ -123,14 +130,14 @@ class ExecutorEvents:
                                                       p.get("budgetUsedMs", 0), now)
                     if cmds:
                         metrics.calls_completed += 1
-                        if self.traces is not None: self.traces.call_done(p, call_id, executor_id, "")  # trace hook
+                        if self.traces is not None: self.traces.call_done(_own_task(p, call_id), call_id, executor_id, "")  # trace hook
                 elif mt == "CallFailed":
                     kind = p.get("errorKind", "")
                     cmds = disp.handle_call_failed(call_id, p["attemptSeq"], kind, bool(p.get("retryable")),
                                                    p.get("errorMessage", ""), now, p.get("budgetUsedMs", 0))
                     if cmds:
                         metrics.call_failed(kind)
-                        if self.traces is not None: self.traces.call_done(p, call_id, executor_id, kind or "FAILED")  # trace hook
+                        if self.traces is not None: self.traces.call_done(_own_task(p, call_id), call_id, executor_id, kind or "FAILED")  # trace hook
                 elif mt == "CallWaiting":
                     # A wait is served in the name of the task its call belongs to (read from
                     # the call id exactly: core.call_ids): a call cannot ask IO, code or

@@ -394,3 +394,23 @@ async def test_a_wait_in_the_name_of_a_task_whose_id_prefixes_its_own_is_refused
     f.complete("theirs/0/0", 3)
     f.complete("theirs/0", "private")
     assert outputs(await h.terminal("theirs/0")) == [3]
+
+
+async def test_a_completion_naming_another_task_is_recorded_only_in_its_own_trace(make_harness):
+    """A CallCompleted carries a taskId of the executor's choosing: the trace that
+    records it is the call's own task's, never the one the payload names."""
+    from blockx.adapters.trace_recorder import DONE, TraceStore
+    from blockx.protocol import messages as m
+    traces = TraceStore(1000)
+    h = await make_harness(traces=traces)
+    f = h.fake
+    h.submit("mine", [("add", [1, 2])])
+    h.submit("theirs", [("echo", ["private"])])
+    mine, theirs = sorted(await h.executed(2), key=lambda s: s.call_id)
+    forged = m.call_completed("mine/0", "theirs", mine.attempt, 3, 1)
+    f.deliver(mine.executor_id, [forged])
+    assert outputs(await h.terminal("mine")) == [3]             # the call's own completion still counts
+    f.complete("theirs/0", "private")
+    await h.terminal("theirs")
+    theirs_done = [e for e in traces.get("theirs").events if e[0] == DONE]
+    assert [e[2] for e in theirs_done] == ["theirs/0"], theirs_done
