@@ -118,6 +118,20 @@ def warn_if_open(mode: str, listen_addr: str, tls_on: bool) -> bool:
     return True
 
 
+def warn_if_cleartext_tokens(mode: str, listen_addr: str, tls_on: bool) -> bool:
+    """WORKER_AUTH_MODE=token on a non-loopback listener without TLS: log a warning
+    (every bearer token crosses the network readable, and whoever reads one on the
+    way is that identity, admin included). True if warned."""
+    if mode != "token" or tls_on or is_loopback_listener(listen_addr):
+        return False
+    log.warning("auth_token_cleartext", extra={"event": "auth_token_cleartext", "fields": {
+        "listen": listen_addr,
+        "warning": "bearer tokens reach this non-loopback listener without TLS: anyone on the network path "
+                   "can read a token and use it; set WORKER_TLS_CERT and WORKER_TLS_KEY, or listen on "
+                   "127.0.0.1"}})
+    return True
+
+
 class GuardedReflection(reflection.aio.ReflectionServicer):
     """Server reflection behind the auth mode: a caller without credentials learns
     nothing of the services (health stays open for probes)."""
@@ -136,4 +150,4 @@ class GuardedReflection(reflection.aio.ReflectionServicer):
 
 
 __all__ = ["Authenticator", "GuardedReflection", "MODES", "Unauthenticated", "is_loopback_listener",
-           "warn_if_open"]
+           "warn_if_cleartext_tokens", "warn_if_open"]

@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import secrets
+import stat
 
 from blockx.core.owners import Caller
 
@@ -127,6 +128,42 @@ class TokenStore:
 
 def local_token_path(state_dir: str) -> str:
     return os.path.join(state_dir, LOCAL_TOKEN_FILE)
+
+
+def local_token_problem(state_dir: str) -> str | None:
+    """Why ``<state_dir>/auth-token`` cannot be trusted, or None. Its token is admin,
+    so another local user who could write the file (the directory is theirs or open
+    to their writes, the file is theirs, or a link to a file elsewhere) would choose
+    the admin token. Nothing is created or changed here."""
+    path = local_token_path(state_dir)
+    euid = os.geteuid()
+    try:
+        st = os.stat(state_dir)
+    except FileNotFoundError:
+        return None                                   # created 0700 at start
+    except OSError as exc:
+        return f"STATE_DIR {state_dir!r} cannot be read: {exc.strerror or exc}"
+    why = None
+    if st.st_uid not in (euid, 0):                    # root may write anywhere: it is trusted anyway
+        why = f"STATE_DIR {state_dir!r} belongs to uid {st.st_uid}, not to the worker's uid {euid}"
+    elif st.st_mode & 0o022:
+        why = f"STATE_DIR {state_dir!r} has mode {st.st_mode & 0o7777:04o}: other users can write into it"
+    else:
+        try:
+            lst = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"{path!r} cannot be read: {exc.strerror or exc}"
+        if not stat.S_ISREG(lst.st_mode):
+            why = f"{path!r} is not a regular file (a symbolic link, or another kind of file)"
+        elif lst.st_uid not in (euid, 0):
+            why = f"{path!r} belongs to uid {lst.st_uid}, not to the worker's uid {euid}"
+    if why is None:
+        return None
+    return (f"{why}, so another local user could choose the token the worker takes as admin from "
+            f"{LOCAL_TOKEN_FILE}: remove that file and `chmod 700` a STATE_DIR of the worker's own user, "
+            "or name a tokens file (WORKER_AUTH_TOKENS_FILE)")
 
 
 def ensure_local_token(state_dir: str) -> str:

@@ -18,6 +18,7 @@ from typing import Callable, Mapping
 import orjson
 
 from blockx.adapters.dispatch_actor import DispatchActor, dumps_kept
+from blockx.core.call_ids import task_id_of_call
 from blockx.protocol import messages as m
 
 log = logging.getLogger("blockx.dispatch")
@@ -30,6 +31,13 @@ _dumps = orjson.dumps
 # read 41-64k subcalls/s by median, slices of 16 49-89k; 8 and 32 no better than 16.
 # (a) is unchanged (its roots are dispatched by the epilogue, once per read).
 ANSWER_SLICE = 16
+
+
+def _own_task(p: dict, call_id: str) -> dict:
+    """The payload of a terminal frame for the trace hook, naming the call's own task:
+    the executor chose its taskId, which must not file the event under another task."""
+    tid = task_id_of_call(call_id)
+    return p if p.get("taskId") == tid else {**p, "taskId": tid}
 
 
 class ExecutorEvents:
@@ -122,20 +130,20 @@ class ExecutorEvents:
                                                       p.get("budgetUsedMs", 0), now)
                     if cmds:
                         metrics.calls_completed += 1
-                        if self.traces is not None: self.traces.call_done(p, call_id, executor_id, "")  # trace hook
+                        if self.traces is not None: self.traces.call_done(_own_task(p, call_id), call_id, executor_id, "")  # trace hook
                 elif mt == "CallFailed":
                     kind = p.get("errorKind", "")
                     cmds = disp.handle_call_failed(call_id, p["attemptSeq"], kind, bool(p.get("retryable")),
                                                    p.get("errorMessage", ""), now, p.get("budgetUsedMs", 0))
                     if cmds:
                         metrics.call_failed(kind)
-                        if self.traces is not None: self.traces.call_done(p, call_id, executor_id, kind or "FAILED")  # trace hook
+                        if self.traces is not None: self.traces.call_done(_own_task(p, call_id), call_id, executor_id, kind or "FAILED")  # trace hook
                 elif mt == "CallWaiting":
-                    # A wait is served in the name of the task its call belongs to (call ids
-                    # start with "<taskId>/"): a call cannot ask IO, code or subcalls of another.
+                    # A wait is served in the name of the task its call belongs to (read from
+                    # the call id exactly: core.call_ids): a call cannot ask IO, code or
+                    # subcalls of another, not even of a task whose id prefixes its own.
                     tid = p.get("taskId", "")
-                    n = len(tid)
-                    if not (call_id.startswith(tid) and call_id[n:n + 1] == "/"):
+                    if task_id_of_call(call_id) != tid:
                         log.warning("executor %s sent CallWaiting for call %.80r in the name of task %.80r: "
                                     "refused", executor_id, call_id, tid)
                         continue

@@ -48,6 +48,7 @@ from collections import deque
 from typing import Callable
 
 from blockx._fast import load
+from blockx.core.call_ids import task_id_of_call
 
 # The per-call part is a hot path (blockx/_fast/tracebuf.pyx, twin tracebuf_py.py).
 _tb = load("tracebuf")
@@ -179,16 +180,10 @@ class TraceStore:
         return n
 
     def _task_of_call(self, call_id: str) -> TaskTrace | None:
-        """The trace of the task a call id belongs to ("<task_id>/..."; a task id may
-        itself hold "/", so each prefix is tried, shortest first)."""
-        tasks = self._tasks
-        i = call_id.find("/")
-        while i > 0:
-            tr = tasks.get(call_id[:i])
-            if tr is not None:
-                return tr
-            i = call_id.find("/", i + 1)
-        return None
+        """The trace of the task a call id belongs to (read exactly, never a guessed
+        prefix: core.call_ids), so a task's events never land in another's trace."""
+        tid = task_id_of_call(call_id)
+        return None if tid is None else self._tasks.get(tid)
 
     # ---- hooks: task phases (task_phases.py, orchestrator.py) ----------------------------
 

@@ -288,7 +288,7 @@ def auth_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:
     """The API's authentication: a known mode; mtls needs a client CA (the subject
     of a certificate it signed is the identity); a tokens file must parse."""
     from blockx.adapters.auth import MODES
-    from blockx.adapters.auth_tokens import TokenFileError, read_tokens
+    from blockx.adapters.auth_tokens import TokenFileError, local_token_problem, read_tokens
 
     if cfg.auth_mode not in MODES:
         out.append(f"{name('authMode')} must be one of {', '.join(MODES)} (got {cfg.auth_mode!r})")
@@ -303,6 +303,8 @@ def auth_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:
             read_tokens(cfg.auth_tokens_file)
         except TokenFileError as exc:
             out.append(f"{name('authTokensFile')}: {exc}")
+    elif cfg.auth_mode == "token" and (problem := local_token_problem(cfg.data_plane.state_dir)):
+        out.append(f"{name('authMode')} is token without {name('authTokensFile')}: {problem}")
 
 
 def tls_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:

@@ -28,7 +28,7 @@ import uvloop
 from blockx import __version__
 from blockx.adapters.admission import Admission
 from blockx.adapters.audit import AuditAllowlist, AuditGate, EtcdAuditAllowlist
-from blockx.adapters.auth import Authenticator, warn_if_open
+from blockx.adapters.auth import Authenticator, warn_if_cleartext_tokens, warn_if_open
 from blockx.adapters.auth_tokens import TokenStore, ensure_local_token
 from blockx.adapters.etcd_publisher import EtcdPublisher
 from blockx.adapters.executor.adapter import ExecutorAdapter
@@ -85,7 +85,8 @@ def authenticator(cfg) -> Authenticator:
 
 def shadow_token(cfg) -> str | None:
     """The bearer token shadow copies carry: SHADOW_SUBMIT_TOKEN_FILE (the token, or a
-    `name token` line), else $BLOCKX_TOKEN, else <stateDir>/auth-token."""
+    `name token` line), else $BLOCKX_TOKEN, else <stateDir>/auth-token when the
+    target is on this host."""
     if cfg.shadow_submit_token_file:
         with open(cfg.shadow_submit_token_file, encoding="utf-8") as f:
             for line in f:
@@ -93,7 +94,8 @@ def shadow_token(cfg) -> str | None:
                 if parts and not parts[0].startswith("#"):
                     return parts[-1]
         return None
-    return resolve_token(env={**os.environ, "STATE_DIR": cfg.data_plane.state_dir})
+    return resolve_token(env={**os.environ, "STATE_DIR": cfg.data_plane.state_dir},
+                         addr=cfg.shadow_submit_target_addr or None)   # the local token stays on this host
 
 
 def client_tls(ca: str, cert: str, key: str) -> ClientTLS | None:
@@ -340,6 +342,7 @@ class Worker:
                   auth=self.auth.mode,
                   auth_tokens=self.auth.tokens.path if self.auth.tokens is not None else "")
         warn_if_open(self.auth.mode, cfg.grpc_listen_addr(), self.tls is not None)
+        warn_if_cleartext_tokens(self.auth.mode, cfg.grpc_listen_addr(), self.tls is not None)
 
         # Everything built so far lives until exit: keep it out of every future
         # collection, and collect the young generation less often. A queued call

@@ -3,7 +3,8 @@
 Where it comes from, first match wins:
 1. given explicitly: ``WorkerClient(addr, token="...")``, the CLI's ``--token``;
 2. the environment: ``BLOCKX_TOKEN``;
-3. the Worker's own host: the token the Worker generated into
+3. the Worker's own host (only for an address on this host: loopback or unix):
+   the token the Worker generated into
    ``<STATE_DIR>/auth-token`` (``admin <token>``, mode 0600) when it runs
    without a tokens file. STATE_DIR resolves as the Worker resolves it:
    ``$STATE_DIR``, else ``$XDG_STATE_HOME/blockx``, else ``~/.local/state/blockx``.
@@ -12,6 +13,7 @@ or mtls, needs none). The token travels as the ``authorization: Bearer <token>``
 metadata of every RPC and of the session stream."""
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -45,13 +47,35 @@ def local_token(env: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
-def resolve_token(token: str | None | object = TOKEN_FROM_ENV, env: Mapping[str, str] | None = None) -> str | None:
+def is_local_address(addr: str) -> bool:
+    """True when ``addr`` (host:port, [v6]:port, unix:path) reaches only this host."""
+    if addr.startswith("unix:"):
+        return True
+    host = addr.rsplit(":", 1)[0] if addr.count(":") == 1 or addr.startswith("[") else addr
+    host = host.strip("[]").lower()
+    if host in ("localhost", "ip6-localhost") or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_token(token: str | None | object = TOKEN_FROM_ENV, env: Mapping[str, str] | None = None,
+                  addr: str | None = None) -> str | None:
     """The token to send: ``token`` when given (None or "": send none), else
-    $BLOCKX_TOKEN, else the local token file."""
+    $BLOCKX_TOKEN, else the local token file: that one is the local Worker's admin
+    token, so it is sent only to an ``addr`` on this host (loopback or unix), never
+    to another host (a typo, a fleet entry, a shadow target would receive it)."""
     if token is not TOKEN_FROM_ENV:
         return token or None
     env = os.environ if env is None else env
-    return env.get(ENV_TOKEN, "") or local_token(env)
+    explicit = env.get(ENV_TOKEN, "")
+    if explicit:
+        return explicit
+    if addr is not None and not is_local_address(addr):
+        return None
+    return local_token(env)
 
 
 def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:
@@ -61,4 +85,5 @@ def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:
     return (("authorization", f"Bearer {token}"),)
 
 
-__all__ = ["ENV_TOKEN", "TOKEN_FROM_ENV", "auth_metadata", "local_token", "resolve_token", "state_dir"]
+__all__ = ["ENV_TOKEN", "TOKEN_FROM_ENV", "auth_metadata", "is_local_address", "local_token", "resolve_token",
+           "state_dir"]

@@ -104,8 +104,9 @@ class WorkerClient:
         self.addr = addr
         # TLS_FROM_ENV: BLOCKX_TLS_CA / _CERT / _KEY when set, else plaintext (blockx.client.tls).
         self.tls = ClientTLS.from_env() if tls is TLS_FROM_ENV else tls
-        # TOKEN_FROM_ENV: BLOCKX_TOKEN, else this host's <STATE_DIR>/auth-token (blockx.client.credentials).
-        self._metadata = auth_metadata(resolve_token(token))
+        # TOKEN_FROM_ENV: BLOCKX_TOKEN, else this host's <STATE_DIR>/auth-token for an address on this
+        # host (blockx.client.credentials).
+        self._metadata = auth_metadata(resolve_token(token, addr=addr))
         self._connect_timeout_s = connect_timeout_s
         # fail_fast: a refused connection raises Unavailable at once instead of
         # retrying until connect_timeout_s (a Cluster has other workers to try).

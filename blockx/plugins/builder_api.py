@@ -149,12 +149,18 @@ def require_object(name: str, data: Any) -> dict:
     return data
 
 
+MAX_FUNCTION_ID_CHARS = 256   # a FUNCTIONS_DIR file name is at most 255 bytes, an etcd or Redis id 128
+
+
 def require_function_id(name: str, value: Any, where: str = "functionId") -> str:
     if not isinstance(value, str) or not value:
         if value is None:
             raise BuilderError(f"{name}: {where} is missing; expected a non-empty string")
         raise BuilderError(f"{name}: {where} must be a non-empty string, got {json_type(value)} "
                            f"{_short(value)}")
+    if len(value) > MAX_FUNCTION_ID_CHARS:      # data: it reaches messages, logs and traces
+        raise BuilderError(f"{name}: {where} {_short(value)} is {len(value)} characters, over the limit "
+                           f"of {MAX_FUNCTION_ID_CHARS} (a function id is a file or key name)")
     if value != value.strip() or "/" in value or "\x00" in value:
         raise BuilderError(f"{name}: {where} {value!r} is not a valid function id "
                            "(no slashes, NULs or surrounding spaces)")

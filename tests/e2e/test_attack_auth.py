@@ -379,3 +379,131 @@ def test_none_warns_on_a_non_loopback_listener(start_worker):
     local = start_worker({"WORKER_AUTH_MODE": "none"}, executors=1)
     time.sleep(0.5)
     assert local.find_event("auth_disabled") is None
+
+
+PLANTED = "planted-token-0123456789abcdef"
+
+
+def _planted_state(tmp_path, how: str):
+    """A STATE_DIR where another local user could put the generated token's file:
+    the directory writable by others, or an auth-token that is another user's file
+    or a symbolic link to one."""
+    state = tmp_path / f"state-{how}"
+    state.mkdir()
+    theirs = tmp_path / f"theirs-{how}"
+    theirs.write_text(f"admin {PLANTED}\n")
+    os.chown(theirs, 65534, 65534)
+    if how == "dir-writable":
+        os.chmod(state, 0o777)
+        (state / "auth-token").write_text(f"admin {PLANTED}\n")
+    elif how == "other-owner":
+        os.chmod(state, 0o700)
+        (state / "auth-token").write_text(f"admin {PLANTED}\n")
+        os.chown(state / "auth-token", 65534, 65534)
+    else:
+        os.chmod(state, 0o700)
+        os.symlink(theirs, state / "auth-token")
+    return state
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's file needs root")
+@pytest.mark.parametrize("how", ["dir-writable", "other-owner", "symlink"])
+def test_a_token_file_another_user_could_plant_is_never_trusted(tmp_path, how):
+    # Without a tokens file the Worker trusts <STATE_DIR>/auth-token as admin: if
+    # another local user can write it (a directory open to writes, their own file,
+    # a link to their file), their token would be admin. Such a Worker does not start.
+    state = _planted_state(tmp_path, how)
+    wk = WorkerProcess({"WORKER_AUTH_MODE": "token", "STATE_DIR": str(state)}, executors=1)
+    p = subprocess.Popen([sys.executable, "-m", "blockx", "serve"], env={**wk.env, "BLOCKX_PROFILE": "block"},
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=wk.tmp)
+    try:
+        _out, err = p.communicate(timeout=20)
+    except subprocess.TimeoutExpired:        # it started: does it take the planted token as admin?
+        p.kill()
+        _out, err = p.communicate()
+        raise AssertionError(f"a worker started on a planted token file ({how}): {err[-600:]}")
+    assert p.returncode == 2, (p.returncode, err[-600:])
+    assert "auth-token" in err and "WORKER_AUTH_TOKENS_FILE" in err and PLANTED not in err, err[-600:]
+
+
+def test_tokens_sent_in_clear_over_a_network_listener_are_warned_of(start_worker, tmp_path):
+    # The default listener is every address without TLS: a bearer token then
+    # crosses the network readable by anyone on the path, who becomes that identity.
+    wk = start_worker({"WORKER_LISTEN": "0.0.0.0:0"}, executors=1)
+    ev = wk.wait_event("auth_token_cleartext", 10)
+    assert ev["level"] in ("WARNING", "warning") and "WORKER_TLS_CERT" in ev["warning"], ev
+    assert wk.find_event("worker_serving")["auth"] == "token"
+    local = start_worker({}, executors=1)                    # loopback: nothing to warn of
+    local.wait_event("worker_serving", 10)
+    time.sleep(0.5)
+    assert local.find_event("auth_token_cleartext") is None
+
+
+def test_a_task_id_under_another_identitys_id_never_writes_into_its_trace(start_worker, tmp_path):
+    # Task ids may hold "/": bob's task "<alice's id>/0" has calls "<alice's id>/0/0".
+    # Its retries must land in bob's trace, never in alice's, where alice would
+    # read bob's call ids and timings.
+    tokens = auth.write_tokens(tmp_path, {"alice": ALICE, "bob": BOB, "admin": auth.HARNESS_TOKEN})
+    wk = start_worker({"WORKER_AUTH_TOKENS_FILE": tokens, "TRACE_ENABLED": "true"}, executors=1)
+    ch_a, alice = stub(wk, ALICE)
+    ch_b, bob = stub(wk, BOB)
+    try:
+        alice.SubmitTask(pb.SubmitTaskRequest(task=call_list_task("tr", [("add", [1, 2])])), timeout=10)
+        assert wk.wait_terminal("tr").state == pb.TASK_STATE_SUCCEEDED
+        marker = f"/tmp/blockx-flaky-{os.getpid()}-{time.monotonic_ns()}"
+        bob.SubmitTask(pb.SubmitTaskRequest(task=call_list_task(
+            "tr/0", [("flaky", [marker, 2])],
+            call_retry_policy=pb.CallRetryPolicy(max_attempts=3, base_backoff_ms=5))), timeout=10)
+        assert wk.wait_terminal("tr/0").state == pb.TASK_STATE_SUCCEEDED
+        mine = alice.GetTaskTrace(pb.GetTaskTraceRequest(task_id="tr"), timeout=10).chrome_trace_json
+        theirs = bob.GetTaskTrace(pb.GetTaskTraceRequest(task_id="tr/0"), timeout=10).chrome_trace_json
+        assert b"tr/0/0" in theirs                      # bob's retries are recorded, in bob's trace
+        assert b"tr/0/0" not in mine, "bob's call landed in alice's trace"
+    finally:
+        ch_a.close()
+        ch_b.close()
+        if os.path.exists(marker):
+            os.unlink(marker)
+
+
+def _host_address() -> str | None:
+    """An address of this host that is not loopback (None when it has none)."""
+    import socket
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect(("192.0.2.1", 9))                # no packet is sent: only the route is chosen
+        ip = s.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        s.close()
+    return None if ip.startswith("127.") else ip
+
+
+def test_the_local_admin_token_never_leaves_for_a_non_loopback_address(start_worker, tmp_path):
+    # The generated token is admin: a CLI or client on the worker's host that is
+    # pointed at another address (a typo, a fleet entry in etcd, a shadow target)
+    # must not hand it over. Here the "other address" is this very worker on the
+    # host's network address, so the test sees what arrived: no credentials.
+    ip = _host_address()
+    if ip is None:
+        pytest.skip("this host has no non-loopback address")
+    state = tmp_path / "state"
+    wk = start_worker({"WORKER_AUTH_MODE": "token", "STATE_DIR": str(state), "WORKER_LISTEN": "0.0.0.0:0"},
+                      executors=1)
+    env = {k: v for k, v in os.environ.items() if k != "BLOCKX_TOKEN"}
+
+    def status(addr, **extra):
+        return subprocess.run([sys.executable, "-m", "blockx", "status", "--addr", addr],
+                              env={**env, "STATE_DIR": str(state), **extra}, capture_output=True, text=True,
+                              timeout=60)
+    assert status(f"127.0.0.1:{wk.port}").returncode == 0                # on loopback: found by itself
+    p = status(f"{ip}:{wk.port}")
+    assert p.returncode == 1 and "UNAUTHENTICATED" in p.stderr, (p.returncode, p.stderr[-400:])
+    token = (state / "auth-token").read_text().split()[1]                 # given on purpose, it goes
+    assert status(f"{ip}:{wk.port}", BLOCKX_TOKEN=token).returncode == 0
+    code = ("from blockx.client import connect\n"
+            f"with connect('{ip}:{wk.port}') as c: c.submit(calls=[('add', [4, 5])])\n")
+    p = subprocess.run([sys.executable, "-c", code], env={**env, "STATE_DIR": str(state)},
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "UNAUTHENTICATED" in p.stderr, p.stderr[-400:]

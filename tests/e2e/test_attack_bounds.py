@@ -145,6 +145,22 @@ def test_a_1_mib_task_id_is_refused_by_every_entry_without_a_huge_log_line(worke
     assert longest < 8192, f"a {longest}-character line in the worker's log"
 
 
+def test_a_1_mib_function_id_fails_its_task_with_a_short_message_and_no_huge_log_line(worker):
+    # A function id is data from the payload like a task id: it reaches the task's
+    # failure message, the task_finished log line and traces, so it is bounded too.
+    first = len(worker.lines)
+    worker.submit_calls("huge-fn-id", [("F" * MiB, [1])])
+    res = worker.wait_terminal("huge-fn-id")
+    assert res.state == pb.TASK_STATE_FAILED and res.failure_code == "BUILDER_FAILED", res.failure_code
+    msg = res.failure_message
+    assert "calls[0].functionId" in msg and "1048576 characters, over the limit of 256" in msg, msg[:300]
+    assert len(msg) < 400, len(msg)
+    serves_a_normal_task(worker, "after-huge-fn-id")
+    time.sleep(0.2)
+    longest = max(len(line) for line in worker.lines[first:])
+    assert longest < 8192, f"a {longest}-character line in the worker's log"
+
+
 def test_a_year_long_ttl_is_refused_and_holds_no_slot(start_worker):
     w = start_worker({"TASK_SLOTS": "2"})
     for i in range(50):

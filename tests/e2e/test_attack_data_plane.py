@@ -240,6 +240,24 @@ def test_plain_names_still_write_and_files_are_not_world_readable(plane):
 # --- bounds ----------------------------------------------------------------------------
 
 
+def test_a_task_id_of_256_bytes_writes_its_bundle_file_and_a_scan_reads_it_back(plane):
+    """The longest task id the API accepts escapes to more than a file name may
+    hold: bundleWrite still writes the task's file (a bounded, unique name), and
+    its failure could never have told the client the bundle root's host path."""
+    p = plane
+    tid = "é" * 127 + "/x"                    # 256 bytes, 767 characters once escaped
+    assert len(tid.encode()) == 256
+    res = p.run(tid, [{"id": 7}], ("bundleWrite", {"dir": "out/long"}))
+    assert res.state == SUCCEEDED, res.failure_message[:300]
+    assert p.root not in res.failure_message
+    names = os.listdir(os.path.join(p.root, "out", "long"))
+    assert len(names) == 1 and len(names[0].encode()) < 255, names
+    scan = p.task_id("scan-long")
+    p.w.submit(scan, "bundleScan", {"files": "out/long/*.parquet", "functionId": "echo"})
+    res = p.w.wait_terminal(scan)
+    assert res.state == SUCCEEDED and outputs(res) == [{"id": 7}], res.failure_message
+
+
 @pytest.mark.parametrize("target", ["main", "local"])
 def test_a_query_result_past_the_byte_cap_fails_that_call_naming_the_setting(plane, target):
     """A 20 MB result (over the 16 MiB frame a result travels in) is refused by
@@ -253,3 +271,49 @@ def test_a_query_result_past_the_byte_cap_fails_that_call_naming_the_setting(pla
     assert "larger than 8388608 bytes as JSON (ioBackends.sql.maxResultBytes, SQL_IO_MAX_RESULT_BYTES)" in msg, msg
     assert "after 1 attempt" in msg, msg          # not retryable: the same query fails again
     assert p.sql(target, "SELECT 1 AS one") == [{"one": 1}]
+
+
+# --- the role of a PostgreSQL source --------------------------------------------------
+
+
+def _dbscan(w, task_id: str, query: str):
+    w.submit(task_id, "dbscan", {"source": "main", "query": query, "functionId": "echo"})
+    return w.wait_terminal(task_id)
+
+
+def test_a_superuser_source_lets_dbscan_read_server_files_and_the_worker_says_so(plane, tmp_path):
+    """A READ ONLY transaction does not stop a superuser's pg_read_file: through a
+    dbscan task any client reads the database server's files. The Worker cannot
+    tell a client's SELECT from an attack, so it warns once per source when the
+    role is that powerful; a role with table grants only reads no file."""
+    p = plane
+    role, password = "reader_" + uuid.uuid4().hex[:8], secrets.token_hex(12)
+
+    async def make_role():
+        conn = await asyncpg.connect(p.dsn)
+        try:
+            await conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+            await conn.execute(f"GRANT SELECT ON victim TO {role}")
+        finally:
+            await conn.close()
+    asyncio.run(make_role())
+    base, db = p.dsn.rsplit("/", 1)
+    reader_dsn = f"postgresql://{role}:{password}@{base.split('@', 1)[1]}/{db}"
+    for who, dsn in (("superuser", p.dsn), ("reader", reader_dsn)):
+        w = WorkerProcess({"STATE_DIR": str(tmp_path / who), "BLOCKX_DATA_SOURCES": json.dumps({"main": dsn})},
+                          profile="block", functions_dir=make_functions_dir(tmp_path / f"fn-{who}"), executors=1)
+        w.start()
+        try:
+            res = _dbscan(w, "ok-scan", "SELECT id FROM victim ORDER BY id LIMIT 1")
+            assert res.state == SUCCEEDED and outputs(res) == [{"id": 1}], res.failure_message
+            res = _dbscan(w, "read-file", "SELECT pg_read_file('/etc/passwd', 0, 5) AS x")
+            if who == "superuser":                           # what the warning is about
+                assert res.state == SUCCEEDED and outputs(res) == [{"x": "root:"}], res.failure_message
+                ev = w.wait_event("data_source_privileged", timeout=10, source="main")
+                assert ev["privileges"] == "a superuser" and "pg_read_file" in ev["warning"], ev
+                assert len(w.events_named("data_source_privileged")) == 1, "warned more than once"
+            else:
+                assert res.state == FAILED and "permission denied" in res.failure_message, res.failure_message
+                assert not w.events_named("data_source_privileged")
+        finally:
+            w.stop()

@@ -11,6 +11,7 @@ arrives a batch at a time."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +25,11 @@ POOL_MIN = 0
 POOL_MAX = 10
 CONNECT_TIMEOUT_S = 10.0
 PRIME_ROWS = 100
+# Predefined roles whose members reach beyond the database's tables.
+PRIVILEGED_ROLES = ("pg_read_server_files", "pg_write_server_files", "pg_execute_server_program",
+                    "pg_signal_backend")
+
+log = logging.getLogger("blockx.data")
 
 
 # SQLSTATEs of failures that may pass on a retry: connection exceptions (08),
@@ -125,7 +131,31 @@ class PgSource:
                 except Exception as exc:  # noqa: BLE001 - never echo the DSN
                     raise DataSourceError(f"source {self.name!r}: cannot connect to PostgreSQL: "
                                           f"{type(exc).__name__}: {exc}", retryable=True) from None
+                await self._warn_if_privileged(self._pool)
         return self._pool
+
+    async def _warn_if_privileged(self, pool: asyncpg.Pool) -> None:
+        """Log ``data_source_privileged`` once when the source's role can do more than
+        SQL on its tables: a read-only transaction still lets a superuser (or a member
+        of PRIVILEGED_ROLES) read the database server's files (pg_read_file) or end
+        its sessions, and any client that may run dbscan chooses the query."""
+        try:
+            async with pool.acquire(timeout=CONNECT_TIMEOUT_S) as conn:
+                row = await conn.fetchrow(
+                    "SELECT current_user AS who, r.rolsuper AS super, ARRAY(SELECT g.rolname FROM pg_roles g "
+                    "WHERE g.rolname = ANY($1::text[]) AND pg_has_role(current_user, g.oid, 'MEMBER')) AS roles "
+                    "FROM pg_roles r WHERE r.rolname = current_user", list(PRIVILEGED_ROLES))
+        except Exception:  # noqa: BLE001 - a check, never a reason to fail the source
+            return
+        if row is None or not (row["super"] or row["roles"]):
+            return
+        what = "a superuser" if row["super"] else "a member of " + ", ".join(row["roles"])
+        log.warning("data_source_privileged", extra={"event": "data_source_privileged", "fields": {
+            "source": self.name, "role": row["who"], "privileges": what,
+            "warning": f"source {self.name!r} connects to PostgreSQL as {row['who']!r}, {what}: every client "
+                       "that may submit a dbscan task can read the database server's files (pg_read_file) "
+                       "and signal its sessions, read-only transaction or not; connect as a role with only "
+                       "the table grants clients may use"}})
 
     # --- reads ----------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""bundleWrite: a task's outputs as one Parquet file, `<dir>/<taskId>.parquet`.
+"""bundleWrite: a task's outputs as one Parquet file, `<dir>/<taskId>.parquet`
+(the task id escaped for a file name, a long one cut and made unique: file_name).
 
     {"dir": "out/2026-11"}
 
@@ -17,6 +18,7 @@ Details: {"rows": n, "path": "out/.../id.parquet"}."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import secrets
 import threading
@@ -37,10 +39,18 @@ NAME = "bundleWrite"
 _KEYS = ("dir",)
 FILE_MODE = 0o640
 DIR_MODE = 0o700
+MAX_NAME_CHARS = 160        # of the escaped task id in a file name (with the temporary's affixes < 255)
 
 
 def file_name(task_id: str) -> str:
+    """The task id escaped (every byte but letters, digits and ``-_.~`` as %XX); an
+    escaped id over MAX_NAME_CHARS (a 256-byte id may escape to 768, past the 255
+    bytes of a file name) is cut and ends with ``%%`` and the id's SHA-256: still
+    one name per task id, since ``%%`` is in no escaped id."""
     safe = url_quote(task_id or "task", safe="-_")
+    if len(safe) > MAX_NAME_CHARS:
+        digest = hashlib.sha256(task_id.encode("utf-8", "surrogatepass")).hexdigest()
+        safe = safe[:MAX_NAME_CHARS - 2 - len(digest)] + "%%" + digest
     return safe + ".parquet"
 
 

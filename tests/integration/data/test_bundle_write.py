@@ -123,3 +123,22 @@ async def test_a_bad_field_name_keeps_the_previous_file_and_names_row_and_field(
 async def test_field_names_differing_only_in_case_are_refused(plane, tmp_path):
     r = await BundleWritePlugin(plane).execute(b'{"dir": "o"}', [b'{"id": 1, "ID": 2}'], PluginContext(task_id="t"))
     assert not r.ok and "differs from field 'id' only in case" in r.message, r.message
+
+
+@pytest.mark.parametrize("task_id", ["a" * 256, "é" * 128, "/" * 256], ids=["ascii", "utf8", "slashes"])
+async def test_a_task_id_of_the_longest_allowed_length_still_writes_its_own_file(plane, tmp_path, task_id):
+    # A task id may be 256 bytes; escaped for a file name it may be three times
+    # that, past the 255 bytes a file name may have. The name stays bounded and
+    # distinct per task id, and a retried task still replaces its own file.
+    w = BundleWritePlugin(plane)
+    for rows in ([{"id": 1}], [{"id": 2}]):
+        r = await w.execute(b'{"dir": "o"}', [orjson.dumps(rows)], PluginContext(task_id=task_id))
+        assert r.ok, r.message[:300]
+    other = task_id[:-1] + ("b" if task_id[-1] != "b" else "c")
+    r = await w.execute(b'{"dir": "o"}', [orjson.dumps({"id": 3})], PluginContext(task_id=other))
+    assert r.ok, r.message[:300]
+    names = sorted(os.listdir(tmp_path / "o"))
+    assert len(names) == 2 and all(len(n.encode()) <= 200 and n.endswith(".parquet") for n in names), names
+    path = orjson.loads((await w.execute(b'{"dir": "o"}', [orjson.dumps({"id": 2})],
+                                         PluginContext(task_id=task_id))).details)["path"]
+    assert read(tmp_path / path) == [(2,)]

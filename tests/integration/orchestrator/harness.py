@@ -477,8 +477,9 @@ def outputs(snap: TaskSnapshot) -> list:
 
 async def build(tmp_path, *, env: dict[str, str] | None = None,
                 functions: dict[str, str] | None = None, tweak: Callable[[Any], None] | None = None,
-                executors: tuple[str, ...] = ("exec-1",), capacity: int = 4) -> Harness:
-    """An Orchestrator wired as blockx.app.run wires it, over a FakeAdapter."""
+                executors: tuple[str, ...] = ("exec-1",), capacity: int = 4, traces=None) -> Harness:
+    """An Orchestrator wired as blockx.app.run wires it, over a FakeAdapter
+    (``traces``: a TraceStore that records its tasks, as TRACE_ENABLED does)."""
     functions = dict(DEFAULT_FUNCTIONS if functions is None else functions)
     fdir = tmp_path / "functions"
     fdir.mkdir(exist_ok=True)
@@ -505,7 +506,7 @@ async def build(tmp_path, *, env: dict[str, str] | None = None,
         plugins=PluginRegistry.from_names(DEV.plugins, data=data), io_factory=IOScopeFactory.from_config(cfg, data),
         admission=Admission.from_config(cfg.admission_config()), stream_cfg=cfg.stream_build,
         metrics=Metrics(process_metrics=False), stall_timeout_ms=dcfg.effective_stall_timeout_ms,
-        phase_io_timeout_ms=cfg.phase_io_timeout_ms, wall=clock.wall, mono=clock.mono)
+        phase_io_timeout_ms=cfg.phase_io_timeout_ms, wall=clock.wall, mono=clock.mono, traces=traces)
     assert fake.handler is orch.executor_events
     for eid in executors:
         fake.attach(eid, capacity)

@@ -368,3 +368,49 @@ async def test_a_wait_in_the_name_of_another_task_is_refused(make_harness):
     f.complete("mine/0", 3)
     f.complete("theirs/0", "private")
     assert outputs(await h.terminal("mine")) == [3]
+
+
+async def test_a_wait_in_the_name_of_a_task_whose_id_prefixes_its_own_is_refused(make_harness):
+    """Task ids may hold "/": the calls of task "theirs/0" are "theirs/0/<n>", which
+    start with "theirs/" too. Such a call still waits only in the name of its own
+    task, never of the task "theirs" (maybe another identity's)."""
+    from blockx.protocol import messages as m
+    h = await make_harness()
+    f = h.fake
+    h.submit("theirs", [("echo", ["private"])])
+    h.submit("theirs/0", [("add", [1, 2])])
+    first, second = await h.executed(2)
+    theirs, mine = (first, second) if first.call_id == "theirs/0" else (second, first)
+    assert mine.call_id == "theirs/0/0"
+    seen = _record_waits(h)
+    forged = [m.call_waiting_function_code("theirs/0/0", "c1", "theirs", 1, "echo",
+                                           theirs.payload["functionCodeDigest"]),
+              m.call_waiting_io("theirs/0/0", "io1", "theirs", 1, "devstub", {"k": 1}),
+              m.call_waiting_subcall("theirs/0/0", "s1", "theirs", 1, "echo", [1], 1000, ["theirs/0/0"])]
+    f.deliver(mine.executor_id, [(env, None) if i == 1 else env for i, env in enumerate(forged)])
+    await settle()
+    assert f.resumes == [] and seen == []
+    assert h.disp.call_state("theirs/0/0") == "RUNNING"
+    f.complete("theirs/0/0", 3)
+    f.complete("theirs/0", "private")
+    assert outputs(await h.terminal("theirs/0")) == [3]
+
+
+async def test_a_completion_naming_another_task_is_recorded_only_in_its_own_trace(make_harness):
+    """A CallCompleted carries a taskId of the executor's choosing: the trace that
+    records it is the call's own task's, never the one the payload names."""
+    from blockx.adapters.trace_recorder import DONE, TraceStore
+    from blockx.protocol import messages as m
+    traces = TraceStore(1000)
+    h = await make_harness(traces=traces)
+    f = h.fake
+    h.submit("mine", [("add", [1, 2])])
+    h.submit("theirs", [("echo", ["private"])])
+    mine, theirs = sorted(await h.executed(2), key=lambda s: s.call_id)
+    forged = m.call_completed("mine/0", "theirs", mine.attempt, 3, 1)
+    f.deliver(mine.executor_id, [forged])
+    assert outputs(await h.terminal("mine")) == [3]             # the call's own completion still counts
+    f.complete("theirs/0", "private")
+    await h.terminal("theirs")
+    theirs_done = [e for e in traces.get("theirs").events if e[0] == DONE]
+    assert [e[2] for e in theirs_done] == ["theirs/0"], theirs_done

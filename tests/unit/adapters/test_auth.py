@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from blockx.adapters.auth import Authenticator, is_loopback_listener, warn_if_open
+from blockx.adapters.auth import Authenticator, is_loopback_listener, warn_if_cleartext_tokens, warn_if_open
 
 
 @pytest.mark.parametrize("addr, loopback", [
@@ -23,6 +23,17 @@ def test_none_warns_only_when_open(caplog):
         assert not warn_if_open("token", "[::]:8081", tls_on=False)
     warned = [r for r in caplog.records if getattr(r, "event", "") == "auth_disabled"]
     assert len(warned) == 1 and "[::]:8081" in str(warned[0].fields)
+
+
+def test_tokens_on_an_open_listener_without_tls_warn(caplog):
+    with caplog.at_level(logging.WARNING, logger="blockx.auth"):
+        assert warn_if_cleartext_tokens("token", "[::]:8081", tls_on=False)
+        assert not warn_if_cleartext_tokens("token", "127.0.0.1:8081", tls_on=False)
+        assert not warn_if_cleartext_tokens("token", "[::]:8081", tls_on=True)
+        assert not warn_if_cleartext_tokens("mtls", "[::]:8081", tls_on=True)
+        assert not warn_if_cleartext_tokens("none", "[::]:8081", tls_on=False)
+    warned = [r for r in caplog.records if getattr(r, "event", "") == "auth_token_cleartext"]
+    assert len(warned) == 1 and "WORKER_TLS_CERT" in str(warned[0].fields)
 
 
 def test_an_authenticator_needs_a_known_mode_and_tokens_for_token_mode():

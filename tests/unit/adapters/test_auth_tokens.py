@@ -71,3 +71,21 @@ def test_local_token_is_0600_reused_and_found_by_the_client(tmp_path):
     assert ensure_local_token(str(state)) == path and open(path).read().split()[1] == token
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert local_token({"STATE_DIR": str(state)}) == token
+
+
+def test_a_local_token_file_another_user_could_write_is_a_problem(tmp_path):
+    from blockx.adapters.auth_tokens import local_token_problem
+    state = tmp_path / "state"
+    assert local_token_problem(str(state)) is None                 # missing: created 0700 at start
+    path = ensure_local_token(str(state))
+    assert local_token_problem(str(state)) is None                 # the worker's own file, in its own dir
+    os.chmod(state, 0o777)
+    assert "other users can write into it" in local_token_problem(str(state))
+    os.chmod(state, 0o700)
+    os.unlink(path)
+    other = tmp_path / "elsewhere"
+    other.write_text("admin planted-0123456789abcdef\n")
+    os.symlink(other, path)
+    problem = local_token_problem(str(state))
+    assert "is not a regular file" in problem and "WORKER_AUTH_TOKENS_FILE" in problem
+    assert "planted" not in problem

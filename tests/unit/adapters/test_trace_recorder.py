@@ -100,6 +100,17 @@ def test_a_retry_finds_its_task_even_when_the_task_id_holds_slashes():
     assert [e[0] for e in store.get("a/b").events] == [TASK_START, RETRY]
 
 
+def test_a_retry_of_a_task_whose_id_extends_another_tasks_id_lands_in_its_own_trace():
+    store = TraceStore(1000)
+    store.task_started("a")
+    store.task_started("a/0")
+    for call_id in ("a/0/0", "a/0/1.4", "a/0/0/sub-1/sub-2"):     # calls of task "a/0"
+        store.call_retry(ArmCallRetry(call_id, 5, True), 0)
+    store.call_retry(ArmCallRetry("a/0/sub-3", 5, True), 0)       # a subcall of task "a"'s call "a/0"
+    assert [e[0] for e in store.get("a/0").events] == [TASK_START, RETRY, RETRY, RETRY]
+    assert [e[0] for e in store.get("a").events] == [TASK_START, RETRY]
+
+
 def test_the_cap_holds_for_a_100k_call_task_and_the_calls_are_sampled_whole():
     cap = 10_000
     store = TraceStore(cap)

@@ -54,6 +54,7 @@ def test_call_list_empty_list_is_allowed():
     (b'{"calls": [{"functionId": "", "args": []}]}', "calls[0].functionId must be a non-empty string"),
     (b'{"calls": [{"functionId": 7, "args": []}]}', "calls[0].functionId must be a non-empty string, got number 7"),
     (b'{"calls": [{"functionId": "a/b", "args": []}]}', "is not a valid function id"),
+    (b'{"calls": [{"functionId": "%s", "args": []}]}' % (b"f" * 257), "is 257 characters, over the limit of 256"),
     (b'{"calls": [{"functionId": "f", "args": [1]}, {"functionId": "f"}]}', "calls[1].args is missing"),
     (b'{"calls": [{"functionId": "f", "args": {"a": 1}}]}', "calls[0].args must be an array, got object"),
     (b'{"calls": [{"functionId": "f", "args": null}]}', "calls[0].args must be an array, got null"),
