@@ -27,6 +27,7 @@ from typing import Any
 import grpc
 
 from blockx.etcd.endpoints import etcd_target, parse_endpoints
+from blockx.follower import Follower
 
 __all__ = ["PrefixWatch", "etcd_target", "prefix_range_end"]
 
@@ -72,8 +73,7 @@ class PrefixWatch:
         self._backoff_max_s = backoff_max_s
         self._rand = rand
         self._idx = 0
-        self._task: asyncio.Task | None = None
-        self._loaded = asyncio.Event()
+        self._follower = Follower(self._run, name)
         self.connected = False
         self.revision = 0              # the last revision applied
         self.outages = 0               # how many times the connection was lost
@@ -86,23 +86,10 @@ class PrefixWatch:
     async def start(self, wait_s: float = 0.0) -> bool:
         """Start the background task; wait up to ``wait_s`` for the first read.
         Returns whether the prefix has been read (False: etcd unreachable so far)."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
-        if wait_s > 0 and not self._loaded.is_set():
-            try:
-                await asyncio.wait_for(self._loaded.wait(), wait_s)
-            except asyncio.TimeoutError:
-                pass
-        return self._loaded.is_set()
+        return await self._follower.start(wait_s)
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping either way
-                pass
+        await self._follower.stop()
         self.connected = False
 
     async def _run(self) -> None:
@@ -120,7 +107,7 @@ class PrefixWatch:
                 rev = resp.header.revision
                 self._on_reset(rev, {k.key: (k.value, k.mod_revision) for k in resp.kvs})
                 self.revision = rev
-                self._loaded.set()
+                self._follower.loaded()
                 if not self.connected:
                     self.connected = True
                     if failures:

@@ -30,8 +30,8 @@ import re
 import time
 from collections.abc import Callable, Iterable
 
-from blockx.plugins.function_code_view import DEFAULT_MAX_SOURCE_BYTES, FunctionView
-from blockx.plugins.function_snapshots import SnapshotStore
+from blockx.plugins.function_code_view import DEFAULT_MAX_SOURCE_BYTES
+from blockx.plugins.function_code_keyed import KeyedCodeSource
 
 logger = logging.getLogger("blockx.plugins.function_code")
 
@@ -48,7 +48,7 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class FunctionCodeEtcd:
+class FunctionCodeEtcd(KeyedCodeSource):
     """The etcd-backed Function Code View provider and epoch resolver."""
 
     def __init__(self, endpoints: str | Iterable[str] | None, prefix: str, snapshot_retention_ms: int, *,
@@ -56,39 +56,13 @@ class FunctionCodeEtcd:
                  clock_ms: Callable[[], int] = _wall_ms) -> None:
         if not prefix.endswith("/"):
             raise ValueError(f"functions prefix {prefix!r} must end with '/'")
-        self._store = SnapshotStore(snapshot_retention_ms)
+        super().__init__(snapshot_retention_ms, now_ms)
         self.endpoints = endpoints
         self.prefix = prefix
         self.where = f"etcd {prefix}"        # named in FunctionView's not-found messages
-        self.snapshot_retention_ms = snapshot_retention_ms
         self.max_source_bytes = max_source_bytes
         self._clock_ms = clock_ms
-        self._values: dict[str, str | None] = {}    # fid -> digest (None: unusable value)
-        self._store.install(0, {}, now_ms, set())   # epoch 0, empty, until etcd first answers
         self._watch = None
-
-    # ---- the Function Code View surface (as FunctionCodeDirectory) --------------------
-
-    @property
-    def _epoch(self) -> int:
-        return self._store.epoch
-
-    def current_epoch(self, now_ms: int) -> int:
-        self._store.purge(now_ms, self._live())
-        return self._store.epoch
-
-    def pin(self, epoch: int, now_ms: int) -> FunctionView:
-        return self._store.pin(self, epoch, now_ms, self._live())
-
-    def source_for(self, digest: str) -> str:
-        return self._store.source_for(digest)
-
-    def retained_epochs(self) -> list[int]:
-        return self._store.retained_epochs()
-
-    def _live(self) -> set[str]:
-        """The digests etcd holds now: their sources always stay."""
-        return {d for d in self._values.values() if d is not None}
 
     # ---- etcd -------------------------------------------------------------------------
 

@@ -45,9 +45,10 @@ import time
 from collections.abc import Callable
 
 from blockx.app.logs import log_event
+from blockx.follower import Follower
 from blockx.plugins.function_code_etcd import valid_function_id
-from blockx.plugins.function_code_view import DEFAULT_MAX_SOURCE_BYTES, FunctionView
-from blockx.plugins.function_snapshots import SnapshotStore
+from blockx.plugins.function_code_view import DEFAULT_MAX_SOURCE_BYTES
+from blockx.plugins.function_code_keyed import KeyedCodeSource
 from blockx.plugins.function_code_redis_store import (  # noqa: F401  (the store's names, used here and by callers)
     DEFAULT_CHECK_INTERVAL_MS, DEFAULT_REDIS_PREFIX, DEFAULT_REDIS_URL, PUSH_WATCH_RETRIES, RedisCodeError,
     RedisCodeKeys, parse_epoch, push_sources, read_sources, redacted_url, redis_client,
@@ -60,7 +61,7 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class FunctionCodeRedis:
+class FunctionCodeRedis(KeyedCodeSource):
     """The Redis-backed Function Code View provider and epoch resolver."""
 
     def __init__(self, url: str, prefix: str, snapshot_retention_ms: int, *, now_ms: int = 0,
@@ -68,12 +69,11 @@ class FunctionCodeRedis:
                  max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES, clock_ms: Callable[[], int] = _wall_ms,
                  call_timeout_s: float = 2.0, backoff_initial_s: float = 0.1, backoff_max_s: float = 2.0,
                  rand: Callable[[], float] = random.random) -> None:
-        self._store = SnapshotStore(snapshot_retention_ms)
+        super().__init__(snapshot_retention_ms, now_ms)
         self.keys = RedisCodeKeys(prefix)
         self.url = url
         self.address = redacted_url(url)
         self.where = f"redis {self.address} {self.keys.sources}"   # named in FunctionView's not-found messages
-        self.snapshot_retention_ms = snapshot_retention_ms
         self.check_interval_ms = check_interval_ms
         self.max_source_bytes = max_source_bytes
         self._clock_ms = clock_ms
@@ -81,39 +81,13 @@ class FunctionCodeRedis:
         self._backoff_initial_s = backoff_initial_s
         self._backoff_max_s = backoff_max_s
         self._rand = rand
-        self._values: dict[str, str | None] = {}    # fid -> digest (None: unusable value)
-        self._store.install(0, {}, now_ms, set())   # epoch 0, empty, until Redis first answers
         self._missing_logged = False
-        self._task: asyncio.Task | None = None
-        self._loaded: asyncio.Event | None = None
+        self._follower = Follower(self._run, "function-code-redis")
         self.redis_epoch: int | None = None          # the epoch key as last read
         self.connected = False
         self.outages = 0
         self.reads = 0
         self.last_error: str | None = None
-
-    # ---- the Function Code View surface (as FunctionCodeDirectory) --------------------
-
-    @property
-    def _epoch(self) -> int:
-        return self._store.epoch
-
-    def current_epoch(self, now_ms: int) -> int:
-        self._store.purge(now_ms, self._live())
-        return self._store.epoch
-
-    def pin(self, epoch: int, now_ms: int) -> FunctionView:
-        return self._store.pin(self, epoch, now_ms, self._live())
-
-    def source_for(self, digest: str) -> str:
-        return self._store.source_for(digest)
-
-    def retained_epochs(self) -> list[int]:
-        return self._store.retained_epochs()
-
-    def _live(self) -> set[str]:
-        """The digests Redis holds now: their sources always stay."""
-        return {d for d in self._values.values() if d is not None}
 
     # ---- state changes ------------------------------------------------------------------
 
@@ -158,25 +132,10 @@ class FunctionCodeRedis:
     async def start(self, wait_s: float = 5.0) -> bool:
         """Read the sources (waiting up to ``wait_s``) and follow them; False if Redis
         has not answered yet (the view fills in when it does)."""
-        if self._loaded is None:
-            self._loaded = asyncio.Event()
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="function-code-redis")
-        if wait_s > 0 and not self._loaded.is_set():
-            try:
-                await asyncio.wait_for(self._loaded.wait(), wait_s)
-            except asyncio.TimeoutError:
-                pass
-        return self._loaded.is_set()
+        return await self._follower.start(wait_s)
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping either way
-                pass
+        await self._follower.stop()
         self.connected = False
 
     async def _read(self, client) -> None:
@@ -197,8 +156,7 @@ class FunctionCodeRedis:
                 await pubsub.subscribe(*channels)
                 await self._subscribed(pubsub, len(channels))
                 await self._read(client)     # once subscribed: no push between the two goes unheard
-                assert self._loaded is not None
-                self._loaded.set()
+                self._follower.loaded()
                 if not self.connected:
                     self.connected = True
                     if failures:
