@@ -38,6 +38,7 @@ import aiohttp
 import orjson
 
 from blockx.json_types import json_type
+from blockx.plugins.io.request import request_object
 from blockx.plugins.io.errors import IOBackendError, RpcCallError, TaskIOError
 from blockx.plugins.io.rpc_endpoints import RpcEndpoint, url_label
 
@@ -341,16 +342,7 @@ def _fail_all(batch: list[_Pending], exc: TaskIOError) -> None:
 
 def _parse(request_json: bytes) -> tuple[str, bytes, bytes]:
     """(endpoint name, method as a JSON string, params as JSON) of a call's request."""
-    try:
-        req = orjson.loads(request_json)
-    except orjson.JSONDecodeError as exc:
-        raise IOBackendError(f"rpc: request is not valid JSON ({exc})") from None
-    if not isinstance(req, dict):
-        raise IOBackendError(f"rpc: request must be a JSON object, got {json_type(req)}")
-    extra = sorted(k for k in req if k not in _KEYS)
-    if extra:
-        raise IOBackendError(f"rpc: unknown request key(s) {', '.join(map(repr, extra))} "
-                             f"(allowed: {', '.join(_KEYS)})")
+    req = request_object("rpc", request_json, _KEYS)
     name = req.get("endpoint")
     if not isinstance(name, str) or not name:
         raise IOBackendError("rpc: endpoint must be the name of a configured endpoint (a non-empty string)")

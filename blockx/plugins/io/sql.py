@@ -17,11 +17,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import orjson
-
-from blockx.json_types import json_type
 from blockx.plugins.data.errors import DataSourceError
 from blockx.plugins.data.values import dumps
+from blockx.plugins.io.request import request_object
 from blockx.plugins.io.errors import IOBackendError
 
 NAME = "sql"
@@ -44,16 +42,7 @@ class SqlBackend:
         self._admission: dict[str, asyncio.Semaphore] = {}
 
     def _parse(self, request_json: bytes) -> tuple[str, str, list]:
-        try:
-            req = orjson.loads(request_json)
-        except orjson.JSONDecodeError as exc:
-            raise IOBackendError(f"sql: request is not valid JSON ({exc})") from None
-        if not isinstance(req, dict):
-            raise IOBackendError(f"sql: request must be a JSON object, got {json_type(req)}")
-        extra = sorted(k for k in req if k not in _KEYS)
-        if extra:
-            raise IOBackendError(f"sql: unknown request key(s) {', '.join(map(repr, extra))} "
-                                 f"(allowed: {', '.join(_KEYS)})")
+        req = request_object("sql", request_json, _KEYS)
         query = req.get("query")
         if not isinstance(query, str) or not query.strip():
             raise IOBackendError("sql: query must be a non-empty string")
