@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -33,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.etcd import free_port
+from tests.support.server_process import log_tail, terminate
 
 __all__ = ["RedisServer", "RedisUnavailable", "redis_binary", "redis_fixture"]
 
@@ -173,22 +173,10 @@ class RedisServer:
 
     def _terminate(self, *, kill: bool, timeout: float = STOP_TIMEOUT_S) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        except ProcessLookupError:
-            pass
+        terminate(proc, kill=kill, timeout=timeout)
 
     def log_tail(self, n: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return "(no log)"
+        return log_tail(self.log_path, n)
 
 
 def redis_fixture(scope: str = "function", name: str = "redis_server", config: dict[str, str] | None = None):
