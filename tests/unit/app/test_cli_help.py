@@ -3,7 +3,6 @@ the exit codes; one spelling per --policy value; completion scripts from shtab."
 import argparse
 import io
 import shlex
-import shutil
 import subprocess
 
 import pytest
@@ -80,7 +79,6 @@ def test_completion_scripts_cover_the_subcommands_and_complete_paths(shell, caps
         assert "_shtab_compgen_files" in script and "_shtab_compgen_dirs" in script
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_bash_completes_from_the_script_alone(tmp_path, capsys):
     assert cli.main(["completion", "bash"]) == 0
     (tmp_path / "blockx.bash").write_text(capsys.readouterr().out)
