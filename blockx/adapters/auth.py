@@ -16,13 +16,13 @@ The grpc.health.v1 service is never checked (probes carry no credentials);
 reflection is (``GuardedReflection``)."""
 from __future__ import annotations
 
-import ipaddress
 import logging
 
 import grpc
 from grpc_reflection.v1alpha import reflection
 
 from blockx.adapters.auth_tokens import ADMIN, TokenStore
+from blockx.client.credentials import is_local_address
 from blockx.core.owners import Caller
 
 log = logging.getLogger("blockx.auth")
@@ -94,21 +94,10 @@ class Authenticator:
         return caller
 
 
-def is_loopback_listener(listen_addr: str) -> bool:
-    """True when the gRPC listen address (host:port) binds only a loopback address."""
-    host = listen_addr.rsplit(":", 1)[0].strip("[]")
-    if host in ("localhost",):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def warn_if_open(mode: str, listen_addr: str, tls_on: bool) -> bool:
     """WORKER_AUTH_MODE=none on a non-loopback listener without TLS: log a warning
     (anyone who reaches the port runs tasks and reads every result). True if warned."""
-    if mode != "none" or tls_on or is_loopback_listener(listen_addr):
+    if mode != "none" or tls_on or is_local_address(listen_addr):
         return False
     log.warning("auth_disabled", extra={"event": "auth_disabled", "fields": {
         "listen": listen_addr,
@@ -122,7 +111,7 @@ def warn_if_cleartext_tokens(mode: str, listen_addr: str, tls_on: bool) -> bool:
     """WORKER_AUTH_MODE=token on a non-loopback listener without TLS: log a warning
     (every bearer token crosses the network readable, and whoever reads one on the
     way is that identity, admin included). True if warned."""
-    if mode != "token" or tls_on or is_loopback_listener(listen_addr):
+    if mode != "token" or tls_on or is_local_address(listen_addr):
         return False
     log.warning("auth_token_cleartext", extra={"event": "auth_token_cleartext", "fields": {
         "listen": listen_addr,
@@ -149,5 +138,5 @@ class GuardedReflection(reflection.aio.ReflectionServicer):
             yield resp
 
 
-__all__ = ["Authenticator", "GuardedReflection", "MODES", "Unauthenticated", "is_loopback_listener",
+__all__ = ["Authenticator", "GuardedReflection", "MODES", "Unauthenticated",
            "warn_if_cleartext_tokens", "warn_if_open"]
