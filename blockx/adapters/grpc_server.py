@@ -400,6 +400,16 @@ def build_server(orch, *, listen_addr: str, keepalive_time_ms: int, keepalive_ti
     return server, health_servicer, port
 
 
+# Liveness: SERVING from the moment the server starts until it stops, draining
+# included, so a liveness probe never restarts a worker that is draining; the
+# readiness names ("" and the WorkerService) turn NOT_SERVING at the drain.
+LIVENESS_SERVICE = "blockx.liveness"
+
+
+async def set_alive(health_servicer) -> None:
+    await health_servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+
+
 async def set_health(health_servicer, serving: bool) -> None:
     status = (health_pb2.HealthCheckResponse.SERVING if serving
               else health_pb2.HealthCheckResponse.NOT_SERVING)

@@ -38,7 +38,8 @@ from blockx.adapters.executor.pool import PoolManager, executor_ids
 from blockx.adapters.executor.run_as import executor_run_as_user
 from blockx.adapters.executor.sandbox import Sandbox, SandboxLimits
 from blockx.adapters.grpc_limits import GrpcLimits
-from blockx.adapters.grpc_server import build_server, set_health
+from blockx.adapters.grpc_server import build_server, set_alive, set_health
+from blockx.adapters.systemd_notify import SystemdNotifier
 from blockx.adapters.metrics import Metrics
 from blockx.adapters.orchestrator import Orchestrator, wall_ms
 from blockx.adapters.trace_recorder import TraceStore
@@ -140,6 +141,7 @@ class Worker:
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
         self._signals = 0
+        self.systemd = SystemdNotifier()
 
     def _heartbeat(self) -> dict:
         hb = self.orch.core.derive_heartbeat(wall_ms())
@@ -183,6 +185,8 @@ class Worker:
             await set_health(self.health, False)
             return
         await self.publisher.start()
+        self.systemd.ready(f"ready: {self.adapter.healthy_count()} executors, "
+                           f"{self.cfg.worker.task_slots} task slots on {self.worker_addr}")
 
     def _audit_gate(self, metrics) -> AuditGate | None:
         cfg = self.cfg
@@ -330,6 +334,7 @@ class Worker:
         ticker = loop.create_task(self._ticker())
         memdiag = loop.create_task(self.memory_diagnostics.run())   # issue 15 part 4
         await server.start()
+        await set_alive(self.health)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         if self.tls is not None or self.auth.tokens is not None:
@@ -355,6 +360,7 @@ class Worker:
         await self._stop.wait()
         # ---- phase 1: drain ----
         t0 = time.monotonic()
+        self.systemd.stopping(f"draining: {core.active_task_count()} tasks, up to {cfg.drain_timeout_ms} ms")
         self.orch.set_draining()
         await set_health(self.health, False)
         await self.publisher.deregister()
