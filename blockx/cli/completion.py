@@ -13,8 +13,8 @@ import argparse
 import sys
 from typing import TextIO
 
-from blockx.cli_exit import EXIT_OK
-from blockx.cli_help import RAW, epilog
+from blockx.cli.exit import EXIT_OK
+from blockx.cli.help import RAW, epilog
 
 SHELLS = ("bash", "zsh", "tcsh")
 # What shtab reads from an action's `complete` attribute (shtab.FILE / DIRECTORY),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from blockx.cli_text import rich_safe
+from blockx.cli.text import rich_safe
 
 
 class ProgressBars:
@@ -37,7 +37,7 @@ class ProgressBars:
         """A client TaskUpdate (blockx.client.TaskUpdate)."""
         bar = self._bars.get(upd.task_id)
         if bar is None:
-            # The description is rich markup: the task id is escaped (blockx.cli_text).
+            # The description is rich markup: the task id is escaped (blockx.cli.text).
             bar = self._bars[upd.task_id] = self._progress.add_task(rich_safe(upd.task_id), total=None,
                                                                     extra=upd.state)
         p = upd.progress

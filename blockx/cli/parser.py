@@ -1,10 +1,9 @@
 """`blockx`: run a Worker (`blockx serve`) or talk to one (submit, watch, result, slot, status, top, trace),
-or to the fleet registered in etcd (workers, functions push|list, submit --etcd: blockx.cli_fleet).
+or to the fleet registered in etcd (workers, functions push|list, submit --etcd: blockx.cli.fleet).
 
-This module holds the argument parser, `main` (the console entry point) and
-`serve`. Building a task from flags lives in blockx.cli_task, the client commands
-and their JSON output in blockx.cli_client, the exit codes and CLIError in
-blockx.cli_exit; their public names are re-exported here.
+This module holds the argument parser and `serve`. Building a task from flags
+lives in blockx.cli.task_args, the client commands and their JSON output in
+blockx.cli.submit, the exit codes and CLIError in blockx.cli.exit.
 
 Client commands print JSON on stdout: one indented object for submit / result /
 slot, one compact object per line for streams (watch, submit --watch). Outputs
@@ -18,23 +17,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
 
-from blockx.cli_client import (add_tls_arguments, cmd_result, cmd_slot, cmd_submit, cmd_watch, decode_json_bytes, response_to_json,
-                               result_to_json, state_name)
-from blockx.cli_completion import files
-from blockx.cli_exit import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, CLIError
-from blockx.cli_help import EXIT_CODES, RAW, epilog
+from blockx.cli.submit import add_tls_arguments, cmd_result, cmd_slot, cmd_submit, cmd_watch
+from blockx.cli.completion import files
+from blockx.cli.exit import EXIT_OK, EXIT_USAGE
+from blockx.cli.help import EXIT_CODES, RAW, epilog
 from blockx import __version__
 from blockx.app.profile_names import PROFILE_NAMES
-from blockx.cli_task import POLICIES, parse_call, task_from_args, task_from_json
-
-__all__ = [
-    "DEFAULT_ADDR", "DEFAULT_RPC_TIMEOUT_S", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TASK_FAILED",
-    "EXIT_USAGE", "CLIError", "build_parser", "cmd_result", "cmd_serve", "cmd_slot", "cmd_submit", "cmd_watch",
-    "decode_json_bytes", "main", "parse_call", "response_to_json", "result_to_json", "state_name",
-    "task_from_args", "task_from_json",
-]
+from blockx.cli.task_args import POLICIES
 
 DEFAULT_ADDR = "127.0.0.1:8081"
 DEFAULT_RPC_TIMEOUT_S = 10.0
@@ -135,35 +125,20 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--ttl-ms", type=int, default=0, help="reservation TTL (0: the worker's default)")
     sl.set_defaults(func=cmd_slot)
 
-    from blockx.cli_fleet import add_parsers as add_fleet_parsers
+    from blockx.cli.fleet import add_parsers as add_fleet_parsers
     add_fleet_parsers(sub, client)
     # ---- status / top (issue 15 part 3) ----
-    from blockx.cli_status import add_parsers as add_status_parsers
+    from blockx.cli.status import add_parsers as add_status_parsers
     add_status_parsers(sub, client)
     # ---- end status / top ----
 
     # --- task traces (issue 15 part 1): blockx trace TASK_ID ---
-    from blockx.cli_trace import add_parser as add_trace_parser
+    from blockx.cli.trace import add_parser as add_trace_parser
     add_trace_parser(sub, client)
     # --- end task traces ---
-    from blockx.cli_completion import add_parser as add_completion_parser
+    from blockx.cli.completion import add_parser as add_completion_parser
     add_completion_parser(sub)
     return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    ns = parser.parse_args(argv)
-    try:
-        return ns.func(ns)
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    except CLIError as exc:
-        from blockx.cli_text import term_safe   # may quote a worker's or etcd's message
-        print(f"error: {term_safe(exc, keep_newlines=True)}", file=sys.stderr)
-        return EXIT_ERROR
-    except BrokenPipeError:
-        return EXIT_ERROR
 
 
 # --- serve ------------------------------------------------------------------------------
@@ -203,6 +178,3 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 
     return serve(cfg, profile)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,14 +1,14 @@
 """The client commands `blockx submit | watch | result | slot`, and their output.
 
 On a terminal, `submit` and `watch` show a progress bar per task while it runs
-(blockx.cli_progress) and then print the terminal update as JSON; when stdout is not a
+(blockx.cli.progress) and then print the terminal update as JSON; when stdout is not a
 terminal they print JSON only. Each command opens one session (blockx.client) to --addr,
 makes its requests and prints JSON on stdout: one indented object (or one line with --compact) for submit /
 result / slot, one compact object per line for streams (watch, submit --watch), so
 the output pipes into jq line by line. Outputs and plugin details are JSON in bytes
 fields on the wire and are decoded, so the printout is plain JSON. A refusal
 prints `error: CODE: message` on stderr and exits 1; a task that reached FAILED
-exits 3 (codes in blockx.cli_exit). The client library (and grpc) is imported on
+exits 3 (codes in blockx.cli.exit). The client library (and grpc) is imported on
 first use, so `blockx serve` and `--help` do not pay for it."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from blockx.cli_exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, CLIError
-from blockx.cli_task import task_from_args
+from blockx.cli.exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, CLIError
+from blockx.cli.task_args import task_from_args
 
 
 # --- JSON rendering -----------------------------------------------------------------------
@@ -147,7 +147,7 @@ def _client_command(fn):
                          token=token_from_args(ns)) as client:
                 return fn(ns, client, out)
         except BlockxError as exc:
-            from blockx.cli_text import term_safe   # the worker's message, escaped for the terminal
+            from blockx.cli.text import term_safe   # the worker's message, escaped for the terminal
             print(f"error: {exc.code.name}: {term_safe(exc.message, keep_newlines=True)}", file=sys.stderr)
             return EXIT_ERROR
         except TLSFileError as exc:
@@ -177,7 +177,7 @@ def _watch(client, task_ids: Iterable[str], out: TextIO, print_all: bool, compac
     every update (progress included) as a JSON line."""
     last: dict[str, Any] = {}
     if print_all and _bars(out):
-        from blockx.cli_progress import ProgressBars
+        from blockx.cli.progress import ProgressBars
 
         with ProgressBars(out) as bars:
             for upd in client.watch(task_ids):
@@ -211,7 +211,7 @@ def _submit(ns: argparse.Namespace, client, out: TextIO) -> int:
     if _bars(out):            # a progress bar while it runs, then the terminal update
         resp = client.submit(task=task, slot_id=ns.slot or "", wait=False).raw
         if not _is_terminal(resp.state):
-            from blockx.cli_progress import ProgressBars
+            from blockx.cli.progress import ProgressBars
 
             final = resp
             with ProgressBars(out) as bars:
@@ -229,7 +229,7 @@ def _submit(ns: argparse.Namespace, client, out: TextIO) -> int:
 
 def cmd_submit(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     if getattr(ns, "etcd", None):
-        from blockx.cli_fleet import cmd_submit_cluster
+        from blockx.cli.fleet import cmd_submit_cluster
 
         if ns.slot:
             raise CLIError("--slot names a slot on one worker; it cannot be used with --etcd")

@@ -1,5 +1,5 @@
 """The parts every `blockx` subcommand's --help shares: its examples and the exit
-codes (blockx.cli_exit), laid out as written (RawDescriptionHelpFormatter).
+codes (blockx.cli.exit), laid out as written (RawDescriptionHelpFormatter).
 Each example is a whole command line; a unit test parses every one with the real
 parser, so none can go stale."""
 

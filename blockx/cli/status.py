@@ -5,8 +5,8 @@ uptime, ready / draining, etcd registration, code epoch, slots, tasks by phase,
 outbox depth, cumulative counters) and one row per executor (state, pid,
 in-flight, runnable, RSS, CPU user / system seconds, restarts, last heartbeat
 age). `--json` prints the same as one JSON object (int64 fields as numbers).
-`blockx top` (blockx.cli_top) shows it live. Exit codes as the other client
-commands (blockx.cli_exit)."""
+`blockx top` (blockx.cli.top) shows it live. Exit codes as the other client
+commands (blockx.cli.exit)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import json
 import sys
 from typing import Any, TextIO
 
-from blockx.cli_exit import EXIT_OK
-from blockx.cli_text import term_safe
+from blockx.cli.exit import EXIT_OK
+from blockx.cli.text import term_safe
 
 PHASES = ("PREPARING", "BUILDER", "CALLS", "PLUGIN")
 
 
 def add_parsers(sub, client: argparse.ArgumentParser) -> None:
-    from blockx.cli_help import RAW, epilog
+    from blockx.cli.help import RAW, epilog
 
     st = sub.add_parser("status", parents=[client], help="show a worker's status (slots, tasks, executors)",
                         description="Print GetWorkerStatus of one worker: a table, or JSON with --json.",
@@ -42,7 +42,7 @@ def add_parsers(sub, client: argparse.ArgumentParser) -> None:
                      help="worker address host:port (same as --addr)")
     top.add_argument("--interval", type=float, default=1.0, metavar="S",
                      help="seconds between refreshes (default: %(default)s)")
-    from blockx.cli_top import cmd_top
+    from blockx.cli.top import cmd_top
     top.set_defaults(func=cmd_top)
 
 
@@ -101,7 +101,7 @@ def fmt_bytes(n: int) -> str:
 
 def header_lines(st) -> list[str]:
     """A few short lines (each under 80 columns) about the worker as a whole; the
-    strings the worker sent are escaped for the terminal (blockx.cli_text)."""
+    strings the worker sent are escaped for the terminal (blockx.cli.text)."""
     sl = st.slots
     phases = " ".join(f"{p.lower()} {st.tasks_by_phase.get(p, 0)}" for p in PHASES)
     flags = ("ready" if st.ready else "NOT READY") + (" DRAINING" if st.draining else "")
@@ -149,7 +149,7 @@ def render_status(st):
 
 
 def cmd_status(ns: argparse.Namespace, out: TextIO | None = None) -> int:
-    from blockx.cli_client import _client_command
+    from blockx.cli.submit import _client_command
 
     return _client_command(_status)(ns, out)
 
@@ -163,7 +163,7 @@ def _status(ns: argparse.Namespace, client, out: TextIO) -> int:
     from blockx.extras import has
 
     if not has("cli"):        # a client install without rich: the same, as plain text
-        from blockx.cli_status_text import status_text
+        from blockx.cli.status_text import status_text
 
         out.write(status_text(st))
         out.flush()
