@@ -8,9 +8,10 @@ import sys
 from collections.abc import Sequence
 
 from blockx.cli.exit import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, CLIError
-from blockx.cli.parser import DEFAULT_ADDR, DEFAULT_RPC_TIMEOUT_S, build_parser, cmd_serve
-from blockx.cli.submit import (cmd_result, cmd_slot, cmd_submit, cmd_watch, decode_json_bytes, response_to_json,
-                               result_to_json, state_name)
+from blockx.cli.output import decode_json_bytes, response_to_json, result_to_json, state_name
+from blockx.cli.parser import DEFAULT_ADDR, DEFAULT_RPC_TIMEOUT_S, build_parser
+from blockx.cli.serve import cmd_serve
+from blockx.cli.submit import cmd_result, cmd_slot, cmd_submit, cmd_watch
 from blockx.cli.task_args import parse_call, task_from_args, task_from_json
 
 __all__ = [

@@ -58,7 +58,7 @@ def add_parsers(sub, client_parent: argparse.ArgumentParser) -> None:
                       help=f"etcd endpoints, comma-separated (default: $BLOCKX_ETCD or {DEFAULT_ETCD})")
     etcd.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="etcd request deadline")
 
-    from blockx.cli.completion import directory
+    from blockx.cli.completers import directory
     from blockx.cli.help import RAW, epilog
 
     w = sub.add_parser("workers", parents=[etcd], help="list the workers registered in etcd", description=(
@@ -360,7 +360,8 @@ def cmd_submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> int:
 
 
 async def _submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> int:
-    from blockx.cli.submit import response_to_json, token_from_args
+    from blockx.cli.connection import token_from_args
+    from blockx.cli.output import response_to_json
     from blockx.client import BlockxError, Cluster
 
     def exit_for(state: str) -> int:

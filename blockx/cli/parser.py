@@ -1,9 +1,14 @@
 """`blockx`: run a Worker (`blockx serve`) or talk to one (submit, watch, result, slot, status, top, trace),
 or to the fleet registered in etcd (workers, functions push|list, submit --etcd: blockx.cli.fleet).
 
-This module holds the argument parser and `serve`. Building a task from flags
-lives in blockx.cli.task_args, the client commands and their JSON output in
-blockx.cli.submit, the exit codes and CLIError in blockx.cli.exit.
+This module holds the command tree (every subcommand's parser) and `blockx
+completion`, which writes a script from that tree. Each command group lives in a
+module of its own: serve (blockx.cli.serve), submit / watch / result / slot
+(blockx.cli.submit), the fleet (blockx.cli.fleet), status and top
+(blockx.cli.status, blockx.cli.top), trace (blockx.cli.trace); what they share in
+blockx.cli.connection (options and session), blockx.cli.output (the JSON),
+blockx.cli.task_args (a task from flags), blockx.cli.exit, blockx.cli.help,
+blockx.cli.text, blockx.cli.progress and blockx.cli.completers.
 
 Client commands print JSON on stdout: one indented object for submit / result /
 slot, one compact object per line for streams (watch, submit --watch). Outputs
@@ -18,16 +23,21 @@ import argparse
 import os
 import sys
 
-from blockx.cli.submit import add_tls_arguments, cmd_result, cmd_slot, cmd_submit, cmd_watch
-from blockx.cli.completion import files
-from blockx.cli.exit import EXIT_OK, EXIT_USAGE
-from blockx.cli.help import EXIT_CODES, RAW, epilog
+from typing import TextIO
+
 from blockx import __version__
 from blockx.app.profile_names import PROFILE_NAMES
+from blockx.cli.completers import files
+from blockx.cli.connection import add_tls_arguments
+from blockx.cli.exit import EXIT_OK
+from blockx.cli.help import EXIT_CODES, RAW, epilog
+from blockx.cli.serve import cmd_serve
+from blockx.cli.submit import cmd_result, cmd_slot, cmd_submit, cmd_watch
 from blockx.cli.task_args import POLICIES
 
 DEFAULT_ADDR = "127.0.0.1:8081"
 DEFAULT_RPC_TIMEOUT_S = 10.0
+SHELLS = ("bash", "zsh", "tcsh")
 
 
 # --- parser ---------------------------------------------------------------------------
@@ -136,45 +146,35 @@ def build_parser() -> argparse.ArgumentParser:
     from blockx.cli.trace import add_parser as add_trace_parser
     add_trace_parser(sub, client)
     # --- end task traces ---
-    from blockx.cli.completion import add_parser as add_completion_parser
     add_completion_parser(sub)
     return p
 
 
-# --- serve ------------------------------------------------------------------------------
+# --- completion --------------------------------------------------------------------------
+
+COMPLETION_HELP = """`blockx completion bash|zsh|tcsh`: a shell completion script for every
+subcommand and option, written by shtab from the parser itself.
+
+The script is static: the shell completes from it without running `blockx` (nor
+Python) on each TAB, and it needs no hook at run time. Install it once, e.g.
+`blockx completion bash > ~/.local/share/bash-completion/completions/blockx`, or
+`blockx completion zsh > "${fpath[1]}/_blockx"`. Options that take a file or a
+directory complete paths (blockx.cli.completers marks them in the parsers)."""
 
 
-def cmd_serve(ns: argparse.Namespace) -> int:
-    from blockx.extras import MissingExtra, require
+def add_completion_parser(sub) -> None:
+    c = sub.add_parser("completion", help="print a shell completion script (bash, zsh, tcsh)",
+                       description=COMPLETION_HELP, epilog=epilog(
+                           "blockx completion bash > ~/.local/share/bash-completion/completions/blockx",
+                           "blockx completion zsh > ~/.zfunc/_blockx"), **RAW)
+    c.add_argument("shell", choices=SHELLS, help="the shell to complete for")
+    c.set_defaults(func=cmd_completion)
 
-    try:
-        require("worker", "`blockx serve`")
-    except MissingExtra as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    from blockx.app.config import ConfigError, load_config
-    from blockx.app.profile import ProfileError, get_profile
 
-    try:
-        profile = get_profile(ns.profile)
-        profile.validate()
-    except ProfileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        cfg = load_config(profile, config_path=ns.config)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    problems = cfg.violations(profile)
-    if ns.print_config:
-        print(cfg.to_json())
-    if problems:
-        print(f"error: {ConfigError(problems)}", file=sys.stderr)
-        return EXIT_USAGE
-    if ns.print_config:
-        return EXIT_OK
-    from blockx.app.run import serve
+def cmd_completion(ns: argparse.Namespace, out: TextIO | None = None) -> int:
+    import shtab
 
-    return serve(cfg, profile)
-
+    out = out or sys.stdout
+    out.write(shtab.complete(build_parser(), shell=ns.shell))
+    out.flush()
+    return EXIT_OK

@@ -67,7 +67,7 @@ def render_top(st, rates: Rates | None, *, error: str = "", interval: float = 1.
     from rich.console import Group
     from rich.text import Text
 
-    from blockx.cli.status import executors_table, header_lines
+    from blockx.cli.status_render import executors_table, header_lines
 
     parts = [Text(line) for line in header_lines(st)] if st is not None else [Text("worker: (no status yet)")]
     parts.extend(Text(line) for line in rates_lines(rates))
@@ -124,9 +124,9 @@ def cmd_top(ns: argparse.Namespace, out: TextIO | None = None) -> int:
         require("cli", "`blockx top`")
     except MissingExtra as exc:
         raise CLIError(str(exc)) from None
-    from blockx.cli.submit import _client_command
+    from blockx.cli.connection import client_command
 
-    return _client_command(_top)(ns, out)
+    return client_command(_top)(ns, out)
 
 
 def _top(ns: argparse.Namespace, client, out: TextIO) -> int:

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from blockx import cli
-from blockx.cli.completion import SHELLS, cmd_completion
+from blockx.cli.parser import SHELLS, cmd_completion
 from blockx.cli.help import EXIT_CODES, examples_of
 
 

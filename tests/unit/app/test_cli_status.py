@@ -6,8 +6,8 @@ import io
 import pytest
 
 from blockx.cli import build_parser
-from blockx.cli.submit import response_to_json
-from blockx.cli.status import render_status, status_to_json
+from blockx.cli.output import response_to_json
+from blockx.cli.status_render import render_status, status_to_json
 from blockx.cli.top import Rates, rates_lines, render_top
 from blockx.worker.v1 import worker_pb2 as pb
 

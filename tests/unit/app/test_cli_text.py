@@ -11,7 +11,7 @@ import pytest
 from blockx.cli import main
 from blockx.cli.exit import CLIError
 from blockx.cli.fleet import workers_table
-from blockx.cli.status import render_status
+from blockx.cli.status_render import render_status
 from blockx.cli.text import rich_safe, term_safe
 from blockx.cli.top import render_top
 from blockx.client.registry import WorkerInfo
