@@ -14,7 +14,7 @@ import aetcd
 from aetcd import rpc, watcher
 from aetcd.client import _handle_errors
 
-from blockx.client.tls import ClientTLS
+from blockx.tls.client_tls import ClientTLS
 
 
 class TLSClient(aetcd.Client):

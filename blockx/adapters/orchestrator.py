@@ -36,7 +36,7 @@ from blockx.adapters.progress_ticker import FinalSnapshot, ProgressTicker
 from blockx.adapters.subscriptions import SubscriptionManager
 from blockx.adapters.task_phases import TaskPhases
 from blockx.adapters.task_runtime import TaskRuntime
-from blockx.app.logs import log_event
+from blockx.log_event import log_event
 from blockx.core.dispatcher_types import ExecutorSnapshot
 from blockx.core.types import ConvergeTask, PrepareTaskActivation, SubmitTaskRequest, TaskSnapshot
 

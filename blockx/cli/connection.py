@@ -54,7 +54,7 @@ def client_command(fn):
     broken session becomes `error: CODE: message`, exit 1."""
     def wrapper(ns: argparse.Namespace, out: TextIO | None = None) -> int:
         from blockx.client import BlockxError, connect
-        from blockx.client.tls import TLSFileError
+        from blockx.tls.client_tls import TLSFileError
 
         out = out or sys.stdout
         try:

@@ -23,7 +23,7 @@ from blockx.client.credentials import TOKEN_FROM_ENV, auth_metadata, resolve_tok
 from blockx.client.errors import NoSlot, SessionBroken, TracingOff, Unavailable, error_for, from_rpc_error
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate, state_name
 from blockx.client.tasks import build_task
-from blockx.client.tls import TLS_FROM_ENV, ClientTLS, aio_channel
+from blockx.tls.client_tls import TLS_FROM_ENV, ClientTLS, aio_channel
 from blockx.client.trace import TaskTrace
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
@@ -102,7 +102,7 @@ class WorkerClient:
                  fail_fast: bool = False, tls: ClientTLS | None | object = TLS_FROM_ENV,
                  token: str | None | object = TOKEN_FROM_ENV) -> None:
         self.addr = addr
-        # TLS_FROM_ENV: BLOCKX_TLS_CA / _CERT / _KEY when set, else plaintext (blockx.client.tls).
+        # TLS_FROM_ENV: BLOCKX_TLS_CA / _CERT / _KEY when set, else plaintext (blockx.tls.client_tls).
         self.tls = ClientTLS.from_env() if tls is TLS_FROM_ENV else tls
         # TOKEN_FROM_ENV: BLOCKX_TOKEN, else this host's <STATE_DIR>/auth-token for an address on this
         # host (blockx.client.credentials).

@@ -69,7 +69,7 @@ class FunctionCodeEtcd(KeyedCodeSource):
     async def start(self, wait_s: float = 5.0) -> bool:
         """Read the prefix (waiting up to ``wait_s``) and follow it; False if etcd has
         not answered yet (the view fills in when it does)."""
-        from blockx.adapters.etcd_watch import PrefixWatch
+        from blockx.etcd.prefix_watch import PrefixWatch
 
         if self._watch is None:
             self._watch = PrefixWatch(self.endpoints, self.prefix, self._on_reset, self._on_events,
