@@ -218,6 +218,7 @@ class _LoopBatchedStreamHandler(_SafeStreamHandler):
         lines, self._pending = self._pending, []
         if not lines:
             return
+        assert self.lock is not None      # logging.Handler.__init__ created it
         with self.lock:
             try:
                 self.stream.write("\n".join(lines) + "\n")

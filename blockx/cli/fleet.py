@@ -119,13 +119,14 @@ async def _kv(endpoints: str, fn, timeout: float):
         raise CLIError(f"--etcd: {exc}") from None
     if not eps:
         raise CLIError("--etcd: no endpoints given")
-    last = None
+    last: grpc.aio.AioRpcError | None = None
     for ep in eps:
         async with grpc.aio.insecure_channel(etcd_target(ep)) as ch:
             try:
                 return await fn(rpc.KVStub(ch), timeout)
             except grpc.aio.AioRpcError as exc:
                 last = exc
+    assert last is not None           # eps is not empty: each endpoint failed
     raise CLIError(f"etcd {endpoints}: {last.code().name}: {last.details()}")
 
 

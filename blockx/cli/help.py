@@ -6,6 +6,7 @@ parser, so none can go stale."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 EXIT_CODES = """exit codes:
   0    ok
@@ -15,7 +16,7 @@ EXIT_CODES = """exit codes:
   130  interrupted"""
 
 # add_parser(..., **RAW): descriptions and epilogs keep their line breaks.
-RAW = {"formatter_class": argparse.RawDescriptionHelpFormatter}
+RAW: dict[str, Any] = {"formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
 def epilog(*examples: str) -> str:

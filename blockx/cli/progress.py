@@ -10,9 +10,12 @@ terminal the commands print every update as a JSON line instead (with its
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from blockx.cli.text import rich_safe
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 class ProgressBars:
@@ -24,7 +27,7 @@ class ProgressBars:
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[extra]}"), TimeElapsedColumn(),
             console=Console(file=out), transient=True)
-        self._bars: dict[str, object] = {}
+        self._bars: dict[str, TaskID] = {}
 
     def __enter__(self) -> "ProgressBars":
         self._progress.start()

@@ -5,7 +5,7 @@ blockx.cli.top, the plain-text layout without rich blockx.cli.status_text."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from blockx.cli.text import term_safe
 
@@ -57,7 +57,7 @@ def fmt_duration(ms: int) -> str:
     return f"{m}m{s:02d}s"
 
 
-def fmt_bytes(n: int) -> str:
+def fmt_bytes(n: float) -> str:
     for unit in ("B", "K", "M", "G", "T"):
         if abs(n) < 1024 or unit == "T":
             return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
@@ -89,7 +89,7 @@ def executors_table(st, *, title: str | None = None):
     for name, justify in (("EXECUTOR", "left"), ("STATE", "left"), ("PID", "right"), ("INFL", "right"),
                           ("RUN", "right"), ("RSS", "right"), ("CPU u/s", "right"), ("RST", "right"),
                           ("HB AGE", "right")):
-        t.add_column(name, justify=justify, no_wrap=True)
+        t.add_column(name, justify=cast(Any, justify), no_wrap=True)
     for e in st.executors:
         age = f"{e.last_heartbeat_age_ms}ms" if e.last_heartbeat_age_ms >= 0 else "-"
         t.add_row(Text(term_safe(e.executor_id)), Text(term_safe(e.state), style="" if e.healthy else "red"),
