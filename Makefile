@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(VPY) -m pytest
 ARGS    ?=
 
-.PHONY: build dist serve test test-compiled test-twins etcd redis bubblewrap postgres prometheus tmux ganache bench bench-instructions bench-micro bench-micro-ci clean
+.PHONY: build dist serve test typecheck test-compiled test-twins etcd redis bubblewrap postgres prometheus tmux ganache bench bench-instructions bench-micro bench-micro-ci clean
 
 build: $(STAMP)
 	$(VPY) setup.py -q build_ext --inplace
@@ -72,7 +72,11 @@ ganache:
 	@test -x $(GANACHE) || npm install --prefix .npm-tools --no-audit --no-fund --silent ganache@7
 	@test -x $(GANACHE) || { echo "ganache is missing and could not be installed (npm install ganache@7)" >&2; exit 1; }
 
-test: build etcd redis bubblewrap postgres prometheus tmux ganache test-compiled test-twins bench-micro-ci
+test: build etcd redis bubblewrap postgres prometheus tmux ganache typecheck test-compiled test-twins bench-micro-ci
+
+# mypy over blockx/ (its settings: [tool.mypy] in pyproject.toml).
+typecheck: build
+	$(VPY) -m mypy
 
 test-compiled:
 	$(PYTEST) -q -p no:cacheprovider tests $(ARGS)

@@ -119,7 +119,7 @@ def encode_call_waiting_subcall(call_id: str, request_id: str, task_id: str, att
 def encode_frames(items) -> bytes:
     """Many frames, back to back, in one buffer: `items` is an iterable of
     (envelope, sidecar-or-None)."""
-    parts = []
+    parts: list[bytes] = []
     append = parts.append
     for envelope, sidecar in items:
         body = _dumps(envelope)

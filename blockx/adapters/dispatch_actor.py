@@ -1,12 +1,15 @@
 """DispatchActor: the only code that mutates DispatcherCore.
 
-Invariants (the Python form of the spec's I1-I5):
-- DispatcherCore is touched only inside `_run_actor`, on the event loop. Every
-  input (executor frames, retry timers, phase starts, snapshot syncs, resume
-  outcomes) is a closure `fn(now) -> commands` posted with `post`.
+Invariants:
+- DispatcherCore is touched only while the actor runs a step, on the event
+  loop: in `_run` (the queue, then the epilogue) and in `run_commands`, which an
+  event calls from inside such a step. Every input (executor frames, retry
+  timers, phase starts, snapshot syncs, resume outcomes) is a closure
+  `fn(now) -> commands` posted with `post`.
 - Commands are executed in order. Executing a command may feed an event back
-  synchronously when the spec says so (Bind -> handle_executor_bound /
-  handle_bind_failed; a failed ExecuteCall send -> handle_call_failed), but never
+  synchronously where the core expects the answer at once (Bind ->
+  handle_executor_bound / handle_bind_failed; a failed ExecuteCall send ->
+  handle_call_failed), but never
   re-enters `post`: events posted while a batch executes are queued and run after.
 - After the queue drains, the epilogue runs: `flush_dirty_tasks` (convergence)
   and `dispatch` (admission) until both are quiescent.
@@ -15,7 +18,7 @@ Invariants (the Python form of the spec's I1-I5):
   callback (send_resume): queued at once while the outbox has room, their
   outcome reported through `post`; only a full outbox makes one await.
 - Frames of one `data_received` chunk are handled as one batch with one epilogue
-  (DESIGN.md §8: every microsecond per call in the Worker counts).
+  (the epilogue's cost is paid once per read, not once per call).
 
 The actor owns its queue, its background sends and its retry timers. It reads
 the task runtimes (streaming credits, producers) through the mapping the

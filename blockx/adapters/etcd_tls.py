@@ -14,7 +14,7 @@ import aetcd
 from aetcd import rpc, watcher
 from aetcd.client import _handle_errors
 
-from blockx.client.tls import ClientTLS
+from blockx.tls.client_tls import ClientTLS
 
 
 class TLSClient(aetcd.Client):
@@ -26,7 +26,7 @@ class TLSClient(aetcd.Client):
     async def connect(self) -> None:
         if self._connected.is_set():
             return
-        if self._is_connecting:
+        if self._is_connecting:     # type: ignore[has-type]  # aetcd.Client sets it in an untyped __init__
             await asyncio.wait_for(self._connected.wait(), self._connect_wait_timeout)
             return
         try:

@@ -108,6 +108,7 @@ class ExecutorEvents:
             if cmds:
                 actor.run_commands(cmds, now)
             adapter.flush_now(executor_id)
+        return None             # not reached: the last slice returns above
 
     def _apply_slice(self, executor_id: str, frames: list, now: int) -> list | None:
         disp = self.disp

@@ -155,7 +155,7 @@ class Metrics:
             ProcessCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)
 
-        self._http_server = None
+        self._http_server: Any = None      # wsgiref's WSGIServer, while serving
         self._http_thread: threading.Thread | None = None
 
     # ---- convenience for less-hot paths ----

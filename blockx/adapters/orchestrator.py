@@ -36,7 +36,7 @@ from blockx.adapters.progress_ticker import FinalSnapshot, ProgressTicker
 from blockx.adapters.subscriptions import SubscriptionManager
 from blockx.adapters.task_phases import TaskPhases
 from blockx.adapters.task_runtime import TaskRuntime
-from blockx.app.logs import log_event
+from blockx.log_event import log_event
 from blockx.core.dispatcher_types import ExecutorSnapshot
 from blockx.core.types import ConvergeTask, PrepareTaskActivation, SubmitTaskRequest, TaskSnapshot
 
@@ -153,27 +153,7 @@ class Orchestrator:
             # In-flight calls (and their subcall subtrees) get CancelCall; the
             # dispatcher forgets the task.
             self.post(lambda n: self.disp.cancel_task(tid, f"task {state}", n))
-            if rt.producer is not None and not rt.producer.done():
-                rt.producer.cancel()
-            elif rt.producer is None and rt.stream is not None:
-                close = getattr(rt.stream, "close", None)   # opened, never produced from
-                if close is not None:
-                    close()
-            if rt.calls_done is not None and not rt.calls_done.done():
-                rt.calls_done.cancel()
-            if rt.gate is not None and rt.runner is None:
-                self.phases.leave_calls(rt)      # an inline Calls phase ends with its task
-            rt.on_calls_done = None
-            runner = rt.runner
-            if runner is not None and not runner.done() and runner is not asyncio.current_task():
-                runner.cancel()
-            if rt.io_scope is not None:
-                _close_quietly(rt.io_scope)
-            if rt.view is not None:
-                try:
-                    rt.view.release()
-                except Exception:  # noqa: BLE001
-                    log.exception("releasing the code view of %s failed", tid)
+            self.phases.end(rt)
         res = cmd.result
         if self.traces is not None: self.traces.task_ended(tid, state, res)  # trace hook
         st = res.statistic
@@ -266,7 +246,7 @@ class Orchestrator:
         """The wedge backstop: an executor still heartbeating whose scheduler has not
         run for longer than SchedulerStallTimeoutMs while it reports a running call
         is hard-killed so the pool manager can replace it."""
-        killed = []
+        killed: list[str] = []
         if self.stall_timeout_ms <= 0:      # only an Orchestrator built without one (the config always derives one)
             return killed
         now = self._mono()
@@ -331,11 +311,3 @@ class Orchestrator:
     def close_watches(self) -> None:
         """End every WatchTasks stream and TaskSession, after what they have queued."""
         self.subscriptions.close_all()
-
-
-def _close_quietly(scope) -> None:
-    """TaskIOScope.close() is synchronous: it fails pending waiters and drops the cache."""
-    try:
-        scope.close()
-    except Exception:  # noqa: BLE001
-        log.exception("closing an IO scope failed")

@@ -200,7 +200,7 @@ class Session:
             self._subs.attach(attach, self)
 
     def _error(self, rid: int, code: str, message: str, op: str | None = None) -> None:
-        self._count(_METHOD.get(op, "TaskSession/none"), code)
+        self._count(_METHOD.get(op or "", "TaskSession/none"), code)
         self._emit(_SessionEvent(request_id=rid, error=_SessionError(code=_CODE[code], message=message)))
 
     # ---- subscriber ------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Callable
 import grpc
 
 from blockx.client.credentials import auth_metadata
-from blockx.client.tls import ClientTLS, aio_channel
+from blockx.tls.client_tls import ClientTLS, aio_channel
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 
@@ -36,7 +36,7 @@ class ShadowForwarder:
         self._max_inflight = max_inflight
         self._rand = rand
         self._channel: grpc.aio.Channel | None = None
-        self._stub = None
+        self._stub: pb_grpc.WorkerServiceStub | None = None
         self._inflight: set[asyncio.Task] = set()
         self.failed = 0
         self.dropped = 0
@@ -58,13 +58,13 @@ class ShadowForwarder:
         copy.CopyFrom(request)
         copy.slot_id = ""                   # the target reserves its own slot inline
         copy.task.shadow = True
-        t = asyncio.get_running_loop().create_task(self._send(copy))
+        t = asyncio.get_running_loop().create_task(self._send(self._stub, copy))
         self._inflight.add(t)
         t.add_done_callback(self._inflight.discard)
 
-    async def _send(self, req: pb.SubmitTaskRequest) -> None:
+    async def _send(self, stub: pb_grpc.WorkerServiceStub, req: pb.SubmitTaskRequest) -> None:
         try:
-            await self._stub.SubmitTask(req, timeout=self._timeout, metadata=self._metadata)
+            await stub.SubmitTask(req, timeout=self._timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as err:
             self.failed += 1
             log.warning("shadow submit of %s to %s failed: %s: %s", req.task.task_id, self._target,

@@ -139,6 +139,37 @@ class TaskPhases:
         rt.on_calls_done = None
         self.metrics.observe_phase("calls", time.perf_counter() - rt.calls_started)
 
+    def end(self, rt) -> None:
+        """The task of ``rt`` is terminal (its runtime is already marked ended):
+        take down what its phases hold. The streaming producer stops (or a stream
+        opened and never produced from closes), a Calls phase's wait is cancelled
+        and its gate released, the phase runner is cancelled (unless it is what
+        ends the task), the IO scope closes and the pinned code view is released."""
+        if rt.producer is not None and not rt.producer.done():
+            rt.producer.cancel()
+        elif rt.producer is None and rt.stream is not None:
+            close = getattr(rt.stream, "close", None)   # opened, never produced from
+            if close is not None:
+                close()
+        if rt.calls_done is not None and not rt.calls_done.done():
+            rt.calls_done.cancel()
+        if rt.gate is not None and rt.runner is None:
+            self.leave_calls(rt)                 # an inline Calls phase ends with its task
+        rt.on_calls_done = None
+        runner = rt.runner
+        if runner is not None and not runner.done() and runner is not asyncio.current_task():
+            runner.cancel()
+        if rt.io_scope is not None:
+            try:
+                rt.io_scope.close()              # synchronous: fails pending waiters, drops the cache
+            except Exception:  # noqa: BLE001
+                log.exception("closing the IO scope of %s failed", rt.task_id)
+        if rt.view is not None:
+            try:
+                rt.view.release()
+            except Exception:  # noqa: BLE001
+                log.exception("releasing the code view of %s failed", rt.task_id)
+
     async def _run_phases(self, rt, nxt) -> None:
         """The phases from ``nxt`` on, awaiting each (the path of a task that waits)."""
         core = self.core
@@ -277,7 +308,7 @@ class TaskPhases:
             rt.credits = asyncio.Semaphore(self.stream_cfg.max_outstanding_batches)
             rt.producer = self.actor.spawn(self._produce(rt))
             return None
-        specs = cmd.calls or []
+        specs: Any = cmd.calls or []      # a list of call specs, or the builder's PackedCalls
         packed = type(specs) is PackedCalls
         try:
             if packed:      # callList: the builder's arrays become the queue as they are
@@ -308,7 +339,11 @@ class TaskPhases:
         await self.admission.executor.enter()
         rt.gate = self.admission.executor
         done = rt.calls_done = self._loop.create_future()
-        rt.on_calls_done = lambda rt_, conv: done.done() or done.set_result(conv)
+
+        def calls_done(rt_, conv) -> None:
+            if not done.done():
+                done.set_result(conv)
+        rt.on_calls_done = calls_done
         try:
             failed = self._start_calls(rt, cmd)
             if failed is not None:

@@ -92,8 +92,8 @@ class TaskUpdateEncoder:
     __slots__ = ("_snap", "_update", "_progress_of")
 
     def __init__(self, progress_of=None) -> None:
-        self._snap = None
-        self._update = None
+        self._snap: TaskSnapshot | None = None
+        self._update: pb.TaskUpdate | None = None
         self._progress_of = progress_of
 
     def __call__(self, snap: TaskSnapshot) -> pb.TaskUpdate:
@@ -106,4 +106,6 @@ class TaskUpdateEncoder:
                     pr.calls_total, pr.calls_done, pr.calls_failed, pr.calls_retried = p
             self._update = upd
             self._snap = snap
+            return upd
+        assert self._update is not None          # built with self._snap
         return self._update

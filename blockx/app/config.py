@@ -435,10 +435,10 @@ class WorkerFullConfig:
             raise ConfigError(problems)
 
 
-def _build(cls, values: dict[str, Any]):
+def _build(cls: Any, values: dict[str, Any]):
     """Instantiate a core config dataclass from the keys it declares, so the app
     config can carry fields a core has not (yet) adopted without breaking."""
-    if is_dataclass(cls):
+    if is_dataclass(cls) and isinstance(cls, type):
         names = {f.name for f in fields(cls) if f.init}
         return cls(**{k: v for k, v in values.items() if k in names})
     return cls(**values)

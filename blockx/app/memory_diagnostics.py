@@ -23,7 +23,7 @@ import logging
 import os
 import resource
 
-from blockx.app.logs import log_event
+from blockx.log_event import log_event
 
 __all__ = ["MemoryDiagnostics", "rss_bytes"]
 

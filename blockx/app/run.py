@@ -46,11 +46,12 @@ from blockx.adapters.trace_recorder import TraceStore
 from blockx.adapters.shadow import ShadowForwarder
 from blockx.adapters.tls import ServerTLS, ServerTLSFiles
 from blockx.adapters.worker_status import WorkerStatusReader
-from blockx.app.logs import log_event, setup_logging
+from blockx.app.logs import setup_logging
+from blockx.log_event import log_event
 from blockx.app.memory_diagnostics import MemoryDiagnostics
 from blockx.app.state_dir import ensure_state_dir
 from blockx.client.credentials import resolve_token
-from blockx.client.tls import ClientTLS
+from blockx.tls.client_tls import ClientTLS
 from blockx.core.dispatcher import DispatcherCore
 from blockx.core.worker import WorkerCore
 from blockx.plugins.builders import BuilderRegistry

@@ -28,7 +28,7 @@ from blockx.client.outcome import SlotLease, TaskOutcome, TaskProgress, TaskUpda
 from blockx.client.registry import RegistryView, WorkerInfo
 from blockx.client.sync import SyncWorkerClient, connect
 from blockx.client.tasks import build_task, call_list_payload
-from blockx.client.tls import ClientTLS
+from blockx.tls.client_tls import ClientTLS
 from blockx.client.trace import TaskTrace
 from blockx.client.worker_client import WorkerClient
 

@@ -2,7 +2,7 @@
 
 Each Worker keeps ``prefix + workerAddr`` = heartbeat JSON (DESIGN §3b) alive with
 a lease. ``RegistryView`` reads the prefix once and then follows it with an etcd
-watch (blockx.adapters.etcd_watch.PrefixWatch): a put updates a worker, a delete
+watch (blockx.etcd.prefix_watch.PrefixWatch): a put updates a worker, a delete
 (deregistration, or its lease expiring) removes it. While etcd is unreachable the
 view keeps what it last knew and says so once in the log; when etcd returns the
 prefix is read again, so workers that came or went meanwhile are seen.

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -23,7 +23,7 @@ from blockx.client.credentials import TOKEN_FROM_ENV, auth_metadata, resolve_tok
 from blockx.client.errors import NoSlot, SessionBroken, TracingOff, Unavailable, error_for, from_rpc_error
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate, state_name
 from blockx.client.tasks import build_task
-from blockx.client.tls import TLS_FROM_ENV, ClientTLS, aio_channel
+from blockx.tls.client_tls import TLS_FROM_ENV, ClientTLS, aio_channel
 from blockx.client.trace import TaskTrace
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
@@ -102,8 +102,8 @@ class WorkerClient:
                  fail_fast: bool = False, tls: ClientTLS | None | object = TLS_FROM_ENV,
                  token: str | None | object = TOKEN_FROM_ENV) -> None:
         self.addr = addr
-        # TLS_FROM_ENV: BLOCKX_TLS_CA / _CERT / _KEY when set, else plaintext (blockx.client.tls).
-        self.tls = ClientTLS.from_env() if tls is TLS_FROM_ENV else tls
+        # TLS_FROM_ENV: BLOCKX_TLS_CA / _CERT / _KEY when set, else plaintext (blockx.tls.client_tls).
+        self.tls: ClientTLS | None = ClientTLS.from_env() if tls is TLS_FROM_ENV else cast("ClientTLS | None", tls)
         # TOKEN_FROM_ENV: BLOCKX_TOKEN, else this host's <STATE_DIR>/auth-token for an address on this
         # host (blockx.client.credentials).
         self._metadata = auth_metadata(resolve_token(token, addr=addr))
@@ -113,7 +113,7 @@ class WorkerClient:
         self._fail_fast = fail_fast
         self._channel_options = list(channel_options)
         self._channel: grpc.aio.Channel | None = None
-        self._call = None
+        self._call: Any = None            # the TaskSession stream call, once opened
         self._ids = itertools.count(1)
         self._pending: dict[int, _Reply] = {}
         self._listeners: dict[str, list] = {}
@@ -166,15 +166,17 @@ class WorkerClient:
         self._tasks = [loop.create_task(self._read_loop()), loop.create_task(self._write_loop())]
 
     async def _channel_ready(self) -> None:
+        channel = self._channel
+        assert channel is not None          # connect() opened it
         if not self._fail_fast:
-            await self._channel.channel_ready()
+            await channel.channel_ready()
             return
-        state = self._channel.get_state(try_to_connect=True)
+        state = channel.get_state(try_to_connect=True)
         while state != grpc.ChannelConnectivity.READY:
             if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
                 raise Unavailable(f"cannot connect to a worker at {self.addr} (connection failed)")
-            await self._channel.wait_for_state_change(state)
-            state = self._channel.get_state(try_to_connect=True)
+            await channel.wait_for_state_change(state)
+            state = channel.get_state(try_to_connect=True)
 
     async def close(self) -> None:
         """End the session (tasks keep running on the Worker) and the channel."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from .errors import InvalidArgumentError, InvalidSlotError
 from .types import SlotEntry, SlotState
-from .worker_timers import TimerHeap
+from .timer_heap import TimerHeap
 
 _FREE = SlotState.FREE
 _ALLOCATED = SlotState.ALLOCATED

@@ -302,6 +302,20 @@ def _check_keys(where: str, obj: dict, keys: tuple) -> None:
                                 f"got {_json_type_name(value)}")
 
 
+def schema_keys(message_type: str, kind: str = "") -> frozenset[str]:
+    """Every payload key the schema above names for `message_type` (required and
+    optional; with `kind`, the keys of that CallWaiting waitKind, or of a
+    ResumeCall: "result" or "error"). The constructors above and the codec's
+    frame templates (blockx/_fast/codec) write exactly these keys; the tests
+    hold them to it."""
+    keys = {k for k, _ in _REQUIRED[message_type]} | {k for k, _, _ in _OPTIONAL[message_type]}
+    if message_type == CALL_WAITING and kind:
+        keys |= {k for k, _ in _WAIT_KIND_KEYS[kind]}
+    elif message_type == RESUME_CALL and kind:
+        keys.add(kind)
+    return frozenset(keys)
+
+
 def validate_payload(message_type: str, payload: Any) -> dict:
     """Check `payload` of a `message_type` message, fill optional defaults in
     place, and return it. Raises ProtocolError."""

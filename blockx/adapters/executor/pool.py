@@ -198,7 +198,7 @@ class PoolManager:
         self.sandbox = sandbox
         self.limit_kills: dict[str, int] = {}
         self._slots = {eid: _Slot(eid) for eid in executor_ids(executor_count)}
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None    # set by start()
         self._started = False
         self._stopping = False
 
@@ -277,6 +277,7 @@ class PoolManager:
             argv = self.argv_for(eid, secret_fd=read_fd)
         piped = self.output is not None
         try:
+            assert self._loop is not None
             child = ChildProcess(argv, self.env, loop=self._loop, on_exit=self._on_exit,
                                  stdout=subprocess.PIPE if piped else self._stdout,
                                  stderr=subprocess.PIPE if piped else self._stderr, pass_fds=(read_fd,))
@@ -327,6 +328,7 @@ class PoolManager:
         times = slot.restart_times
         while times and now - times[0] >= self.restart_window_ms:
             times.popleft()
+        assert self._loop is not None
         if len(times) >= self.max_restarts:
             slot.state = SlotState.BACKOFF
             slot.backoffs += 1

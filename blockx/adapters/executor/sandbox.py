@@ -100,9 +100,10 @@ def _inside(path: str, parents: list[str]) -> bool:
 class Sandbox:
     def __init__(self, socket_path: str, limits: SandboxLimits, *, functions_dir: str = "",
                  bwrap: str | None = None, cgroups: bool = True) -> None:
-        self.bwrap = bwrap or bwrap_path()
-        if self.bwrap is None:
+        found = bwrap or bwrap_path()
+        if found is None:
             raise RuntimeError(sandbox_problem() or "bwrap is missing")
+        self.bwrap: str = found
         self.socket_dir = os.path.dirname(os.path.abspath(socket_path))
         self.executor_socket_path = SANDBOX_SOCKET_PATH
         self.limits = limits
@@ -119,7 +120,7 @@ class Sandbox:
                 args += ["--ro-bind", top, top]
         for f in ("/etc/ld.so.cache", "/etc/localtime"):
             args += ["--ro-bind-try", f, f]
-        ro = []
+        ro: list[str] = []
         for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)),
                   _package_dir("blockx"), _package_dir("blockx_executor")):
             real = os.path.realpath(p)

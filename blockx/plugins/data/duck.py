@@ -51,7 +51,7 @@ def check_select(query: object) -> str:
     return query
 
 
-def execute_one(cur: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> duckdb.DuckDBPyConnection:
+def execute_one(cur: Any, sql: str, params: Any = None) -> duckdb.DuckDBPyConnection:
     """Run `sql` if it is exactly one statement; DataSourceError otherwise."""
     try:
         n = len(duckdb.extract_statements(sql))
@@ -209,7 +209,11 @@ class DuckSource:
             # A timeout or the task's end: stop the query rather than let its
             # thread run on; the cursor goes once the thread has returned.
             cur.interrupt()
-            fut.add_done_callback(lambda f: (f.cancelled() or f.exception(), cur.close()))
+            def close_after(f: asyncio.Future) -> None:
+                if not f.cancelled():
+                    f.exception()       # retrieved, so an error of the interrupted query is not reported
+                cur.close()
+            fut.add_done_callback(close_after)
             raise
         except duckdb.Error as exc:
             cur.close()
@@ -254,9 +258,9 @@ class DuckSource:
             try:
                 cur.execute("BEGIN TRANSACTION")
                 if create:
-                    cols = ", ".join(f"{quote(c)} {t}" for c, t in create)
+                    col_defs = ", ".join(f"{quote(c)} {t}" for c, t in create)
                     pk = ", ".join(quote(k) for k in key)
-                    execute_one(cur, f"CREATE TABLE IF NOT EXISTS {target} ({cols}, PRIMARY KEY ({pk}))")
+                    execute_one(cur, f"CREATE TABLE IF NOT EXISTS {target} ({col_defs}, PRIMARY KEY ({pk}))")
                 for i, (cols, values) in enumerate(groups):
                     tmp = quote(f"__blockx_upsert_{i}")
                     qcols = ", ".join(quote(c) for c in cols)

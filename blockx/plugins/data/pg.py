@@ -226,9 +226,9 @@ class PgSource:
             async with pool.acquire(timeout=CONNECT_TIMEOUT_S) as conn:
                 async with conn.transaction():
                     if create:
-                        cols = ", ".join(f"{quote(c)} {t}" for c, t in create)
+                        col_defs = ", ".join(f"{quote(c)} {t}" for c, t in create)
                         pk = ", ".join(quote(k) for k in key)
-                        await _one(conn, f"CREATE TABLE IF NOT EXISTS {target} ({cols}, PRIMARY KEY ({pk}))")
+                        await _one(conn, f"CREATE TABLE IF NOT EXISTS {target} ({col_defs}, PRIMARY KEY ({pk}))")
                     for i, (cols, values) in enumerate(groups):
                         tmp = f"__blockx_upsert_{i}"
                         # Values of families asyncpg encodes natively travel as such;

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from blockx import cli
-from blockx.cli_completion import SHELLS, cmd_completion
-from blockx.cli_help import EXIT_CODES, examples_of
+from blockx.cli.parser import SHELLS, cmd_completion
+from blockx.cli.help import EXIT_CODES, examples_of
 
 
 def _subparsers(parser: argparse.ArgumentParser, path=()):

@@ -10,7 +10,8 @@ import re
 import orjson
 import pytest
 
-from blockx.app.logs import JsonFormatter, RateLimiter, log_event, parse_level, setup_logging
+from blockx.app.logs import JsonFormatter, RateLimiter, parse_level, setup_logging
+from blockx.log_event import log_event
 from blockx.worker.v1 import worker_pb2 as pb
 
 TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")

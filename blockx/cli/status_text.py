@@ -4,7 +4,7 @@ with spaces."""
 
 from __future__ import annotations
 
-from blockx.cli_status import fmt_bytes, header_lines
+from blockx.cli.status_render import fmt_bytes, header_lines
 
 COLUMNS = ("EXECUTOR", "STATE", "PID", "INFL", "RUN", "RSS", "CPU u/s", "RST", "HB AGE")
 

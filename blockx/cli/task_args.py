@@ -15,7 +15,7 @@ import sys
 import uuid
 from typing import Any, TextIO
 
-from blockx.cli_exit import CLIError
+from blockx.cli.exit import CLIError
 
 # --policy values -> CallFailurePolicy enum names (one spelling each).
 POLICIES = {

@@ -1,11 +1,12 @@
 """The parts every `blockx` subcommand's --help shares: its examples and the exit
-codes (blockx.cli_exit), laid out as written (RawDescriptionHelpFormatter).
+codes (blockx.cli.exit), laid out as written (RawDescriptionHelpFormatter).
 Each example is a whole command line; a unit test parses every one with the real
 parser, so none can go stale."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 EXIT_CODES = """exit codes:
   0    ok
@@ -15,7 +16,7 @@ EXIT_CODES = """exit codes:
   130  interrupted"""
 
 # add_parser(..., **RAW): descriptions and epilogs keep their line breaks.
-RAW = {"formatter_class": argparse.RawDescriptionHelpFormatter}
+RAW: dict[str, Any] = {"formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
 def epilog(*examples: str) -> str:

@@ -1,49 +1,15 @@
-"""`blockx status`: one Worker's GetWorkerStatus, as a table or as JSON.
-
-`blockx status [--worker ADDR] [--json]` prints a header (worker, version,
-uptime, ready / draining, etcd registration, code epoch, slots, tasks by phase,
-outbox depth, cumulative counters) and one row per executor (state, pid,
-in-flight, runnable, RSS, CPU user / system seconds, restarts, last heartbeat
-age). `--json` prints the same as one JSON object (int64 fields as numbers).
-`blockx top` (blockx.cli_top) shows it live. Exit codes as the other client
-commands (blockx.cli_exit)."""
+"""How `blockx status` and `blockx top` show a GetWorkerStatus: as JSON (int64
+fields as numbers), as header lines, and as rich tables (executors_table,
+render_status). Only the drawing: the commands are blockx.cli.status and
+blockx.cli.top, the plain-text layout without rich blockx.cli.status_text."""
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from typing import Any, TextIO
+from typing import Any, cast
 
-from blockx.cli_exit import EXIT_OK
-from blockx.cli_text import term_safe
+from blockx.cli.text import term_safe
 
 PHASES = ("PREPARING", "BUILDER", "CALLS", "PLUGIN")
-
-
-def add_parsers(sub, client: argparse.ArgumentParser) -> None:
-    from blockx.cli_help import RAW, epilog
-
-    st = sub.add_parser("status", parents=[client], help="show a worker's status (slots, tasks, executors)",
-                        description="Print GetWorkerStatus of one worker: a table, or JSON with --json.",
-                        epilog=epilog("blockx status --worker 127.0.0.1:8081", "blockx status --json --compact"),
-                        **RAW)
-    st.add_argument("--worker", dest="addr", default=argparse.SUPPRESS, metavar="ADDR",
-                    help="worker address host:port (same as --addr)")
-    st.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    st.set_defaults(func=cmd_status)
-
-    top = sub.add_parser("top", parents=[client], help="show a worker's status live, like top (q quits)",
-                         description="Refresh GetWorkerStatus of one worker on the terminal: header, "
-                                     "task and call rates, executors. Quit with q or Ctrl-C. Needs rich "
-                                     "(pip install 'blockx-worker[cli]').",
-                         epilog=epilog("blockx top --worker 127.0.0.1:8081 --interval 2"), **RAW)
-    top.add_argument("--worker", dest="addr", default=argparse.SUPPRESS, metavar="ADDR",
-                     help="worker address host:port (same as --addr)")
-    top.add_argument("--interval", type=float, default=1.0, metavar="S",
-                     help="seconds between refreshes (default: %(default)s)")
-    from blockx.cli_top import cmd_top
-    top.set_defaults(func=cmd_top)
 
 
 # --- JSON -------------------------------------------------------------------------------------
@@ -91,7 +57,7 @@ def fmt_duration(ms: int) -> str:
     return f"{m}m{s:02d}s"
 
 
-def fmt_bytes(n: int) -> str:
+def fmt_bytes(n: float) -> str:
     for unit in ("B", "K", "M", "G", "T"):
         if abs(n) < 1024 or unit == "T":
             return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
@@ -101,7 +67,7 @@ def fmt_bytes(n: int) -> str:
 
 def header_lines(st) -> list[str]:
     """A few short lines (each under 80 columns) about the worker as a whole; the
-    strings the worker sent are escaped for the terminal (blockx.cli_text)."""
+    strings the worker sent are escaped for the terminal (blockx.cli.text)."""
     sl = st.slots
     phases = " ".join(f"{p.lower()} {st.tasks_by_phase.get(p, 0)}" for p in PHASES)
     flags = ("ready" if st.ready else "NOT READY") + (" DRAINING" if st.draining else "")
@@ -123,7 +89,7 @@ def executors_table(st, *, title: str | None = None):
     for name, justify in (("EXECUTOR", "left"), ("STATE", "left"), ("PID", "right"), ("INFL", "right"),
                           ("RUN", "right"), ("RSS", "right"), ("CPU u/s", "right"), ("RST", "right"),
                           ("HB AGE", "right")):
-        t.add_column(name, justify=justify, no_wrap=True)
+        t.add_column(name, justify=cast(Any, justify), no_wrap=True)
     for e in st.executors:
         age = f"{e.last_heartbeat_age_ms}ms" if e.last_heartbeat_age_ms >= 0 else "-"
         t.add_row(Text(term_safe(e.executor_id)), Text(term_safe(e.state), style="" if e.healthy else "red"),
@@ -143,40 +109,3 @@ def render_status(st):
                  f"{c.tasks_failed} failed; calls {c.calls_completed} ok, {c.calls_failed} failed, "
                  f"{c.calls_retried} retried")
     return Group(*(Text(line) for line in lines), Text(""), executors_table(st))
-
-
-# --- the command ---------------------------------------------------------------------------------
-
-
-def cmd_status(ns: argparse.Namespace, out: TextIO | None = None) -> int:
-    from blockx.cli_client import _client_command
-
-    return _client_command(_status)(ns, out)
-
-
-def _status(ns: argparse.Namespace, client, out: TextIO) -> int:
-    st = client.status(timeout_s=ns.rpc_timeout)
-    if ns.json:
-        out.write(json.dumps(status_to_json(st), indent=None if ns.compact else 2) + "\n")
-        out.flush()
-        return EXIT_OK
-    from blockx.extras import has
-
-    if not has("cli"):        # a client install without rich: the same, as plain text
-        from blockx.cli_status_text import status_text
-
-        out.write(status_text(st))
-        out.flush()
-        return EXIT_OK
-    from rich.console import Console
-
-    Console(file=out, width=max(80, _width(out)), highlight=False).print(render_status(st))
-    return EXIT_OK
-
-
-def _width(out: TextIO) -> int:
-    import shutil
-
-    if out is sys.stdout and out.isatty():
-        return shutil.get_terminal_size((80, 24)).columns
-    return 100

@@ -20,7 +20,7 @@ With `--redis URL` both commands work on function code in Redis
 same checks (with the Worker's per-source limit in place of etcd's request size).
 
 `--etcd` takes comma-separated endpoints (host:port); its default is $BLOCKX_ETCD,
-else 127.0.0.1:2379. Exit codes as the other client commands (blockx.cli_exit)."""
+else 127.0.0.1:2379. Exit codes as the other client commands (blockx.cli.exit)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from blockx.cli_exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, CLIError
-from blockx.cli_text import term_safe
+from blockx.cli.exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, CLIError
+from blockx.cli.text import term_safe
 from blockx.plugins.function_code_redis_store import DEFAULT_REDIS_PREFIX
 
 DEFAULT_ETCD = "127.0.0.1:2379"
@@ -58,8 +58,8 @@ def add_parsers(sub, client_parent: argparse.ArgumentParser) -> None:
                       help=f"etcd endpoints, comma-separated (default: $BLOCKX_ETCD or {DEFAULT_ETCD})")
     etcd.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="etcd request deadline")
 
-    from blockx.cli_completion import directory
-    from blockx.cli_help import RAW, epilog
+    from blockx.cli.completers import directory
+    from blockx.cli.help import RAW, epilog
 
     w = sub.add_parser("workers", parents=[etcd], help="list the workers registered in etcd", description=(
         "Print one row per Worker registered under --prefix: address, ready, draining, free / total "
@@ -119,13 +119,14 @@ async def _kv(endpoints: str, fn, timeout: float):
         raise CLIError(f"--etcd: {exc}") from None
     if not eps:
         raise CLIError("--etcd: no endpoints given")
-    last = None
+    last: grpc.aio.AioRpcError | None = None
     for ep in eps:
         async with grpc.aio.insecure_channel(etcd_target(ep)) as ch:
             try:
                 return await fn(rpc.KVStub(ch), timeout)
             except grpc.aio.AioRpcError as exc:
                 last = exc
+    assert last is not None           # eps is not empty: each endpoint failed
     raise CLIError(f"etcd {endpoints}: {last.code().name}: {last.details()}")
 
 
@@ -360,7 +361,8 @@ def cmd_submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> int:
 
 
 async def _submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> int:
-    from blockx.cli_client import response_to_json, token_from_args
+    from blockx.cli.connection import token_from_args
+    from blockx.cli.output import response_to_json
     from blockx.client import BlockxError, Cluster
 
     def exit_for(state: str) -> int:

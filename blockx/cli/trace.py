@@ -10,14 +10,14 @@ import argparse
 import sys
 from typing import TextIO
 
-from blockx.cli_client import _client_command
-from blockx.cli_exit import EXIT_OK, CLIError
-from blockx.cli_text import term_safe
+from blockx.cli.connection import client_command
+from blockx.cli.exit import EXIT_OK, CLIError
+from blockx.cli.text import term_safe
 
 
 def add_parser(sub, client: argparse.ArgumentParser) -> None:
-    from blockx.cli_completion import files
-    from blockx.cli_help import RAW, epilog
+    from blockx.cli.completers import files
+    from blockx.cli.help import RAW, epilog
 
     t = sub.add_parser("trace", parents=[client], help="write a task's trace (Chrome trace-event JSON)",
                        description=__doc__, epilog=epilog("blockx trace t1 -o trace.json",
@@ -30,7 +30,7 @@ def add_parser(sub, client: argparse.ArgumentParser) -> None:
     t.set_defaults(func=cmd_trace)
 
 
-@_client_command
+@client_command
 def _trace(ns: argparse.Namespace, client, out: TextIO) -> int:
     tr = client.trace(ns.task_id, timeout_s=ns.rpc_timeout)
     if ns.output:

@@ -7,7 +7,7 @@ between two reads (``Rates``), and the executors table. It fits a plain 80x24
 terminal. `q` quits (exit 0), and so does Ctrl-C. When stdin is not a terminal
 only Ctrl-C (or SIGTERM) ends it. A failed read shows the error in place and
 the next refresh tries again. Every string the worker sends is shown escaped
-(blockx.cli_text): a control sequence in an executor id or an error message
+(blockx.cli.text): a control sequence in an executor id or an error message
 cannot move the cursor or repaint the screen."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
-from blockx.cli_exit import EXIT_OK, CLIError
-from blockx.cli_text import term_safe
+from blockx.cli.exit import EXIT_OK, CLIError
+from blockx.cli.text import term_safe
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,7 @@ def render_top(st, rates: Rates | None, *, error: str = "", interval: float = 1.
     from rich.console import Group
     from rich.text import Text
 
-    from blockx.cli_status import executors_table, header_lines
+    from blockx.cli.status_render import executors_table, header_lines
 
     parts = [Text(line) for line in header_lines(st)] if st is not None else [Text("worker: (no status yet)")]
     parts.extend(Text(line) for line in rates_lines(rates))
@@ -124,9 +124,9 @@ def cmd_top(ns: argparse.Namespace, out: TextIO | None = None) -> int:
         require("cli", "`blockx top`")
     except MissingExtra as exc:
         raise CLIError(str(exc)) from None
-    from blockx.cli_client import _client_command
+    from blockx.cli.connection import client_command
 
-    return _client_command(_top)(ns, out)
+    return client_command(_top)(ns, out)
 
 
 def _top(ns: argparse.Namespace, client, out: TextIO) -> int:

@@ -1,4 +1,4 @@
-from blockx.adapters.etcd_watch import prefix_range_end
+from blockx.etcd.prefix_watch import prefix_range_end
 
 
 def test_prefix_range_end():

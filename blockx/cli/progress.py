@@ -10,9 +10,12 @@ terminal the commands print every update as a JSON line instead (with its
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from blockx.cli_text import rich_safe
+from blockx.cli.text import rich_safe
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 class ProgressBars:
@@ -24,7 +27,7 @@ class ProgressBars:
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[extra]}"), TimeElapsedColumn(),
             console=Console(file=out), transient=True)
-        self._bars: dict[str, object] = {}
+        self._bars: dict[str, TaskID] = {}
 
     def __enter__(self) -> "ProgressBars":
         self._progress.start()
@@ -37,7 +40,7 @@ class ProgressBars:
         """A client TaskUpdate (blockx.client.TaskUpdate)."""
         bar = self._bars.get(upd.task_id)
         if bar is None:
-            # The description is rich markup: the task id is escaped (blockx.cli_text).
+            # The description is rich markup: the task id is escaped (blockx.cli.text).
             bar = self._bars[upd.task_id] = self._progress.add_task(rich_safe(upd.task_id), total=None,
                                                                     extra=upd.state)
         p = upd.progress

@@ -1,10 +1,14 @@
 """`blockx`: run a Worker (`blockx serve`) or talk to one (submit, watch, result, slot, status, top, trace),
-or to the fleet registered in etcd (workers, functions push|list, submit --etcd: blockx.cli_fleet).
+or to the fleet registered in etcd (workers, functions push|list, submit --etcd: blockx.cli.fleet).
 
-This module holds the argument parser, `main` (the console entry point) and
-`serve`. Building a task from flags lives in blockx.cli_task, the client commands
-and their JSON output in blockx.cli_client, the exit codes and CLIError in
-blockx.cli_exit; their public names are re-exported here.
+This module holds the command tree (every subcommand's parser) and `blockx
+completion`, which writes a script from that tree. Each command group lives in a
+module of its own: serve (blockx.cli.serve), submit / watch / result / slot
+(blockx.cli.submit), the fleet (blockx.cli.fleet), status and top
+(blockx.cli.status, blockx.cli.top), trace (blockx.cli.trace); what they share in
+blockx.cli.connection (options and session), blockx.cli.output (the JSON),
+blockx.cli.task_args (a task from flags), blockx.cli.exit, blockx.cli.help,
+blockx.cli.text, blockx.cli.progress and blockx.cli.completers.
 
 Client commands print JSON on stdout: one indented object for submit / result /
 slot, one compact object per line for streams (watch, submit --watch). Outputs
@@ -18,26 +22,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
 
-from blockx.cli_client import (add_tls_arguments, cmd_result, cmd_slot, cmd_submit, cmd_watch, decode_json_bytes, response_to_json,
-                               result_to_json, state_name)
-from blockx.cli_completion import files
-from blockx.cli_exit import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_TASK_FAILED, EXIT_USAGE, CLIError
-from blockx.cli_help import EXIT_CODES, RAW, epilog
+from typing import TextIO
+
 from blockx import __version__
 from blockx.app.profile_names import PROFILE_NAMES
-from blockx.cli_task import POLICIES, parse_call, task_from_args, task_from_json
-
-__all__ = [
-    "DEFAULT_ADDR", "DEFAULT_RPC_TIMEOUT_S", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TASK_FAILED",
-    "EXIT_USAGE", "CLIError", "build_parser", "cmd_result", "cmd_serve", "cmd_slot", "cmd_submit", "cmd_watch",
-    "decode_json_bytes", "main", "parse_call", "response_to_json", "result_to_json", "state_name",
-    "task_from_args", "task_from_json",
-]
+from blockx.cli.completers import files
+from blockx.cli.connection import add_tls_arguments
+from blockx.cli.exit import EXIT_OK
+from blockx.cli.help import EXIT_CODES, RAW, epilog
+from blockx.cli.serve import cmd_serve
+from blockx.cli.submit import cmd_result, cmd_slot, cmd_submit, cmd_watch
+from blockx.cli.task_args import POLICIES
 
 DEFAULT_ADDR = "127.0.0.1:8081"
 DEFAULT_RPC_TIMEOUT_S = 10.0
+SHELLS = ("bash", "zsh", "tcsh")
 
 
 # --- parser ---------------------------------------------------------------------------
@@ -135,74 +135,46 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--ttl-ms", type=int, default=0, help="reservation TTL (0: the worker's default)")
     sl.set_defaults(func=cmd_slot)
 
-    from blockx.cli_fleet import add_parsers as add_fleet_parsers
+    from blockx.cli.fleet import add_parsers as add_fleet_parsers
     add_fleet_parsers(sub, client)
     # ---- status / top (issue 15 part 3) ----
-    from blockx.cli_status import add_parsers as add_status_parsers
+    from blockx.cli.status import add_parsers as add_status_parsers
     add_status_parsers(sub, client)
     # ---- end status / top ----
 
     # --- task traces (issue 15 part 1): blockx trace TASK_ID ---
-    from blockx.cli_trace import add_parser as add_trace_parser
+    from blockx.cli.trace import add_parser as add_trace_parser
     add_trace_parser(sub, client)
     # --- end task traces ---
-    from blockx.cli_completion import add_parser as add_completion_parser
     add_completion_parser(sub)
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    ns = parser.parse_args(argv)
-    try:
-        return ns.func(ns)
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    except CLIError as exc:
-        from blockx.cli_text import term_safe   # may quote a worker's or etcd's message
-        print(f"error: {term_safe(exc, keep_newlines=True)}", file=sys.stderr)
-        return EXIT_ERROR
-    except BrokenPipeError:
-        return EXIT_ERROR
+# --- completion --------------------------------------------------------------------------
+
+COMPLETION_HELP = """`blockx completion bash|zsh|tcsh`: a shell completion script for every
+subcommand and option, written by shtab from the parser itself.
+
+The script is static: the shell completes from it without running `blockx` (nor
+Python) on each TAB, and it needs no hook at run time. Install it once, e.g.
+`blockx completion bash > ~/.local/share/bash-completion/completions/blockx`, or
+`blockx completion zsh > "${fpath[1]}/_blockx"`. Options that take a file or a
+directory complete paths (blockx.cli.completers marks them in the parsers)."""
 
 
-# --- serve ------------------------------------------------------------------------------
+def add_completion_parser(sub) -> None:
+    c = sub.add_parser("completion", help="print a shell completion script (bash, zsh, tcsh)",
+                       description=COMPLETION_HELP, epilog=epilog(
+                           "blockx completion bash > ~/.local/share/bash-completion/completions/blockx",
+                           "blockx completion zsh > ~/.zfunc/_blockx"), **RAW)
+    c.add_argument("shell", choices=SHELLS, help="the shell to complete for")
+    c.set_defaults(func=cmd_completion)
 
 
-def cmd_serve(ns: argparse.Namespace) -> int:
-    from blockx.extras import MissingExtra, require
+def cmd_completion(ns: argparse.Namespace, out: TextIO | None = None) -> int:
+    import shtab
 
-    try:
-        require("worker", "`blockx serve`")
-    except MissingExtra as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    from blockx.app.config import ConfigError, load_config
-    from blockx.app.profile import ProfileError, get_profile
-
-    try:
-        profile = get_profile(ns.profile)
-        profile.validate()
-    except ProfileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        cfg = load_config(profile, config_path=ns.config)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    problems = cfg.violations(profile)
-    if ns.print_config:
-        print(cfg.to_json())
-    if problems:
-        print(f"error: {ConfigError(problems)}", file=sys.stderr)
-        return EXIT_USAGE
-    if ns.print_config:
-        return EXIT_OK
-    from blockx.app.run import serve
-
-    return serve(cfg, profile)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    out = out or sys.stdout
+    out.write(shtab.complete(build_parser(), shell=ns.shell))
+    out.flush()
+    return EXIT_OK
