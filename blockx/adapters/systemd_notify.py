@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 
-from blockx.app.logs import log_event  # blockx.log_event once the layers move lands
+from blockx.log_event import log_event
 
 log = logging.getLogger("blockx.systemd")
 
