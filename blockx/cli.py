@@ -146,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     from blockx.cli_trace import add_parser as add_trace_parser
     add_trace_parser(sub, client)
     # --- end task traces ---
+    from blockx.cli_tasks import add_parsers as add_task_parsers    # cancel, tasks, health
+    add_task_parsers(sub, client)
     from blockx.cli_completion import add_parser as add_completion_parser
     add_completion_parser(sub)
     return p

@@ -23,6 +23,8 @@ from blockx.adapters.open_streams import OpenStreams
 from blockx.adapters.request_decode import Undecodable, add_worker_service
 from blockx.adapters.result_delivery import ResultDelivery, result_bytes
 from blockx.adapters.auth import Authenticator, GuardedReflection, Unauthenticated
+from blockx.adapters.cancel import cancel, cancel_response
+from blockx.adapters.task_listing import list_tasks
 from blockx.adapters.session import (
     DEFAULT_MAX_PENDING_BYTES, DEFAULT_MAX_PENDING_EVENTS, MAX_WATCH_TASK_IDS, Session, SessionEnd,
 )
@@ -337,6 +339,32 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             events_dropped=tr.dropped, max_events=traces.max_events, chrome_trace_json=body)
 
     # ---- end task traces -----------------------------------------------------------------
+
+    # ---- cancel and list (blockx.adapters.cancel, blockx.adapters.task_listing) ----
+    @_guarded
+    async def CancelTask(self, request, context):
+        caller = await self._caller(context, "CancelTask")
+        try:
+            res = cancel(self._orch, request, caller)
+        except WorkerError as err:
+            await self._refuse(context, "CancelTask", err)
+        resp = cancel_response(res)
+        snap = res.snapshot
+        if snap.result is not None and (n := self._delivery.oversize(resp, result_bytes(snap))):
+            await self._too_big(context, "CancelTask", snap, n)
+        self._count("CancelTask", "OK")
+        return resp
+
+    @_guarded
+    async def ListTasks(self, request, context):
+        caller = await self._caller(context, "ListTasks")
+        try:
+            resp = list_tasks(self._orch, request, caller)
+        except WorkerError as err:
+            await self._refuse(context, "ListTasks", err)
+        self._count("ListTasks", "OK")
+        return resp
+    # ---- end cancel and list ----
 
 
 async def _write_session(session: Session, context) -> None:

@@ -124,6 +124,19 @@ class Orchestrator:
         """``caller`` (blockx.core.owners.Caller, None: unrestricted): whose view."""
         return self.core.handle_get_task_result(task_id, caller).snapshot
 
+    def cancel_task(self, task_id: str, reason: str, caller=None):
+        """CancelTask: the core decides (CancelTaskResult); a ConvergeTask runs the
+        task terminal path below, which cancels whatever of the task still runs."""
+        res = self.core.handle_cancel_task(task_id, reason, self._wall(), caller)
+        for cmd in res.commands:
+            if type(cmd) is ConvergeTask:
+                self._on_task_terminal(cmd)
+        return res
+
+    def list_tasks(self, query, caller=None):
+        """ListTasks: the core's page of the caller's tasks (blockx.core.worker_listing)."""
+        return self.core.list_tasks(query, self._wall(), caller)
+
     def _watch_first_attach(self, task_id: str) -> None:
         self.core.handle_watch_attached(task_id, self._wall())
         self.progress.wake()
