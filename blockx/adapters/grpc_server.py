@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from time import perf_counter
 
 import grpc
 import orjson
@@ -39,6 +40,7 @@ from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 log = logging.getLogger("blockx.grpc")
 _TaskUpdate = pb.TaskUpdate
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["WorkerService"].full_name
+_STREAMS = ("WatchTasks", "TaskSession")
 
 
 def _status(err: WorkerError) -> grpc.StatusCode:
@@ -49,12 +51,14 @@ def _guarded(handler):
     """A bug behind the RPC answers INTERNAL (counted, traceback logged) instead of
     grpc's UNKNOWN "Unexpected <class ...>" with the exception text."""
     name = handler.__name__
+    timed = name not in _STREAMS        # blockx_grpc_request_duration_seconds: unary RPCs only
 
     @functools.wraps(handler)
     async def wrapper(self, request, context):
         if type(request) is Undecodable:
             self._count(name, "INVALID_ARGUMENT")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.refusal())
+        t0 = perf_counter()
         try:
             return await handler(self, request, context)
         except (asyncio.CancelledError, grpc.aio.AbortError):
@@ -64,6 +68,9 @@ def _guarded(handler):
             self._count(name, "INTERNAL")
             await context.abort(grpc.StatusCode.INTERNAL,
                                 f"internal error in the worker while handling {name}; see its log")
+        finally:
+            if timed and self._metrics is not None:
+                self._metrics.observe_grpc(name, perf_counter() - t0)
     return wrapper
 
 

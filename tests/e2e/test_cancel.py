@@ -269,3 +269,75 @@ def test_list_tasks_filters_pages_and_shows_each_caller_its_own(owners_worker):
         with pytest.raises(grpc.RpcError) as err:
             w.stub.ListTasks(bad, timeout=5)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and needle in err.value.details()
+
+
+# ---- a writer cancelled while it writes -------------------------------------------------
+
+
+@pytest.fixture
+def pg_worker(start_worker, postgres_server, tmp_path):
+    import uuid
+
+    import asyncpg
+
+    name = "e2e_cancel_" + uuid.uuid4().hex[:8]
+
+    async def create():
+        conn = await asyncpg.connect(postgres_server.dsn)
+        try:
+            await conn.execute(f"CREATE DATABASE {name}")
+        finally:
+            await conn.close()
+    asyncio.run(create())
+    dsn = postgres_server.dsn.rsplit("/", 1)[0] + "/" + name
+    w = start_worker({"TASK_SLOTS": "2", "RESULT_RETENTION_MS": "60000", "STATE_DIR": str(tmp_path / "state"),
+                      "BLOCKX_DATA_SOURCES": json.dumps({"main": dsn})})
+    w.dsn = dsn
+    return w
+
+
+def test_a_writer_cancelled_mid_write_rolls_back_and_writes_nothing(pg_worker):
+    """The table is locked by the test, so the writer's INSERT waits inside its
+    transaction (phase PLUGIN); the cancel ends that wait, the transaction rolls
+    back, and once the lock is gone no row of the cancelled task appears."""
+    import asyncpg
+
+    w = pg_worker
+    handler = ("tableUpserts", {"target": "main", "table": "results", "key": ["id"], "createTable": True})
+    w.submit_calls("seed", [("echo", [{"id": 0, "v": 0}])], result_handler=handler)
+    assert w.wait_terminal("seed").state == pb.TASK_STATE_SUCCEEDED
+
+    async def run():
+        lock = await asyncpg.connect(w.dsn)
+        try:
+            tx = lock.transaction()
+            await tx.start()
+            await lock.execute("LOCK TABLE results IN ACCESS EXCLUSIVE MODE")
+            w.submit_calls("write", [("echo", [{"id": i, "v": i}]) for i in range(1, 51)], result_handler=handler)
+            deadline = time.monotonic() + 15
+            while True:        # the writer runs and waits on the lock
+                rows = w.stub.ListTasks(pb.ListTasksRequest(phases=["PLUGIN"]), timeout=5).tasks
+                waiting = await lock.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
+                if rows and waiting:
+                    break
+                assert time.monotonic() < deadline, "the writer never reached its INSERT"
+                await asyncio.sleep(0.05)
+            resp = w.stub.CancelTask(pb.CancelTaskRequest(task_id="write", reason="mid-write"), timeout=5)
+            assert resp.cancelled and resp.result.failure_code == "CANCELLED"
+            deadline = time.monotonic() + 5
+            while await lock.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"):
+                assert time.monotonic() < deadline, "the cancelled writer still waits on the table"
+                await asyncio.sleep(0.05)
+            await tx.commit()                 # the lock goes: a writer still alive would write now
+            await asyncio.sleep(1.0)
+            return await lock.fetchval("SELECT count(*) FROM results")
+        finally:
+            await lock.close()
+
+    assert asyncio.run(run()) == 1            # the seed row only
+    res = w.result("write").result
+    assert res.failure_code == "CANCELLED" and res.statistic.plugin_ms > 0
+    w.submit_calls("after", [("echo", [{"id": 99, "v": 99}])], result_handler=handler)
+    assert w.wait_terminal("after").state == pb.TASK_STATE_SUCCEEDED        # the source still writes
