@@ -31,6 +31,7 @@ from blockx.adapters.metric_labels import LabelValues
 # Calls take from under a millisecond (add) to the call budget (minutes).
 CALL_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000)
 MAX_FUNCTIONS = 128
+MAX_CACHED = 4096
 
 
 class Buckets:
@@ -43,16 +44,28 @@ class Buckets:
 
 
 class CallLatency:
-    __slots__ = ("label", "_open", "_by_label", "_bounds")
+    __slots__ = ("label", "_open", "_by_label", "_by_function", "_bounds")
 
     def __init__(self, max_functions: int = MAX_FUNCTIONS, bounds_ms: tuple[int, ...] = CALL_BUCKETS_MS) -> None:
         self.label = LabelValues("function", max_values=max_functions)
-        self._open: dict[str, tuple[str, int, int]] = {}     # call id -> (label, sent at ms, attempt)
+        self._open: dict[str, tuple[str, int, int]] = {}     # call id -> (function id, sent at ms, attempt)
         self._by_label: dict[str, Buckets] = {}
+        # function id -> its label's Buckets: one dict lookup per call instead of the label check
+        # (bounded: past MAX_CACHED ids, the check runs each time)
+        self._by_function: dict[str, Buckets] = {}
         self._bounds = bounds_ms
 
     def sent(self, call_id: str, function_id: str, attempt_seq: int, now_ms: int) -> None:
-        self._open[call_id] = (self.label(function_id), now_ms, attempt_seq)
+        self._open[call_id] = (function_id, now_ms, attempt_seq)
+
+    def _buckets(self, function_id: str) -> Buckets:
+        label = self.label(function_id)
+        b = self._by_label.get(label)
+        if b is None:
+            b = self._by_label[label] = Buckets(len(self._bounds))
+        if len(self._by_function) < MAX_CACHED:
+            self._by_function[function_id] = b
+        return b
 
     def ended(self, call_id: str, attempt_seq: object, now_ms: int, observe: bool = True) -> None:
         """The terminal frame of ``attempt_seq``: close it; ``observe`` when the
@@ -63,10 +76,8 @@ class CallLatency:
         del self._open[call_id]
         if not observe:
             return
-        label, t0, _ = opened
-        b = self._by_label.get(label)
-        if b is None:
-            b = self._by_label[label] = Buckets(len(self._bounds))
+        fid, t0, _ = opened
+        b = self._by_function.get(fid) or self._buckets(fid)
         ms = now_ms - t0
         b.counts[bisect_left(self._bounds, ms)] += 1
         b.sum_ms += ms
