@@ -341,3 +341,40 @@ def test_a_writer_cancelled_mid_write_rolls_back_and_writes_nothing(pg_worker):
     assert res.failure_code == "CANCELLED" and res.statistic.plugin_ms > 0
     w.submit_calls("after", [("echo", [{"id": 99, "v": 99}])], result_handler=handler)
     assert w.wait_terminal("after").state == pb.TASK_STATE_SUCCEEDED        # the source still writes
+
+
+def test_a_task_cancelled_while_its_builder_runs_stops_the_query(pg_worker):
+    """dbscan opens its query in the Builder phase; a cancel then ends the task
+    at once and the database stops running the query."""
+    import asyncpg
+
+    w = pg_worker
+    slow = "SELECT i AS id FROM generate_series(1, 3) AS t(i) WHERE pg_sleep(20) IS NOT NULL"
+    w.submit("scan", "dbscan", {"source": "main", "query": slow, "functionId": "echo"})
+
+    async def sleeping(conn) -> int:
+        return await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(20)%' "
+                                   "AND state = 'active' AND pid <> pg_backend_pid()")
+
+    async def run():
+        conn = await asyncpg.connect(w.dsn)
+        try:
+            deadline = time.monotonic() + 15
+            while not await sleeping(conn):
+                assert time.monotonic() < deadline, "the builder's query never started"
+                await asyncio.sleep(0.05)
+            phase = w.stub.ListTasks(pb.ListTasksRequest(), timeout=5).tasks
+            assert [(t.task_id, t.phase) for t in phase] == [("scan", "BUILDER")]
+            t0 = time.monotonic()
+            resp = w.stub.CancelTask(pb.CancelTaskRequest(task_id="scan"), timeout=5)
+            assert resp.cancelled and resp.result.failure_code == "CANCELLED"
+            while await sleeping(conn):
+                assert time.monotonic() - t0 < 5, "the cancelled builder's query still runs"
+                await asyncio.sleep(0.05)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+    assert w.result("scan").result.statistic.builder_ms > 0
+    st = w.stub.GetWorkerStatus(pb.GetWorkerStatusRequest(), timeout=5)
+    assert st.slots.free == st.slots.total and st.tasks_by_phase["BUILDER"] == 0
