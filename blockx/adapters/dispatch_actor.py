@@ -250,6 +250,7 @@ class DispatchActor:
                 now)
         else:
             self.metrics.calls_dispatched += 1
+            self.metrics.call_latency.sent(cmd.call_id, cmd.function_id, cmd.attempt_seq, now)
             if self.traces is not None: self.traces.call_sent(cmd)  # trace hook
             return
         if more:

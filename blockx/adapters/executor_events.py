@@ -77,7 +77,9 @@ class ExecutorEvents:
     def _apply_executor_lost(self, executor_id: str, snaps: list, now: int, detail: str = "") -> list:
         # Its in-flight attempts end here, not with a frame: count them as failed so
         # that dispatched == completed + failed holds in the metrics.
-        lost = len(self.disp.executor_calls(executor_id))
+        calls = self.disp.executor_calls(executor_id)
+        self.metrics.call_latency.forget(calls)
+        lost = len(calls)
         if lost:
             self.metrics.call_failed(m.EXECUTOR_LOST, lost)
         return ((self.disp.handle_executor_snapshot_updated(snaps, now) or [])
@@ -129,6 +131,7 @@ class ExecutorEvents:
                     cmds = disp.handle_call_completed(call_id, p["attemptSeq"],
                                                       _dumps(p.get("output")).decode().encode(),
                                                       p.get("budgetUsedMs", 0), now)
+                    metrics.call_latency.ended(call_id, p["attemptSeq"], now, bool(cmds))
                     if cmds:
                         metrics.calls_completed += 1
                         if self.traces is not None: self.traces.call_done(_own_task(p, call_id), call_id, executor_id, "")  # trace hook
@@ -136,6 +139,7 @@ class ExecutorEvents:
                     kind = p.get("errorKind", "")
                     cmds = disp.handle_call_failed(call_id, p["attemptSeq"], kind, bool(p.get("retryable")),
                                                    p.get("errorMessage", ""), now, p.get("budgetUsedMs", 0))
+                    metrics.call_latency.ended(call_id, p["attemptSeq"], now, bool(cmds))
                     if cmds:
                         metrics.call_failed(kind)
                         if self.traces is not None: self.traces.call_done(_own_task(p, call_id), call_id, executor_id, kind or "FAILED")  # trace hook

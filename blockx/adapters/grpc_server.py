@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from time import perf_counter
 
 import grpc
 import orjson
@@ -23,6 +24,8 @@ from blockx.adapters.open_streams import OpenStreams
 from blockx.adapters.request_decode import Undecodable, add_worker_service
 from blockx.adapters.result_delivery import ResultDelivery, result_bytes
 from blockx.adapters.auth import Authenticator, GuardedReflection, Unauthenticated
+from blockx.adapters.cancel import cancel, cancel_response
+from blockx.adapters.task_listing import list_tasks
 from blockx.adapters.session import (
     DEFAULT_MAX_PENDING_BYTES, DEFAULT_MAX_PENDING_EVENTS, MAX_WATCH_TASK_IDS, Session, SessionEnd,
 )
@@ -37,6 +40,7 @@ from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 log = logging.getLogger("blockx.grpc")
 _TaskUpdate = pb.TaskUpdate
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["WorkerService"].full_name
+_STREAMS = ("WatchTasks", "TaskSession")
 
 
 def _status(err: WorkerError) -> grpc.StatusCode:
@@ -47,12 +51,14 @@ def _guarded(handler):
     """A bug behind the RPC answers INTERNAL (counted, traceback logged) instead of
     grpc's UNKNOWN "Unexpected <class ...>" with the exception text."""
     name = handler.__name__
+    timed = name not in _STREAMS        # blockx_grpc_request_duration_seconds: unary RPCs only
 
     @functools.wraps(handler)
     async def wrapper(self, request, context):
         if type(request) is Undecodable:
             self._count(name, "INVALID_ARGUMENT")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.refusal())
+        t0 = perf_counter()
         try:
             return await handler(self, request, context)
         except (asyncio.CancelledError, grpc.aio.AbortError):
@@ -62,6 +68,9 @@ def _guarded(handler):
             self._count(name, "INTERNAL")
             await context.abort(grpc.StatusCode.INTERNAL,
                                 f"internal error in the worker while handling {name}; see its log")
+        finally:
+            if timed and self._metrics is not None:
+                self._metrics.observe_grpc(name, perf_counter() - t0)
     return wrapper
 
 
@@ -337,6 +346,32 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             events_dropped=tr.dropped, max_events=traces.max_events, chrome_trace_json=body)
 
     # ---- end task traces -----------------------------------------------------------------
+
+    # ---- cancel and list (blockx.adapters.cancel, blockx.adapters.task_listing) ----
+    @_guarded
+    async def CancelTask(self, request, context):
+        caller = await self._caller(context, "CancelTask")
+        try:
+            res = cancel(self._orch, request, caller)
+        except WorkerError as err:
+            await self._refuse(context, "CancelTask", err)
+        resp = cancel_response(res)
+        snap = res.snapshot
+        if snap.result is not None and (n := self._delivery.oversize(resp, result_bytes(snap))):
+            await self._too_big(context, "CancelTask", snap, n)
+        self._count("CancelTask", "OK")
+        return resp
+
+    @_guarded
+    async def ListTasks(self, request, context):
+        caller = await self._caller(context, "ListTasks")
+        try:
+            resp = list_tasks(self._orch, request, caller)
+        except WorkerError as err:
+            await self._refuse(context, "ListTasks", err)
+        self._count("ListTasks", "OK")
+        return resp
+    # ---- end cancel and list ----
 
 
 async def _write_session(session: Session, context) -> None:

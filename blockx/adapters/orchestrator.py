@@ -124,6 +124,19 @@ class Orchestrator:
         """``caller`` (blockx.core.owners.Caller, None: unrestricted): whose view."""
         return self.core.handle_get_task_result(task_id, caller).snapshot
 
+    def cancel_task(self, task_id: str, reason: str, caller=None):
+        """CancelTask: the core decides (CancelTaskResult); a ConvergeTask runs the
+        task terminal path below, which cancels whatever of the task still runs."""
+        res = self.core.handle_cancel_task(task_id, reason, self._wall(), caller)
+        for cmd in res.commands:
+            if type(cmd) is ConvergeTask:
+                self._on_task_terminal(cmd)
+        return res
+
+    def list_tasks(self, query, caller=None):
+        """ListTasks: the core's page of the caller's tasks (blockx.core.worker_listing)."""
+        return self.core.list_tasks(query, self._wall(), caller)
+
     def _watch_first_attach(self, task_id: str) -> None:
         self.core.handle_watch_attached(task_id, self._wall())
         self.progress.wake()
@@ -158,6 +171,8 @@ class Orchestrator:
         if self.traces is not None: self.traces.task_ended(tid, state, res)  # trace hook
         st = res.statistic
         self.metrics.task_terminal(state, res.failure_code)
+        if st.accepted_at_ms:                    # a reservation cancelled before SubmitTask never ran
+            self.metrics.observe_task(state, max(0, st.finished_at_ms - st.accepted_at_ms) / 1000.0)
         log_event(log, "task_finished", task_id=tid, state=state, failure_code=res.failure_code,
                   failure_message=res.failure_message, retryable=res.retryable,
                   accepted_at_ms=st.accepted_at_ms, finished_at_ms=st.finished_at_ms,
@@ -173,11 +188,23 @@ class Orchestrator:
     def tick(self) -> None:
         """The 500 ms tick: core timers, snapshot sync, wedge backstop, heartbeat timeouts."""
         self._core_timers()
+        self.metrics.calls_queued = self._queued_calls()
         self._sync_snapshots()
         self.check_wedged_executors()
         lost = self.adapter.check_heartbeat_timeouts(self._mono())
         if lost:
             self.metrics.executor_heartbeat_timeouts += len(lost)
+
+    def _queued_calls(self) -> int:
+        """Root calls of running tasks that are neither finished nor in flight: queued,
+        ready for an executor, or waiting out a retry backoff (the dispatcher's counts)."""
+        disp = self.disp
+        n = 0
+        for tid in self._runtimes:
+            p = disp.task_progress(tid)
+            if p is not None and p[0]:
+                n += max(0, p[0] - p[1] - disp.task_inflight(tid))
+        return n
 
     def _core_timers(self) -> None:
         core = self.core

@@ -31,6 +31,7 @@ import logging
 import grpc
 
 from blockx.adapters import wire
+from blockx.adapters.cancel import cancel, cancel_response
 from blockx.adapters.request_decode import Undecodable
 from blockx.adapters.result_delivery import ResultDelivery, result_bytes
 from blockx.core.errors import InvalidArgumentError, WorkerError
@@ -133,9 +134,16 @@ class Session:
                 self._emit(_SessionEvent(request_id=rid, result=resp), size)
             elif op == "watch":
                 self._watch(rid, req.watch.task_ids)
+            elif op == "cancel":
+                res = cancel(orch, req.cancel, self._caller)
+                resp = cancel_response(res)
+                size = _result_bytes(res.snapshot)
+                if size and self._too_big(rid, op, res.snapshot, resp, size):
+                    return
+                self._emit(_SessionEvent(request_id=rid, cancelled=resp), size)
             else:
                 self._error(rid, "INVALID_ARGUMENT",
-                            "the request sets no op: set one of request_slot, submit, get_result or watch")
+                            "the request sets no op: set one of request_slot, submit, get_result, watch or cancel")
                 return
         except WorkerError as err:
             self._error(rid, err.grpc_status_name, err.message, op)
@@ -327,7 +335,7 @@ class Session:
             self._waiter = None
 
 
-_METHOD = {op: f"TaskSession/{op}" for op in ("submit", "request_slot", "get_result", "watch")}
+_METHOD = {op: f"TaskSession/{op}" for op in ("submit", "request_slot", "get_result", "watch", "cancel")}
 
 
 _result_bytes = result_bytes

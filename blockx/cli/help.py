@@ -19,11 +19,12 @@ EXIT_CODES = """exit codes:
 RAW: dict[str, Any] = {"formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
-def epilog(*examples: str) -> str:
-    """``examples:`` and one indented command line each, then the exit codes."""
+def epilog(*examples: str, codes: str = EXIT_CODES) -> str:
+    """``examples:`` and one indented command line each, then the exit codes
+    (``codes``: a command whose exit codes differ, like `blockx health`, names its own)."""
     lines = ["example:" if len(examples) == 1 else "examples:"]
     lines += [f"  {e}" for e in examples]
-    return "\n".join(lines) + "\n\n" + EXIT_CODES
+    return "\n".join(lines) + "\n\n" + codes
 
 
 def examples_of(parser: argparse.ArgumentParser) -> list[str]:

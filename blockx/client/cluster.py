@@ -224,6 +224,13 @@ class Cluster:
             out.attempts = max(1, rec.attempts)
         return out
 
+    async def cancel(self, task_id: str, reason: str = "") -> TaskOutcome:
+        """CancelTask on the worker that holds the task: it ends FAILED / CANCELLED
+        (not retryable, so this client never resubmits it). NotFound if no
+        registered worker knows it."""
+        addr = await self._locate(task_id)
+        return await (await self._session(addr)).cancel(task_id, reason)
+
     # ---- placing one task ---------------------------------------------------------------
 
     async def _run(self, t: pb.Task, rec: _Task, wait: bool, retry_failed: bool) -> TaskOutcome:

@@ -68,6 +68,14 @@ class SyncWorkerClient:
     def trace(self, task_id: str, **kwargs) -> TaskTrace:
         return self._run(self._client.trace(task_id, **kwargs))
 
+    def cancel(self, task_id: str, reason: str = "") -> TaskOutcome:
+        """CancelTask; see WorkerClient.cancel."""
+        return self._run(self._client.cancel(task_id, reason))
+
+    def list_tasks(self, **kwargs):
+        """ListTasks (one page, the raw pb.ListTasksResponse); see WorkerClient.list_tasks."""
+        return self._run(self._client.list_tasks(**kwargs))
+
     def close(self) -> None:
         if self._loop.is_closed():
             return

@@ -20,7 +20,8 @@ import grpc
 
 from blockx.client.bounded import as_completed_bounded
 from blockx.client.credentials import TOKEN_FROM_ENV, auth_metadata, resolve_token
-from blockx.client.errors import NoSlot, SessionBroken, TracingOff, Unavailable, error_for, from_rpc_error
+from blockx.client.errors import (InvalidArgument, NoSlot, SessionBroken, TracingOff, Unavailable, error_for,
+                                  from_rpc_error)
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate, state_name
 from blockx.client.tasks import build_task
 from blockx.tls.client_tls import TLS_FROM_ENV, ClientTLS, aio_channel
@@ -306,6 +307,36 @@ class WorkerClient:
         """The task's current state, with its result once terminal."""
         r = (await self._request(pb.SessionRequest(get_result=pb.GetTaskResultRequest(task_id=task_id))))[0].result
         return TaskOutcome.from_pb(r.task_id, r.state, r.result if r.HasField("result") else None, self.addr, r)
+
+    async def cancel(self, task_id: str, reason: str = "") -> TaskOutcome:
+        """CancelTask over this session: the task ends FAILED / CANCELLED (its calls
+        are cancelled, its writer writes nothing) and its outcome is returned; a task
+        already terminal is returned as it is (``outcome.raw.cancelled`` is False).
+        NotFound for an unknown task, PermissionDenied for another identity's."""
+        r = (await self._request(pb.SessionRequest(
+            cancel=pb.CancelTaskRequest(task_id=task_id, reason=reason))))[0].cancelled
+        return TaskOutcome.from_pb(r.task_id, r.state, r.result if r.HasField("result") else None, self.addr, r)
+
+    async def list_tasks(self, *, states: Iterable[str] = (), phases: Iterable[str] = (), instance_id: str = "",
+                         page_size: int = 0, page_token: str = "", timeout_s: float = 10.0) -> pb.ListTasksResponse:
+        """ListTasks (a unary call on this client's channel): one page of the caller's
+        tasks (an admin's: every task). ``states``: names (RUNNING, FAILED, ...);
+        ``phases``: RESERVED, PREPARING, BUILDER, CALLS, PLUGIN, TERMINAL. Pass the
+        response's ``next_page_token`` back for the next page ("" on the last)."""
+        if self._channel is None:
+            raise SessionBroken("the client is not connected: use `async with WorkerClient(addr)` "
+                                "or await connect()", grpc.StatusCode.FAILED_PRECONDITION)
+        try:
+            req = pb.ListTasksRequest(states=[pb.TaskState.Value("TASK_STATE_" + s.upper()) for s in states],
+                                      phases=[p.upper() for p in phases], instance_id=instance_id,
+                                      page_size=page_size, page_token=page_token)
+        except ValueError as exc:
+            raise InvalidArgument(f"states: {exc}; use ALLOCATED, RUNNING, SUCCEEDED or FAILED") from None
+        try:
+            return await pb_grpc.WorkerServiceStub(self._channel).ListTasks(req, timeout=timeout_s,
+                                                                            metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
 
     # ---- task traces (issue 15 part 1) ------------------------------------------------
 

@@ -209,6 +209,8 @@ class TaskIndexEntry:
     watch_attached: int = 0            # Watch streams attached before SubmitTask
     watch_ever_attached: bool = False
     owner: str = ""                    # the identity that reserved or submitted it (core.owners)
+    created_at_ms: int = 0             # when it was reserved (ListTasks: the age of a reservation)
+    instance_id: str = ""              # from SubmitTask, kept with the result (ListTasks filters on it)
 
 
 @dataclass(slots=True)
@@ -336,3 +338,8 @@ class LeaseExpiredResult(CoreResult):
 @dataclass(slots=True)
 class GetTaskResultOutput(CoreResult):
     pass
+
+
+@dataclass(slots=True)
+class CancelTaskResult(CoreResult):
+    """``applied``: this request made the task terminal (False: it already was)."""

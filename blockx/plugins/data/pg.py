@@ -115,6 +115,7 @@ class PgSource:
         self._max_size = max_size
         self._pool: asyncpg.Pool | None = None
         self._opening: asyncio.Lock | None = None
+        self._cancels: set[asyncio.Task] = set()     # pg_cancel_backend requests in flight
 
     async def pool(self) -> asyncpg.Pool:
         if self._pool is not None:
@@ -176,7 +177,12 @@ class PgSource:
             first = [tuple(r) for r in await cur.fetch(PRIME_ROWS)]
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
-                conn.terminate()          # a query may still run: do not wait for it
+                # A query may still run: do not wait for it. Closing the socket alone
+                # leaves the server running it (it notices only when it next writes
+                # to the client), so the backend is also asked to cancel it, from a
+                # connection of its own, in the background.
+                self._cancel_backend_later(conn.get_server_pid())
+                conn.terminate()
             else:
                 try:
                     if not conn.is_closed():
@@ -196,6 +202,24 @@ class PgSource:
         finally:
             await scan.aclose()
         return scan.columns, rows
+
+    def _cancel_backend_later(self, pid: int) -> None:
+        task = asyncio.get_running_loop().create_task(self._cancel_backend(pid))
+        self._cancels.add(task)
+        task.add_done_callback(self._cancels.discard)
+
+    async def _cancel_backend(self, pid: int) -> None:
+        """pg_cancel_backend(pid) on a fresh connection (the pool may be exhausted);
+        best effort: the statement timeout bounds the query anyway."""
+        try:
+            conn = await asyncpg.connect(self._dsn, timeout=CONNECT_TIMEOUT_S,
+                                         server_settings={"application_name": "blockx-worker"})
+            try:
+                await conn.execute("SELECT pg_cancel_backend($1)", pid)
+            finally:
+                await conn.close()
+        except Exception as exc:  # noqa: BLE001 - never echo the DSN
+            log.debug("source %r: cancelling backend %d failed: %s", self.name, pid, type(exc).__name__)
 
     # --- writes ---------------------------------------------------------------------
 

@@ -1,0 +1,24 @@
+"""CancelTask on the wire: the request decoded, the core's answer encoded.
+
+The decision is WorkerCore's (``handle_cancel_task``); the orchestrator runs the
+ConvergeTask it returns through the task terminal path (calls cancelled through
+the dispatcher, runner and writer cancelled, IO scope closed, watchers told).
+The unary RPC and the TaskSession ``cancel`` op share these two functions."""
+from __future__ import annotations
+
+from blockx.adapters.wire import result_to_pb
+from blockx.core.types import CancelTaskResult
+from blockx.worker.v1 import worker_pb2 as pb
+
+
+def cancel(orch, request: pb.CancelTaskRequest, caller) -> CancelTaskResult:
+    """Cancel ``request.task_id`` as ``caller``; raises WorkerError (NotFound, PermissionDenied, ...)."""
+    return orch.cancel_task(request.task_id, request.reason, caller)
+
+
+def cancel_response(res: CancelTaskResult) -> pb.CancelTaskResponse:
+    snap = res.snapshot
+    resp = pb.CancelTaskResponse(task_id=snap.task_id, state=int(snap.state), cancelled=res.applied)
+    if snap.result is not None:
+        resp.result.CopyFrom(result_to_pb(snap.result))
+    return resp
