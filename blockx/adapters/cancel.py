@@ -18,7 +18,9 @@ def cancel(orch, request: pb.CancelTaskRequest, caller) -> CancelTaskResult:
 
 def cancel_response(res: CancelTaskResult) -> pb.CancelTaskResponse:
     snap = res.snapshot
-    resp = pb.CancelTaskResponse(task_id=snap.task_id, state=int(snap.state), cancelled=res.applied)
+    assert snap is not None, "an unknown task raises NotFound before any answer"
+    resp = pb.CancelTaskResponse(task_id=snap.task_id, cancelled=res.applied)
+    resp.state = int(snap.state)  # type: ignore[assignment]  # the proto enum's wrapper takes its int
     if snap.result is not None:
         resp.result.CopyFrom(result_to_pb(snap.result))
     return resp
