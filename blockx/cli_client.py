@@ -5,7 +5,10 @@ On a terminal, `submit` and `watch` show a progress bar per task while it runs
 terminal they print JSON only. Each command opens one session (blockx.client) to --addr,
 makes its requests and prints JSON on stdout: one indented object (or one line with --compact) for submit /
 result / slot, one compact object per line for streams (watch, submit --watch), so
-the output pipes into jq line by line. Outputs and plugin details are JSON in bytes
+the output pipes into jq line by line. `submit` (waiting) and `result` print every
+output of the task, fetching the pages after the first (blockx.client.pages);
+`watch`, `submit --watch` and `--no-wait` print each message as it came, whose
+result carries its first page (outputsTotal, outputsTruncated). Outputs and plugin details are JSON in bytes
 fields on the wire and are decoded, so the printout is plain JSON. A refusal
 prints `error: CODE: message` on stderr and exits 1; a task that reached FAILED
 exits 3 (codes in blockx.cli_exit). The client library (and grpc) is imported on
@@ -49,6 +52,7 @@ def result_to_json(r) -> dict[str, Any]:
         "failureMessage": r.failure_message,
         "retryable": r.retryable,
         "outputs": [decode_json_bytes(o) for o in r.outputs],
+        "outputsTotal": r.outputs_total, "outputsTruncated": r.outputs_truncated,
         "pluginResults": [{"plugin": p.plugin, "ok": p.ok, "message": p.message,
                            "details": decode_json_bytes(p.details) if p.details else None}
                           for p in r.plugin_results],
@@ -76,6 +80,19 @@ def response_to_json(msg) -> dict[str, Any]:
     if msg.HasField("result"):
         out["result"] = result_to_json(msg.result)
     return out
+
+
+def _with_all_outputs(client, msg) -> dict[str, Any]:
+    """``response_to_json(msg)`` with every output of its result: the pages after the
+    one ``msg`` carries are fetched (blockx.client.pages) and appended."""
+    obj = response_to_json(msg)
+    if msg.HasField("result") and msg.result.outputs_truncated:
+        res = obj["result"]
+        outs = res["outputs"]
+        for page in client.result_pages(msg.task_id, msg.result):
+            outs.extend(decode_json_bytes(o) for o in page.outputs)
+        res["outputsTruncated"] = False
+    return obj
 
 
 def _dump(obj: Any, compact: bool, out: TextIO) -> None:
@@ -218,12 +235,12 @@ def _submit(ns: argparse.Namespace, client, out: TextIO) -> int:
                 for upd in client.watch([task.task_id]):
                     bars.update(upd)
                     final = upd.raw
-            _dump(response_to_json(final), ns.compact, out)
+            _dump(_with_all_outputs(client, final), ns.compact, out)
             return _exit_for(final.state)
-        _dump(response_to_json(resp), ns.compact, out)
+        _dump(_with_all_outputs(client, resp), ns.compact, out)
         return _exit_for(resp.state)
     final = client.submit(task=task, slot_id=ns.slot or "").raw    # SubmitTaskResponse or terminal TaskUpdate
-    _dump(response_to_json(final), ns.compact, out)
+    _dump(_with_all_outputs(client, final), ns.compact, out)
     return _exit_for(final.state)
 
 
@@ -251,7 +268,7 @@ def cmd_watch(ns: argparse.Namespace, out: TextIO | None = None) -> int:
 @_client_command
 def _result(ns: argparse.Namespace, client, out: TextIO) -> int:
     resp = client.result(ns.task_id).raw
-    _dump(response_to_json(resp), ns.compact, out)
+    _dump(_with_all_outputs(client, resp), ns.compact, out)
     return _exit_for(resp.state)
 
 
