@@ -47,6 +47,7 @@ SETTING = "resultPageBytes (RESULT_PAGE_BYTES)"
 _GROWTH = 5
 # An output's tag and length prefix take at most this many bytes (outputs under 256 MiB).
 _PER_OUTPUT = 5
+_BLOCK = 1024                        # outputs fit_count sizes at once
 _KEPT_CHARS = 1024                   # of a message, on a page that leaves plugin details out
 # What bulk_bytes leaves out of a message (ids, states, statistic, progress, the
 # page fields, a session's framing) stays under this.
@@ -81,6 +82,14 @@ def fit_count(outputs, offset: int, room: int, limit: int | None = None) -> tupl
     end = len(outputs) if limit is None else min(len(outputs), offset + limit)
     used = 0
     i = offset
+    # Whole blocks of small outputs (2 bytes of framing each) at C speed, then one by one.
+    while end - i >= _BLOCK:
+        lens = list(map(len, outputs[i:i + _BLOCK]))
+        c = sum(lens) + 2 * _BLOCK
+        if max(lens) >= 0x80 or used + c > room:
+            break
+        used += c
+        i += _BLOCK
     while i < end:
         n = len(outputs[i])
         c = n + 2 if n < 0x80 else output_cost(n)
