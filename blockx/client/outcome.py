@@ -60,8 +60,9 @@ class TaskOutcome:
 
     @property
     def ok(self) -> bool:
-        """Succeeded, with its outputs here (RESULT_TOO_LARGE: the task succeeded but
-        its outputs were too large for one message and are not in ``outputs``)."""
+        """Succeeded, with its whole result (RESULT_TOO_LARGE: the task succeeded but
+        the Worker left its plugin details out of the pages, over its page budget;
+        ``outputs_truncated`` alone is not a failure: the other pages are on the Worker)."""
         return self.state == "SUCCEEDED" and self.failure_code != "RESULT_TOO_LARGE"
 
     @property
