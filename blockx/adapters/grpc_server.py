@@ -22,7 +22,7 @@ from blockx.adapters import wire
 from blockx.adapters.grpc_limits import GrpcLimits
 from blockx.adapters.open_streams import OpenStreams
 from blockx.adapters.request_decode import Undecodable, add_worker_service
-from blockx.adapters.result_delivery import ResultDelivery, result_bytes
+from blockx.adapters.result_pages import PageTooLarge, ResultPages, page_request
 from blockx.adapters.auth import Authenticator, GuardedReflection, Unauthenticated
 from blockx.adapters.cancel import cancel, cancel_response
 from blockx.adapters.task_listing import list_tasks
@@ -86,7 +86,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         self._status = status
         limits = limits or GrpcLimits()
         self._limits = limits
-        self._delivery = delivery = ResultDelivery(limits.max_message_bytes)
+        self._delivery = delivery = ResultPages(limits.result_page_bytes, limits.max_message_bytes)
         self._sessions = OpenStreams("TaskSession", limits.max_task_sessions, "maxTaskSessions, MAX_TASK_SESSIONS")
         self._watches = OpenStreams("WatchTasks", limits.max_watch_streams, "maxWatchStreams, MAX_WATCH_STREAMS")
         self._session_limits = {"max_pending_events": session_max_pending_events,
@@ -117,9 +117,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             "kept changing; read the stream, and watch the tasks that have not ended again "
             "(GetTaskResult shows where each is)"))
 
-    async def _too_big(self, context, method: str, snap, size: int):
+    async def _too_big(self, context, method: str, err: PageTooLarge):
         self._count(method, "RESOURCE_EXHAUSTED")
-        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self._delivery.message(snap.task_id, size))
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, err.message)
 
     @_guarded
     async def RequestTaskSlot(self, request, context):
@@ -128,9 +128,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             snap = self._orch.request_task_slot(request.task_id, request.ttl_ms, caller)
         except WorkerError as err:
             await self._refuse(context, "RequestTaskSlot", err)
-        resp = wire.slot_response(snap)
-        if snap.result is not None and (n := self._delivery.oversize(resp, result_bytes(snap))):
-            await self._too_big(context, "RequestTaskSlot", snap, n)
+        resp = self._delivery.reply(snap, "slot")[0]          # a finished task's: the first page
         self._count("RequestTaskSlot", "OK")
         return resp
 
@@ -142,9 +140,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             snap = self._orch.submit_task(req, shadow=shadow, raw_request=request, caller=caller)
         except WorkerError as err:
             await self._refuse(context, "SubmitTask", err)
-        resp = wire.submit_response(snap)
-        if snap.result is not None and (n := self._delivery.oversize(resp, result_bytes(snap))):
-            await self._too_big(context, "SubmitTask", snap, n)
+        resp = self._delivery.reply(snap, "submit")[0]        # a finished task's: the first page
         self._count("SubmitTask", "OK")
         return resp
 
@@ -152,12 +148,13 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
     async def GetTaskResult(self, request, context):
         caller = await self._caller(context, "GetTaskResult")
         try:
+            offset, limit = page_request(request)
             snap = self._orch.get_task_result(request.task_id, caller)
+            resp = self._delivery.reply(snap, "result", offset, limit)[0]
         except WorkerError as err:
             await self._refuse(context, "GetTaskResult", err)
-        resp = wire.result_response(snap)
-        if snap.result is not None and (n := self._delivery.oversize(resp, result_bytes(snap))):
-            await self._too_big(context, "GetTaskResult", snap, n)
+        except PageTooLarge as err:
+            await self._too_big(context, "GetTaskResult", err)
         self._count("GetTaskResult", "OK")
         return resp
 

@@ -47,7 +47,7 @@ def result_to_pb(r: TaskResult) -> pb.TaskResult:
     s = r.statistic
     return pb.TaskResult(
         state=int(r.state), failure_code=r.failure_code, failure_message=r.failure_message,
-        retryable=r.retryable, outputs=r.outputs,
+        retryable=r.retryable, outputs=r.outputs, outputs_total=len(r.outputs),
         plugin_results=[pb.PluginResult(plugin=p.plugin, ok=p.ok, message=p.message, details=p.details)
                         for p in r.plugin_results],
         statistic=pb.TaskStatistic(

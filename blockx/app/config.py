@@ -231,6 +231,9 @@ class WorkerFullConfig:
     # Bounds of the gRPC side (blockx.adapters.grpc_limits).
     grpc_max_message_bytes: int = _f(64 * MiB, env="WORKER_GRPC_MAX_MESSAGE_BYTES",
                                      doc="largest gRPC message sent or received; a larger result is not delivered")
+    result_page_bytes: int = _f(1 * MiB, env="RESULT_PAGE_BYTES",
+                                doc="largest message carrying a result: one page of its outputs; "
+                                    "at most grpcMaxMessageBytes - 16 KiB")
     grpc_max_concurrent_streams: int = _f(1_000, env="WORKER_GRPC_MAX_CONCURRENT_STREAMS",
                                           doc="HTTP/2 streams (RPCs) at once on one client connection")
     grpc_max_concurrent_rpcs: int = _f(10_000, env="WORKER_GRPC_MAX_CONCURRENT_RPCS",

@@ -38,6 +38,8 @@ SPAWN_MODES_SUPPORTED = ("process", "sandbox")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
 BLOCK_REGISTRY_SEGMENT = "workers"
 BUNDLE_REGISTRY_SEGMENT = "bundle-workers"
+# resultPageBytes stays this far under grpcMaxMessageBytes (blockx.adapters.result_delivery.ENVELOPE_BYTES).
+PAGE_HEADROOM_BYTES = 16 * 1024
 
 # Settings only the app has (top level of the config).
 APP_RULES = (
@@ -50,6 +52,7 @@ APP_RULES = (
     Rule("session_max_pending_events", 1),
     Rule("session_max_pending_bytes", 1),
     Rule("grpc_max_message_bytes", 64 * 1024, 2**31 - 1, note="grpc takes a 32-bit size"),
+    Rule("result_page_bytes", 16 * 1024, 2**31 - 1),
     Rule("grpc_max_concurrent_streams", 1),
     Rule("grpc_max_concurrent_rpcs", 1),
     Rule("grpc_max_connections", 1),
@@ -161,7 +164,13 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
                    "calls in flight)")
 
     # The settings only the app has.
-    check(cfg, APP_RULES, top, out)
+    if check(cfg, APP_RULES, top, out):
+        room = cfg.grpc_max_message_bytes - PAGE_HEADROOM_BYTES
+        if cfg.result_page_bytes > room:
+            out.append(f"{name('resultPageBytes')} ({cfg.result_page_bytes}) must be at most "
+                       f"{name('grpcMaxMessageBytes')} ({cfg.grpc_max_message_bytes}) - {PAGE_HEADROOM_BYTES} "
+                       f"= {room}: a page of a result must fit one gRPC message; lower the first or raise "
+                       "the second")
     if cfg.etcd_enabled and cfg.heartbeat_interval_ms >= ETCD_LEASE_TTL_MS:
         out.append(f"{name('heartbeatIntervalMs')} ({cfg.heartbeat_interval_ms}) must be below the "
                    f"{ETCD_LEASE_TTL_MS // 1000} s etcd lease TTL, or the registration expires "

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import hashlib
 import json
 import os
@@ -370,6 +371,10 @@ async def _submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> in
 
     def shown(outcome) -> dict[str, Any]:
         obj = response_to_json(outcome.raw)
+        if "result" in obj and obj["result"]["outputsTruncated"] and not outcome.outputs_truncated:
+            obj["result"]["outputs"] = [{"base64": base64.b64encode(o).decode()} if isinstance(o, bytes) else o
+                                        for o in outcome.outputs]      # every page (all_outputs)
+            obj["result"]["outputsTruncated"] = False
         obj["worker"] = outcome.worker
         obj["attempts"] = outcome.attempts
         return obj
@@ -390,7 +395,7 @@ async def _submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> in
                     dump(obj, True, out)
                     last = upd.state
                 return exit_for(last)
-            outcome = await cluster.submit(task=task)
+            outcome = await cluster.submit(task=task, all_outputs=True)
             dump(shown(outcome), ns.compact, out)
             return exit_for(outcome.state)
     except BlockxError as exc:

@@ -34,6 +34,7 @@ def result_to_json(r) -> dict[str, Any]:
         "failureMessage": r.failure_message,
         "retryable": r.retryable,
         "outputs": [decode_json_bytes(o) for o in r.outputs],
+        "outputsTotal": r.outputs_total, "outputsTruncated": r.outputs_truncated,
         "pluginResults": [{"plugin": p.plugin, "ok": p.ok, "message": p.message,
                            "details": decode_json_bytes(p.details) if p.details else None}
                           for p in r.plugin_results],
@@ -61,6 +62,19 @@ def response_to_json(msg) -> dict[str, Any]:
     if msg.HasField("result"):
         out["result"] = result_to_json(msg.result)
     return out
+
+
+def with_all_outputs(client, msg) -> dict[str, Any]:
+    """``response_to_json(msg)`` with every output of its result: the pages after the
+    one ``msg`` carries are fetched (blockx.client.pages) and appended."""
+    obj = response_to_json(msg)
+    if msg.HasField("result") and msg.result.outputs_truncated:
+        res = obj["result"]
+        outs = res["outputs"]
+        for page in client.result_pages(msg.task_id, msg.result):
+            outs.extend(decode_json_bytes(o) for o in page.outputs)
+        res["outputsTruncated"] = False
+    return obj
 
 
 def dump(obj: Any, compact: bool, out: TextIO) -> None:

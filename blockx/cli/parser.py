@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("result", parents=[client], help="get a task's state and result", description=(
         "Print a task's current state, with its result (outputs, plugin results, statistic) once it "
-        "is terminal. A task is kept for resultRetentionMs after it ends."),
+        "is terminal: every output, fetched page by page. A task is kept for resultRetentionMs after it ends."),
         epilog=epilog("blockx result t1 --compact"), **RAW)
     r.add_argument("task_id", metavar="TASK_ID")
     r.set_defaults(func=cmd_result)

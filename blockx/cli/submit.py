@@ -5,7 +5,10 @@ On a terminal, `submit` and `watch` show a progress bar per task while it runs
 terminal they print JSON only. Each command opens one session (blockx.client) to --addr,
 makes its requests and prints JSON on stdout: one indented object (or one line with --compact) for submit /
 result / slot, one compact object per line for streams (watch, submit --watch), so
-the output pipes into jq line by line. Outputs and plugin details are JSON in bytes
+the output pipes into jq line by line. `submit` (waiting) and `result` print every
+output of the task, fetching the pages after the first (blockx.client.pages);
+`watch`, `submit --watch` and `--no-wait` print each message as it came, whose
+result carries its first page (outputsTotal, outputsTruncated). Outputs and plugin details are JSON in bytes
 fields on the wire and are decoded, so the printout is plain JSON. A refusal
 prints `error: CODE: message` on stderr and exits 1; a task that reached FAILED
 exits 3 (codes in blockx.cli.exit). The JSON is rendered by blockx.cli.output, the
@@ -20,7 +23,7 @@ from typing import Any, TextIO
 
 from blockx.cli.connection import client_command
 from blockx.cli.exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, CLIError
-from blockx.cli.output import dump, exit_for, is_terminal, response_to_json
+from blockx.cli.output import dump, exit_for, is_terminal, response_to_json, with_all_outputs
 from blockx.cli.task_args import task_from_args
 
 
@@ -85,12 +88,12 @@ def _submit(ns: argparse.Namespace, client, out: TextIO) -> int:
                 for upd in client.watch([task.task_id]):
                     bars.update(upd)
                     final = upd.raw
-            dump(response_to_json(final), ns.compact, out)
+            dump(with_all_outputs(client, final), ns.compact, out)
             return exit_for(final.state)
-        dump(response_to_json(resp), ns.compact, out)
+        dump(with_all_outputs(client, resp), ns.compact, out)
         return exit_for(resp.state)
     final = client.submit(task=task, slot_id=ns.slot or "").raw    # SubmitTaskResponse or terminal TaskUpdate
-    dump(response_to_json(final), ns.compact, out)
+    dump(with_all_outputs(client, final), ns.compact, out)
     return exit_for(final.state)
 
 
@@ -118,7 +121,7 @@ def cmd_watch(ns: argparse.Namespace, out: TextIO | None = None) -> int:
 @client_command
 def _result(ns: argparse.Namespace, client, out: TextIO) -> int:
     resp = client.result(ns.task_id).raw
-    dump(response_to_json(resp), ns.compact, out)
+    dump(with_all_outputs(client, resp), ns.compact, out)
     return exit_for(resp.state)
 
 

@@ -58,8 +58,19 @@ class SyncWorkerClient:
     def request_slot(self, task_id: str, ttl_ms: int = 0) -> SlotLease:
         return self._run(self._client.request_slot(task_id, ttl_ms))
 
-    def result(self, task_id: str) -> TaskOutcome:
-        return self._run(self._client.result(task_id))
+    def result(self, task_id: str, *, all_outputs: bool = False) -> TaskOutcome:
+        return self._run(self._client.result(task_id, all_outputs=all_outputs))
+
+    def complete(self, outcome: TaskOutcome) -> TaskOutcome:
+        """Every output of ``outcome`` (see WorkerClient.complete)."""
+        return self._run(self._client.complete(outcome))
+
+    def outputs(self, task_id: str) -> Iterator:
+        """Every output of an ended task, a page at a time (see WorkerClient.outputs)."""
+        return self._iterate(self._client.outputs(task_id))
+
+    def result_pages(self, task_id: str, after=None) -> Iterator:
+        return self._iterate(self._client.result_pages(task_id, after))
 
     def status(self, timeout_s: float = 10.0):
         """GetWorkerStatus (the raw pb.WorkerStatus); see WorkerClient.status."""

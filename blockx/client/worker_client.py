@@ -7,11 +7,17 @@ task routes each event: a reply (its request_id) to the request waiting for it,
 a task update to whoever listens to that task (a ``submit(wait=True)`` or a
 ``watch``). When the stream ends or breaks, every waiting caller gets
 ``SessionBroken`` at once, and so does every later request: nothing hangs.
+
+Results come in pages (blockx.client.pages): ``submit`` and ``result`` return
+the outputs the terminal message carried (``TaskOutcome.outputs_truncated`` when
+more are on the Worker) unless called with ``all_outputs=True``; ``outputs``
+iterates every output of a task, page by page.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, cast
@@ -22,7 +28,8 @@ from blockx.client.bounded import as_completed_bounded
 from blockx.client.credentials import TOKEN_FROM_ENV, auth_metadata, resolve_token
 from blockx.client.errors import (InvalidArgument, NoSlot, SessionBroken, TracingOff, Unavailable, error_for,
                                   from_rpc_error)
-from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate, state_name
+from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate, decode_output, state_name
+from blockx.client.pages import all_pages, pages_after
 from blockx.client.tasks import build_task
 from blockx.tls.client_tls import TLS_FROM_ENV, ClientTLS, aio_channel
 from blockx.client.trace import TaskTrace
@@ -204,15 +211,19 @@ class WorkerClient:
     # ---- the public operations ----------------------------------------------------------
 
     async def submit(self, calls=None, *, task: pb.Task | None = None, task_id: str | None = None,
-                     timeout_ms: int = 0, wait: bool = True, slot_id: str = "") -> TaskOutcome:
+                     timeout_ms: int = 0, wait: bool = True, slot_id: str = "",
+                     all_outputs: bool = False) -> TaskOutcome:
         """Submit a task (a callList of ``(function_id, args)`` pairs, or a full ``pb.Task``).
-        With ``wait`` return its terminal outcome; otherwise the state SubmitTask returned."""
+        With ``wait`` return its terminal outcome; otherwise the state SubmitTask returned.
+        The outcome holds the outputs the terminal message carried (its first page);
+        with ``all_outputs`` every one of them (the other pages are fetched)."""
         t = build_task(calls=calls, task=task, task_id=task_id, timeout_ms=timeout_ms)
-        return await self.submit_built(t, wait=wait, slot_id=slot_id)
+        out = await self.submit_built(t, wait=wait, slot_id=slot_id)
+        return await self.complete(out) if all_outputs else out
 
     async def submit_built(self, t: pb.Task, *, wait: bool = True, slot_id: str = "") -> TaskOutcome:
         """``submit`` of a pb.Task that already has its task id, sent as it is (not
-        copied): what a Cluster uses after building the task once."""
+        copied): what a Cluster uses after building the task once. The first page."""
         tid = t.task_id
         req = pb.SessionRequest(submit=pb.SubmitTaskRequest(task=t, slot_id=slot_id), follow=wait)
         if not wait:
@@ -303,10 +314,54 @@ class WorkerClient:
         r = ev.slot
         return SlotLease(r.task_id, r.slot_id, state_name(r.state), self.addr, r)
 
-    async def result(self, task_id: str) -> TaskOutcome:
-        """The task's current state, with its result once terminal."""
+    async def result(self, task_id: str, *, all_outputs: bool = False) -> TaskOutcome:
+        """The task's current state, with its result once terminal: the outputs of its
+        first page (``outputs_truncated`` when more follow), or with ``all_outputs``
+        every one of them."""
         r = (await self._request(pb.SessionRequest(get_result=pb.GetTaskResultRequest(task_id=task_id))))[0].result
-        return TaskOutcome.from_pb(r.task_id, r.state, r.result if r.HasField("result") else None, self.addr, r)
+        out = TaskOutcome.from_pb(r.task_id, r.state, r.result if r.HasField("result") else None, self.addr, r)
+        return await self.complete(out) if all_outputs else out
+
+    # ---- results in pages ------------------------------------------------------------
+
+    async def complete(self, outcome: TaskOutcome) -> TaskOutcome:
+        """A copy of ``outcome`` (as ``submit`` or ``result`` returned it) with every
+        output: the pages after the one it holds are fetched from this worker and
+        appended, in order. ``outcome`` itself when it is not truncated."""
+        raw = outcome.raw
+        first = raw.result if raw is not None and raw.HasField("result") else None
+        if first is None or not first.outputs_truncated:
+            return outcome
+        outputs = list(outcome.outputs)
+        async for page in pages_after(self._page, outcome.task_id, first):
+            outputs.extend(map(decode_output, page.outputs))
+        return dataclasses.replace(outcome, outputs=outputs, outputs_truncated=False)
+
+    async def outputs(self, task_id: str) -> AsyncIterator[Any]:
+        """Every output of an ended task, decoded, in call-list order, fetched a page
+        at a time (memory stays at one page); nothing for a task still running."""
+        async for page in all_pages(self._page, task_id):
+            for o in page.outputs:
+                yield decode_output(o)
+
+    async def result_pages(self, task_id: str, after: pb.TaskResult | None = None) -> AsyncIterator[pb.TaskResult]:
+        """The raw pages (pb.TaskResult) of a task's result: every one, or those after
+        ``after`` (a page already in hand)."""
+        pages = all_pages(self._page, task_id) if after is None else pages_after(self._page, task_id, after)
+        async for page in pages:
+            yield page
+
+    async def result_page(self, task_id: str, offset: int = 0, limit: int | None = None) -> pb.GetTaskResultResponse:
+        """One GetTaskResult page: the outputs from ``offset`` that fit the worker's page
+        budget, at most ``limit`` (at least one when set)."""
+        req = pb.GetTaskResultRequest(task_id=task_id, outputs_offset=offset)
+        if limit is not None:
+            req.outputs_limit = limit
+        return (await self._request(pb.SessionRequest(get_result=req)))[0].result
+
+    async def _page(self, task_id: str, offset: int, limit: int | None) -> pb.TaskResult | None:
+        r = await self.result_page(task_id, offset, limit)
+        return r.result if r.HasField("result") else None
 
     async def cancel(self, task_id: str, reason: str = "") -> TaskOutcome:
         """CancelTask over this session: the task ends FAILED / CANCELLED (its calls

@@ -81,6 +81,7 @@ SPEC_ENV_VARS = {
     "MAX_TASK_SESSIONS": "maxTaskSessions",
     "MAX_WATCH_STREAMS": "maxWatchStreams",
     "WATCH_MAX_PENDING_UPDATES": "watchMaxPendingUpdates",
+    "RESULT_PAGE_BYTES": "resultPageBytes",              # results in pages
     # isolation and trust (issue 14)
     "EXECUTOR_BUDGET_PREEMPT_MS": "executorBudgetPreemptMs",
     "EXECUTOR_CALL_BATCH": "executorCallBatch",
