@@ -40,6 +40,7 @@ from blockx.adapters.executor.sandbox import Sandbox, SandboxLimits
 from blockx.adapters.grpc_limits import GrpcLimits
 from blockx.adapters.grpc_server import build_server, set_health
 from blockx.adapters.metrics import Metrics
+from blockx.adapters import otel_export
 from blockx.adapters.orchestrator import Orchestrator, wall_ms
 from blockx.adapters.trace_recorder import TraceStore
 from blockx.adapters.shadow import ShadowForwarder
@@ -101,6 +102,20 @@ def shadow_token(cfg) -> str | None:
 def client_tls(ca: str, cert: str, key: str) -> ClientTLS | None:
     """TLS towards a peer (etcd, the shadow target): on when any file is set."""
     return ClientTLS(ca, cert, key) if (ca or cert or key) else None
+
+
+def task_spans(cfg, profile, env=os.environ):
+    """OpenTelemetry span export over OTLP/gRPC when OTEL_EXPORTER_OTLP_ENDPOINT is set
+    (otel_export.py; the SDK is imported only then), under the profile's service
+    name unless OTEL_SERVICE_NAME says another; None when off."""
+    if not otel_export.requested(env):
+        return None
+    spans = otel_export.task_spans(profile.service, cfg.otel_call_span_rate)
+    log_event(log, "otel_export", endpoint=env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+              or env.get("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
+              service=spans.provider.resource.attributes.get("service.name", ""),
+              call_span_rate=cfg.otel_call_span_rate)
+    return spans
 
 
 def executor_sandbox(cfg) -> Sandbox | None:
@@ -286,6 +301,7 @@ class Worker:
             shadow = ShadowForwarder(cfg.shadow_submit_target_addr, cfg.shadow_submit_sample_rate,
                                      tls=client_tls(cfg.shadow_tls_ca, cfg.shadow_tls_cert, cfg.shadow_tls_key),
                                      token=shadow_token(cfg))
+        spans = task_spans(cfg, profile)
         self.orch = Orchestrator(
             core=core, disp=disp, adapter=self.adapter, pool=self.pool, fcode=fcode,
             builders=BuilderRegistry.from_names(profile.builders, data=data),
@@ -296,7 +312,7 @@ class Worker:
             audit=self._audit_gate(metrics),
             traces=TraceStore(cfg.trace_max_events_per_task,
                               retained_max_events=cfg.trace_retained_max_events)
-            if cfg.trace_enabled else None)
+            if cfg.trace_enabled else None, spans=spans)
         metrics.executors_healthy_fn = self.adapter.healthy_count   # live at scrape time
         metrics.outbox_depth_fn = self.adapter.max_outbox_backlog
         # issue 15 part 4: executors' RSS / CPU and the readiness flags, read at scrape time
@@ -390,6 +406,8 @@ class Worker:
         if shadow is not None:
             await shadow.close()
         await server.stop(GRPC_STOP_GRACE_S)
+        if spans is not None:       # flush the spans still queued (the SDK's shutdown blocks: off the loop)
+            await loop.run_in_executor(None, spans.shutdown)
         metrics.stop_http()
         log_event(log, "worker_stopped", seconds=round(time.monotonic() - t0, 3))
         return 0
