@@ -2,11 +2,15 @@
 
 Export is on when OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set and
 OTEL_SDK_DISABLED is not true, nor OTEL_TRACES_EXPORTER none; otherwise the
-Worker builds nothing and imports no OpenTelemetry module (its hooks are one
-``is not None`` branch each). Everything else is the SDK's own reading of the
-standard variables: the exporter's (endpoint, OTEL_EXPORTER_OTLP_INSECURE,
-_HEADERS, _TIMEOUT, _CERTIFICATE, ...), the sampler's (OTEL_TRACES_SAMPLER,
-_ARG), the batch span processor's (OTEL_BSP_*) and the resource's
+Worker builds nothing (its hooks are one ``is not None`` branch each) and no
+OpenTelemetry module is imported anywhere.
+
+When on, the SDK runs in an exporter process of its own (otel_exporter.py,
+started by otel_pipe.py), which inherits the Worker's environment, so
+everything else is the SDK's own reading of the standard variables: the
+exporter's (endpoint, OTEL_EXPORTER_OTLP_INSECURE, _HEADERS, _TIMEOUT,
+_CERTIFICATE, _COMPRESSION, ...), the sampler's (OTEL_TRACES_SAMPLER, _ARG),
+the batch span processor's (OTEL_BSP_*) and the resource's
 (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME). The service name is the
 profile's unless those set one."""
 from __future__ import annotations
@@ -28,24 +32,36 @@ def requested(env: Mapping[str, str] = os.environ) -> bool:
     return any(env.get(name, "").strip() for name in ENDPOINT_VARS)
 
 
-def task_spans(service: str, call_span_rate: float, *, exporter=None):
-    """The TaskSpans of a Worker exporting over OTLP/gRPC (``exporter``: another
-    SpanExporter, e.g. a test's in-memory one, behind the same batch processor)."""
+def service_name(default: str, env: Mapping[str, str] = os.environ) -> str:
+    """The service name the spans will carry (what resource() resolves), read
+    without the SDK: OTEL_SERVICE_NAME, else service.name in
+    OTEL_RESOURCE_ATTRIBUTES, else ``default``."""
+    name = env.get("OTEL_SERVICE_NAME", "").strip()
+    if name:
+        return name
+    for item in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        key, _, value = item.partition("=")
+        if key.strip() == "service.name" and value.strip():
+            return value.strip()
+    return default
+
+
+def resource(service: str):
+    """The SDK Resource of the spans: OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME,
+    with ``service`` (the profile's) and this version where they set none."""
     from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, OTELResourceDetector, Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from blockx.adapters.otel_spans import TaskSpans
-
-    if exporter is None:
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        exporter = OTLPSpanExporter()
     from_env = OTELResourceDetector().detect().attributes
     attrs = {}
     if not from_env.get(SERVICE_NAME):
         attrs[SERVICE_NAME] = service
     if not from_env.get(SERVICE_VERSION):
         attrs[SERVICE_VERSION] = __version__
-    provider = TracerProvider(resource=Resource.create(attrs))
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    return TaskSpans(provider, call_span_rate=call_span_rate)
+    return Resource.create(attrs)
+
+
+def sampler():
+    """The sampler OTEL_TRACES_SAMPLER (and _ARG) name, as the SDK reads them
+    (default: parent-based, always on)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    return TracerProvider(shutdown_on_exit=False).sampler

@@ -7,57 +7,77 @@ traceparent of the SubmitTask metadata or of the TaskSession stream) or, with
 none, a new root. Its phases are its children, one after the other:
 ``builder``, ``calls``, ``writer``. A task that ends FAILED gets an ERROR
 status with its failure code and message on the task span and on the phase it
-failed in.
+ended in.
 
-Per-call spans (``call <function>``, children of the calls phase, a subcall's
-of its parent call's span when that one is recorded) are only made for a
-sampled fraction of the calls of a task whose span is recording:
-``call_span_rate`` (otelCallSpanRate), decided from the call id's CRC-32, so
-every attempt of a call is in or out together; 0 records none and costs one
-branch per call, since the dispatch actor then holds no hook at all.
+Per-call spans (``call <function>``, children of the calls phase; a subcall's
+is the child of its parent call's span when that one is recorded) are made for
+a fraction of the calls only: ``call_span_rate`` (otelCallSpanRate), decided
+from the call id's CRC-32, so every attempt of a call is in or out together; 0
+records none and costs no branch per call, since the dispatch actor then holds
+no hook at all.
 
-The tracer comes from a TracerProvider handed in (otel_export.py builds the
-OTLP one, whose batch span processor exports from its own thread, so ending a
-span only queues it). The spans' sampling decision is the provider's sampler
-(OTEL_TRACES_SAMPLER). Nothing here reads the cores' state: the hooks get the
-commands the cores emitted."""
+Cost. A span object of the OpenTelemetry SDK, and its OTLP encoding, cost tens
+of microseconds each, on the event loop or under its GIL: several a task would
+cost a short task a large share of its time. So the hooks keep only ids and
+clock readings, per task, and hand one finished record per task to ``sink``
+(otel_pipe.py: batched to the exporter process, where the SDK's sampler decides
+and its batch span processor exports; otel_replay.py turns a record into the
+SDK's spans). Nothing here imports OpenTelemetry or reads the cores' state: the
+hooks get the commands the cores emitted.
+
+A record is a list: trace id, task span id, parent span id ("" for a root), the
+parent's trace flags (-1: none), tracestate, task id, instance id, start and
+end (ns since the epoch), state, failure code and message, [call count, calls
+failed, call retries, cache hits], phases ([name, attribute, value, start,
+span id], each ending where the next starts, the last at the end) and calls
+([span id, parent span id, function id, call id, attempt, executor id, start,
+end, error kind or ""])."""
 from __future__ import annotations
 
+import time
+from random import getrandbits
+from typing import Callable
 from zlib import crc32
 
-from opentelemetry.context import Context
-from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-from blockx.adapters.trace_context import TraceContext, as_carrier
+from blockx.adapters.trace_context import TRACESTATE, TraceContext
+from blockx.core.call_ids import task_id_of_call
 from blockx.core.types import StartBuilderPhase, StartCallPhase, StartWriterPhase
 
-_ROOT = Context()                  # no parent: a span started in it is a new trace's root
 _CRC_RANGE = 1 << 32
-TRACER_NAME = "blockx.worker"
+_time_ns = time.time_ns
+CUT_SHORT = "cut short: the task ended"
+
+
+def _span_id() -> str:
+    return f"{getrandbits(64) or 1:016x}"
 
 
 class _Task:
-    __slots__ = ("span", "phase", "calls")
+    __slots__ = ("trace_id", "span_id", "parent", "flags", "state", "instance_id", "start", "phases", "calls",
+                 "open")
 
-    def __init__(self, span) -> None:
-        self.span = span
-        self.phase = None                 # the open phase span
-        self.calls: set[str] | None = None   # ids of this task's open call spans (call spans on)
+    def __init__(self, trace_id: str, parent: str, flags: int, state: str, instance_id: str) -> None:
+        self.trace_id = trace_id
+        self.span_id = _span_id()
+        self.parent = parent
+        self.flags = flags
+        self.state = state
+        self.instance_id = instance_id
+        self.start = _time_ns()
+        self.phases: list = []
+        self.calls: list | None = None      # recorded calls (call spans on)
+        self.open: dict | None = None       # call id -> its recorded call, until it answers
 
 
 class TaskSpans:
-    def __init__(self, provider, *, call_span_rate: float = 0.0) -> None:
+    def __init__(self, sink: Callable[[list], None], *, call_span_rate: float = 0.0) -> None:
         if not 0.0 <= call_span_rate <= 1.0:
             raise ValueError(f"call_span_rate must be within 0..1, got {call_span_rate}")
-        self.provider = provider
-        self._tracer = provider.get_tracer(TRACER_NAME)
-        self._propagator = TraceContextTextMapPropagator()
+        self.sink = sink                      # takes one finished task's record
         self.call_span_rate = call_span_rate
-        # a call is sampled when crc32(call id) < threshold
-        self._threshold = int(call_span_rate * _CRC_RANGE)
+        self._threshold = int(call_span_rate * _CRC_RANGE)    # a call is recorded when crc32(id) < this
         self._tasks: dict[str, _Task] = {}
-        self._calls: dict[str, object] = {}     # call id -> its open span (ids are unique across tasks)
+        self._open_calls: dict[str, list] = {}  # call id -> its record, across tasks (ids are unique)
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -70,10 +90,12 @@ class TaskSpans:
     # ---- the task ----------------------------------------------------------------------
 
     def task_started(self, task_id: str, instance_id: str, trace_context: TraceContext | None) -> None:
-        parent = self._propagator.extract(as_carrier(trace_context), context=_ROOT) if trace_context else _ROOT
-        span = self._tracer.start_span("task", context=parent, kind=SpanKind.SERVER, attributes={
-            "blockx.task.id": task_id, "blockx.task.instance_id": instance_id})
-        self._tasks[task_id] = _Task(span)
+        if trace_context:              # checked already: "vv-<trace id>-<span id>-ff"
+            tp = trace_context[0][1]
+            state = next((v for k, v in trace_context if k == TRACESTATE), "")
+            self._tasks[task_id] = _Task(tp[3:35], tp[36:52], int(tp[53:55], 16), state, instance_id)
+        else:
+            self._tasks[task_id] = _Task(f"{getrandbits(128) or 1:032x}", "", -1, "", instance_id)
 
     def phase_started(self, cmd) -> None:
         """A Start*Phase command of the core: the previous phase ends, this one starts."""
@@ -82,91 +104,70 @@ class TaskSpans:
             return
         kind = type(cmd)
         if kind is StartBuilderPhase:
-            name, attrs = "builder", {"blockx.builder": cmd.function_call.type}
+            ph = ["builder", "blockx.builder", cmd.function_call.type]
         elif kind is StartCallPhase:
-            name, attrs = "calls", {"blockx.calls.streaming": bool(cmd.streaming)}
+            ph = ["calls", "blockx.calls.streaming", bool(cmd.streaming)]
         elif kind is StartWriterPhase:
             rh = cmd.result_handler
-            name, attrs = "writer", {"blockx.writer": rh.type if rh is not None else ""}
+            ph = ["writer", "blockx.writer", rh.type if rh is not None else ""]
         else:
             return
-        if st.phase is not None:
-            st.phase.end()
-        st.phase = self._tracer.start_span(name, context=set_span_in_context(st.span), attributes=attrs)
+        ph += (_time_ns(), _span_id())
+        st.phases.append(ph)
 
     def task_ended(self, task_id: str, state: str, result) -> None:
         st = self._tasks.pop(task_id, None)
         if st is None:
             return
-        failed = state != "SUCCEEDED"
-        if st.calls:
-            for call_id in st.calls:
-                span = self._calls.pop(call_id, None)
-                if span is not None:
-                    span.set_status(Status(StatusCode.ERROR, f"cut short: the task ended {state}"))
-                    span.end()
-        why = f"{result.failure_code}: {result.failure_message}" if failed else ""
-        if st.phase is not None:
-            if failed:
-                st.phase.set_status(Status(StatusCode.ERROR, why))
-            st.phase.end()
-        span = st.span
+        end = _time_ns()
+        if st.open:
+            for call_id, c in st.open.items():
+                self._open_calls.pop(call_id, None)
+                c[7], c[8] = end, f"{CUT_SHORT} {state}"
         stat = result.statistic
-        span.set_attributes({
-            "blockx.task.state": state, "blockx.task.call_count": stat.call_count,
-            "blockx.task.calls_failed": stat.calls_failed, "blockx.task.call_retries": stat.call_retries,
-            "blockx.task.cache_hits": stat.cache_hits})
-        if failed:
-            span.set_attribute("blockx.task.failure_code", result.failure_code)
-            span.set_status(Status(StatusCode.ERROR, why))
-        span.end()
+        self.sink([st.trace_id, st.span_id, st.parent, st.flags, st.state, task_id, st.instance_id, st.start, end,
+                   state, result.failure_code, result.failure_message,
+                   [stat.call_count, stat.calls_failed, stat.call_retries, stat.cache_hits],
+                   st.phases, st.calls or []])
 
     def trace_context(self, task_id: str) -> TraceContext | None:
-        """The task span's own context as W3C metadata (what a shadow copy carries on)."""
+        """The task span's own context as W3C metadata (what a shadow copy carries on):
+        the caller's trace flags, or sampled for a new root."""
         st = self._tasks.get(task_id)
         if st is None:
             return None
-        carrier: dict[str, str] = {}
-        self._propagator.inject(carrier, context=set_span_in_context(st.span))
-        return tuple(carrier.items()) or None
+        tc = (("traceparent", f"00-{st.trace_id}-{st.span_id}-{st.flags if st.flags >= 0 else 1:02x}"),)
+        return tc + (((TRACESTATE, st.state),) if st.state else ())
 
     # ---- calls (wired only when call_spans) ---------------------------------------------
 
     def call_sent(self, cmd) -> None:
         """The dispatch actor sent ExecuteCall for a DispatchCallCmd."""
-        st = self._tasks.get(cmd.task_id)
-        if st is None or st.phase is None:
-            return
         call_id = cmd.call_id
-        if crc32(call_id.encode()) >= self._threshold or not st.span.is_recording():
+        if crc32(call_id.encode()) >= self._threshold:
             return
-        calls = self._calls
-        prev = calls.pop(call_id, None)          # an attempt that never answered (its executor was lost)
+        st = self._tasks.get(cmd.task_id)
+        if st is None or not st.phases:
+            return
+        now = _time_ns()
+        opened = self._open_calls
+        prev = opened.pop(call_id, None)          # an attempt that never answered (its executor was lost)
         if prev is not None:
-            prev.set_status(Status(StatusCode.ERROR, "no answer: the call was sent again"))
-            prev.end()
-        parent = calls.get(cmd.parent_call_id) if cmd.parent_call_id else None
-        calls[call_id] = self._tracer.start_span(
-            f"call {cmd.function_id}", context=set_span_in_context(parent if parent is not None else st.phase),
-            attributes={"blockx.call.id": call_id, "blockx.call.attempt": cmd.attempt_seq,
-                        "blockx.executor.id": cmd.executor_id})
+            prev[7], prev[8] = now, "no answer: the call was sent again"
+        parent = opened.get(cmd.parent_call_id) if cmd.parent_call_id else None
+        c = [_span_id(), parent[0] if parent is not None else st.phases[-1][4], cmd.function_id, call_id,
+             cmd.attempt_seq, cmd.executor_id, now, 0, ""]
         if st.calls is None:
-            st.calls = set()
-        st.calls.add(call_id)
+            st.calls, st.open = [], {}
+        st.calls.append(c)
+        st.open[call_id] = opened[call_id] = c
 
     def call_done(self, call_id: str, error_kind: str) -> None:
         """An accepted CallCompleted (error_kind "") or CallFailed frame."""
-        span = self._calls.pop(call_id, None)
-        if span is None:
+        c = self._open_calls.pop(call_id, None)
+        if c is None:
             return
-        if error_kind:
-            span.set_status(Status(StatusCode.ERROR, error_kind))
-        span.end()
-
-    # ---- end -----------------------------------------------------------------------------
-
-    def shutdown(self) -> None:
-        """Flush what is queued and stop the exporter (blocking: run it off the loop)."""
-        shutdown = getattr(self.provider, "shutdown", None)
-        if shutdown is not None:
-            shutdown()
+        c[7], c[8] = _time_ns(), error_kind
+        st = self._tasks.get(task_id_of_call(call_id) or "")
+        if st is not None and st.open is not None:
+            st.open.pop(call_id, None)

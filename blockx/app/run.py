@@ -41,6 +41,8 @@ from blockx.adapters.grpc_limits import GrpcLimits
 from blockx.adapters.grpc_server import build_server, set_health
 from blockx.adapters.metrics import Metrics
 from blockx.adapters import otel_export
+from blockx.adapters.otel_pipe import ExporterPipe
+from blockx.adapters.otel_spans import TaskSpans
 from blockx.adapters.orchestrator import Orchestrator, wall_ms
 from blockx.adapters.trace_recorder import TraceStore
 from blockx.adapters.shadow import ShadowForwarder
@@ -104,18 +106,18 @@ def client_tls(ca: str, cert: str, key: str) -> ClientTLS | None:
     return ClientTLS(ca, cert, key) if (ca or cert or key) else None
 
 
-def task_spans(cfg, profile, env=os.environ):
+async def task_spans(cfg, profile, env=os.environ) -> TaskSpans | None:
     """OpenTelemetry span export over OTLP/gRPC when OTEL_EXPORTER_OTLP_ENDPOINT is set
-    (otel_export.py; the SDK is imported only then), under the profile's service
-    name unless OTEL_SERVICE_NAME says another; None when off."""
+    (otel_export.py): the hooks record, an exporter process of its own runs the SDK
+    (otel_pipe.py), under the profile's service name unless OTEL_SERVICE_NAME says
+    another; None when off."""
     if not otel_export.requested(env):
         return None
-    spans = otel_export.task_spans(profile.service, cfg.otel_call_span_rate)
+    pipe = await ExporterPipe.start(profile.service)
     log_event(log, "otel_export", endpoint=env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-              or env.get("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
-              service=spans.provider.resource.attributes.get("service.name", ""),
-              call_span_rate=cfg.otel_call_span_rate)
-    return spans
+              or env.get("OTEL_EXPORTER_OTLP_ENDPOINT", ""), service=otel_export.service_name(profile.service, env),
+              call_span_rate=cfg.otel_call_span_rate, exporter_pid=pipe.pid)
+    return TaskSpans(pipe, call_span_rate=cfg.otel_call_span_rate)
 
 
 def executor_sandbox(cfg) -> Sandbox | None:
@@ -301,7 +303,7 @@ class Worker:
             shadow = ShadowForwarder(cfg.shadow_submit_target_addr, cfg.shadow_submit_sample_rate,
                                      tls=client_tls(cfg.shadow_tls_ca, cfg.shadow_tls_cert, cfg.shadow_tls_key),
                                      token=shadow_token(cfg))
-        spans = task_spans(cfg, profile)
+        spans = await task_spans(cfg, profile)
         self.orch = Orchestrator(
             core=core, disp=disp, adapter=self.adapter, pool=self.pool, fcode=fcode,
             builders=BuilderRegistry.from_names(profile.builders, data=data),
@@ -406,8 +408,8 @@ class Worker:
         if shadow is not None:
             await shadow.close()
         await server.stop(GRPC_STOP_GRACE_S)
-        if spans is not None:       # flush the spans still queued (the SDK's shutdown blocks: off the loop)
-            await loop.run_in_executor(None, spans.shutdown)
+        if spans is not None:       # the exporter process flushes the spans it holds, then exits
+            await spans.sink.close()
         metrics.stop_http()
         log_event(log, "worker_stopped", seconds=round(time.monotonic() - t0, 3))
         return 0

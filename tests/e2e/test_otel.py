@@ -123,11 +123,11 @@ def test_the_shadow_copy_carries_the_trace_to_its_target(start_worker, receiver,
 
 
 def test_without_an_endpoint_the_worker_imports_no_opentelemetry():
-    code = ("import sys\n"
+    code = ("import asyncio, sys\n"
             "from blockx.app import run\n"
             "from blockx.app.config import load_config\n"
             "from blockx.app.profile import BLOCK\n"
-            "assert run.task_spans(load_config(BLOCK, env={}), BLOCK, env={}) is None\n"
+            "assert asyncio.run(run.task_spans(load_config(BLOCK, env={}), BLOCK, env={})) is None\n"
             "import blockx.adapters.grpc_server, blockx.adapters.orchestrator, blockx.adapters.shadow\n"
             "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -137,3 +137,16 @@ def test_without_an_endpoint_the_worker_imports_no_opentelemetry():
 def _task(task_id, calls):
     payload = json.dumps({"calls": [{"functionId": f, "args": a} for f, a in calls]}).encode()
     return pb.Task(task_id=task_id, function_call=pb.FunctionCallConfig(type="callList", payload=payload))
+
+
+def test_the_spans_still_held_are_exported_when_the_worker_stops(start_worker, receiver):
+    # a batch delay far beyond the test: only the stop's flush can deliver them
+    w = start_worker(_export_env(receiver, OTEL_BSP_SCHEDULE_DELAY="600000"))
+    w.stub.SubmitTask(pb.SubmitTaskRequest(task=_task("t-stop", [("add", [1, 2])])), timeout=10,
+                      metadata=(("traceparent", TRACEPARENT),))
+    assert outputs(w.wait_terminal("t-stop")) == [3]
+    time.sleep(0.5)
+    assert _task_span(receiver.spans, "t-stop", "blockx-worker") is None
+    assert w.stop() == 0
+    task, phases = _wait_task(receiver, "t-stop", phases=("builder", "calls", "writer"))
+    assert task.trace_id == TRACE_ID

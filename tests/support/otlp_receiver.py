@@ -1,7 +1,12 @@
 """A real OTLP/gRPC trace receiver for the tests: a grpc server implementing
 opentelemetry.proto.collector.trace.v1 TraceService/Export on 127.0.0.1, which
 keeps every span it is sent with its resource's attributes, so a test can point
-a real Worker's OTEL_EXPORTER_OTLP_ENDPOINT at it and read what arrived."""
+a real Worker's OTEL_EXPORTER_OTLP_ENDPOINT at it and read what arrived.
+
+``python -m tests.support.otlp_receiver`` runs one in a process of its own (the
+benchmark's, so that receiving costs neither the worker nor the measuring
+client): it prints its port, counts what it receives and prints the count of
+spans on each line read from stdin, until stdin closes."""
 from __future__ import annotations
 
 import threading
@@ -33,8 +38,10 @@ def _value(v):
 
 
 class OtlpReceiver(ts_grpc.TraceServiceServicer):
-    def __init__(self) -> None:
+    def __init__(self, *, keep: bool = True) -> None:
+        self.keep = keep               # False: count the spans only
         self.spans: list[ReceivedSpan] = []
+        self.received = 0
         self.requests = 0
         self._cond = threading.Condition()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -53,6 +60,12 @@ class OtlpReceiver(ts_grpc.TraceServiceServicer):
         self._server.stop(0)
 
     def Export(self, request, context):  # noqa: N802 - the generated servicer's name
+        if not self.keep:
+            n = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+            with self._cond:
+                self.requests += 1
+                self.received += n
+            return ts_pb.ExportTraceServiceResponse()
         got = []
         for rs in request.resource_spans:
             resource = {a.key: _value(a.value) for a in rs.resource.attributes}
@@ -65,6 +78,7 @@ class OtlpReceiver(ts_grpc.TraceServiceServicer):
                         attributes={a.key: _value(a.value) for a in s.attributes}, resource=resource))
         with self._cond:
             self.requests += 1
+            self.received += len(got)
             self.spans.extend(got)
             self._cond.notify_all()
         return ts_pb.ExportTraceServiceResponse()
@@ -80,3 +94,16 @@ class OtlpReceiver(ts_grpc.TraceServiceServicer):
                                          f"it has {[(s.name, s.trace_id) for s in self.spans]}")
                 self._cond.wait(left)
             return list(self.spans)
+
+
+def main() -> None:
+    import sys
+    r = OtlpReceiver(keep=False).start()
+    print(r.port, flush=True)
+    for _ in sys.stdin:
+        print(r.received, flush=True)
+    r.stop()
+
+
+if __name__ == "__main__":
+    main()

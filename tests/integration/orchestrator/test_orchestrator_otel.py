@@ -5,12 +5,13 @@ span says so."""
 from zlib import crc32
 
 import orjson
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, DEFAULT_ON
 from opentelemetry.trace import SpanKind, StatusCode
 
+from blockx.adapters.otel_replay import SpanReplay
 from blockx.adapters.otel_spans import TaskSpans
 from blockx.adapters.trace_context import incoming
 from blockx.core.types import ResultHandler, TaskState
@@ -22,11 +23,12 @@ PARENT_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
 
 
-def _spans(rate: float = 0.0, sampler=None):
+def _spans(rate: float = 0.0, sampler=DEFAULT_ON):
+    """TaskSpans whose records the SDK replays in process into an in-memory exporter
+    (what the exporter process does in front of the OTLP exporter)."""
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(sampler=sampler) if sampler is not None else TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return TaskSpans(provider, call_span_rate=rate), exporter
+    replay = SpanReplay(SimpleSpanProcessor(exporter), Resource.create({"service.name": "test"}), sampler)
+    return TaskSpans(replay, call_span_rate=rate), exporter
 
 
 def _by_name(exporter) -> dict:
@@ -135,7 +137,7 @@ async def test_no_call_spans_for_a_task_the_sampler_dropped(make_harness):
     h.fake.complete("t/0", 3)
     await h.terminal("t")
     assert exporter.get_finished_spans() == ()
-    assert spans._calls == {}
+    assert spans.sink.dropped_by_sampler == 1 and spans._open_calls == {}
 
 
 async def test_a_subcall_span_is_a_child_of_its_parent_calls_span(make_harness):
@@ -171,4 +173,4 @@ async def test_a_call_still_open_when_its_task_ends_is_ended_with_it(make_harnes
     assert by_id["t/1"].status.description == "cut short: the task ended FAILED"
     assert by_id["t/1"].end_time <= got["task"][0].end_time
     assert got["task"][0].attributes["blockx.task.failure_code"] == res.result.failure_code
-    assert spans._calls == {}
+    assert spans._open_calls == {}

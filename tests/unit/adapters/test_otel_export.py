@@ -1,7 +1,8 @@
 """When the Worker exports spans, and under which service name: the profile's,
-unless OTEL_SERVICE_NAME (or service.name in OTEL_RESOURCE_ATTRIBUTES) says another."""
+unless OTEL_SERVICE_NAME (or service.name in OTEL_RESOURCE_ATTRIBUTES) says
+another (the Worker's reading of it, for its log, agrees with the SDK's); and
+the sampler is the one OTEL_TRACES_SAMPLER names."""
 import pytest
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from blockx import __version__
 from blockx.adapters import otel_export
@@ -25,11 +26,10 @@ def _service(monkeypatch, **env):
         monkeypatch.delenv(k, raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    spans = otel_export.task_spans("blockx-worker", 0.0, exporter=InMemorySpanExporter())
-    try:
-        return dict(spans.provider.resource.attributes)
-    finally:
-        spans.shutdown()
+    attrs = dict(otel_export.resource("blockx-worker").attributes)
+    import os
+    assert otel_export.service_name("blockx-worker", os.environ) == attrs["service.name"]
+    return attrs
 
 
 def test_the_service_name_is_the_profiles_by_default(monkeypatch):
@@ -41,3 +41,11 @@ def test_otel_service_name_overrides_the_profile(monkeypatch):
     assert _service(monkeypatch, OTEL_SERVICE_NAME="billing-workers")["service.name"] == "billing-workers"
     attrs = _service(monkeypatch, OTEL_RESOURCE_ATTRIBUTES="service.name=from-attrs,deployment.environment=prod")
     assert attrs["service.name"] == "from-attrs" and attrs["deployment.environment"] == "prod"
+
+
+def test_the_sampler_is_the_one_the_environment_names(monkeypatch):
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
+    assert "TraceIdRatioBased{0.25}" in otel_export.sampler().get_description()
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER")
+    assert otel_export.sampler().get_description().startswith("ParentBased{root:AlwaysOnSampler")
