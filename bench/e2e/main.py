@@ -89,6 +89,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="compare: (b) and (c) on a worker exporting OpenTelemetry spans over OTLP/gRPC and "
                         "one not exporting, side by side, in alternating rounds (default off: no export)")
     p.add_argument("--otel-rounds", type=int, default=3, help="rounds of --otel compare (default 3)")
+    p.add_argument("--otel-sampler", default="always_on",
+                   help="OTEL_TRACES_SAMPLER of the exporting worker (default always_on; always_off keeps the "
+                        "worker's recording and the pipe and drops every task in the exporter process, which "
+                        "isolates the worker's own cost)")
     p.add_argument("--timeout", type=float, default=600.0, help="bound of the whole run in seconds")
     ns = p.parse_args(argv)
     ns.only = [s.strip() for s in ns.only.split(",") if s.strip()]
@@ -202,8 +206,8 @@ async def run_auth_compare(ns, sizes: dict, report: dict) -> None:
 
 async def run_otel_compare(ns, sizes: dict, report: dict) -> None:
     """(b) and (c) with OpenTelemetry export on (OTEL_EXPORTER_OTLP_ENDPOINT at a real
-    OTLP/gRPC receiver in a process of its own, every task sampled, call spans at
-    their default rate) and off, side by side (_side_by_side); `on_cost_percent`
+    OTLP/gRPC receiver in a process of its own, OTEL_TRACES_SAMPLER --otel-sampler,
+    call spans at their default rate) and off, side by side (_side_by_side); `on_cost_percent`
     is on relative to off (positive: export costs). `spans_received` proves the
     export ran."""
     receiver = await asyncio.create_subprocess_exec(
@@ -211,7 +215,7 @@ async def run_otel_compare(ns, sizes: dict, report: dict) -> None:
         stdout=asyncio.subprocess.PIPE, cwd=str(ROOT))
     try:
         port = int(await asyncio.wait_for(receiver.stdout.readline(), 30))
-        on_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_TRACES_SAMPLER": "always_on"}
+        on_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_TRACES_SAMPLER": ns.otel_sampler}
         workers = {"on": BenchWorker(executors=ns.executors, auth=ns.auth, env=on_env),
                    "off": BenchWorker(executors=ns.executors, auth=ns.auth)}
         rounds, median, cost = await _side_by_side(ns, sizes, workers, ns.otel_rounds, "otel_round")

@@ -5,7 +5,7 @@ One span per task (``task``, kind SERVER), from its activation to its terminal
 update, whose parent is the caller's W3C trace context (trace_context.py: the
 traceparent of the SubmitTask metadata or of the TaskSession stream) or, with
 none, a new root. Its phases are its children, one after the other:
-``builder``, ``calls``, ``writer``. A task that ends FAILED gets an ERROR
+``builder``, ``calls``, and ``writer`` when the task has a result handler. A task that ends FAILED gets an ERROR
 status with its failure code and message on the task span and on the phase it
 ended in.
 
@@ -109,7 +109,9 @@ class TaskSpans:
             ph = ["calls", "blockx.calls.streaming", bool(cmd.streaming)]
         elif kind is StartWriterPhase:
             rh = cmd.result_handler
-            ph = ["writer", "blockx.writer", rh.type if rh is not None else ""]
+            if rh is None:           # no writer runs: the calls phase is the last one
+                return
+            ph = ["writer", "blockx.writer", rh.type]
         else:
             return
         ph += (_time_ns(), _span_id())

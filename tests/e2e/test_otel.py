@@ -39,7 +39,7 @@ def _task_span(spans, task_id, service):
     return found[0] if found else None
 
 
-def _wait_task(receiver, task_id, *, service="blockx-worker", phases=("builder", "calls", "writer")):
+def _wait_task(receiver, task_id, *, service="blockx-worker", phases=("builder", "calls")):
     """The task's span (exported by ``service``) once it and its phase spans arrived,
     and those phase spans."""
     def arrived(spans):
@@ -59,7 +59,7 @@ def test_a_real_worker_exports_the_task_span_under_the_callers_trace(start_worke
     assert task.resource["service.name"] == "blockx-worker"        # the block profile's service
     assert (task.trace_id, task.parent_span_id) == (TRACE_ID, CALLER_SPAN)
     assert task.attributes["blockx.task.state"] == "SUCCEEDED" and task.status_code == 0
-    assert sorted(s.name for s in phases) == ["builder", "calls", "writer"]
+    assert sorted(s.name for s in phases) == ["builder", "calls"]      # no result handler: no writer
     assert all(s.trace_id == TRACE_ID for s in phases)
     assert w.find_event("otel_export", service="blockx-worker") is not None
 
@@ -148,5 +148,5 @@ def test_the_spans_still_held_are_exported_when_the_worker_stops(start_worker, r
     time.sleep(0.5)
     assert _task_span(receiver.spans, "t-stop", "blockx-worker") is None
     assert w.stop() == 0
-    task, phases = _wait_task(receiver, "t-stop", phases=("builder", "calls", "writer"))
+    task, phases = _wait_task(receiver, "t-stop")
     assert task.trace_id == TRACE_ID

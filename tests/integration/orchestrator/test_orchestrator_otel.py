@@ -70,6 +70,20 @@ async def test_the_task_span_is_the_callers_child_and_its_phases_are_its_childre
     assert len(spans) == 0                       # nothing kept after the end
 
 
+async def test_a_task_without_a_result_handler_has_no_writer_span(make_harness):
+    spans, exporter = _spans()
+    h = await make_harness(spans=spans)
+    h.submit("t", [("add", [1, 2])])
+    await h.executed(1)
+    h.fake.complete("t/0", 3)
+    await h.terminal("t")
+    [task] = _by_name(exporter)["task"]
+    phases = sorted((s for s in exporter.get_finished_spans() if s.parent is not None
+                     and s.parent.span_id == task.context.span_id), key=lambda s: s.start_time)
+    assert [s.name for s in phases] == ["builder", "calls"]
+    assert phases[-1].end_time == task.end_time
+
+
 async def test_without_a_traceparent_the_task_span_is_a_new_root(make_harness):
     spans, exporter = _spans()
     h = await make_harness(spans=spans)
