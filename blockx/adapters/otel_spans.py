@@ -53,15 +53,15 @@ def _span_id() -> str:
 
 
 class _Task:
-    __slots__ = ("trace_id", "span_id", "parent", "flags", "state", "instance_id", "start", "phases", "calls",
+    __slots__ = ("trace_id", "span_id", "parent", "flags", "tracestate", "instance_id", "start", "phases", "calls",
                  "open")
 
-    def __init__(self, trace_id: str, parent: str, flags: int, state: str, instance_id: str) -> None:
+    def __init__(self, trace_id: str, parent: str, flags: int, tracestate: str, instance_id: str) -> None:
         self.trace_id = trace_id
         self.span_id = _span_id()
-        self.parent = parent
-        self.flags = flags
-        self.state = state
+        self.parent = parent                # the caller's span id, "" for a root
+        self.flags = flags                  # the caller's trace flags, -1 for a root
+        self.tracestate = tracestate
         self.instance_id = instance_id
         self.start = _time_ns()
         self.phases: list = []
@@ -127,7 +127,7 @@ class TaskSpans:
                 self._open_calls.pop(call_id, None)
                 c[7], c[8] = end, f"{CUT_SHORT} {state}"
         stat = result.statistic
-        self.sink([st.trace_id, st.span_id, st.parent, st.flags, st.state, task_id, st.instance_id, st.start, end,
+        self.sink([st.trace_id, st.span_id, st.parent, st.flags, st.tracestate, task_id, st.instance_id, st.start, end,
                    state, result.failure_code, result.failure_message,
                    [stat.call_count, stat.calls_failed, stat.call_retries, stat.cache_hits],
                    st.phases, st.calls or []])
@@ -139,7 +139,7 @@ class TaskSpans:
         if st is None:
             return None
         tc = (("traceparent", f"00-{st.trace_id}-{st.span_id}-{st.flags if st.flags >= 0 else 1:02x}"),)
-        return tc + (((TRACESTATE, st.state),) if st.state else ())
+        return tc + (((TRACESTATE, st.tracestate),) if st.tracestate else ())
 
     # ---- calls (wired only when call_spans) ---------------------------------------------
 
