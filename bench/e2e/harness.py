@@ -187,10 +187,18 @@ class BenchWorker:
             pass
         return pids
 
+    def exporter_pid(self) -> int:
+        """The pid of the worker's OpenTelemetry exporter process (0: export is off)."""
+        ev = next((e for e in self.events() if e.get("event") == "otel_export"), None)
+        return int(ev.get("exporter_pid", 0)) if ev else 0
+
     def cpu_seconds(self) -> dict[str, float]:
-        """CPU time so far of the worker and (summed) of its executors."""
+        """CPU time so far of the worker, (summed) of its executors and of its
+        OpenTelemetry exporter process (a child too, counted apart)."""
+        exporter = self._exporter_pid = getattr(self, "_exporter_pid", None) or self.exporter_pid()
         return {"worker": proc_cpu_seconds(self.pid),
-                "executors": sum(proc_cpu_seconds(p) for p in self.executor_pids())}
+                "executors": sum(proc_cpu_seconds(p) for p in self.executor_pids() if p != exporter),
+                "exporter": proc_cpu_seconds(exporter) if exporter else 0.0}
 
     # ---- stop -------------------------------------------------------------------------
 

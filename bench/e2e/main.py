@@ -21,7 +21,8 @@ and the cache hit rate of repeated reads (counted from the node's own log).
 the Worker's default); --auth compare runs (b) and (c), unary and session, on
 a token worker and a none worker side by side, alternating which goes first
 in each of --auth-rounds rounds, and reports each mode's median and the
-difference.
+difference. --otel compare does the same with OpenTelemetry span export on
+(to a real OTLP/gRPC receiver the bench runs) and off, over --otel-rounds.
 Prints ONE JSON object with every figure and the sizes used. The figures are
 for comparing builds on one machine: these machines are shared and noisy."""
 from __future__ import annotations
@@ -38,7 +39,7 @@ import uvloop
 
 from bench.e2e import scenarios as sc
 from bench.e2e.client import Client
-from bench.e2e.harness import BENCH_TOKEN, BenchWorker, WorkerError
+from bench.e2e.harness import BENCH_TOKEN, ROOT, BenchWorker, WorkerError
 from bench.e2e.profiling import format_table, top_entries
 
 ALL = ("a", "b", "c", "d", "e", "f", "g", "s", "r")
@@ -84,6 +85,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="WORKER_AUTH_MODE of the workers (default token); compare: (b) and (c) on a token and "
                         "a none worker side by side, in alternating rounds")
     p.add_argument("--auth-rounds", type=int, default=3, help="rounds of --auth compare (default 3)")
+    p.add_argument("--otel", choices=("off", "compare"), default="off",
+                   help="compare: (b) and (c) on a worker exporting OpenTelemetry spans over OTLP/gRPC and "
+                        "one not exporting, side by side, in alternating rounds (default off: no export)")
+    p.add_argument("--otel-rounds", type=int, default=3, help="rounds of --otel compare (default 3)")
+    p.add_argument("--otel-sampler", default="always_on",
+                   help="OTEL_TRACES_SAMPLER of the exporting worker (default always_on; always_off keeps the "
+                        "worker's recording and the pipe and drops every task in the exporter process, which "
+                        "isolates the worker's own cost)")
     p.add_argument("--timeout", type=float, default=600.0, help="bound of the whole run in seconds")
     ns = p.parse_args(argv)
     ns.only = [s.strip() for s in ns.only.split(",") if s.strip()]
@@ -94,6 +103,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--executors and --rss-executors must be at least 1")
     if ns.auth == "compare" and (set(ns.only) - {"b", "c"} or ns.auth_rounds < 1):
         p.error("--auth compare measures (b) and (c) only: use --only b,c (or one of them) and --auth-rounds >= 1")
+    if ns.otel == "compare" and (set(ns.only) - {"b", "c"} or ns.otel_rounds < 1 or ns.auth == "compare"):
+        p.error("--otel compare measures (b) and (c) only: use --only b,c (or one of them), --otel-rounds >= 1, "
+                "and --auth token or none")
     if not 0 < ns.b_max_outstanding <= 256:
         p.error("--b-max-outstanding must be within 1..256 (the worker has 256 task slots)")
     return ns
@@ -160,9 +172,12 @@ async def _bc_figures(ns, sizes: dict, w: BenchWorker, client: Client) -> dict:
     out = {}
 
     async def cpu_per_task(label: str, n: int, coro) -> dict:
-        c0 = w.cpu_seconds()["worker"]
+        c0 = w.cpu_seconds()
         r = await coro
-        out[f"{label}_worker_cpu_us_per_task"] = round(1e6 * (w.cpu_seconds()["worker"] - c0) / n, 1)
+        c1 = w.cpu_seconds()
+        out[f"{label}_worker_cpu_us_per_task"] = round(1e6 * (c1["worker"] - c0["worker"]) / n, 1)
+        if c1["exporter"]:          # OpenTelemetry export on: what its own process spent
+            out[f"{label}_exporter_cpu_us_per_task"] = round(1e6 * (c1["exporter"] - c0["exporter"]) / n, 1)
         return r
     if "b" in ns.only:
         n = sizes["b_tasks"]
@@ -182,27 +197,64 @@ async def _bc_figures(ns, sizes: dict, w: BenchWorker, client: Client) -> dict:
 
 
 async def run_auth_compare(ns, sizes: dict, report: dict) -> None:
-    """(b) and (c) with WORKER_AUTH_MODE=token and =none, side by side: one worker of
-    each, warmed up, then --auth-rounds rounds that alternate which mode runs first.
-    The figure per mode is the median over the rounds; `diff_percent` is token
-    relative to none (positive: token is slower)."""
+    """(b) and (c) with WORKER_AUTH_MODE=token and =none, side by side (_side_by_side);
+    `token_cost_percent` is token relative to none (positive: token is slower)."""
+    workers = {mode: BenchWorker(executors=ns.executors, auth=mode) for mode in ("token", "none")}
+    rounds, median, cost = await _side_by_side(ns, sizes, workers, ns.auth_rounds, "auth_round")
+    report["results"]["auth_compare"] = {"rounds": rounds, "median": median, "token_cost_percent": cost}
+
+
+async def run_otel_compare(ns, sizes: dict, report: dict) -> None:
+    """(b) and (c) with OpenTelemetry export on (OTEL_EXPORTER_OTLP_ENDPOINT at a real
+    OTLP/gRPC receiver in a process of its own, OTEL_TRACES_SAMPLER --otel-sampler,
+    call spans at their default rate) and off, side by side (_side_by_side); `on_cost_percent`
+    is on relative to off (positive: export costs). `spans_received` proves the
+    export ran."""
+    receiver = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.support.otlp_receiver", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, cwd=str(ROOT))
+    try:
+        port = int(await asyncio.wait_for(receiver.stdout.readline(), 30))
+        on_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_TRACES_SAMPLER": ns.otel_sampler}
+        workers = {"on": BenchWorker(executors=ns.executors, auth=ns.auth, env=on_env),
+                   "off": BenchWorker(executors=ns.executors, auth=ns.auth)}
+        rounds, median, cost = await _side_by_side(ns, sizes, workers, ns.otel_rounds, "otel_round")
+        receiver.stdin.write(b"count\n")
+        await receiver.stdin.drain()
+        received = int(await asyncio.wait_for(receiver.stdout.readline(), 30))
+    finally:
+        if receiver.returncode is None:
+            receiver.stdin.close()
+            try:
+                await asyncio.wait_for(receiver.wait(), 10)
+            except asyncio.TimeoutError:
+                receiver.kill()
+    report["results"]["otel_compare"] = {"rounds": rounds, "median": median, "on_cost_percent": cost,
+                                         "spans_received": received}
+
+
+async def _side_by_side(ns, sizes: dict, workers: dict[str, BenchWorker], n_rounds: int, tag: str):
+    """(b) and (c) on two workers (first: the one measured, second: the baseline), each
+    warmed up, then ``n_rounds`` rounds that alternate which one runs first. Returns
+    the rounds, each worker's median over them, and the measured one's cost in
+    percent of the baseline per figure (positive: it is slower)."""
     import statistics
 
-    workers = {mode: BenchWorker(executors=ns.executors, auth=mode) for mode in ("token", "none")}
     clients: dict[str, Client] = {}
     rounds: list[dict] = []
+    label, base = list(workers)
     try:
         for mode, w in workers.items():
             await _start(w)
             clients[mode] = Client(w.addr, w.token)
             await sc.warm_up(clients[mode], ["add1"])
-        for r in range(ns.auth_rounds):
-            order = ("token", "none") if r % 2 == 0 else ("none", "token")
+        for r in range(n_rounds):
+            order = (label, base) if r % 2 == 0 else (base, label)
             row = {"order": list(order)}
             for mode in order:
                 row[mode] = await _bc_figures(ns, sizes, workers[mode], clients[mode])
             rounds.append(row)
-            print(json.dumps({"auth_round": r, **row}), file=sys.stderr, flush=True)
+            print(json.dumps({tag: r, **row}), file=sys.stderr, flush=True)
     except Exception as exc:
         for mode, w in workers.items():
             exc.add_note(f"{mode} worker log tail:\n" + w.tail(20))
@@ -214,15 +266,13 @@ async def run_auth_compare(ns, sizes: dict, report: dict) -> None:
             await asyncio.to_thread(w.stop)
             w.cleanup()
     median = {mode: {k: round(statistics.median(row[mode][k] for row in rounds), 3) for k in rounds[0][mode]}
-              for mode in ("token", "none")}
+              for mode in workers}
     higher_is_better = {"b_tasks_per_s", "b_session_tasks_per_s"}
-    diff = {}
-    for k, none_v in median["none"].items():
-        tok = median["token"][k]
-        # positive: token auth costs (fewer tasks/s, or more ms)
-        cost = (none_v - tok) / none_v if k in higher_is_better else (tok - none_v) / none_v
-        diff[k] = round(100 * cost, 2)
-    report["results"]["auth_compare"] = {"rounds": rounds, "median": median, "token_cost_percent": diff}
+    cost = {}
+    for k, base_v in median[base].items():
+        v = median[label][k]
+        cost[k] = round(100 * ((base_v - v) / base_v if k in higher_is_better else (v - base_v) / base_v), 2)
+    return rounds, median, cost
 
 
 async def _start(w: BenchWorker) -> None:
@@ -433,6 +483,11 @@ async def run(ns) -> dict:
     report["auth"] = ns.auth
     if ns.auth == "compare":
         await run_auth_compare(ns, sizes, report)
+        report["elapsed_s"] = round(time.perf_counter() - t0, 2)
+        return report
+    report["otel"] = ns.otel
+    if ns.otel == "compare":
+        await run_otel_compare(ns, sizes, report)
         report["elapsed_s"] = round(time.perf_counter() - t0, 2)
         return report
     if any(s in ns.only for s in "abcd"):

@@ -71,7 +71,8 @@ def dumps_kept(value) -> bytes:
 
 class DispatchActor:
     def __init__(self, *, disp, adapter, metrics, runtimes: Mapping, mono: Callable[[], int],
-                 on_calls_converged: Callable[[ConvergeTaskCalls], None], audit=None, traces=None) -> None:
+                 on_calls_converged: Callable[[ConvergeTaskCalls], None], audit=None, traces=None,
+                 call_spans=None) -> None:
         self.disp = disp
         self.adapter = adapter
         self.metrics = metrics
@@ -87,6 +88,7 @@ class DispatchActor:
         self._written = _WrittenLog(self._schedule_resumed, self._resume_lost)
         self._retry_timers: set[asyncio.TimerHandle] = set()
         self.traces = traces                      # TraceStore (trace_recorder.py); None when tracing is off
+        self.call_spans = call_spans              # TaskSpans with per-call spans (otel_spans.py); else None
 
     # ---- the actor -------------------------------------------------------------
 
@@ -252,6 +254,7 @@ class DispatchActor:
             self.metrics.calls_dispatched += 1
             self.metrics.call_latency.sent(cmd.call_id, cmd.function_id, cmd.attempt_seq, now)
             if self.traces is not None: self.traces.call_sent(cmd)  # trace hook
+            if self.call_spans is not None: self.call_spans.call_sent(cmd)  # span hook
             return
         if more:
             self._exec(more, now)

@@ -57,6 +57,7 @@ class ExecutorEvents:
         self._snapshots = snapshots
         self._limit_kill_reason = limit_kill_reason     # the pool's word on a sandbox limit kill
         self.traces = actor.traces                # TraceStore; None when tracing is off
+        self.call_spans = actor.call_spans        # TaskSpans with per-call spans; None when off
         self.answer_slice = answer_slice          # 0: a read is applied whole
 
     # ---- ExecutorAdapter handler ----------------------------------------------
@@ -135,6 +136,7 @@ class ExecutorEvents:
                     if cmds:
                         metrics.calls_completed += 1
                         if self.traces is not None: self.traces.call_done(_own_task(p, call_id), call_id, executor_id, "")  # trace hook
+                        if self.call_spans is not None: self.call_spans.call_done(call_id, "")  # span hook
                 elif mt == "CallFailed":
                     kind = p.get("errorKind", "")
                     cmds = disp.handle_call_failed(call_id, p["attemptSeq"], kind, bool(p.get("retryable")),
@@ -143,6 +145,7 @@ class ExecutorEvents:
                     if cmds:
                         metrics.call_failed(kind)
                         if self.traces is not None: self.traces.call_done(_own_task(p, call_id), call_id, executor_id, kind or "FAILED")  # trace hook
+                        if self.call_spans is not None: self.call_spans.call_done(call_id, kind or "FAILED")  # span hook
                 elif mt == "CallWaiting":
                     # A wait is served in the name of the task its call belongs to (read from
                     # the call id exactly: core.call_ids): a call cannot ask IO, code or

@@ -30,6 +30,7 @@ from blockx.adapters.session import (
     DEFAULT_MAX_PENDING_BYTES, DEFAULT_MAX_PENDING_EVENTS, MAX_WATCH_TASK_IDS, Session, SessionEnd,
 )
 from blockx.adapters.subscriptions import CLOSED, GONE, OVERFLOW, Subscription
+from blockx.adapters.trace_context import incoming as incoming_trace_context
 from blockx.adapters.trace_export import chrome_trace
 from blockx.core.types import TaskState
 from blockx.core.errors import WorkerError
@@ -91,6 +92,11 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         self._watches = OpenStreams("WatchTasks", limits.max_watch_streams, "maxWatchStreams, MAX_WATCH_STREAMS")
         self._session_limits = {"max_pending_events": session_max_pending_events,
                                 "max_pending_bytes": session_max_pending_bytes, "delivery": delivery}
+        self._reads_trace_context = bool(getattr(orch, "wants_trace_context", False))   # spans or shadow on
+
+    def _trace_context(self, context):
+        """The caller's W3C trace context (trace_context.py), read only when something uses it."""
+        return incoming_trace_context(context.invocation_metadata()) if self._reads_trace_context else None
 
     def _count(self, method: str, code: str) -> None:
         m = self._metrics
@@ -137,7 +143,8 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         caller = await self._caller(context, "SubmitTask")
         try:
             req, shadow = wire.submit_request_from_pb(request)
-            snap = self._orch.submit_task(req, shadow=shadow, raw_request=request, caller=caller)
+            snap = self._orch.submit_task(req, shadow=shadow, raw_request=request, caller=caller,
+                                          trace_context=self._trace_context(context))
         except WorkerError as err:
             await self._refuse(context, "SubmitTask", err)
         resp = self._delivery.reply(snap, "submit")[0]        # a finished task's: the first page
@@ -277,7 +284,8 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             # The client waits for this before its first write: a refusal above reaches it as
             # its status, never raced by a write into a closed stream.
             await context.send_initial_metadata(())
-            session = Session(self._orch, self._encoder, self._count, caller=caller, **self._session_limits)
+            session = Session(self._orch, self._encoder, self._count, caller=caller,
+                              trace_context=self._trace_context(context), **self._session_limits)
         except BaseException:
             sessions.leave()
             raise

@@ -57,7 +57,7 @@ class Orchestrator:
                  admission, stream_cfg, metrics, pool=None, shadow=None, stall_timeout_ms: int = 10_000,
                  phase_io_timeout_ms: int = 10_000, on_ready: Callable[[], Any] | None = None,
                  wall: Callable[[], int] = wall_ms, mono: Callable[[], int] = mono_ms, audit=None,
-                 traces=None) -> None:
+                 traces=None, spans=None) -> None:
         self.core = core
         self.disp = disp
         self.adapter = adapter
@@ -78,14 +78,19 @@ class Orchestrator:
         # Task traces (trace_recorder.py), None when off: the actor's clock read
         # per event batch also stamps the trace clock.
         self.traces = traces
+        # OpenTelemetry spans (otel_spans.py), None when export is off; the caller's
+        # trace context is read from the metadata only when something uses it.
+        self.spans = spans
+        self.wants_trace_context = spans is not None or shadow is not None
         self.actor = DispatchActor(disp=disp, adapter=adapter, metrics=metrics, runtimes=self._runtimes,
                                    mono=mono if traces is None else traces.stamping(mono),
-                                   on_calls_converged=self._on_calls_converged, audit=audit, traces=traces)
+                                   on_calls_converged=self._on_calls_converged, audit=audit, traces=traces,
+                                   call_spans=spans if spans is not None and spans.call_spans else None)
         self.phases = TaskPhases(
             core=core, disp=disp, actor=self.actor, runtimes=self._runtimes, fcode=fcode, builders=builders,
             plugins=plugins, io_factory=io_factory, admission=admission, stream_cfg=stream_cfg, metrics=metrics,
             phase_io_timeout_ms=phase_io_timeout_ms, wall=wall, on_converge=self._on_task_terminal,
-            traces=traces)
+            traces=traces, spans=spans)
         self.executor_events = ExecutorEvents(
             actor=self.actor, runtimes=self._runtimes, canonical_args=_canonical,
             on_attached=self._on_executor_attached, snapshots=self._core_snapshots,
@@ -103,13 +108,14 @@ class Orchestrator:
         return snap
 
     def submit_task(self, req: SubmitTaskRequest, *, shadow: bool = False, raw_request=None,
-                    caller=None) -> TaskSnapshot:
+                    caller=None, trace_context=None) -> TaskSnapshot:
+        """``trace_context``: the caller's checked W3C metadata (trace_context.py), or None."""
         res = self.core.handle_submit_task(req, None, self._wall(), caller)
         accepted = False
         for cmd in res.commands:
             if type(cmd) is PrepareTaskActivation:
                 accepted = True
-                self._start_task(cmd)
+                self._start_task(cmd, trace_context)
             elif type(cmd) is ConvergeTask:
                 self._on_task_terminal(cmd)
         snap = res.snapshot
@@ -117,7 +123,9 @@ class Orchestrator:
             self.metrics.tasks_submitted += 1
             self.subscriptions.publish(snap)
             if self.shadow is not None and raw_request is not None and not shadow:
-                self.shadow.maybe_forward(raw_request)
+                # the copy carries the trace on: the task span when spans are exported, else the caller's
+                self.shadow.maybe_forward(raw_request, trace_context if self.spans is None
+                                          else self.spans.trace_context(snap.task_id))
         return snap
 
     def get_task_result(self, task_id: str, caller=None) -> TaskSnapshot:
@@ -149,10 +157,11 @@ class Orchestrator:
 
     # ---- task lifecycle ----------------------------------------------------------
 
-    def _start_task(self, cmd: PrepareTaskActivation) -> None:
+    def _start_task(self, cmd: PrepareTaskActivation, trace_context=None) -> None:
         rt = TaskRuntime(cmd.task_id, cmd.instance_id, cmd.deadline_ms)
         self._runtimes[cmd.task_id] = rt
         if self.traces is not None: self.traces.task_started(cmd.task_id)  # trace hook
+        if self.spans is not None: self.spans.task_started(cmd.task_id, cmd.instance_id, trace_context)  # span hook
         self._loop.call_soon(self.phases.drive, rt, cmd)
         self._arm_deadline_timer()
 
@@ -169,6 +178,7 @@ class Orchestrator:
             self.phases.end(rt)
         res = cmd.result
         if self.traces is not None: self.traces.task_ended(tid, state, res)  # trace hook
+        if self.spans is not None: self.spans.task_ended(tid, state, res)  # span hook
         st = res.statistic
         self.metrics.task_terminal(state, res.failure_code)
         if st.accepted_at_ms:                    # a reservation cancelled before SubmitTask never ran

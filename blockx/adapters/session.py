@@ -64,14 +64,15 @@ class SessionEnd(Exception):
 class Session:
     __slots__ = ("_orch", "_subs", "_encoder", "_count", "_caller", "_max_events", "_max_bytes", "_loop",
                  "_delivery", "_batch_bytes", "_out", "_sizes", "_bytes", "_waiter", "_last", "_shown",
-                 "_eof", "_end", "overflowed")
+                 "_eof", "_end", "overflowed", "_trace_context")
 
     def __init__(self, orch, encoder: wire.TaskUpdateEncoder, count, *,
                  max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
-                 delivery: ResultPages | None = None, caller=None) -> None:
+                 delivery: ResultPages | None = None, caller=None, trace_context=None) -> None:
         self._orch = orch
         self._caller = caller                    # the stream's identity, resolved once (blockx.adapters.auth)
+        self._trace_context = trace_context      # the stream's W3C trace context, parent of its tasks (trace_context.py)
         self._delivery = delivery = delivery or ResultPages()
         # One SessionEventBatch of several events stays within one message too.
         self._batch_bytes = min(MAX_BATCH_BYTES, delivery.fits_bytes)
@@ -151,7 +152,8 @@ class Session:
 
     def _submit(self, rid: int, sub: pb.SubmitTaskRequest, follow: bool) -> None:
         req, shadow = wire.submit_request_from_pb(sub)
-        snap = self._orch.submit_task(req, shadow=shadow, raw_request=sub, caller=self._caller)
+        snap = self._orch.submit_task(req, shadow=shadow, raw_request=sub, caller=self._caller,
+                                      trace_context=self._trace_context)
         resp, size = self._delivery.reply(snap, "submit")     # a finished task's: the first page
         self._emit(_SessionEvent(request_id=rid, submitted=resp), size)
         if follow and not snap.is_terminal:

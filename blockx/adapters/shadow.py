@@ -6,7 +6,9 @@ mirrored task never writes results twice, and never forwards it again. Forwardin
 is fire-and-forget: a slow or dead shadow target must not slow the primary path,
 so at most `max_inflight` copies are in flight and extra ones are dropped (counted).
 Every copy carries the forwarder's bearer token (``token``), so a target with
-WORKER_AUTH_MODE=token accepts it; the copy then belongs to that identity there."""
+WORKER_AUTH_MODE=token accepts it; the copy then belongs to that identity there.
+A copy also carries the W3C trace context it is handed (traceparent, tracestate),
+so the shadow task joins the primary's trace."""
 from __future__ import annotations
 
 import asyncio
@@ -45,7 +47,8 @@ class ShadowForwarder:
     def enabled(self) -> bool:
         return bool(self._target) and self._rate > 0
 
-    def maybe_forward(self, request: pb.SubmitTaskRequest) -> None:
+    def maybe_forward(self, request: pb.SubmitTaskRequest, trace_context=None) -> None:
+        """``trace_context``: checked W3C metadata pairs (trace_context.py) the copy carries, or None."""
         if not self.enabled or request.task.shadow or self._rand() >= self._rate:
             return
         if len(self._inflight) >= self._max_inflight:
@@ -58,13 +61,16 @@ class ShadowForwarder:
         copy.CopyFrom(request)
         copy.slot_id = ""                   # the target reserves its own slot inline
         copy.task.shadow = True
-        t = asyncio.get_running_loop().create_task(self._send(self._stub, copy))
+        metadata = self._metadata
+        if trace_context:
+            metadata = (*(metadata or ()), *trace_context)
+        t = asyncio.get_running_loop().create_task(self._send(self._stub, copy, metadata))
         self._inflight.add(t)
         t.add_done_callback(self._inflight.discard)
 
-    async def _send(self, stub: pb_grpc.WorkerServiceStub, req: pb.SubmitTaskRequest) -> None:
+    async def _send(self, stub: pb_grpc.WorkerServiceStub, req: pb.SubmitTaskRequest, metadata) -> None:
         try:
-            await stub.SubmitTask(req, timeout=self._timeout, metadata=self._metadata)
+            await stub.SubmitTask(req, timeout=self._timeout, metadata=metadata)
         except grpc.aio.AioRpcError as err:
             self.failed += 1
             log.warning("shadow submit of %s to %s failed: %s: %s", req.task.task_id, self._target,

@@ -39,7 +39,7 @@ class TaskPhases:
 
     def __init__(self, *, core, disp, actor, runtimes, fcode, builders, plugins, io_factory, admission,
                  stream_cfg, metrics, phase_io_timeout_ms: int, wall: Callable[[], int],
-                 on_converge: Callable[[ConvergeTask], None], traces=None) -> None:
+                 on_converge: Callable[[ConvergeTask], None], traces=None, spans=None) -> None:
         self.core = core
         self.disp = disp
         self.actor = actor
@@ -56,6 +56,7 @@ class TaskPhases:
         self._on_converge = on_converge
         self._loop = asyncio.get_running_loop()
         self.traces = traces                      # TraceStore (trace_recorder.py); None when tracing is off
+        self.spans = spans                        # TaskSpans (otel_spans.py); None when span export is off
 
     def drive(self, rt, cmd) -> None:
         """Activation (pin the code epoch, open the IO scope), then the phases."""
@@ -223,6 +224,7 @@ class TaskPhases:
             else:
                 nxt = cmd
                 if self.traces is not None: self.traces.phase_started(cmd)  # trace hook
+                if self.spans is not None: self.spans.phase_started(cmd)  # span hook
         return nxt
 
     # ---- Builder -----------------------------------------------------------------

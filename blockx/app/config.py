@@ -314,6 +314,9 @@ class WorkerFullConfig:
                                         doc="budget of events of ended tasks' traces (each counts >= 32); "
                                             "past it the oldest ended traces are evicted")
     # --- end task traces ---
+    # OpenTelemetry spans (exported only when OTEL_EXPORTER_OTLP_ENDPOINT is set; otel_export.py)
+    otel_call_span_rate: float = _f(0.01, env="BLOCKX_OTEL_CALL_SPAN_RATE",
+                                    doc="fraction of a sampled task's calls that get a span of their own, 0..1")
 
     # The deployment of the profile this config was loaded for (not a JSON key):
     # lets violations() check the registry prefix without being handed the profile.

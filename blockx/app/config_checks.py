@@ -74,6 +74,7 @@ APP_RULES = (
     Rule("memory_diagnostics_interval_ms", 0, note="0 disables the memory diagnostics log line"),  # issue 15
     Rule("trace_max_events_per_task", MIN_TRACE_EVENTS, note="events kept per task trace"),   # task traces
     Rule("trace_retained_max_events", RETAINED_FLOOR_EVENTS, note="one ended trace"),            # task traces
+    Rule("otel_call_span_rate", 0, 1, kind=float),                                                # OpenTelemetry
 )
 IO_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 0, note="0 = phaseIoTimeoutMs"))
 SQL_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 1), Rule("max_rows", 1),

@@ -41,6 +41,9 @@ from blockx.adapters.grpc_limits import GrpcLimits
 from blockx.adapters.grpc_server import build_server, set_alive, set_health
 from blockx.adapters.systemd_notify import SystemdNotifier
 from blockx.adapters.metrics import Metrics
+from blockx.adapters import otel_export
+from blockx.adapters.otel_pipe import ExporterPipe
+from blockx.adapters.otel_spans import TaskSpans
 from blockx.adapters.orchestrator import Orchestrator, wall_ms
 from blockx.adapters.trace_recorder import TraceStore
 from blockx.adapters.shadow import ShadowForwarder
@@ -103,6 +106,20 @@ def shadow_token(cfg) -> str | None:
 def client_tls(ca: str, cert: str, key: str) -> ClientTLS | None:
     """TLS towards a peer (etcd, the shadow target): on when any file is set."""
     return ClientTLS(ca, cert, key) if (ca or cert or key) else None
+
+
+async def task_spans(cfg, profile, env=os.environ) -> TaskSpans | None:
+    """OpenTelemetry span export over OTLP/gRPC when OTEL_EXPORTER_OTLP_ENDPOINT is set
+    (otel_export.py): the hooks record, an exporter process of its own runs the SDK
+    (otel_pipe.py), under the profile's service name unless OTEL_SERVICE_NAME says
+    another; None when off."""
+    if not otel_export.requested(env):
+        return None
+    pipe = await ExporterPipe.start(profile.service)
+    log_event(log, "otel_export", endpoint=env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+              or env.get("OTEL_EXPORTER_OTLP_ENDPOINT", ""), service=otel_export.service_name(profile.service, env),
+              call_span_rate=cfg.otel_call_span_rate, exporter_pid=pipe.pid)
+    return TaskSpans(pipe, call_span_rate=cfg.otel_call_span_rate)
 
 
 def executor_sandbox(cfg) -> Sandbox | None:
@@ -291,6 +308,7 @@ class Worker:
             shadow = ShadowForwarder(cfg.shadow_submit_target_addr, cfg.shadow_submit_sample_rate,
                                      tls=client_tls(cfg.shadow_tls_ca, cfg.shadow_tls_cert, cfg.shadow_tls_key),
                                      token=shadow_token(cfg))
+        spans = await task_spans(cfg, profile)
         self.orch = Orchestrator(
             core=core, disp=disp, adapter=self.adapter, pool=self.pool, fcode=fcode,
             builders=BuilderRegistry.from_names(profile.builders, data=data),
@@ -301,7 +319,7 @@ class Worker:
             audit=self._audit_gate(metrics),
             traces=TraceStore(cfg.trace_max_events_per_task,
                               retained_max_events=cfg.trace_retained_max_events)
-            if cfg.trace_enabled else None)
+            if cfg.trace_enabled else None, spans=spans)
         metrics.executors_healthy_fn = self.adapter.healthy_count   # live at scrape time
         metrics.outbox_depth_fn = self.adapter.max_outbox_backlog
         # issue 15 part 4: executors' RSS / CPU and the readiness flags, read at scrape time
@@ -397,6 +415,8 @@ class Worker:
         if shadow is not None:
             await shadow.close()
         await server.stop(GRPC_STOP_GRACE_S)
+        if spans is not None:       # the exporter process flushes the spans it holds, then exits
+            await spans.sink.close()
         metrics.stop_http()
         log_event(log, "worker_stopped", seconds=round(time.monotonic() - t0, 3))
         return 0

@@ -100,6 +100,7 @@ SPEC_ENV_VARS = {
     # task traces (issue 15)
     "TRACE_ENABLED": "traceEnabled", "TRACE_MAX_EVENTS_PER_TASK": "traceMaxEventsPerTask",
     "TRACE_RETAINED_MAX_EVENTS": "traceRetainedMaxEvents",
+    "BLOCKX_OTEL_CALL_SPAN_RATE": "otelCallSpanRate",       # OpenTelemetry call spans
 }
 
 
@@ -285,6 +286,7 @@ ENV_CASES = [
     ("TRACE_ENABLED", "false", False),
     ("TRACE_MAX_EVENTS_PER_TASK", "500", 500),
     ("TRACE_RETAINED_MAX_EVENTS", "100000", 100000),
+    ("BLOCKX_OTEL_CALL_SPAN_RATE", "0.5", 0.5),
 ]
 
 
@@ -533,6 +535,7 @@ VIOLATIONS = [
      "traceMaxEventsPerTask (TRACE_MAX_EVENTS_PER_TASK) must be >= 100 (events kept per task trace) (got 99)"),
     (dict(trace_retained_max_events=31),
      "traceRetainedMaxEvents (TRACE_RETAINED_MAX_EVENTS) must be >= 32 (one ended trace) (got 31)"),
+    (dict(otel_call_span_rate=1.5), "otelCallSpanRate (BLOCKX_OTEL_CALL_SPAN_RATE) must be between 0 and 1 (got 1.5)"),
     (dict(function_snapshot_retention_ms=1000),
      "functionSnapshotRetentionMs (FUNCTION_SNAPSHOT_RETENTION_MS) (1000) must be 0 (= maxTaskTimeoutMs + 10s) "
      "or >= worker.maxTaskTimeoutMs"),
