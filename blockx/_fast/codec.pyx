@@ -7,7 +7,7 @@
 #   a frame written from one of the templates (the per-call and per-round-trip
 #   frames) is read field by field (see "decoding the template frames"); any
 #   other JSON is copied into a fresh bytes object for orjson (cheaper than a
-#   memoryview slice for small frames, DESIGN §8) and a sidecar is copied once.
+#   memoryview slice for small frames) and a sidecar is copied once.
 # - Only the tail of a chunk (one partial frame) is kept. Its length prefix and
 #   first 8 body bytes go to a small C array; once they are known the rest of
 #   the frame is written in place into bytes objects of the final size: either

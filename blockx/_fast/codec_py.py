@@ -1,6 +1,6 @@
 """UDS frame codec, pure-Python twin of codec.pyx (test oracle and benchmark baseline).
 
-Wire format (DESIGN §5): a 4-byte big-endian body length, then the body. The body
+Wire format: a 4-byte big-endian body length, then the body. The body
 is either a JSON envelope object (it starts with '{', as orjson and Go encoders
 write it) or, with a binary sidecar, b'BXB1' + 4-byte big-endian JSON length +
 JSON + raw sidecar bytes. A body is at most MAX_FRAME_BYTES.

@@ -307,7 +307,7 @@ class WorkerClient:
         r = (await self._request(pb.SessionRequest(get_result=pb.GetTaskResultRequest(task_id=task_id))))[0].result
         return TaskOutcome.from_pb(r.task_id, r.state, r.result if r.HasField("result") else None, self.addr, r)
 
-    # ---- task traces (issue 15 part 1) ------------------------------------------------
+    # ---- task traces ------------------------------------------------
 
     async def trace(self, task_id: str, *, timeout_s: float = 30.0) -> TaskTrace:
         """The task's trace (GetTaskTrace, a unary call on this client's channel):
