@@ -58,12 +58,11 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { echo "PostgreSQL is missing and could not be installed" >&2; exit 1; }
 
-# ---- issue 15: promtool (Debian's prometheus package) checks and unit-tests
+# promtool (Debian's prometheus package) checks and unit-tests
 # deploy/prometheus/alerts.yml and the dashboard's PromQL.
 prometheus:
 	@command -v promtool >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null)
 	@command -v promtool >/dev/null 2>&1 || { echo "promtool is missing and could not be installed (Debian package prometheus)" >&2; exit 1; }
-# ---- end issue 15 ----
 
 # ganache (npm) is the Ethereum JSON-RPC node the rpc IO backend's suites and `make bench` start;
 # it goes into the project's .npm-tools/ (gitignored), never a global install.

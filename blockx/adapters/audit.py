@@ -1,4 +1,4 @@
-"""AuditGate (spec: OrchestratorDeps.AuditGate): may this code run?
+"""AuditGate, the Orchestrator's code audit: may this code run?
 
 AUDIT_MODE:
 - off (default): every call is dispatched; nothing is looked up.

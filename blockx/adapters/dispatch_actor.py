@@ -206,7 +206,7 @@ class DispatchActor:
                 log.error("unhandled dispatch command %r", cmd)
 
     def _execute_call(self, cmd: DispatchCallCmd, now: int) -> None:
-        """Send ExecuteCall; a failed send is fed back as the spec says."""
+        """Send ExecuteCall; a failed send is fed back at once as handle_call_failed."""
         disp = self.disp
         payload = None      # None: the command goes out as it is (send_dispatched_call)
         if self.audit is not None:

@@ -1,4 +1,4 @@
-"""etcd over TLS: aetcd (the asyncio etcd client, DESIGN §2) only opens plaintext
+"""etcd over TLS: aetcd (the asyncio etcd client the Worker uses) only opens plaintext
 channels, so `etcd_client()` returns a subclass whose connect() opens a
 grpc.aio secure channel with the CA and optional client certificate
 (ETCD_CA_CERT, ETCD_CERT, ETCD_KEY) and sets up the same stubs. Without TLS it

@@ -177,7 +177,7 @@ class ExecutorEvents:
         kind = p["waitKind"]
         attempt = p.get("attemptSeq", 0)
         if kind == m.WAIT_FUNCTION_CODE:
-            # Does not change dispatcher state (spec): answer straight from the code view.
+            # Does not change dispatcher state: answer straight from the code view.
             self.actor.spawn(self._serve_function_code(executor_id, call_id, request_id, p))
             return None
         rt = self._runtimes.get(p.get("taskId", ""))

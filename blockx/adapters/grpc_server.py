@@ -1,6 +1,6 @@
 """WorkerService over grpc.aio: thin handlers that decode, call the orchestrator
 synchronously (it runs on this same loop) and encode. Core refusals
-(`WorkerError`) map to status codes per the spec. Anything unexpected (a bug)
+(`WorkerError`) map to gRPC status codes (blockx.core.errors). Anything unexpected (a bug)
 answers INTERNAL with a short message, is counted in blockx_grpc_requests_total
 and logs its traceback (``_guarded``), for every RPC including the streams; it
 never takes the server down. Every handler resolves its caller once at entry
@@ -251,7 +251,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             watches.leave()
             subs.detach(sub, disconnected=not finished)
 
-    # ---- GetWorkerStatus (issue 15 part 3) ----
+    # ---- GetWorkerStatus ----
     @_guarded
     async def GetWorkerStatus(self, request, context):
         caller = await self._caller(context, "GetWorkerStatus")
@@ -314,7 +314,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             writer.cancel()
             subs.detach(session, disconnected=not finished)
 
-    # ---- task traces (issue 15 part 1) -------------------------------------------------
+    # ---- task traces -------------------------------------------------
 
     @_guarded
     async def GetTaskTrace(self, request, context):

@@ -142,7 +142,7 @@ class Metrics:
         # ---- latency (blockx.adapters.latency_metrics): calls per function, tasks, unary RPCs ----
         self.call_latency = CallLatency()
 
-        # ---- executor resources and readiness (issue 15 part 4) ----
+        # ---- executor resources and readiness ----
         # executor_usage_fn: ExecutorAdapter.resource_usage, read at scrape time
         # -> [(executor_id, memory_bytes, cpu_user_ms, cpu_system_ms)]; an executor
         # that is not attached has no series. worker_ready_fn / worker_draining_fn:
@@ -150,7 +150,7 @@ class Metrics:
         self.executor_usage_fn: Callable[[], Iterable[tuple[str, int, int, int]]] | None = None
         self.worker_ready_fn: Callable[[], bool] | None = None
         self.worker_draining_fn: Callable[[], bool] | None = None
-        # ---- end issue 15 part 4 ----
+        # ---- end executor resources and readiness ----
 
         self._phase_hist = Histogram(
             "blockx_task_phase_duration_seconds",
@@ -359,7 +359,7 @@ class _WorkerCollector(Collector):
         yield etcd
 
 
-# ---- executor resources (issue 15 part 4) ----
+# ---- executor resources ----
 def _executor_families(m: Metrics, describe_only: bool) -> Iterable[Metric]:
     """blockx_executor_memory_bytes{executor} and
     blockx_executor_cpu_seconds_total{executor,mode}, from each attached
@@ -390,7 +390,7 @@ def _executor_families(m: Metrics, describe_only: bool) -> Iterable[Metric]:
             cpu.add_metric([eid, "system"], system_ms / 1000.0)
     yield mem
     yield cpu
-# ---- end issue 15 part 4 ----
+# ---- end executor resources ----
 
 
 def _bounded(items: Iterable[tuple[Any, int]], label: LabelValues) -> dict[str, int]:

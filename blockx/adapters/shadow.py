@@ -1,5 +1,5 @@
 """Shadow forwarding: after a primary SubmitTask succeeded, mirror the request to
-another Worker at a sampling rate (spec: SubmitTaskShadowForwarder).
+another Worker at a sampling rate (SHADOW_SUBMIT_TARGET_ADDR).
 
 The copy is marked `shadow=true`; the receiver strips its ResultHandler so a
 mirrored task never writes results twice, and never forwards it again. Forwarding

@@ -27,15 +27,22 @@ from blockx.plugins.writer_api import PluginContext
 PackedCalls = load("calllist").PackedCalls   # the callList builder's packed call list
 log = logging.getLogger("blockx.phases")
 
+_PHASE_OF = {StartBuilderPhase: TaskPhase.BUILDER, StartCallPhase: TaskPhase.CALLS,
+             StartWriterPhase: TaskPhase.PLUGIN}
+_CALLS_STARTED = object()    # _inline_phase: the Calls phase runs; its end calls back
+_MUST_WAIT = object()        # _inline_phase: the phase has to wait; it is awaited in a Task
+
 
 class TaskPhases:
     """The per-task phases.
 
-    The driver runs a task's phases inline while none of them has to wait: a
-    synchronous builder whose gate has room, a Calls phase (started inline, its
-    end arrives as a callback from the dispatch actor), no plugin. The first
-    phase that must wait (a full gate, a plugin to await) hands the rest to one
-    asyncio Task (``_run_phases``), which awaits each phase as before."""
+    One phase loop (``_advance``) runs a task's phases in turn: inline while
+    none of them has to wait (a synchronous builder whose gate has room, a Calls
+    phase, started inline, whose end arrives as a callback from the dispatch
+    actor, no plugin); a phase that must wait (a full gate, an async builder, a
+    plugin to await) is awaited in an asyncio Task (``_await_phase``), which
+    then goes on with the same loop. ``end`` takes down what the phases hold
+    once the task is terminal."""
 
     def __init__(self, *, core, disp, actor, runtimes, fcode, builders, plugins, io_factory, admission,
                  stream_cfg, metrics, phase_io_timeout_ms: int, wall: Callable[[], int],
@@ -82,46 +89,88 @@ class TaskPhases:
             core.handle_task_activation_prepared(tid, cmd.slot_id, epoch, self._wall())))
 
     def _advance(self, rt, step) -> None:
-        """Run ``step()`` (it returns the next phase command), then every phase that
-        can run inline; stop at the Calls phase (its end calls back) or hand over
-        to a Task at the first phase that must wait."""
-        core = self.core
+        """The phase loop, the only one: run ``step()`` (it returns the next phase
+        command), then each phase in turn. A phase that can run inline runs here;
+        the Calls phase stops the loop once started (its end calls back and the
+        loop goes on from there); the first phase that must wait is awaited in one
+        asyncio Task (``_await_phase``), which then goes on with this loop."""
         tid = rt.task_id
         try:
             nxt = step()
             while nxt is not None and not rt.ended:
-                t = type(nxt)
-                if t is StartBuilderPhase:
-                    builder = self.builders.get(nxt.function_call.type)
-                    if builder is not None and is_async_streaming(builder):
-                        break                        # it awaits a database: run it in a Task
-                    if builder is not None and not self.admission.builder.try_enter():
-                        break
-                    outcome = self._builder_outcome(rt, nxt, builder, gated=builder is not None)
-                    phase = TaskPhase.BUILDER
-                elif t is StartCallPhase:
-                    if not self.admission.executor.try_enter():
-                        break
-                    rt.gate = self.admission.executor
-                    rt.on_calls_done = self._calls_done_inline
-                    failed = self._start_calls(rt, nxt)
-                    if failed is None:
-                        return                       # _calls_done_inline continues
-                    self.leave_calls(rt)
-                    outcome = failed
-                    phase = TaskPhase.CALLS
-                elif t is StartWriterPhase and nxt.result_handler is None:
-                    outcome = PhaseOutcome(ok=True)
-                    phase = TaskPhase.PLUGIN
-                else:
-                    break
-                nxt = self._apply_core(core.handle_task_phase_finished(tid, phase, outcome, self._wall()))
+                outcome = self._inline_phase(rt, nxt)
+                if outcome is _CALLS_STARTED:
+                    return                           # _calls_done_inline continues
+                if outcome is _MUST_WAIT:
+                    rt.runner = self._loop.create_task(self._await_phase(rt, nxt))
+                    return
+                nxt = self._phase_finished(tid, nxt, outcome)
         except Exception:  # noqa: BLE001 - a bug here must still converge the task
             log.exception("task %s phase driver crashed", tid)
             self._converge_after_crash(rt)
+
+    def _phase_finished(self, tid: str, cmd, outcome: PhaseOutcome):
+        """Report a phase's outcome to the core; the next phase command, if any."""
+        return self._apply_core(self.core.handle_task_phase_finished(
+            tid, _PHASE_OF[type(cmd)], outcome, self._wall()))
+
+    def _inline_phase(self, rt, cmd):
+        """Run phase ``cmd`` now if nothing in it has to wait: its outcome, or
+        _CALLS_STARTED (a Calls phase is running; its end calls back), or
+        _MUST_WAIT (a full gate, an async builder, a writer plugin)."""
+        t = type(cmd)
+        if t is StartBuilderPhase:
+            builder = self.builders.get(cmd.function_call.type)
+            if builder is not None and is_async_streaming(builder):
+                return _MUST_WAIT                    # it awaits a database
+            if builder is not None and not self.admission.builder.try_enter():
+                return _MUST_WAIT
+            return self._builder_outcome(rt, cmd, builder, gated=builder is not None)
+        if t is StartCallPhase:
+            if not self.admission.executor.try_enter():
+                return _MUST_WAIT
+            rt.gate = self.admission.executor
+            rt.on_calls_done = self._calls_done_inline
+            failed = self._start_calls(rt, cmd)
+            if failed is None:
+                return _CALLS_STARTED
+            self.leave_calls(rt)
+            return failed
+        if t is StartWriterPhase and cmd.result_handler is None:
+            return PhaseOutcome(ok=True)
+        if t is StartWriterPhase:
+            return _MUST_WAIT
+        raise TypeError(f"task {rt.task_id}: unexpected phase command {cmd!r}")
+
+    async def _await_phase(self, rt, cmd) -> None:
+        """Phase ``cmd`` of a task that has to wait for it, awaited; then the
+        phase loop goes on (inline again, or in another Task at the next wait)."""
+        tid = rt.task_id
+        try:
+            t = type(cmd)
+            if t is StartBuilderPhase:
+                builder = self.builders.get(cmd.function_call.type)
+                if builder is None:
+                    outcome = self._builder_outcome(rt, cmd, None, gated=False)
+                elif is_async_streaming(builder):
+                    async with self.admission.builder:
+                        outcome = await self._async_builder_outcome(rt, cmd, builder)
+                else:
+                    async with self.admission.builder:
+                        outcome = self._builder_outcome(rt, cmd, builder, gated=False)
+            elif t is StartCallPhase:
+                outcome = await self._calls_phase(rt, cmd)
+            else:
+                outcome = await self._writer_phase(rt, cmd)
+        except asyncio.CancelledError:
             return
-        if nxt is not None and not rt.ended:
-            rt.runner = self._loop.create_task(self._run_phases(rt, nxt))
+        except Exception:  # noqa: BLE001 - a bug here must still converge the task
+            log.exception("task %s runner crashed", tid)
+            self._converge_after_crash(rt)
+            return
+        rt.runner = None                             # this phase's wait is over
+        if not rt.ended:
+            self._advance(rt, lambda: self._phase_finished(tid, cmd, outcome))
 
     def _calls_done_inline(self, rt, conv) -> None:
         """The dispatch actor's ConvergeTaskCalls for a Calls phase started inline.
@@ -170,40 +219,6 @@ class TaskPhases:
                 rt.view.release()
             except Exception:  # noqa: BLE001
                 log.exception("releasing the code view of %s failed", rt.task_id)
-
-    async def _run_phases(self, rt, nxt) -> None:
-        """The phases from ``nxt`` on, awaiting each (the path of a task that waits)."""
-        core = self.core
-        tid = rt.task_id
-        try:
-            while nxt is not None:
-                t = type(nxt)
-                if t is StartBuilderPhase:
-                    builder = self.builders.get(nxt.function_call.type)
-                    if builder is None:
-                        outcome = self._builder_outcome(rt, nxt, None, gated=False)
-                    elif is_async_streaming(builder):
-                        async with self.admission.builder:
-                            outcome = await self._async_builder_outcome(rt, nxt, builder)
-                    else:
-                        async with self.admission.builder:
-                            outcome = self._builder_outcome(rt, nxt, builder, gated=False)
-                    phase = TaskPhase.BUILDER
-                elif t is StartCallPhase:
-                    outcome = await self._calls_phase(rt, nxt)
-                    phase = TaskPhase.CALLS
-                elif t is StartWriterPhase:
-                    outcome = await self._writer_phase(rt, nxt)
-                    phase = TaskPhase.PLUGIN
-                else:  # pragma: no cover
-                    log.error("task %s: unexpected phase command %r", tid, nxt)
-                    return
-                nxt = self._apply_core(core.handle_task_phase_finished(tid, phase, outcome, self._wall()))
-        except asyncio.CancelledError:
-            pass
-        except Exception:  # noqa: BLE001 - a bug here must still converge the task
-            log.exception("task %s runner crashed", tid)
-            self._converge_after_crash(rt)
 
     def _converge_after_crash(self, rt) -> None:
         if rt.ended:

@@ -1,6 +1,6 @@
 """WorkerFullConfig: every knob of a running Worker, and how it is loaded.
 
-Load order (spec, Worker > Configuration): built-in defaults -> the Profile's
+Load order (README.md, "Configuration"): built-in defaults -> the Profile's
 registry prefix and `tune_defaults` -> the JSON file named by WORKER_CONFIG (only the
 keys present override; unknown keys and wrong JSON types are errors) -> environment
 variables. A value written explicitly in the file or the environment always wins,
@@ -272,7 +272,7 @@ class WorkerFullConfig:
                                                 doc="backstop beside pub/sub: the epoch key read every N ms")
     socket_path: str = _f(default_factory=default_socket_path, env="EXECUTOR_SOCKET_PATH")
     metrics_listen: str = _f("127.0.0.1:9464", env="METRICS_LISTEN", doc="empty disables")
-    # issue 15 part 4: the memory diagnostics log line (the spec names no setting for it)
+    # the memory diagnostics log line (a JSON key only, no environment variable)
     memory_diagnostics_interval_ms: int = _f(60_000, doc="memory_diagnostics log line every N ms; 0 disables")
     shadow_submit_target_addr: str = _f("", env="SHADOW_SUBMIT_TARGET_ADDR")
     shadow_submit_sample_rate: float = _f(0.0, env="SHADOW_SUBMIT_SAMPLE_RATE")
@@ -280,7 +280,7 @@ class WorkerFullConfig:
                                        doc="the bearer token for the shadow target (a file); empty: $BLOCKX_TOKEN, "
                                            "else <stateDir>/auth-token")
     io_backends: IOBackendsSection = _f(default_factory=IOBackendsSection)
-    # Isolation and trust (issue 14): TLS files are PEM paths; empty = off.
+    # Isolation and trust: TLS files are PEM paths; empty = off.
     tls_cert: str = _f("", env="WORKER_TLS_CERT", doc="gRPC port certificate; set with tlsKey: TLS on")
     tls_key: str = _f("", env="WORKER_TLS_KEY")
     tls_client_ca: str = _f("", env="WORKER_TLS_CLIENT_CA", doc="set: mutual TLS, clients need a cert it signed")
@@ -305,7 +305,7 @@ class WorkerFullConfig:
                                           'empty: a `local` DuckDB under dataPlane.stateDir')
     data_plane: DataPlaneSection = _f(default_factory=DataPlaneSection)
     log_level: str = _f("INFO", env="LOG_LEVEL")
-    # --- task traces (issue 15 part 1: GetTaskTrace, `blockx trace`) ---
+    # --- task traces (GetTaskTrace, `blockx trace`) ---
     trace_enabled: bool = _f(True, env="TRACE_ENABLED",
                              doc="record a bounded timeline per task, served by GetTaskTrace; false: none")
     trace_max_events_per_task: int = _f(10_000, env="TRACE_MAX_EVENTS_PER_TASK",
@@ -339,7 +339,7 @@ class WorkerFullConfig:
         Derived as callDeadlineMs + 5 s; an explicit value at or below
         callDeadlineMs + 1 s is raised to the derived one, so a call that is merely
         using its whole budget is never mistaken for a wedged executor. An
-        unlimited budget (callDeadlineMs = 0) derives 5 s, as the spec says."""
+        unlimited budget (callDeadlineMs = 0) derives 5 s, so the backstop is never off."""
         d = self.dispatcher
         return derive_stall_timeout_ms(d.call_deadline_ms, d.scheduler_stall_timeout_ms)
 

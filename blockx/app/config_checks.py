@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 # Linux sun_path is 108 bytes including the terminating NUL.
 UDS_PATH_MAX = 107
-# The etcd lease the Worker keeps alive with its heartbeats (spec: TTL 10 s).
+# The etcd lease the Worker keeps alive with its heartbeats (TTL 10 s).
 ETCD_LEASE_TTL_MS = 10_000
 SPAWN_MODES_SUPPORTED = ("process", "sandbox")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
@@ -71,7 +71,7 @@ APP_RULES = (
     Rule("executor_output_line_bytes", 1),
     Rule("executor_output_bytes_per_s", 1),
     Rule("shadow_submit_sample_rate", 0, 1, kind=float),
-    Rule("memory_diagnostics_interval_ms", 0, note="0 disables the memory diagnostics log line"),  # issue 15
+    Rule("memory_diagnostics_interval_ms", 0, note="0 disables the memory diagnostics log line"),
     Rule("trace_max_events_per_task", MIN_TRACE_EVENTS, note="events kept per task trace"),   # task traces
     Rule("trace_retained_max_events", RETAINED_FLOOR_EVENTS, note="one ended trace"),            # task traces
     Rule("otel_call_span_rate", 0, 1, kind=float),                                                # OpenTelemetry

@@ -1,6 +1,6 @@
 """`serve(cfg, profile)`: the one wiring and start / stop sequence of a Worker.
 
-Start (spec order): logging and metrics -> IO backends, Function Code View,
+Start, in this order: logging and metrics -> IO backends, Function Code View,
 registries, cores, Orchestrator, gRPC server -> UDS adapter and executor pool ->
 dispatch actor + 500 ms tick -> gRPC serve -> on the first healthy executor:
 ready, health SERVING, etcd registration and heartbeats.
@@ -322,7 +322,7 @@ class Worker:
             if cfg.trace_enabled else None, spans=spans)
         metrics.executors_healthy_fn = self.adapter.healthy_count   # live at scrape time
         metrics.outbox_depth_fn = self.adapter.max_outbox_backlog
-        # issue 15 part 4: executors' RSS / CPU and the readiness flags, read at scrape time
+        # executors' RSS / CPU and the readiness flags, read at scrape time
         metrics.executor_usage_fn = self.adapter.resource_usage
         metrics.worker_ready_fn = lambda: core.ready
         metrics.worker_draining_fn = lambda: core.draining
@@ -351,7 +351,7 @@ class Worker:
         await self.adapter.start()
         await self.pool.start()
         ticker = loop.create_task(self._ticker())
-        memdiag = loop.create_task(self.memory_diagnostics.run())   # issue 15 part 4
+        memdiag = loop.create_task(self.memory_diagnostics.run())
         await server.start()
         await set_alive(self.health)
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -391,7 +391,7 @@ class Worker:
             t.cancel()
         log_event(log, "drain_finished", drained=bool(drained), active_tasks=core.active_task_count(),
                   seconds=round(time.monotonic() - t0, 3))
-        # ---- phase 2: force (the spec's order: lifecycle, pool, executor
+        # ---- phase 2: force (in this order: lifecycle, pool, executor
         # adapter, IO scopes, Watch streams, gRPC) ----
         await self.publisher.stop()
         if isinstance(fcode, (FunctionCodeEtcd, FunctionCodeRedis)):

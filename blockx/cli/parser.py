@@ -137,12 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from blockx.cli.fleet import add_parsers as add_fleet_parsers
     add_fleet_parsers(sub, client)
-    # ---- status / top (issue 15 part 3) ----
     from blockx.cli.status import add_parsers as add_status_parsers
     add_status_parsers(sub, client)
-    # ---- end status / top ----
 
-    # --- task traces (issue 15 part 1): blockx trace TASK_ID ---
     from blockx.cli.trace import add_parser as add_trace_parser
     add_trace_parser(sub, client)
     # --- end task traces ---

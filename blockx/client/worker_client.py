@@ -393,7 +393,7 @@ class WorkerClient:
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 
-    # ---- task traces (issue 15 part 1) ------------------------------------------------
+    # ---- task traces ------------------------------------------------
 
     async def trace(self, task_id: str, *, timeout_s: float = 30.0) -> TaskTrace:
         """The task's trace (GetTaskTrace, a unary call on this client's channel):

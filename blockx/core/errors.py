@@ -28,7 +28,7 @@ PERMISSION_DENIED: Final = "PermissionDenied"
 CODES: Final = (INVALID_ARGUMENT, NO_SLOT, UNAVAILABLE, INVALID_SLOT, NOT_FOUND, SLOT_UNCERTAIN, ALREADY_EXISTS,
                 PERMISSION_DENIED)
 
-# WorkerError.code -> grpc.StatusCode member name (spec: workerCodeToGRPC).
+# WorkerError.code -> grpc.StatusCode member name (what the gRPC handlers answer).
 GRPC_STATUS_NAME: Final = {
     INVALID_ARGUMENT: "INVALID_ARGUMENT",
     NO_SLOT: "RESOURCE_EXHAUSTED",

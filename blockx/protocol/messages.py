@@ -1,4 +1,4 @@
-"""UDS messages between the Worker and its Executors (DESIGN §5, spec "UDS protocol").
+"""UDS messages between the Worker and its Executors (README.md, "Frames on the executor socket").
 
 Envelope: {"messageType": str, "callId": str, "requestId": str, "payload": {...}}.
 The constructors below are used on hot paths: they build the envelope dict
@@ -52,7 +52,7 @@ CALL_WAITING = "CallWaiting"
 CALL_COMPLETED = "CallCompleted"
 CALL_FAILED = "CallFailed"
 HEARTBEAT = "Heartbeat"
-# Beyond the spec, negotiated: an executor whose Heartbeat lists FEATURE_EXECUTE_CALL_BATCH
+# Negotiated, beyond the base protocol: an executor whose Heartbeat lists FEATURE_EXECUTE_CALL_BATCH
 # in `features` may get several ExecuteCall envelopes, unchanged, in one frame
 # {"messageType": "ExecuteCallBatch", "callId": "", "requestId": "", "payload": {"calls": [...]}}.
 EXECUTE_CALL_BATCH = "ExecuteCallBatch"

@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 5000; 0 = try once)")
     p.add_argument("--budget-preempt-ms", type=_positive(0), default=0, metavar="MS",
                    help="interrupt a call that computes past its budget without yielding, "
-                        "checking every MS ms (e.g. 50). Default 0: as in the spec, the "
+                        "checking every MS ms (e.g. 50). Default 0: the "
                         "budget is checked when a call waits or finishes, and a call that "
                         "never yields is left to the Worker's wedge backstop")
     p.add_argument("--limit-memory-mb", type=_positive(0), default=0, metavar="MB",

@@ -24,7 +24,7 @@ def test_the_readme_example_is_the_shipped_file():
 
 @pytest.fixture(scope="module", params=SPAWN_MODES)
 def tour_worker(request, tmp_path_factory):
-    """The tour gives the same outputs in both spawn modes (issue 14)."""
+    """The tour gives the same outputs in both spawn modes."""
     if request.param == "process":
         yield request.getfixturevalue("worker")
         return

@@ -1,4 +1,4 @@
-"""Task progress against a real worker (issue 15 part 2): a long task's updates
+"""Task progress against a real worker: a long task's updates
 carry TaskProgress at most every 250 ms while its calls run, on WatchTasks and on
 sessions; the terminal update carries the final counts and nothing follows it."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Runaway calls (issue 14): a call that computes past its budget without ever
+"""Runaway calls: a call that computes past its budget without ever
 yielding is stopped by the executor's budget preemption, on by default; the
 executor survives and serves the other calls it holds. The wedge backstop
 (stall timeout, 5.2 s here) is not what stops it."""

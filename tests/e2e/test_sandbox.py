@@ -1,4 +1,4 @@
-"""EXECUTOR_SPAWN_MODE=sandbox with a real bubblewrap (issue 14): user functions
+"""EXECUTOR_SPAWN_MODE=sandbox with a real bubblewrap: user functions
 try to break out; each attempt is refused or contained, the call fails with a
 clear message, and the Worker keeps serving. The same attacks in process mode
 show what the sandbox takes away (they succeed there)."""

@@ -26,7 +26,7 @@ def submit(rid: int, task_id: str, calls, *, follow: bool = True, slot_id: str =
 
 
 def is_progress_only(ev: pb.SessionEvent) -> bool:
-    """A progress-only update (issue 15): a later update of a running task, in the
+    """A progress-only update: a later update of a running task, in the
     state already shown, that only brings new TaskProgress."""
     if ev.request_id or ev.WhichOneof("event") != "update":
         return False

@@ -323,3 +323,41 @@ def test_a_type_only_import_is_no_runtime_edge_but_a_layer_dependency(tmp_path):
 def test_each_spelling_of_an_import_is_an_edge(tmp_path, line):
     g = _scan(tmp_path, {"__init__.py": "", "p.py": f"def f():\n    {line}\n", "q.py": "z = 1\n"})
     assert set(g["pkg.p"]) == {"pkg.q"}
+
+
+# --- no module takes another's private names -------------------------------------------------
+
+
+def private_imports(trees=TREES) -> list[str]:
+    """`from other import _name` anywhere (a private name is its module's own; an
+    alias `import x as _x` is the importer's and fine)."""
+    out = []
+    for module, path in module_files(trees).items():
+        source = path.read_text()
+        if path.suffix in (".pyx", ".pxd"):
+            found = ((t, n, line) for t, n, line in _cython_imports(source) if n)
+        else:
+            found = ((t, n, line) for t, n, line in _python_imports(source, module, path.stem == "__init__", False)
+                     if n)
+        for target, name, line in found:
+            if target.split(".")[0] in trees and name.startswith("_") and not name.startswith("__") \
+                    and target != module:
+                out.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{line}: "
+                           f"{target}.{name}")
+    return out
+
+
+def test_no_module_imports_a_private_name_of_another():
+    found = private_imports()
+    assert not found, "private names imported across modules (make them public, or keep them home):\n" + \
+        "\n".join(found)
+
+
+def test_a_private_import_is_found(tmp_path):
+    base = tmp_path / "pkg"
+    base.mkdir()
+    (base / "__init__.py").write_text("")
+    (base / "a.py").write_text("def _helper():\n    pass\n")
+    (base / "b.py").write_text("def f():\n    from pkg.a import _helper\n    from pkg.a import x as _x\n")
+    (base / "c.pyx").write_text("from pkg.a import _helper, ok\n")
+    assert sorted(h.split(": ")[1] for h in private_imports({"pkg": base})) == ["pkg.a._helper", "pkg.a._helper"]

@@ -499,7 +499,7 @@ class ExecutorAdapter:
     def executor_ids(self) -> list[str]:
         return sorted(self._conns)
 
-    # ---- resource usage for /metrics and the memory diagnostics (issue 15) ----
+    # ---- resource usage for /metrics and the memory diagnostics ----
     def resource_usage(self) -> list[tuple[str, int, int, int]]:
         """(executor_id, memoryBytes, cpuUserMs, cpuSystemMs) of every attached
         executor, as its latest Heartbeat reported them: the connections own these

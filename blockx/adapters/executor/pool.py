@@ -1,4 +1,4 @@
-"""PoolManager: keeps N executor processes running (spec "Executor Pool").
+"""PoolManager: keeps N executor processes running, restarting each that exits.
 
 Slot state machine, one slot per executor id exec-0 .. exec-(N-1):
 

@@ -1,6 +1,6 @@
 """Per-connection reservation table: which calls occupy a context on one executor.
 
-Rules (the adapter's transport truth, see spec "Reservation lifecycle"):
+Rules (the adapter's transport truth, the lifecycle of a reservation):
 - Bind reserves a call id; one reservation per call id per connection. A retry of
   the same call can bind again only after the previous attempt's reservation was
   released, so a late terminal frame can never free a newer attempt's context.

@@ -1,5 +1,5 @@
 """EXECUTOR_SPAWN_MODE=sandbox: each executor runs inside bubblewrap (bwrap), in
-place of the spec's containerd sandbox.
+place of a container runtime.
 
 What the executor gets (and nothing else):
 - new user, PID, IPC, UTS, cgroup and network namespaces: no network at all (a

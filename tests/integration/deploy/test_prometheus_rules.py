@@ -1,4 +1,4 @@
-"""The shipped alert rules and Grafana dashboard (issue 15 part 5), checked by
+"""The shipped alert rules and Grafana dashboard, checked by
 the real promtool (Debian package `prometheus`; `make prometheus` installs it):
 the rules load, their unit tests pass (each alert fires and stays quiet where it
 should), and every dashboard expression is valid PromQL. That the metric names

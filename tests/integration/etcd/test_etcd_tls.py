@@ -1,4 +1,4 @@
-"""TLS towards etcd (issue 14): a real etcd that requires client certificates
+"""TLS towards etcd: a real etcd that requires client certificates
 (--client-cert-auth), certificates made by openssl in the test."""
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ SPEC_ENV_VARS = {
     "MAX_WATCH_STREAMS": "maxWatchStreams",
     "WATCH_MAX_PENDING_UPDATES": "watchMaxPendingUpdates",
     "RESULT_PAGE_BYTES": "resultPageBytes",              # results in pages
-    # isolation and trust (issue 14)
+    # isolation and trust
     "EXECUTOR_BUDGET_PREEMPT_MS": "executorBudgetPreemptMs",
     "EXECUTOR_CALL_BATCH": "executorCallBatch",
     "WORKER_TLS_CERT": "tlsCert", "WORKER_TLS_KEY": "tlsKey", "WORKER_TLS_CLIENT_CA": "tlsClientCa",
@@ -97,7 +97,7 @@ SPEC_ENV_VARS = {
     "AUDIT_ALLOWLIST_ETCD_PREFIX": "auditAllowlistEtcdPrefix",
     "WORKER_AUTH_MODE": "authMode", "WORKER_AUTH_TOKENS_FILE": "authTokensFile",
     "SHADOW_SUBMIT_TOKEN_FILE": "shadowSubmitTokenFile",
-    # task traces (issue 15)
+    # task traces
     "TRACE_ENABLED": "traceEnabled", "TRACE_MAX_EVENTS_PER_TASK": "traceMaxEventsPerTask",
     "TRACE_RETAINED_MAX_EVENTS": "traceRetainedMaxEvents",
     "BLOCKX_OTEL_CALL_SPAN_RATE": "otelCallSpanRate",       # OpenTelemetry call spans
@@ -199,7 +199,7 @@ def test_derived_values():
     assert cfg.effective_scheduler_stall_timeout_ms() == 20_000
     cfg.dispatcher.call_deadline_ms = 0
     cfg.dispatcher.scheduler_stall_timeout_ms = 0
-    # An unlimited budget still arms the backstop: the spec derives 0 + 5000 ms.
+    # An unlimited budget still arms the backstop: it derives 0 + 5000 ms.
     assert cfg.effective_scheduler_stall_timeout_ms() == 5_000
     assert cfg.effective_executor_heartbeat_timeout_ms() == 10_000
     assert cfg.log_level_number() == 20

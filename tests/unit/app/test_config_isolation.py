@@ -1,4 +1,4 @@
-"""Config rules of the isolation and trust settings (issue 14)."""
+"""Config rules of the isolation and trust settings."""
 from blockx.app.config import load_config
 from blockx.app.profile import BLOCK
 
