@@ -142,7 +142,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     from blockx.cli.trace import add_parser as add_trace_parser
     add_trace_parser(sub, client)
-    # --- end task traces ---
     from blockx.cli.tasks import add_parsers as add_task_parsers    # cancel, tasks, health
     add_task_parsers(sub, client)
     add_completion_parser(sub)
