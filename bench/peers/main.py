@@ -57,6 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-ray", action="store_true", help="leave Ray out")
     p.add_argument("--timeout", type=float, default=300.0, help="bound of each run in seconds")
     ns = p.parse_args(argv)
+    ns.ray_python = os.path.abspath(ns.ray_python)     # the Ray side runs in another directory
     if ns.rounds < 1 or ns.tasks < 1 or ns.seq_tasks < 1 or ns.inflight < 1 or ns.executors < 1:
         p.error("--rounds, --tasks, --seq-tasks, --inflight and --executors must be at least 1")
     return ns

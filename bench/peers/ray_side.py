@@ -90,7 +90,15 @@ def run(submit, n: int, inflight: int) -> None:
 
 def main() -> int:
     cpus = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    for attempt in range(3):        # Ray gives its raylet 30 s to register: a loaded machine may need more
+        try:
+            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            break
+        except Exception as exc:  # noqa: BLE001 - "The current node timed out during startup"
+            print(f"ray.init failed ({exc}); attempt {attempt + 1} of 3", file=sys.stderr, flush=True)
+            ray.shutdown()
+            if attempt == 2:
+                raise
     actors = [Adder.remote() for _ in range(cpus)]
     turn = [0]
 
