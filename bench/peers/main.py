@@ -19,7 +19,10 @@ machine's speed falls on all of them alike. Figures per run: jobs/s, and the CPU
 the serving side spent per job (the Worker and its executors; Ray's GCS, raylet
 and workers; the floor's process), read from /proc. The medians over the rounds,
 and their ratios, go to stdout as one JSON object, and a short table to stderr.
-`--no-ray` leaves Ray out (the Worker's parts and the floor alone)."""
+`--no-ray` leaves Ray out (the Worker's parts and the floor alone). `--baseline DIR`
+adds a second Worker run from another checkout (its extensions and generated code
+built, e.g. a `git worktree` of main), as ``unary_base`` and ``session_base``: a
+before/after of the same run."""
 from __future__ import annotations
 
 import argparse
@@ -40,7 +43,8 @@ from bench.e2e.harness import ROOT, BenchWorker, proc_cpu_seconds
 WORKLOADS = ("inflight", "sequential")
 RAY_SYSTEMS = ("ray_task", "ray_actor")
 RATIOS = (("unary", "ray_task"), ("unary", "ray_actor"), ("session", "ray_task"), ("session", "ray_actor"),
-          ("unary", "session"), ("unary", "grpc_floor"))
+          ("unary", "session"), ("unary", "grpc_floor"), ("unary", "unary_base"), ("session", "session_base"),
+          ("unary_base", "ray_task"))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -55,6 +59,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--ray-python", default=str(ROOT / ".bench-peers-venv" / "bin" / "python"),
                    help="a Python with Ray installed (default: .bench-peers-venv, which `make bench-peers` creates)")
     p.add_argument("--no-ray", action="store_true", help="leave Ray out")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="also run a Worker from the checkout DIR (unary_base, session_base), side by side")
     p.add_argument("--timeout", type=float, default=300.0, help="bound of each run in seconds")
     ns = p.parse_args(argv)
     ns.ray_python = os.path.abspath(ns.ray_python)     # the Ray side runs in another directory
@@ -127,8 +133,11 @@ async def run(ns) -> dict:
     w = BenchWorker(executors=ns.executors)
     await asyncio.to_thread(w.start)
     floor = Floor()
-    ray = None
+    ray = base = None
     try:
+        if ns.baseline:
+            base = BenchWorker(executors=ns.executors, root=os.path.abspath(ns.baseline))
+            await asyncio.to_thread(base.start)
         if not ns.no_ray:
             ray = await asyncio.to_thread(RaySide, ns.ray_python, ns.executors)
         client, fclient = Client(w.addr, w.token), Client(floor.addr)
@@ -138,19 +147,29 @@ async def run(ns) -> dict:
         await sc.task_throughput(client, 500, ns.inflight, 192, 128, 20.0, timeout=ns.timeout)
         await sc.session_task_throughput(w.addr, 500, ns.inflight, timeout=ns.timeout, token=w.token)
         await _unary(fclient, 500, ns.inflight, ns.timeout)
+        workers = {"": (w, client, wcpu)}
+        if base is not None:
+            bclient = Client(base.addr, base.token)
+            workers["_base"] = (base, bclient, lambda: sum(base.cpu_seconds().values()))
+            await sc.warm_up(bclient, ["add1"])
+            await sc.task_throughput(bclient, 500, ns.inflight, 192, 128, 20.0, timeout=ns.timeout)
+            await sc.session_task_throughput(base.addr, 500, ns.inflight, timeout=ns.timeout, token=base.token)
 
         def job(system: str, n: int, k: int):
-            if system == "unary":
-                return _measured(wcpu, n, _unary(client, n, k, ns.timeout))
-            if system == "session":
-                coro = (sc.session_task_throughput(w.addr, n, k, timeout=ns.timeout, token=w.token) if k > 1
-                        else sc.session_latency(w.addr, n, timeout=ns.timeout, token=w.token))
-                return _measured(wcpu, n, coro)
+            kind, _, suffix = system.partition("_")
+            if kind in ("unary", "session") and system != "grpc_floor":
+                ww, cl, cpu = workers["_" + suffix if suffix else ""]
+                if kind == "unary":
+                    return _measured(cpu, n, _unary(cl, n, k, ns.timeout))
+                coro = (sc.session_task_throughput(ww.addr, n, k, timeout=ns.timeout, token=ww.token) if k > 1
+                        else sc.session_latency(ww.addr, n, timeout=ns.timeout, token=ww.token))
+                return _measured(cpu, n, coro)
             if system == "grpc_floor":
                 return _measured(fcpu, n, _unary(fclient, n, k, ns.timeout))
             return asyncio.to_thread(ray.run, system, n, k)
 
-        systems = ["unary", "session", "grpc_floor"] + ([] if ray is None else list(RAY_SYSTEMS))
+        systems = (["unary", "session"] + ([] if base is None else ["unary_base", "session_base"])
+                   + ["grpc_floor"] + ([] if ray is None else list(RAY_SYSTEMS)))
         rounds = []
         for r in range(ns.rounds):
             order = systems[r % len(systems):] + systems[:r % len(systems)]
@@ -166,14 +185,17 @@ async def run(ns) -> dict:
             print(f"round {r + 1}/{ns.rounds}: " + "; ".join(
                 f"{wl} " + ", ".join(f"{s} {row[wl][s]['tasks_per_s']:.0f}/s" for s in systems) for wl in WORKLOADS),
                 file=sys.stderr, flush=True)
-        await client.close()
+        for _, cl, _ in workers.values():
+            await cl.close()
         await fclient.close()
     finally:
         if ray is not None:
             await asyncio.to_thread(ray.close)
         floor.close()
-        await asyncio.to_thread(w.stop)
-        w.cleanup()
+        for worker in (w, base):
+            if worker is not None:
+                await asyncio.to_thread(worker.stop)
+                worker.cleanup()
     median = {wl: {s: {k: round(statistics.median(r[wl][s][k] for r in rounds), 1)
                        for k in ("tasks_per_s", "server_cpu_us_per_task")} for s in systems} for wl in WORKLOADS}
     ratios = {wl: {f"{a}/{b}": round(median[wl][a]["tasks_per_s"] / median[wl][b]["tasks_per_s"], 2)
@@ -185,10 +207,10 @@ async def run(ns) -> dict:
 
 
 def table(report: dict) -> str:
-    out = [f"{'workload':<11} {'system':<11} {'jobs/s':>9} {'server CPU us/job':>18}"]
+    out = [f"{'workload':<11} {'system':<13} {'jobs/s':>9} {'server CPU us/job':>18}"]
     for wl, by in report["median"].items():
         for s, m in by.items():
-            out.append(f"{wl:<11} {s:<11} {m['tasks_per_s']:>9.0f} {m['server_cpu_us_per_task']:>18.0f}")
+            out.append(f"{wl:<11} {s:<13} {m['tasks_per_s']:>9.0f} {m['server_cpu_us_per_task']:>18.0f}")
     for wl, rs in report["ratios"].items():
         out.append(f"{wl}: " + ", ".join(f"{k} {v:.2f}x" for k, v in rs.items()))
     return "\n".join(out)
