@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(VPY) -m pytest
 ARGS    ?=
 
-.PHONY: build dist serve test typecheck test-compiled test-twins etcd redis bubblewrap postgres prometheus tmux ganache bench bench-instructions bench-micro bench-micro-ci clean
+.PHONY: build dist serve test typecheck test-compiled test-twins etcd redis bubblewrap postgres prometheus tmux ganache bench bench-instructions bench-peers bench-micro bench-micro-ci clean
 
 build: $(STAMP)
 	$(VPY) setup.py -q build_ext --inplace
@@ -98,6 +98,17 @@ bench: build ganache
 bench-instructions: build
 	@command -v valgrind >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null)
 	$(VPY) bench/instructions.py $(ARGS)
+
+# This Worker beside Ray on trivial one-call jobs (64 in flight, and sequential): jobs/s and the
+# serving side's CPU per job, interleaved round by round (bench/peers/main.py). Ray goes into a
+# venv of its own, .bench-peers-venv (gitignored), created once; never into the project's venv.
+PEERS_VENV  := .bench-peers-venv
+RAY_VERSION := 2.60.0
+bench-peers: build
+	@test -x $(PEERS_VENV)/bin/python || $(PY) -m venv $(PEERS_VENV)
+	@$(PEERS_VENV)/bin/python -c "import ray, sys; sys.exit(ray.__version__ != '$(RAY_VERSION)')" 2>/dev/null \
+		|| $(PEERS_VENV)/bin/pip install -q "ray==$(RAY_VERSION)"
+	$(VPY) bench/bench_peers.py --ray-python $(PEERS_VENV)/bin/python $(ARGS)
 
 clean:
 	rm -rf build dist blockx/_fast/*.c blockx/_fast/*.so blockx/worker/v1/*_pb2*.py* *.egg-info

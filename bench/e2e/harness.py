@@ -40,7 +40,11 @@ class BenchWorker:
     "none" (WORKER_AUTH_MODE=none, ``token`` None)."""
 
     def __init__(self, *, executors: int, env: dict[str, str] | None = None,
-                 cprofile_out: str | None = None, profile: str = "block", auth: str = "token") -> None:
+                 cprofile_out: str | None = None, profile: str = "block", auth: str = "token",
+                 root: str | os.PathLike | None = None) -> None:
+        # ``root``: the checkout whose blockx the worker runs (default this one; another
+        # checkout with its extensions built measures a baseline build side by side)
+        self.root = str(root or ROOT)
         self.tmp = tempfile.mkdtemp(prefix="blockx-bench-")
         if auth == "token":
             tokens = os.path.join(self.tmp, "tokens")
@@ -89,7 +93,7 @@ class BenchWorker:
         env = dict(self.env)
         # `python -m cProfile -m blockx` does not put the cwd on sys.path the way
         # `python -m blockx` does: make the checkout importable either way.
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [self.root, env.get("PYTHONPATH", "")]))
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          cwd=self.tmp)

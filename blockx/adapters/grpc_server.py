@@ -198,9 +198,13 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             self._count("WatchTasks", "RESOURCE_EXHAUSTED")
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, watches.refusal())
         # A client that stops reading overflows the queue: the handler is cancelled
-        # out of the write it waits on, and this stream alone ends.
-        sub = subs.attach(task_ids, Subscription(self._limits.watch_max_pending_updates,
-                                                 asyncio.current_task().cancel))
+        # out of the write it waits on, and this stream alone ends. A task already
+        # terminal in its snapshot publishes nothing more: only the others are attached
+        # (none at all when every task has ended, the common case of a watch opened
+        # after SubmitTask returned).
+        live = [s.task_id for s in snaps if not s.is_terminal]
+        sub = subs.attach(live, Subscription(self._limits.watch_max_pending_updates,
+                                             asyncio.current_task().cancel)) if live else None
         fit = self._delivery.fit_update
         pending = set()
         shown = {}            # task id -> the TaskProgress last written (progress is not repeated)
@@ -244,12 +248,13 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             finished = True
             self._count("WatchTasks", "OK")
         except asyncio.CancelledError:
-            if not sub.overflowed:
+            if sub is None or not sub.overflowed:
                 raise                       # the client went away
             await self._watch_overflow(context)
         finally:
             watches.leave()
-            subs.detach(sub, disconnected=not finished)
+            if sub is not None:
+                subs.detach(sub, disconnected=not finished)
 
     # ---- GetWorkerStatus ----
     @_guarded

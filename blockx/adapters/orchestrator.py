@@ -151,9 +151,10 @@ class Orchestrator:
 
     def _watch_last_detach(self, task_id: str, disconnected: bool) -> None:
         # Both the normal end and a broken stream count as "the last watcher left":
-        # the core arms the grace only for tasks that are still running.
-        self.core.handle_watch_detached(task_id, self._wall())
-        self._arm_deadline_timer()
+        # the core arms the grace only for tasks that are still running, and a detach
+        # it refuses (a terminal or unknown task) moves no deadline.
+        if self.core.handle_watch_detached(task_id, self._wall()):
+            self._arm_deadline_timer()
 
     # ---- task lifecycle ----------------------------------------------------------
 

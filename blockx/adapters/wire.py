@@ -78,10 +78,34 @@ def result_response(snap: TaskSnapshot) -> pb.GetTaskResultResponse:
 
 
 def task_update(snap: TaskSnapshot) -> pb.TaskUpdate:
-    if snap.result is not None and snap.state >= 3:
-        return pb.TaskUpdate(task_id=snap.task_id, state=int(snap.state), is_terminal=True,
-                             result=result_to_pb(snap.result))
+    r = snap.result
+    if r is not None and snap.state >= 3:
+        # The result is filled in place: a result= argument would build it and then copy it.
+        upd = pb.TaskUpdate(task_id=snap.task_id, state=int(snap.state), is_terminal=True)
+        _fill_result(upd.result, r)
+        return upd
     return pb.TaskUpdate(task_id=snap.task_id, state=int(snap.state), is_terminal=False)
+
+
+def _fill_result(out: pb.TaskResult, r: TaskResult) -> None:
+    """``out`` (an empty pb.TaskResult) becomes what result_to_pb(r) returns."""
+    s = r.statistic
+    out.state = int(r.state)
+    if r.failure_code:
+        out.failure_code = r.failure_code
+    if r.failure_message:
+        out.failure_message = r.failure_message
+    if r.retryable:
+        out.retryable = True
+    if r.outputs:
+        out.outputs.extend(r.outputs)
+    for p in r.plugin_results:
+        out.plugin_results.add(plugin=p.plugin, ok=p.ok, message=p.message, details=p.details)
+    out.statistic.MergeFrom(pb.TaskStatistic(
+        accepted_at_ms=s.accepted_at_ms, finished_at_ms=s.finished_at_ms,
+        builder_ms=s.builder_ms, calls_ms=s.calls_ms, plugin_ms=s.plugin_ms,
+        call_count=s.call_count, calls_failed=s.calls_failed,
+        call_retries=s.call_retries, cache_hits=s.cache_hits))
 
 
 class TaskUpdateEncoder:

@@ -101,10 +101,19 @@ def _is_repeated(field: Any) -> bool:
     return field.label == field.LABEL_REPEATED
 
 
+# The last whole second formatted and its text, one tuple (replaced whole, so a
+# thread never reads one second with another's text): strftime once per second.
+_second: tuple[int, str] = (-1, "")
+
+
 def _iso_ms(created: float) -> str:
+    global _second
     secs = int(created)
     ms = int((created - secs) * 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{ms:03d}Z"
+    last = _second
+    if last[0] != secs:
+        last = _second = (secs, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)))
+    return f"{last[1]}.{ms:03d}Z"
 
 
 class JsonFormatter(logging.Formatter):
