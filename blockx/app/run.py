@@ -33,6 +33,7 @@ from blockx.adapters.auth_tokens import TokenStore, ensure_local_token
 from blockx.adapters.etcd_publisher import EtcdPublisher
 from blockx.adapters.executor.adapter import ExecutorAdapter
 from blockx.adapters.executor.credentials import ExecutorCredentials
+from blockx.adapters.executor.oci import OciSandbox
 from blockx.adapters.executor.output import ExecutorOutput
 from blockx.adapters.executor.pool import PoolManager, executor_ids
 from blockx.adapters.executor.run_as import executor_run_as_user
@@ -103,14 +104,19 @@ def client_tls(ca: str, cert: str, key: str) -> ClientTLS | None:
     return ClientTLS(ca, cert, key) if (ca or cert or key) else None
 
 
-def executor_sandbox(cfg) -> Sandbox | None:
-    """EXECUTOR_SPAWN_MODE=sandbox: bubblewrap around every executor (config
-    validation already refused a machine where it cannot run)."""
+def executor_sandbox(cfg) -> Sandbox | OciSandbox | None:
+    """EXECUTOR_SPAWN_MODE=sandbox: bubblewrap or a runc container around every
+    executor (EXECUTOR_SANDBOX_RUNTIME; config validation already refused a
+    machine where it cannot run)."""
     if cfg.executor_spawn_mode != "sandbox":
         return None
-    sandbox = Sandbox(cfg.socket_path, SandboxLimits(cfg.executor_memory_limit_mb, cfg.executor_max_processes,
-                                                     cfg.executor_max_open_files), functions_dir=cfg.functions_dir)
-    log_event(log, "executor_sandbox", mode="sandbox", sandbox=sandbox.describe())
+    limits = SandboxLimits(cfg.executor_memory_limit_mb, cfg.executor_max_processes, cfg.executor_max_open_files)
+    if cfg.executor_sandbox_runtime == "oci":
+        sandbox = OciSandbox(cfg.socket_path, limits, functions_dir=cfg.functions_dir,
+                             cpu_millicores=cfg.executor_cpu_millicores)
+    else:
+        sandbox = Sandbox(cfg.socket_path, limits, functions_dir=cfg.functions_dir)
+    log_event(log, "executor_sandbox", mode="sandbox", runtime=sandbox.runtime, sandbox=sandbox.describe())
     return sandbox
 
 
