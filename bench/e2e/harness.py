@@ -190,7 +190,7 @@ class BenchWorker:
     def cpu_seconds(self) -> dict[str, float]:
         """CPU time so far of the worker and (summed) of its executors."""
         return {"worker": proc_cpu_seconds(self.pid),
-                "executors": sum(proc_cpu_seconds(p) for p in self.executor_pids())}
+                "executors": sum(proc_cpu_seconds(p) for p in descendants(self.executor_pids()))}
 
     # ---- stop -------------------------------------------------------------------------
 
@@ -213,6 +213,26 @@ class BenchWorker:
 
 
 _TICK = os.sysconf("SC_CLK_TCK")
+
+
+def descendants(pids: list[int]) -> list[int]:
+    """`pids` and every process below them: a sandboxed executor runs under bwrap
+    or runc, whose own CPU time is not the executor's."""
+    out, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")       # runc (Go) forks from any of its threads
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    todo += [int(p) for p in f.read().split()]
+            except OSError:
+                pass
+    return out
 
 
 def proc_cpu_seconds(pid: int) -> float:

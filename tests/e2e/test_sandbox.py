@@ -30,7 +30,13 @@ def _worker(tmp_path_factory, mode, runtime="bwrap"):
     w = WorkerProcess({"EXECUTOR_SPAWN_MODE": mode, "RESULT_RETENTION_MS": "60000", "BLOCKX_TEST_DB_PASSWORD": SECRET,
                        **LIMITS, **extra}, functions_dir=fdir, executors=1)
     w.runtime = runtime
-    return w.start()
+    w.start()
+    if mode == "sandbox":
+        ev = w.find_event("executor_sandbox")
+        if ev is None or ev.get("runtime") != runtime:
+            w.stop()
+            raise AssertionError(f"the Worker did not run the {runtime} sandbox: {ev}")
+    return w
 
 
 @pytest.fixture(scope="module", params=("bwrap", "oci"))
