@@ -209,6 +209,11 @@ class WorkerFullConfig:
                                        doc="sandbox: bwrap (bubblewrap) or oci (a runc container)")
     executor_cpu_millicores: int = _f(0, env="EXECUTOR_CPU_MILLICORES",
                                       doc="sandbox oci: CPU per executor, 1000 = one core; 0 = none")
+    executor_python: str = _f("", env="EXECUTOR_PYTHON",
+                              doc="interpreter of the executors (a venv with the functions' packages); "
+                                  "empty: the Worker's")
+    executor_site_packages: list[str] = _f(default_factory=list, env="EXECUTOR_SITE_PACKAGES",
+                                           doc="directories of packages for functions, on the executors' path")
     executor_memory_limit_mb: int = _f(1024, env="EXECUTOR_MEMORY_LIMIT_MB", doc="sandbox: per executor; 0 = none")
     executor_max_processes: int = _f(64, env="EXECUTOR_MAX_PROCESSES", doc="sandbox: per executor; 0 = none")
     executor_max_open_files: int = _f(1024, env="EXECUTOR_MAX_OPEN_FILES", doc="sandbox: per executor; 0 = none")

@@ -143,6 +143,11 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
         problem = problem_of()
         if problem:
             out.append(problem)
+    if cfg.executor_python or cfg.executor_site_packages:
+        from blockx.adapters.executor.executor_env import executor_env_problems
+        out.extend(executor_env_problems(cfg.executor_python, cfg.executor_site_packages,
+                                         python_setting=name("executorPython"),
+                                         site_setting=name("executorSitePackages")))
     if cfg.executor_sandbox_runtime not in SANDBOX_RUNTIMES:
         out.append(f"{name('executorSandboxRuntime')} must be \"bwrap\" or \"oci\" "
                    f"(got {cfg.executor_sandbox_runtime!r})")
