@@ -252,3 +252,28 @@ def test_an_executor_that_dies_after_its_process_limit_refused_forks_is_reported
             break
         assert time.monotonic() < deadline, res
         time.sleep(0.2)
+
+
+def test_what_a_killed_oci_worker_left_is_removed_by_the_next_one(tmp_path_factory):
+    from blockx.adapters.executor.oci import own_cgroups
+
+    first = _worker(tmp_path_factory, "sandbox", "oci")
+    pid = first.proc.pid
+    bundles = list(pathlib.Path(tempfile.gettempdir()).glob(f"blockx-oci-{pid}-*"))
+    group = own_cgroups()["pids"] / f"blockx-oci-{pid}"
+    assert len(bundles) == 1 and (group / "exec-0").is_dir(), (bundles, group)
+    first.proc.kill()                                   # no shutdown: nothing of it cleans up
+    first.proc.wait(10)
+    deadline = time.monotonic() + 15                    # its executor ends with its connection
+    while (group / "exec-0" / "cgroup.procs").exists() and \
+            (group / "exec-0" / "cgroup.procs").read_text().strip():
+        assert time.monotonic() < deadline, "the killed Worker's executor kept running"
+        time.sleep(0.1)
+    assert bundles[0].exists()
+    second = _worker(tmp_path_factory, "sandbox", "oci")
+    try:
+        assert not bundles[0].exists() and not group.exists()
+        still_serving(second)
+    finally:
+        second.stop()
+        first.stop()

@@ -21,8 +21,9 @@ The bundle, per executor (a root-only directory of this Worker's, removed at clo
 The executor is PID 1 of its namespace. `runc run --keep` stays its parent (the
 Worker watches runc's exit, and runc forwards SIGTERM), and keeps the cgroup
 after the exit, so the OOM kill count can still be read: then `runc delete`
-removes the container. A container left by a Worker that died is removed when a
-Worker reuses its executor id under the same state directory.
+removes the container. What a Worker that was killed left behind (its bundle
+directory, runc state, the executors' cgroups; its executors exit when their
+connection closes) is removed by the next oci Worker that starts on the host.
 
 `oci_problem()` is the start-up check: no `runc` on PATH, not root, or the
 memory/pids cgroup controllers missing stops the Worker with a message; it never
@@ -114,6 +115,55 @@ def own_cgroups(root: Path = CGROUP_ROOT, proc_cgroup: str = "/proc/self/cgroup"
     return out
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_bundles(runc: str, parent: Path, cgroups: dict[str, Path]) -> list[str]:
+    """Remove the bundle directories (blockx-oci-<pid>-*) of Worker processes
+    that no longer run, their containers (`runc delete --force`) and their cgroup
+    groups; returns the directories removed."""
+    removed = []
+    try:
+        entries = list(parent.glob("blockx-oci-*-*"))
+    except OSError:
+        return removed
+    for d in entries:
+        pid_text = d.name.removeprefix("blockx-oci-").split("-", 1)[0]
+        if not pid_text.isdigit() or _alive(int(pid_text)) or not d.is_dir() or d.stat().st_uid != os.geteuid():
+            continue
+        state = d / "runc"
+        for container in (state.iterdir() if state.is_dir() else ()):
+            try:
+                subprocess.run([runc, "--root", str(state), "delete", "--force", container.name],
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=DELETE_TIMEOUT_S)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        for where in {c / f"blockx-oci-{pid_text}" for c in cgroups.values()}:
+            for leaf in (where.iterdir() if where.is_dir() else ()):
+                if leaf.is_dir():
+                    try:
+                        leaf.rmdir()
+                    except OSError:
+                        pass
+            try:
+                where.rmdir()
+            except OSError:
+                pass
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(str(d))
+    if removed:
+        log.info("removed %d bundle director%s of oci Workers that no longer run", len(removed),
+                 "y" if len(removed) == 1 else "ies")
+    return removed
+
+
 class OciSandbox:
     """Builds each executor's bundle and `runc run` command line; reads why a
     container died; removes containers and bundles."""
@@ -133,6 +183,7 @@ class OciSandbox:
         self.dir = Path(state_dir or tempfile.mkdtemp(prefix=f"blockx-oci-{os.getpid()}-"))
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)          # config.json holds the environment
+        remove_stale_bundles(self.runc, self.dir.parent, own_cgroups(cgroup_root))
         self.state_root = self.dir / "runc"
         self.cgroup_parent = f"blockx-oci-{os.getpid()}"
         self.cgroup_root = cgroup_root

@@ -107,3 +107,23 @@ def test_own_cgroups_of_a_hybrid_host(tmp_path):
     assert got["cpu"] == got["cpuacct"] == tmp_path / "cpu,cpuacct" / "a"
     assert got["pids"] == tmp_path / "pids" and got[""] == tmp_path / "unified"
     assert got["name=systemd"] == tmp_path / "systemd"
+
+
+def test_what_a_killed_worker_left_is_removed_by_the_next_one(tmp_path):
+    import subprocess
+
+    from blockx.adapters.executor.oci import remove_stale_bundles
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()                                     # a pid that no longer runs
+    stale = tmp_path / f"blockx-oci-{gone.pid}-x1"
+    (stale / "runc").mkdir(parents=True)
+    (stale / "exec-0").mkdir()
+    (stale / "exec-0" / "config.json").write_text("{}")
+    live = tmp_path / f"blockx-oci-{os.getpid()}-x2"
+    live.mkdir()
+    cg = tmp_path / "cg"
+    (cg / f"blockx-oci-{gone.pid}" / "exec-0").mkdir(parents=True)
+    removed = remove_stale_bundles("/usr/sbin/runc", tmp_path, {"memory": cg})
+    assert removed == [str(stale)] and not stale.exists() and live.exists()
+    assert not (cg / f"blockx-oci-{gone.pid}").exists()
