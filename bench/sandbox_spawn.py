@@ -70,7 +70,8 @@ def main(argv=None) -> int:
                         bwrap.exit_reason("exec-0")
                     if runtime == "runc":
                         t1 = time.perf_counter()
-                        oci.exit_reason("exec-0")                         # runc delete
+                        oci.exit_reason("exec-0")
+                        oci.remove("exec-0")                              # runc delete, waited for
                         dt += (time.perf_counter() - t1) * 1000
                     if r.returncode != 0:
                         print(f"{runtime} {name}: exit {r.returncode}: {r.stderr.decode()[-300:]}", file=sys.stderr)

@@ -192,6 +192,7 @@ class OciSandbox:
         self.rootfs = self.dir / "rootfs"
         self._build_rootfs()
         self._names: dict[str, str] = {}           # executor id -> container id
+        self._deleting: dict[str, subprocess.Popen] = {}   # executor id -> its `runc delete`
         self._oom_base: dict[str, int] = {}
 
     # ---- the bundle ----
@@ -308,7 +309,7 @@ class OciSandbox:
         # becomes its. The attach secret still decides who attaches.
         if os.geteuid() == 0:                            # always, but in unit tests
             os.chown(socket_path, SANDBOX_UID, SANDBOX_UID)
-        self._remove(executor_id)                        # a container of an earlier run of this slot
+        self.remove(executor_id)                        # a container of an earlier run of this slot
         name = f"{self.cgroup_parent}-{executor_id}"
         self._names[executor_id] = name
         bundle = self.dir / executor_id
@@ -363,23 +364,50 @@ class OciSandbox:
         reason = self.limit_kill_reason(executor_id)
         if reason is None and not stopped_normally(returncode) and self.refused_forks(executor_id):
             reason = "process limit"
-        self._remove(executor_id)
+        self._remove_later(executor_id)
         return reason
 
-    def _remove(self, executor_id: str) -> None:
+    def _delete_argv(self, name: str) -> list[str]:
+        return [self.runc, "--root", str(self.state_root), "delete", "--force", name]
+
+    def _remove_later(self, executor_id: str) -> None:
+        """`runc delete` without waiting for it (this runs on the Worker's loop,
+        and runc takes tens of ms, more on a loaded host); the next start of
+        the slot, or close, waits for it."""
         name = self._names.pop(executor_id, f"{self.cgroup_parent}-{executor_id}")
         if not (self.state_root / name).exists():
             return
         try:
-            subprocess.run([self.runc, "--root", str(self.state_root), "delete", "--force", name],
-                           stdin=subprocess.DEVNULL, capture_output=True, timeout=DELETE_TIMEOUT_S)
+            self._deleting[executor_id] = subprocess.Popen(
+                self._delete_argv(name), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True)
+        except OSError as exc:
+            log.warning("cannot remove the container of %s (%s)", executor_id, exc)
+
+    def remove(self, executor_id: str) -> None:
+        """Wait for a pending `runc delete` of the slot, then delete what is left."""
+        pending = self._deleting.pop(executor_id, None)
+        if pending is not None:
+            try:
+                pending.wait(DELETE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                pending.kill()
+                pending.wait()
+        name = self._names.pop(executor_id, f"{self.cgroup_parent}-{executor_id}")
+        if not (self.state_root / name).exists():
+            return
+        try:
+            subprocess.run(self._delete_argv(name), stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=DELETE_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
             log.warning("cannot remove the container of %s (%s)", executor_id, exc)
 
     def close(self) -> None:
+        for executor_id in list(self._deleting):
+            self.remove(executor_id)
         if self.state_root.is_dir():
             for entry in self.state_root.iterdir():
-                self._remove(entry.name.removeprefix(f"{self.cgroup_parent}-"))
+                self.remove(entry.name.removeprefix(f"{self.cgroup_parent}-"))
         for parent in {d / self.cgroup_parent for d in self.cgroups.values()}:
             try:
                 parent.rmdir()          # runc removed the executors' cgroups, not this group

@@ -127,3 +127,22 @@ def test_what_a_killed_worker_left_is_removed_by_the_next_one(tmp_path):
     removed = remove_stale_bundles("/usr/sbin/runc", tmp_path, {"memory": cg})
     assert removed == [str(stale)] and not stale.exists() and live.exists()
     assert not (cg / f"blockx-oci-{gone.pid}").exists()
+
+
+def test_the_container_is_deleted_off_the_loop_and_waited_for_at_the_next_start(tmp_path):
+    import time
+
+    runc = tmp_path / "runc"
+    runc.write_text('#!/bin/sh\n# --root STATE delete --force NAME\nsleep 0.5; rm -rf "$2/$5"\n')
+    runc.chmod(0o755)
+    box = _box(tmp_path)
+    box.runc = str(runc)
+    name = f"blockx-oci-{os.getpid()}-exec-0"
+    (box.state_root / name).mkdir(parents=True)            # a kept container of an exited executor
+    t0 = time.monotonic()
+    assert box.exit_reason("exec-0", 0) is None
+    assert time.monotonic() - t0 < 0.4, "exit_reason waited for runc delete"
+    assert (box.state_root / name).exists()                 # still being deleted
+    box.remove("exec-0")                                     # the slot's next start waits for it
+    assert not (box.state_root / name).exists()
+    box.close()
