@@ -77,8 +77,13 @@ def venv_python():
 
 
 def _worker(functions_dir, mode, env):
-    return WorkerProcess({"RESULT_RETENTION_MS": "60000", **spawn_env(mode), **env},
-                         functions_dir=functions_dir, executors=1).start()
+    w = WorkerProcess({"RESULT_RETENTION_MS": "60000", **spawn_env(mode), **env},
+                      functions_dir=functions_dir, executors=1)
+    try:
+        return w.start()
+    except BaseException:
+        w.stop()                                      # a Worker that never became ready
+        raise
 
 
 def _run(w, task_id, fn, args, retry=(1, 5, 0)):
@@ -137,7 +142,10 @@ def test_an_executor_python_of_another_version_is_refused_at_start(functions_dir
     fake.chmod(0o755)
     w = WorkerProcess({"EXECUTOR_PYTHON": str(fake)}, functions_dir=functions_dir, executors=1)
     mine = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    with pytest.raises(AssertionError) as err:
-        w.start()
+    try:
+        with pytest.raises(AssertionError) as err:
+            w.start()
+    finally:
+        w.stop()                                      # had it started after all
     assert "worker exited (2) before 'worker_serving'" in str(err.value), err.value
     assert f"is Python 2.7, and the executors need the Worker's Python {mine}" in str(err.value), err.value

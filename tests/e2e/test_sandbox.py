@@ -30,7 +30,11 @@ def _worker(tmp_path_factory, mode, runtime="bwrap"):
     w = WorkerProcess({"EXECUTOR_SPAWN_MODE": mode, "RESULT_RETENTION_MS": "60000", "BLOCKX_TEST_DB_PASSWORD": SECRET,
                        **LIMITS, **extra}, functions_dir=fdir, executors=1)
     w.runtime = runtime
-    w.start()
+    try:
+        w.start()
+    except BaseException:
+        w.stop()                                      # a Worker that never became ready
+        raise
     if mode == "sandbox":
         ev = w.find_event("executor_sandbox")
         if ev is None or ev.get("runtime") != runtime:
