@@ -204,7 +204,8 @@ class WorkerFullConfig:
                                    doc='"none" or empty skips registration')
     worker_registry_prefix: str = _f("", env="WORKER_REGISTRY_PREFIX", doc="from the profile")
     executor_count: int = _f(8, env="EXECUTOR_COUNT")
-    executor_spawn_mode: str = _f("process", env="EXECUTOR_SPAWN_MODE", doc="process or sandbox (bubblewrap)")
+    executor_spawn_mode: str = _f("process", env="EXECUTOR_SPAWN_MODE",
+                                  doc="process or sandbox (bubblewrap or runc, see executorSandboxRuntime)")
     executor_sandbox_runtime: str = _f("bwrap", env="EXECUTOR_SANDBOX_RUNTIME",
                                        doc="sandbox: bwrap (bubblewrap) or oci (a runc container)")
     executor_cpu_millicores: int = _f(0, env="EXECUTOR_CPU_MILLICORES",
