@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(VPY) -m pytest
 ARGS    ?=
 
-.PHONY: build dist serve test typecheck test-compiled test-twins etcd redis bubblewrap postgres prometheus tmux ganache bench bench-instructions bench-peers bench-micro bench-micro-ci clean
+.PHONY: build dist serve test typecheck test-compiled test-twins etcd redis bubblewrap runc postgres prometheus tmux ganache bench bench-instructions bench-peers bench-micro bench-micro-ci clean
 
 build: $(STAMP)
 	$(VPY) setup.py -q build_ext --inplace
@@ -47,6 +47,11 @@ bubblewrap:
 	@command -v bwrap >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null)
 	@command -v bwrap >/dev/null 2>&1 || { echo "bubblewrap (bwrap) is missing and could not be installed" >&2; exit 1; }
 
+# runc runs executors in EXECUTOR_SANDBOX_RUNTIME=oci (an OCI container per executor); the sandbox suites need it.
+runc:
+	@command -v runc >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null)
+	@command -v runc >/dev/null 2>&1 || { echo "runc is missing and could not be installed" >&2; exit 1; }
+
 # tmux runs `blockx top` and the progress bar on a real terminal in the e2e suite (read with capture-pane).
 tmux:
 	@command -v tmux >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null)
@@ -71,7 +76,7 @@ ganache:
 	@test -x $(GANACHE) || npm install --prefix .npm-tools --no-audit --no-fund --silent ganache@7
 	@test -x $(GANACHE) || { echo "ganache is missing and could not be installed (npm install ganache@7)" >&2; exit 1; }
 
-test: build etcd redis bubblewrap postgres prometheus tmux ganache typecheck test-compiled test-twins bench-micro-ci
+test: build etcd redis bubblewrap runc postgres prometheus tmux ganache typecheck test-compiled test-twins bench-micro-ci
 
 # mypy over blockx/ (its settings: [tool.mypy] in pyproject.toml).
 typecheck: build
@@ -90,7 +95,7 @@ bench-micro: build
 bench-micro-ci: build
 	$(VPY) -m bench.micro --fast --check
 
-bench: build ganache
+bench: build ganache bubblewrap runc
 	$(VPY) bench/e2e_load.py $(ARGS)
 
 # Instructions per call / subcall / IO round trip of the Worker and its executors,

@@ -201,7 +201,7 @@ class BenchWorker:
         OpenTelemetry exporter process (a child too, counted apart)."""
         exporter = self._exporter_pid = getattr(self, "_exporter_pid", None) or self.exporter_pid()
         return {"worker": proc_cpu_seconds(self.pid),
-                "executors": sum(proc_cpu_seconds(p) for p in self.executor_pids() if p != exporter),
+                "executors": sum(proc_cpu_seconds(p) for p in descendants(self.executor_pids()) if p != exporter),
                 "exporter": proc_cpu_seconds(exporter) if exporter else 0.0}
 
     # ---- stop -------------------------------------------------------------------------
@@ -225,6 +225,26 @@ class BenchWorker:
 
 
 _TICK = os.sysconf("SC_CLK_TCK")
+
+
+def descendants(pids: list[int]) -> list[int]:
+    """`pids` and every process below them: a sandboxed executor runs under bwrap
+    or runc, whose own CPU time is not the executor's."""
+    out, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")       # runc (Go) forks from any of its threads
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    todo += [int(p) for p in f.read().split()]
+            except OSError:
+                pass
+    return out
 
 
 def proc_cpu_seconds(pid: int) -> float:

@@ -8,9 +8,10 @@ everything on 127.0.0.1) and measures through its own grpc.aio client on uvloop:
 (f) the fleet: tasks/s through blockx.client.Cluster over three workers in a
 real etcd beside one WorkerClient, and the failover time of a SIGKILL under 200
 in-flight tasks (bench/e2e/fleet.py).
-(s) (a) and (c) side by side in both executor spawn modes, process and sandbox
-(bubblewrap), each on a fresh worker, with the time to a ready worker: the
-sandbox should cost start-up time, not per-call time.
+(s) (a) and (c) side by side in the three executor spawn modes, process,
+sandbox (bubblewrap) and sandbox-oci (runc), each on a fresh worker, with the
+time to a ready worker and each executor's spawn time (started -> attached):
+the sandbox should cost start-up time, not per-call time.
 (g) the bundle pipeline into DuckDB and PostgreSQL (a fresh worker and a
 throwaway PostgreSQL cluster).
 (r) RPC reads/s through the Worker's rpc IO backend against a real ganache
@@ -32,6 +33,7 @@ import asyncio
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 
@@ -43,7 +45,10 @@ from bench.e2e.harness import BENCH_TOKEN, ROOT, BenchWorker, WorkerError
 from bench.e2e.profiling import format_table, top_entries
 
 ALL = ("a", "b", "c", "d", "e", "f", "g", "s", "r")
-SPAWN_MODES = ("process", "sandbox")
+# (s): the spawn modes and the Worker settings of each (sandbox-oci: a runc container per executor).
+SPAWN_MODES = {"process": {"EXECUTOR_SPAWN_MODE": "process"},
+               "sandbox": {"EXECUTOR_SPAWN_MODE": "sandbox", "EXECUTOR_SANDBOX_RUNTIME": "bwrap"},
+               "sandbox-oci": {"EXECUTOR_SPAWN_MODE": "sandbox", "EXECUTOR_SANDBOX_RUNTIME": "oci"}}
 
 SIZES = {
     "default": {"a": [10_000, 100_000], "b_tasks": 5_000, "b_inflight": 64, "c_tasks": 1_000,
@@ -64,6 +69,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run in well under a minute")
     p.add_argument("--only", default=",".join(ALL),
                    help="comma-separated scenarios to run, of a,b,c,d,e,f,g,s,r (default: all)")
+    p.add_argument("--s-rounds", type=int, default=1,
+                   help="(s): rounds of the spawn modes, interleaved; medians over them (default 1)")
     p.add_argument("--fleet-executors", type=int, default=1, help="EXECUTOR_COUNT of each (f) worker (default 1)")
     p.add_argument("--g-rows", type=int, default=0, help="(g): Parquet rows (default: 1,000,000; quick 50,000)")
     p.add_argument("--g-parts", default="rangeScan,dbscan,local,main",
@@ -324,26 +331,66 @@ async def run_rss_worker(ns, sizes: dict, report: dict) -> None:
         w.cleanup()
 
 
+def executor_spawn_ms(events: list[dict]) -> list[float]:
+    """Per executor start: ms from the pool's "executor exec-N started" to the
+    adapter's "executor exec-N attached" (the executor's start, its sandbox's
+    and its first Heartbeat), from the worker's JSON log."""
+    from datetime import datetime
+
+    started: dict[str, float] = {}
+    out = []
+    for ev in events:
+        msg, ts = ev.get("msg", ""), ev.get("ts")
+        if not ts or not msg.startswith("executor exec-"):
+            continue
+        eid = msg.split()[1]
+        at = datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000
+        if " started (pid " in msg:
+            started[eid] = at
+        elif " attached (pid " in msg and eid in started:
+            out.append(round(at - started.pop(eid), 1))
+    return out
+
+
 async def run_spawn_modes(ns, sizes: dict, report: dict) -> None:
-    """(s): one fresh worker per spawn mode, (a) and (c) on each, side by side."""
+    """(s): one fresh worker per spawn mode and round, (a) and (c) on each, side
+    by side; --s-rounds rounds, interleaved (each round starts with the next
+    mode), and the median of each figure over the rounds."""
     out = report["results"]["s_spawn_modes"] = {}
-    for mode in SPAWN_MODES:
-        w = BenchWorker(executors=ns.executors, env={"EXECUTOR_SPAWN_MODE": mode})
-        t0 = time.perf_counter()
-        await _start(w)
-        row = out[mode] = {"ready_s": round(time.perf_counter() - t0, 3)}
-        client = Client(w.addr, w.token)
-        try:
-            await sc.warm_up(client, ["add1", "add"])
-            row["a_call_throughput"] = await _with_cpu(w, sc.call_throughput(client, sizes["s_calls"], timeout=300))
-            row["c_latency"] = await _with_cpu(w, sc.latency(client, sizes["s_tasks"], timeout=300))
-        except Exception as exc:
-            exc.add_note(f"{mode} worker log tail:\n" + w.tail(20))
-            raise
-        finally:
-            await client.close()
-            await asyncio.to_thread(w.stop)
-            w.cleanup()
+    modes = list(SPAWN_MODES)
+    rounds: dict[str, list[dict]] = {m: [] for m in modes}
+    for n in range(ns.s_rounds):
+        for mode in modes[n % len(modes):] + modes[:n % len(modes)]:
+            w = BenchWorker(executors=ns.executors, env=SPAWN_MODES[mode])
+            t0 = time.perf_counter()
+            await _start(w)
+            row = {"ready_s": round(time.perf_counter() - t0, 3)}
+            client = Client(w.addr, w.token)
+            try:
+                await asyncio.to_thread(w.wait_executors, 60)
+                row["executor_spawn_ms"] = executor_spawn_ms(w.events())
+                await sc.warm_up(client, ["add1", "add"])
+                row["a_call_throughput"] = await _with_cpu(w, sc.call_throughput(client, sizes["s_calls"],
+                                                                                 timeout=300))
+                row["c_latency"] = await _with_cpu(w, sc.latency(client, sizes["s_tasks"], timeout=300))
+            except Exception as exc:
+                exc.add_note(f"{mode} worker log tail:\n" + w.tail(20))
+                raise
+            finally:
+                await client.close()
+                await asyncio.to_thread(w.stop)
+                w.cleanup()
+            rounds[mode].append(row)
+    for mode, rows in rounds.items():
+        spawn = [ms for r in rows for ms in r["executor_spawn_ms"]]
+        out[mode] = {
+            "rounds": rows,
+            "median_executor_spawn_ms": round(statistics.median(spawn), 1) if spawn else None,
+            "median_ready_s": round(statistics.median(r["ready_s"] for r in rows), 3),
+            "median_a_calls_per_s": statistics.median(r["a_call_throughput"]["calls_per_s"] for r in rows),
+            "median_c_p50_ms": statistics.median(r["c_latency"]["p50_ms"] for r in rows),
+            "median_c_p99_ms": statistics.median(r["c_latency"]["p99_ms"] for r in rows),
+        }
 
 
 async def run_bundle_worker(ns, sizes: dict, report: dict) -> None:

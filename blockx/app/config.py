@@ -204,7 +204,17 @@ class WorkerFullConfig:
                                    doc='"none" or empty skips registration')
     worker_registry_prefix: str = _f("", env="WORKER_REGISTRY_PREFIX", doc="from the profile")
     executor_count: int = _f(8, env="EXECUTOR_COUNT")
-    executor_spawn_mode: str = _f("process", env="EXECUTOR_SPAWN_MODE", doc="process or sandbox (bubblewrap)")
+    executor_spawn_mode: str = _f("process", env="EXECUTOR_SPAWN_MODE",
+                                  doc="process or sandbox (bubblewrap or runc, see executorSandboxRuntime)")
+    executor_sandbox_runtime: str = _f("bwrap", env="EXECUTOR_SANDBOX_RUNTIME",
+                                       doc="sandbox: bwrap (bubblewrap) or oci (a runc container)")
+    executor_cpu_millicores: int = _f(0, env="EXECUTOR_CPU_MILLICORES",
+                                      doc="sandbox oci: CPU per executor, 1000 = one core; 0 = none")
+    executor_python: str = _f("", env="EXECUTOR_PYTHON",
+                              doc="interpreter of the executors (a venv with the functions' packages); "
+                                  "empty: the Worker's")
+    executor_site_packages: list[str] = _f(default_factory=list, env="EXECUTOR_SITE_PACKAGES",
+                                           doc="directories of packages for functions, on the executors' path")
     executor_memory_limit_mb: int = _f(1024, env="EXECUTOR_MEMORY_LIMIT_MB", doc="sandbox: per executor; 0 = none")
     executor_max_processes: int = _f(64, env="EXECUTOR_MAX_PROCESSES", doc="sandbox: per executor; 0 = none")
     executor_max_open_files: int = _f(1024, env="EXECUTOR_MAX_OPEN_FILES", doc="sandbox: per executor; 0 = none")

@@ -35,6 +35,7 @@ UDS_PATH_MAX = 107
 # The etcd lease the Worker keeps alive with its heartbeats (TTL 10 s).
 ETCD_LEASE_TTL_MS = 10_000
 SPAWN_MODES_SUPPORTED = ("process", "sandbox")
+SANDBOX_RUNTIMES = ("bwrap", "oci")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
 BLOCK_REGISTRY_SEGMENT = "workers"
 BUNDLE_REGISTRY_SEGMENT = "bundle-workers"
@@ -135,12 +136,32 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
         problem = run_as_problem(cfg.executor_user, name("executorUser"))
         if problem:
             out.append(problem)
+    elif cfg.executor_sandbox_runtime not in SANDBOX_RUNTIMES:
+        pass                                            # said below
     elif cfg.executor_spawn_mode == "sandbox":
-        # Never a silent fallback to "process": no bwrap, or no namespaces, stops the Worker.
-        from blockx.adapters.executor.sandbox import sandbox_problem
-        problem = sandbox_problem()
+        # Never a silent fallback: no bwrap/runc, or no namespaces/cgroups, stops the Worker.
+        if cfg.executor_sandbox_runtime == "oci":
+            from blockx.adapters.executor.oci import oci_problem as problem_of
+        else:
+            from blockx.adapters.executor.sandbox import sandbox_problem as problem_of
+        problem = problem_of()
         if problem:
             out.append(problem)
+    if cfg.executor_python or cfg.executor_site_packages:
+        from blockx.adapters.executor.executor_env import executor_env_problems
+        out.extend(executor_env_problems(cfg.executor_python, cfg.executor_site_packages,
+                                         python_setting=name("executorPython"),
+                                         site_setting=name("executorSitePackages")))
+    if cfg.executor_sandbox_runtime not in SANDBOX_RUNTIMES:
+        out.append(f"{name('executorSandboxRuntime')} must be \"bwrap\" or \"oci\" "
+                   f"(got {cfg.executor_sandbox_runtime!r})")
+    if type(cfg.executor_cpu_millicores) is int and cfg.executor_cpu_millicores < 0:
+        out.append(f"{name('executorCpuMillicores')} must be 0 (no limit) or a positive number of "
+                   f"millicores, 1000 = one core (got {cfg.executor_cpu_millicores})")
+    elif cfg.executor_cpu_millicores and cfg.executor_sandbox_runtime != "oci":
+        out.append(f"{name('executorCpuMillicores')} is a limit of the oci sandbox runtime; set "
+                   f"{name('executorSandboxRuntime')} to \"oci\" (with {name('executorSpawnMode')} "
+                   "\"sandbox\"), or set it to 0")
 
     # The settings the cores carry, by the cores' rules.
     top = section((cfg, ""))

@@ -33,8 +33,10 @@ from blockx.adapters.auth_tokens import TokenStore, ensure_local_token
 from blockx.adapters.etcd_publisher import EtcdPublisher
 from blockx.adapters.executor.adapter import ExecutorAdapter
 from blockx.adapters.executor.credentials import ExecutorCredentials
+from blockx.adapters.executor.oci import OciSandbox
 from blockx.adapters.executor.output import ExecutorOutput
-from blockx.adapters.executor.pool import PoolManager, executor_ids
+from blockx.adapters.executor.executor_env import ExecutorEnvironment
+from blockx.adapters.executor.pool import PoolManager, build_child_env, executor_ids
 from blockx.adapters.executor.run_as import executor_run_as_user
 from blockx.adapters.executor.sandbox import Sandbox, SandboxLimits
 from blockx.adapters.grpc_limits import GrpcLimits
@@ -122,14 +124,19 @@ async def task_spans(cfg, profile, env=os.environ) -> TaskSpans | None:
     return TaskSpans(pipe, call_span_rate=cfg.otel_call_span_rate)
 
 
-def executor_sandbox(cfg) -> Sandbox | None:
-    """EXECUTOR_SPAWN_MODE=sandbox: bubblewrap around every executor (config
-    validation already refused a machine where it cannot run)."""
+def executor_sandbox(cfg, extra_readonly: tuple[str, ...] = ()) -> Sandbox | OciSandbox | None:
+    """EXECUTOR_SPAWN_MODE=sandbox: bubblewrap or a runc container around every
+    executor (EXECUTOR_SANDBOX_RUNTIME; config validation already refused a
+    machine where it cannot run)."""
     if cfg.executor_spawn_mode != "sandbox":
         return None
-    sandbox = Sandbox(cfg.socket_path, SandboxLimits(cfg.executor_memory_limit_mb, cfg.executor_max_processes,
-                                                     cfg.executor_max_open_files), functions_dir=cfg.functions_dir)
-    log_event(log, "executor_sandbox", mode="sandbox", sandbox=sandbox.describe())
+    limits = SandboxLimits(cfg.executor_memory_limit_mb, cfg.executor_max_processes, cfg.executor_max_open_files)
+    if cfg.executor_sandbox_runtime == "oci":
+        sandbox = OciSandbox(cfg.socket_path, limits, functions_dir=cfg.functions_dir,
+                             cpu_millicores=cfg.executor_cpu_millicores, extra_readonly=extra_readonly)
+    else:
+        sandbox = Sandbox(cfg.socket_path, limits, functions_dir=cfg.functions_dir, extra_readonly=extra_readonly)
+    log_event(log, "executor_sandbox", mode="sandbox", runtime=sandbox.runtime, sandbox=sandbox.describe())
     return sandbox
 
 
@@ -287,7 +294,11 @@ class Worker:
         io_factory = IOScopeFactory.from_config(cfg, data)
         # Executors attach with a secret the pool issues; a sandboxed one only sees its own socket.
         credentials = ExecutorCredentials()
-        sandbox = executor_sandbox(cfg)
+        # EXECUTOR_PYTHON / EXECUTOR_SITE_PACKAGES: the functions' own packages, bound read-only.
+        self.executor_env = ExecutorEnvironment(cfg.executor_python, cfg.executor_site_packages)
+        if not (self.executor_env.own_python and not self.executor_env.site_packages):
+            log_event(log, "executor_environment", environment=self.executor_env.describe())
+        sandbox = executor_sandbox(cfg, self.executor_env.readonly_paths())
         self.adapter = ExecutorAdapter(cfg.socket_path,
                                        heartbeat_timeout_ms=cfg.effective_executor_heartbeat_timeout_ms(),
                                        executor_contexts=dcfg.executor_max_inflight, metrics=metrics,
@@ -302,7 +313,8 @@ class Worker:
             restart_window_ms=cfg.executor_restart_window_ms, backoff_ms=cfg.executor_backoff_ms,
             extra_args=executor_args(cfg), metrics=metrics, sandbox=sandbox, credentials=credentials,
             run_as_user=executor_run_as_user(cfg.executor_spawn_mode, cfg.executor_user),
-            output=self.executor_output)
+            output=self.executor_output, python=self.executor_env.python,
+            extra_env=self.executor_env.extra_env(build_child_env()))
         shadow = None
         if cfg.shadow_submit_target_addr and cfg.shadow_submit_sample_rate > 0:
             shadow = ShadowForwarder(cfg.shadow_submit_target_addr, cfg.shadow_submit_sample_rate,
@@ -401,6 +413,7 @@ class Worker:
         unfinished = self.orch.end_unfinished_tasks()    # their watchers get a terminal update
         log_event(log, "shutdown_step", step="tasks_ended", unfinished_tasks=unfinished)
         await self.pool.stop()
+        self.executor_env.close()
         log_event(log, "shutdown_step", step="executor_pool_stopped")
         await self.adapter.close()
         await self.orch.close()

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.e2e.conftest import make_functions_dir
-from tests.e2e.spawn_modes import SPAWN_MODES
+from tests.e2e.spawn_modes import SPAWN_MODES, spawn_env
 from tests.support.worker import WorkerProcess
 
 pytestmark = pytest.mark.e2e
@@ -28,7 +28,7 @@ def tour_worker(request, tmp_path_factory):
     if request.param == "process":
         yield request.getfixturevalue("worker")
         return
-    w = WorkerProcess({"TASK_SLOTS": "32", "RESULT_RETENTION_MS": "60000", "EXECUTOR_SPAWN_MODE": request.param},
+    w = WorkerProcess({"TASK_SLOTS": "32", "RESULT_RETENTION_MS": "60000", **spawn_env(request.param)},
                       functions_dir=make_functions_dir(tmp_path_factory.mktemp("fn-tour")))
     w.start()
     try:

@@ -7,13 +7,13 @@ import time
 import pytest
 
 from blockx.worker.v1 import worker_pb2 as pb
-from tests.e2e.spawn_modes import SPAWN_MODES
+from tests.e2e.spawn_modes import SPAWN_MODES, spawn_env
 from tests.e2e.test_faults import _metric
 
 
 @pytest.mark.parametrize("mode", SPAWN_MODES)
 def test_a_spinning_call_fails_on_its_budget_and_its_executor_carries_on(start_worker, mode):
-    w = start_worker({"CALL_DEADLINE_MS": "200", "EXECUTOR_SPAWN_MODE": mode}, executors=1)
+    w = start_worker({"CALL_DEADLINE_MS": "200", **spawn_env(mode)}, executors=1)
     t0 = time.monotonic()
     w.submit_calls("t-spin", [("spin_forever", [])], retry=(1, 5, 0))
     w.submit_calls("t-others", [("add", [i, 1]) for i in range(5)])

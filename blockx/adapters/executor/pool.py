@@ -193,8 +193,8 @@ class PoolManager:
         self.clock_ms = clock_ms
         self.log = logger or logging.getLogger("blockx.executor.pool")
         self.counters = counters_for(metrics)
-        # sandbox.Sandbox (EXECUTOR_SPAWN_MODE=sandbox): wraps each executor's argv
-        # in bwrap, and names the limit that killed one.
+        # sandbox.Sandbox or oci.OciSandbox (EXECUTOR_SPAWN_MODE=sandbox): wraps each
+        # executor's argv in bwrap or runc, and names the limit that killed one.
         self.sandbox = sandbox
         self.limit_kills: dict[str, int] = {}
         self._slots = {eid: _Slot(eid) for eid in executor_ids(executor_count)}
@@ -271,8 +271,10 @@ class PoolManager:
         finally:
             os.close(write_fd)
         if self.sandbox is not None:
-            argv = self.argv_for(eid, socket_path=self.sandbox.executor_socket_path, secret_fd=read_fd)
-            argv = self.sandbox.argv(eid, argv, socket_path=private_socket_path(self.socket_path, eid))
+            argv = self.argv_for(eid, socket_path=self.sandbox.executor_socket_path,
+                                 secret_fd=self.sandbox.secret_fd(read_fd))
+            argv = self.sandbox.argv(eid, argv, socket_path=private_socket_path(self.socket_path, eid),
+                                     env=self.env, secret_fd=read_fd)
         else:
             argv = self.argv_for(eid, secret_fd=read_fd)
         piped = self.output is not None
@@ -308,10 +310,10 @@ class PoolManager:
         self.credentials.revoke(slot.executor_id)     # an exited executor's secret attaches nobody
         slot.last_exit_code = rc
         how = f"killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
-        reason = self.sandbox.exit_reason(slot.executor_id) if self.sandbox is not None else None
+        reason = self.sandbox.exit_reason(slot.executor_id, rc) if self.sandbox is not None else None
         if reason:
             how += f" by its {reason}"
-            label = reason.removesuffix(" limit")        # "memory"
+            label = reason.removesuffix(" limit")        # "memory", "process"
             self.limit_kills[label] = self.limit_kills.get(label, 0) + 1
             self.counters.executor_limit_kills[label] = self.counters.executor_limit_kills.get(label, 0) + 1
         level = logging.INFO if self._stopping else logging.WARNING
