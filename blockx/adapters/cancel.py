@@ -6,7 +6,7 @@ the dispatcher, runner and writer cancelled, IO scope closed, watchers told).
 The unary RPC and the TaskSession ``cancel`` op share these two functions."""
 from __future__ import annotations
 
-from blockx.adapters.wire import result_to_pb
+from blockx.adapters.result_pages import ResultPages
 from blockx.core.types import CancelTaskResult
 from blockx.worker.v1 import worker_pb2 as pb
 
@@ -16,11 +16,14 @@ def cancel(orch, request: pb.CancelTaskRequest, caller) -> CancelTaskResult:
     return orch.cancel_task(request.task_id, request.reason, caller)
 
 
-def cancel_response(res: CancelTaskResult) -> pb.CancelTaskResponse:
+def cancel_response(res: CancelTaskResult, pages: ResultPages) -> tuple[pb.CancelTaskResponse, int]:
+    """(the answer, its approximate result bytes): the task's state and, once it
+    is terminal, the first page of its result, cut by ``pages`` as GetTaskResult's
+    first page is, so no answer is over the page budget."""
     snap = res.snapshot
     assert snap is not None, "an unknown task raises NotFound before any answer"
-    resp = pb.CancelTaskResponse(task_id=snap.task_id, cancelled=res.applied)
-    resp.state = int(snap.state)  # type: ignore[assignment]  # the proto enum's wrapper takes its int
-    if snap.result is not None:
-        resp.result.CopyFrom(result_to_pb(snap.result))
-    return resp
+    page, size = pages.reply(snap, "result")
+    resp = pb.CancelTaskResponse(task_id=snap.task_id, state=page.state, cancelled=res.applied)
+    if page.HasField("result"):
+        resp.result.CopyFrom(page.result)
+    return resp, size

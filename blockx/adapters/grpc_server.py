@@ -365,10 +365,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             res = cancel(self._orch, request, caller)
         except WorkerError as err:
             await self._refuse(context, "CancelTask", err)
-        resp = cancel_response(res)
-        snap = res.snapshot
-        if snap.result is not None and (n := self._delivery.oversize(resp, result_bytes(snap))):
-            await self._too_big(context, "CancelTask", snap, n)
+        resp = cancel_response(res, self._delivery)[0]
         self._count("CancelTask", "OK")
         return resp
 

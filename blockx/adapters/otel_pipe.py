@@ -58,6 +58,7 @@ class ExporterPipe:
         if not batch:
             return
         w = self._proc.stdin
+        assert w is not None, "the exporter process is started with a stdin pipe"
         if w.is_closing() or w.transport.get_write_buffer_size() > MAX_BUFFERED_BYTES:
             self.dropped += len(batch)
             if not self._warned:
@@ -73,6 +74,7 @@ class ExporterPipe:
         and exit (killed after STOP_TIMEOUT_S)."""
         self.flush()
         w = self._proc.stdin
+        assert w is not None, "the exporter process is started with a stdin pipe"
         try:
             if not w.is_closing():
                 await w.drain()

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import time
 from random import getrandbits
-from typing import Callable
+from typing import Any
 from zlib import crc32
 
 from blockx.adapters.trace_context import TRACESTATE, TraceContext
@@ -70,10 +70,10 @@ class _Task:
 
 
 class TaskSpans:
-    def __init__(self, sink: Callable[[list], None], *, call_span_rate: float = 0.0) -> None:
+    def __init__(self, sink: Any, *, call_span_rate: float = 0.0) -> None:
         if not 0.0 <= call_span_rate <= 1.0:
             raise ValueError(f"call_span_rate must be within 0..1, got {call_span_rate}")
-        self.sink = sink                      # takes one finished task's record
+        self.sink = sink                      # takes one finished task's record (the ExporterPipe: callable, with close())
         self.call_span_rate = call_span_rate
         self._threshold = int(call_span_rate * _CRC_RANGE)    # a call is recorded when crc32(id) < this
         self._tasks: dict[str, _Task] = {}
@@ -162,6 +162,7 @@ class TaskSpans:
         if st.calls is None:
             st.calls, st.open = [], {}
         st.calls.append(c)
+        assert st.open is not None
         st.open[call_id] = opened[call_id] = c
 
     def call_done(self, call_id: str, error_kind: str) -> None:

@@ -167,8 +167,8 @@ class ResultPages:
         self.budget = page_bytes
         self.delivery = ResultDelivery(max_message_bytes)   # one output alone over one gRPC message
         self._fast = page_bytes - FAST_SLACK_BYTES          # a bulk up to this always fits whole
-        self._upd = None                                    # the last update paged, and its page
-        self._page = None
+        self._upd: pb.TaskUpdate | None = None              # the last update paged, and its page
+        self._page: tuple[pb.TaskUpdate, int] | None = None
 
     @property
     def fits_bytes(self) -> int:
@@ -182,7 +182,7 @@ class ResultPages:
         r = snap.result
         if r is None or not upd.HasField("result"):
             return upd, 0
-        if upd is self._upd:
+        if upd is self._upd and self._page is not None:
             return self._page
         bulk = bulk_bytes(r)
         if bulk <= self._fast:

@@ -132,10 +132,7 @@ class Session:
                 self._watch(rid, req.watch.task_ids)
             elif op == "cancel":
                 res = cancel(orch, req.cancel, self._caller)
-                resp = cancel_response(res)
-                size = _result_bytes(res.snapshot)
-                if size and self._too_big(rid, op, res.snapshot, resp, size):
-                    return
+                resp, size = cancel_response(res, self._delivery)
                 self._emit(_SessionEvent(request_id=rid, cancelled=resp), size)
             else:
                 self._error(rid, "INVALID_ARGUMENT",

@@ -131,6 +131,7 @@ def executor_sandbox(cfg, extra_readonly: tuple[str, ...] = ()) -> Sandbox | Oci
     if cfg.executor_spawn_mode != "sandbox":
         return None
     limits = SandboxLimits(cfg.executor_memory_limit_mb, cfg.executor_max_processes, cfg.executor_max_open_files)
+    sandbox: Sandbox | OciSandbox
     if cfg.executor_sandbox_runtime == "oci":
         sandbox = OciSandbox(cfg.socket_path, limits, functions_dir=cfg.functions_dir,
                              cpu_millicores=cfg.executor_cpu_millicores, extra_readonly=extra_readonly)

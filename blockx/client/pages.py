@@ -36,8 +36,8 @@ def next_offset(r: pb.TaskResult) -> int:
 async def pages_after(get_page: GetPage, task_id: str, page: pb.TaskResult) -> AsyncIterator[pb.TaskResult]:
     """The pages of ``task_id``'s result that follow ``page`` (one already in hand), in order."""
     total = page.outputs_total
-    r = page
-    while r.outputs_truncated:
+    r: pb.TaskResult | None = page
+    while r is not None and r.outputs_truncated:
         offset = next_offset(r)
         r = await get_page(task_id, offset, None)
         if r is not None and not r.outputs and r.outputs_truncated:

@@ -129,7 +129,7 @@ def remove_stale_bundles(runc: str, parent: Path, cgroups: dict[str, Path]) -> l
     """Remove the bundle directories (blockx-oci-<pid>-*) of Worker processes
     that no longer run, their containers (`runc delete --force`) and their cgroup
     groups; returns the directories removed."""
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(parent.glob("blockx-oci-*-*"))
     except OSError:
@@ -173,9 +173,10 @@ class OciSandbox:
     def __init__(self, socket_path: str, limits: SandboxLimits, *, functions_dir: str = "",
                  cpu_millicores: int = 0, runc: str | None = None, extra_readonly: tuple[str, ...] = (),
                  state_dir: str | None = None, cgroup_root: Path = CGROUP_ROOT) -> None:
-        self.runc = runc or runc_path()
-        if self.runc is None:
+        found = runc or runc_path()
+        if found is None:
             raise RuntimeError(oci_problem() or "runc is missing")
+        self.runc: str = found
         self.executor_socket_path = SANDBOX_SOCKET_PATH
         self.limits = limits
         self.cpu_millicores = cpu_millicores
