@@ -7,6 +7,7 @@ none of them. They come here, and the batch's credit with them:
 - Order: batches may settle out of order; they reach the writer in batch order
   (a batch that settled early waits for the ones before it), so the writer sees
   the outputs in call-list order, as when it runs after the Calls phase.
+- Sizes count each output as its bytes + OUTPUT_OVERHEAD (what it costs held).
 - Writes: outputs gather until ``write_bytes`` of them are waiting, then go to the
   writer in one ``write`` (one at a time; the rest keep gathering meanwhile).
   The Plugin phase (``finish``) writes what is left and commits.
@@ -33,6 +34,10 @@ from typing import Any, Callable
 from blockx.core.types import PluginResult
 
 log = logging.getLogger("blockx.phases")
+
+# What one output costs in memory beyond its bytes (the bytes object's header and
+# its list slot): the buffer's bounds count outputs as len + OUTPUT_OVERHEAD.
+OUTPUT_OVERHEAD = 64
 
 
 class StreamedWrite:
@@ -70,7 +75,7 @@ class StreamedWrite:
             release()
             return
         outputs = outputs or []
-        size = sum(map(len, outputs))
+        size = sum(map(len, outputs)) + OUTPUT_OVERHEAD * len(outputs)
         self._early[batch_idx] = (outputs, size)
         self.buffered += size
         early = self._early

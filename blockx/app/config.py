@@ -117,16 +117,16 @@ class StreamBuildSection:
 
 @dataclass
 class WriterStreamSection:
-    """A streaming builder's writer (tableUpserts, bundleWrite) consumes each
-    settled batch as the task runs, inside one transaction or one temporary file
-    that becomes visible only when the task succeeds (blockx.plugins.writer_api)."""
+    """A streaming builder's writer, when it can (tableUpserts), consumes each
+    settled batch as the task runs, inside one transaction that becomes visible
+    only when the task succeeds (blockx.plugins.writer_api)."""
     enabled: bool = _f(True, env="WRITER_STREAM_ENABLED",
                        doc="false: every writer runs after the Calls phase over every output")
     keep_outputs: int = _f(1_000, env="WRITER_STREAM_KEEP_OUTPUTS",
                            doc="outputs a streamed task keeps in its TaskResult (the first ones); "
                                "a task's keepOutputs overrides")
     keep_output_bytes: int = _f(1 * MiB, doc="bound of the kept outputs' bytes")
-    buffer_bytes: int = _f(16 * MiB, doc="per task: outputs waiting for the writer past which a settled batch's "
+    buffer_bytes: int = _f(8 * MiB, doc="per task: outputs waiting for the writer past which a settled batch's "
                                "credit waits for the writer")
     write_bytes: int = _f(2 * MiB, doc="outputs gathered into one write of the writer")
 
@@ -211,6 +211,9 @@ class DataPlaneSection:
     scan_max_row_bytes: int = _f(4 * MiB, env="SCAN_MAX_ROW_BYTES",
                                  doc="one dbscan / bundleScan row as call arguments; a larger row fails the task")
     bundle_max_files: int = _f(100_000, env="BUNDLE_MAX_FILES", doc="files one bundleScan may match")
+    duckdb_memory_limit_mb: int = _f(128, json_name="duckdbMemoryLimitMb",
+                                     doc="buffer pool of each DuckDB file source inside the Worker; past it "
+                                         "DuckDB evicts and spills to disk; 0 = DuckDB's own (80% of the RAM)")
 
 
 @dataclass

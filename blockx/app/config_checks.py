@@ -82,7 +82,7 @@ RPC_BACKEND_RULES = (Rule("timeout_ms", 1), Rule("concurrency", 1), Rule("max_qu
 WRITER_STREAM_RULES = (Rule("enabled", kind=bool), Rule("keep_outputs", 0, note="0 keeps none"),
                        Rule("keep_output_bytes", 0), Rule("buffer_bytes", 1), Rule("write_bytes", 1))
 DATA_PLANE_RULES = (Rule("scan_fetch_rows", 1, 1_000_000), Rule("scan_max_row_bytes", 1),
-                    Rule("bundle_max_files", 1))
+                    Rule("bundle_max_files", 1), Rule("duckdb_memory_limit_mb", 0, note="0 = DuckDB's own"))
 
 
 def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:

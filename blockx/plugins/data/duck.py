@@ -147,9 +147,13 @@ class DuckSource:
     kind = "duckdb"
 
     def __init__(self, name: str, path: str, *, allowed_paths: Sequence[str] | None = None,
-                 statement_timeout_ms: int = 0):
+                 statement_timeout_ms: int = 0, memory_limit_mb: int = 0):
         self.name = name
         self.path = path
+        # DuckDB's buffer pool, which runs inside the Worker (0 = DuckDB's own, 80% of
+        # the RAM); past it a file-backed database evicts and spills to its own
+        # temporary files. An in-memory database keeps DuckDB's own limit.
+        self._memory_limit_mb = memory_limit_mb if path != MEMORY else 0
         self._allowed = list(allowed_paths) if allowed_paths is not None else None
         self._timeout_ms = statement_timeout_ms     # phaseIoTimeoutMs per write statement; 0 = none
         self._db: duckdb.DuckDBPyConnection | None = None
@@ -166,8 +170,10 @@ class DuckSource:
                     os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
                 try:
                     if self._allowed is None:
-                        self._db = duckdb.connect(self.path, config={"enable_external_access": False,
-                                                                     "lock_configuration": True})
+                        config = {"enable_external_access": False, "lock_configuration": True}
+                        if self._memory_limit_mb:
+                            config["memory_limit"] = f"{self._memory_limit_mb}MiB"
+                        self._db = duckdb.connect(self.path, config=config)
                     else:
                         # allowed_paths can only be set once the database runs, and
                         # before external access goes off; then nothing can change.
