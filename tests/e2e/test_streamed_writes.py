@@ -81,7 +81,8 @@ def upserts(target, table, **kw):
 
 def sql(w, task_id, source, query):
     w.submit("q-" + task_id, "callList", {"calls": [{"functionId": "sql_rows", "args": [source, query]}]})
-    res = w.wait_terminal("q-" + task_id)
+    # A call of a timed-out task may still hold an executor until it returns.
+    res = w.wait_terminal("q-" + task_id, timeout=90)
     assert res.state == 3, res.failure_message
     return outputs(res)[0]
 

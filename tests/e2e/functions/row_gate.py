@@ -1,5 +1,5 @@
 """row_gate(row) -> {"id": row["id"], "v": row["x"] * 2}; a row whose x is -1 raises
-(a failing call), one whose x is -2 sleeps a minute (a task that times out)."""
+(a failing call), one whose x is -2 sleeps 30 s (a task that times out first)."""
 import time
 
 
@@ -8,5 +8,5 @@ def main(row):
     if x == -1:
         raise ValueError(f"row {row['id']} refused")
     if x == -2:
-        time.sleep(60)
+        time.sleep(30)
     return {"id": row["id"], "v": x * 2}
