@@ -197,7 +197,10 @@ class DispatchActor:
             elif t is BatchSettled:
                 rt = self._runtimes.get(cmd.task_id)
                 if rt is not None and rt.credits is not None:
-                    rt.credits.release()
+                    if rt.sink is not None:      # the writer takes the outputs; the credit follows
+                        rt.sink.offer(cmd.batch_idx, cmd.outputs, rt.credits.release)
+                    else:
+                        rt.credits.release()
             elif t is StopCallProduction:
                 rt = self._runtimes.get(cmd.task_id)
                 if rt is not None and rt.producer is not None and not rt.producer.done():

@@ -57,7 +57,7 @@ class Orchestrator:
                  admission, stream_cfg, metrics, pool=None, shadow=None, stall_timeout_ms: int = 10_000,
                  phase_io_timeout_ms: int = 10_000, on_ready: Callable[[], Any] | None = None,
                  wall: Callable[[], int] = wall_ms, mono: Callable[[], int] = mono_ms, audit=None,
-                 traces=None, spans=None) -> None:
+                 traces=None, spans=None, writer_stream=None) -> None:
         self.core = core
         self.disp = disp
         self.adapter = adapter
@@ -90,7 +90,7 @@ class Orchestrator:
             core=core, disp=disp, actor=self.actor, runtimes=self._runtimes, fcode=fcode, builders=builders,
             plugins=plugins, io_factory=io_factory, admission=admission, stream_cfg=stream_cfg, metrics=metrics,
             phase_io_timeout_ms=phase_io_timeout_ms, wall=wall, on_converge=self._on_task_terminal,
-            traces=traces, spans=spans)
+            traces=traces, spans=spans, writer_stream=writer_stream)
         self.executor_events = ExecutorEvents(
             actor=self.actor, runtimes=self._runtimes, canonical_args=_canonical,
             on_attached=self._on_executor_attached, snapshots=self._core_snapshots,
@@ -173,6 +173,8 @@ class Orchestrator:
         rt = self._runtimes.pop(tid, None)
         if rt is not None:
             rt.ended = True
+            if rt.sink is not None:
+                rt.sink.abort()                  # nothing streamed becomes visible (a no-op once committed)
             # In-flight calls (and their subcall subtrees) get CancelCall; the
             # dispatcher forgets the task.
             self.post(lambda n: self.disp.cancel_task(tid, f"task {state}", n))

@@ -22,7 +22,8 @@ from blockx.core.types import (
 )
 from blockx.plugins.builder_api import (MAX_EAGER_CALLS, BuildContext, BuilderError, is_async_streaming,
                                         is_streaming)
-from blockx.plugins.writer_api import PluginContext
+from blockx.adapters.writer_stream import StreamedWrite
+from blockx.plugins.writer_api import PluginContext, can_stream, parse_config, stream_options
 
 PackedCalls = load("calllist").PackedCalls   # the callList builder's packed call list
 log = logging.getLogger("blockx.phases")
@@ -46,7 +47,7 @@ class TaskPhases:
 
     def __init__(self, *, core, disp, actor, runtimes, fcode, builders, plugins, io_factory, admission,
                  stream_cfg, metrics, phase_io_timeout_ms: int, wall: Callable[[], int],
-                 on_converge: Callable[[ConvergeTask], None], traces=None, spans=None) -> None:
+                 on_converge: Callable[[ConvergeTask], None], traces=None, spans=None, writer_stream=None) -> None:
         self.core = core
         self.disp = disp
         self.actor = actor
@@ -64,6 +65,8 @@ class TaskPhases:
         self._loop = asyncio.get_running_loop()
         self.traces = traces                      # TraceStore (trace_recorder.py); None when tracing is off
         self.spans = spans                        # TaskSpans (otel_spans.py); None when span export is off
+        # writerStream settings (app config WriterStreamSection); None = its defaults
+        self.writer_stream = writer_stream if writer_stream is not None else _writer_stream_defaults()
 
     def drive(self, rt, cmd) -> None:
         """Activation (pin the code epoch, open the IO scope), then the phases."""
@@ -177,7 +180,7 @@ class TaskPhases:
         The task moves on in a callback after the actor's batch (as a resumed Task
         would), so the actor's batch and its epilogue stay the actor's alone."""
         self.leave_calls(rt)
-        outcome = _calls_outcome(conv)
+        outcome = _calls_outcome(conv, rt)
         self._loop.call_soon(self._advance, rt, lambda: self._apply_core(self.core.handle_task_phase_finished(
             rt.task_id, TaskPhase.CALLS, outcome, self._wall())))
 
@@ -320,8 +323,12 @@ class TaskPhases:
         rp = cmd.call_retry_policy
         retry = (rp.max_attempts, rp.base_backoff_ms, rp.jitter_percent)
         if cmd.streaming:
+            failed = self._open_sink(rt)
+            if failed is not None:
+                return failed
+            hand_over = rt.sink is not None
             self.actor.post(lambda n: self.disp.commit_call_stream(
-                rt.task_id, cmd.call_failure_policy, retry, cmd.instance_id, n))
+                rt.task_id, cmd.call_failure_policy, retry, cmd.instance_id, n, hand_over))
             rt.credits = asyncio.Semaphore(self.stream_cfg.max_outstanding_batches)
             rt.producer = self.actor.spawn(self._produce(rt))
             return None
@@ -352,6 +359,33 @@ class TaskPhases:
         self.actor.post(lambda n: self.disp.commit_call_phase(prepared, n))
         return None
 
+    def _open_sink(self, rt) -> PhaseOutcome | None:
+        """A streaming task whose writer can stream gets its StreamedWrite (rt.sink)
+        before its first batch; a failure outcome for a writer config it refuses."""
+        ws = self.writer_stream
+        ctx = self.core.get_task_context(rt.task_id)
+        rh = ctx.result_handler if ctx is not None else None
+        if not ws.enabled or rh is None:
+            return None
+        plugin = self.plugins.get(rh.type)
+        if plugin is None or not can_stream(plugin):
+            return None
+        try:
+            stream, keep = stream_options(rh.type, parse_config(rh.type, rh.config))
+            if not stream:
+                return None
+            pctx = PluginContext(task_id=rt.task_id, instance_id=rt.instance_id, deadline_ms=rt.deadline_ms,
+                                 io_timeout_ms=self.phase_io_timeout_ms)
+            opened = plugin.open_stream(rh.config, pctx)
+        except Exception as exc:  # noqa: BLE001 - PluginError or a plugin bug
+            msg = str(exc) if str(exc).startswith(rh.type) else f"{rh.type}: {type(exc).__name__}: {exc}"
+            return PhaseOutcome.failure(fc.PLUGIN_FAILED, msg, plugin_results=[PluginResult(rh.type, False, msg)])
+        rt.sink = StreamedWrite(
+            rh.type, opened, keep_outputs=ws.keep_outputs if keep is None else keep,
+            keep_output_bytes=ws.keep_output_bytes, buffer_bytes=ws.buffer_bytes, write_bytes=ws.write_bytes,
+            on_failure=lambda r, retryable: self._fail_calls(rt, fc.PLUGIN_FAILED, r.message, retryable))
+        return None
+
     async def _calls_phase(self, rt, cmd: StartCallPhase) -> PhaseOutcome:
         await self.admission.executor.enter()
         rt.gate = self.admission.executor
@@ -369,7 +403,7 @@ class TaskPhases:
         finally:
             if rt.gate is not None:
                 self.leave_calls(rt)
-        return _calls_outcome(conv)
+        return _calls_outcome(conv, rt)
 
     def calls_converged(self, cmd) -> None:
         """The dispatch actor's ConvergeTaskCalls: the task's Calls phase is over."""
@@ -378,12 +412,12 @@ class TaskPhases:
             rt.on_calls_done(rt, cmd)
 
     @staticmethod
-    def _fail_calls(rt, code: str, message: str) -> None:
+    def _fail_calls(rt, code: str, message: str, retryable: bool = False) -> None:
         """End the Calls phase with a failure the dispatcher cannot see (the stream
-        itself broke); the core converges the task and the terminal path cancels
-        the calls still in flight."""
+        itself broke, its writer refused a batch); the core converges the task and
+        the terminal path cancels the calls still in flight."""
         if rt.on_calls_done is not None and not rt.ended:
-            rt.on_calls_done(rt, ConvergeTaskCalls(rt.task_id, False, code, message, False))
+            rt.on_calls_done(rt, ConvergeTaskCalls(rt.task_id, False, code, message, retryable))
 
     async def _produce(self, rt) -> None:
         """Streaming build: pull batches from the builder's stream under scanSem and
@@ -445,6 +479,13 @@ class TaskPhases:
                                         plugin_results=[PluginResult(rh.type, False, msg)])
         t0 = time.perf_counter()
         retryable = False
+        if rt.sink is not None:          # it consumed the batches as they settled: commit them
+            async with self.admission.plugin:
+                pr, retryable = await rt.sink.finish()
+            self.metrics.observe_phase("plugin", time.perf_counter() - t0)
+            if pr.ok:
+                return PhaseOutcome(ok=True, plugin_results=[pr], outputs_written=rt.sink.written)
+            return PhaseOutcome.failure(fc.PLUGIN_FAILED, pr.message, retryable, plugin_results=[pr])
         async with self.admission.plugin:
             # phaseIoTimeoutMs bounds each IO operation of the plugin (a statement,
             # a batch, a file), which the plugin applies; the phase as a whole is
@@ -482,8 +523,15 @@ def _with_digests(table: dict, specs) -> Iterator[tuple]:
         yield (fid, digest, s.args_json, entry)
 
 
-def _calls_outcome(conv) -> PhaseOutcome:
+def _writer_stream_defaults():
+    from blockx.app.config import WriterStreamSection
+    return WriterStreamSection()
+
+
+def _calls_outcome(conv, rt=None) -> PhaseOutcome:
+    # A streamed task's outputs went to its writer; the result keeps the first ones.
+    outputs = rt.sink.kept if rt is not None and rt.sink is not None and conv.ok else conv.outputs
     return PhaseOutcome(ok=conv.ok, failure_code=conv.failure_code, failure_message=conv.failure_message,
-                        retryable=conv.retryable, outputs=conv.outputs, call_count=conv.call_count,
+                        retryable=conv.retryable, outputs=outputs, call_count=conv.call_count,
                         calls_failed=conv.calls_failed, call_retries=conv.call_retries,
                         cache_hits=conv.cache_hits)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 class TaskRuntime:
     __slots__ = ("task_id", "instance_id", "deadline_ms", "view", "io_scope", "runner",
                  "calls_done", "on_calls_done", "gate", "calls_started", "producer", "credits", "stream",
-                 "ended")
+                 "sink", "ended")
 
     def __init__(self, task_id: str, instance_id: str, deadline_ms: int) -> None:
         self.task_id = task_id
@@ -39,4 +39,5 @@ class TaskRuntime:
         self.producer: asyncio.Task | None = None       # streaming build producer
         self.credits: asyncio.Semaphore | None = None   # streaming batch credit window
         self.stream: CallStream | AsyncCallStream | None = None   # the builder's stream, streaming build
+        self.sink: Any = None                 # writer_stream.StreamedWrite: the writer consuming settled batches
         self.ended = False

@@ -55,6 +55,7 @@ def result_to_pb(r: TaskResult) -> pb.TaskResult:
             builder_ms=s.builder_ms, calls_ms=s.calls_ms, plugin_ms=s.plugin_ms,
             call_count=s.call_count, calls_failed=s.calls_failed,
             call_retries=s.call_retries, cache_hits=s.cache_hits),
+        outputs_written=r.outputs_written,
     )
 
 

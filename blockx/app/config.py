@@ -48,6 +48,7 @@ __all__ = [
     "LOG_LEVELS", "MiB", "SPAWN_MODES_SUPPORTED", "STALL_DERIVED_MARGIN_MS", "UDS_PATH_MAX",
     "AdmissionSection", "ConfigError", "DataPlaneSection", "DispatcherSection", "IOBackendSection", "IOBackendsSection",
     "RpcBackendSection", "SqlBackendSection", "StreamBuildSection", "WorkerFullConfig", "WorkerSection",
+    "WriterStreamSection",
     "apply_env", "apply_json", "check_registry_prefix", "default_functions_dir", "default_socket_path",
     "env_vars", "expected_registry_segment", "load_config", "load_config_file", "outbound_ip",
     "parse_bool", "parse_float", "parse_int", "split_host_port",
@@ -112,6 +113,22 @@ class StreamBuildSection:
     max_outstanding_batches: int = _f(_DISPATCHER["max_outstanding_batches"])
     batch_max_rows: int = _f(_DISPATCHER["batch_max_rows"])
     batch_max_args_bytes: int = _f(_DISPATCHER["batch_max_args_bytes"])
+
+
+@dataclass
+class WriterStreamSection:
+    """A streaming builder's writer, when it can (tableUpserts), consumes each
+    settled batch as the task runs, inside one transaction that becomes visible
+    only when the task succeeds (blockx.plugins.writer_api)."""
+    enabled: bool = _f(True, env="WRITER_STREAM_ENABLED",
+                       doc="false: every writer runs after the Calls phase over every output")
+    keep_outputs: int = _f(1_000, env="WRITER_STREAM_KEEP_OUTPUTS",
+                           doc="outputs a streamed task keeps in its TaskResult (the first ones); "
+                               "a task's keepOutputs overrides")
+    keep_output_bytes: int = _f(1 * MiB, doc="bound of the kept outputs' bytes")
+    buffer_bytes: int = _f(8 * MiB, doc="per task: outputs waiting for the writer past which a settled batch's "
+                               "credit waits for the writer")
+    write_bytes: int = _f(2 * MiB, doc="outputs gathered into one write of the writer")
 
 
 @dataclass
@@ -194,6 +211,9 @@ class DataPlaneSection:
     scan_max_row_bytes: int = _f(4 * MiB, env="SCAN_MAX_ROW_BYTES",
                                  doc="one dbscan / bundleScan row as call arguments; a larger row fails the task")
     bundle_max_files: int = _f(100_000, env="BUNDLE_MAX_FILES", doc="files one bundleScan may match")
+    duckdb_memory_limit_mb: int = _f(128, json_name="duckdbMemoryLimitMb",
+                                     doc="buffer pool of each DuckDB file source inside the Worker; past it "
+                                         "DuckDB evicts and spills to disk; 0 = DuckDB's own (80% of the RAM)")
 
 
 @dataclass
@@ -228,6 +248,7 @@ class WorkerFullConfig:
     worker: WorkerSection = _f(default_factory=WorkerSection)
     admission: AdmissionSection = _f(default_factory=AdmissionSection)
     stream_build: StreamBuildSection = _f(default_factory=StreamBuildSection)
+    writer_stream: WriterStreamSection = _f(default_factory=WriterStreamSection)
     dispatcher: DispatcherSection = _f(default_factory=DispatcherSection)
     heartbeat_interval_ms: int = _f(200, env="WORKER_HEARTBEAT_INTERVAL", env_kind="duration")
     drain_timeout_ms: int = _f(30_000, env="DRAIN_TIMEOUT_MS")

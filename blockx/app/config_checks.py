@@ -84,8 +84,10 @@ RPC_BACKEND_RULES = (Rule("timeout_ms", 1), Rule("concurrency", 1), Rule("max_qu
                      Rule("max_batch", 1, 10_000),
                      Rule("max_response_bytes", 1, 15 * 1024 * 1024, note="a result travels in one 16 MiB frame"),
                      Rule("retries", 0, 10), Rule("retry_backoff_ms", 0, 60_000))
+WRITER_STREAM_RULES = (Rule("enabled", kind=bool), Rule("keep_outputs", 0, note="0 keeps none"),
+                       Rule("keep_output_bytes", 0), Rule("buffer_bytes", 1), Rule("write_bytes", 1))
 DATA_PLANE_RULES = (Rule("scan_fetch_rows", 1, 1_000_000), Rule("scan_max_row_bytes", 1),
-                    Rule("bundle_max_files", 1))
+                    Rule("bundle_max_files", 1), Rule("duckdb_memory_limit_mb", 0, note="0 = DuckDB's own"))
 
 
 def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
@@ -177,6 +179,7 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
                 out.append(problem)
     check(cfg.admission, ADMISSION_RULES, section((cfg.admission, "admission.")), out)
     check(cfg.stream_build, DISPATCHER_RULES, section((cfg.stream_build, "streamBuild.")), out)
+    check(cfg.writer_stream, WRITER_STREAM_RULES, section((cfg.writer_stream, "writerStream.")), out)
     check(cfg.dispatcher, DISPATCHER_RULES, section((cfg.dispatcher, "dispatcher.")), out)
     inflight = cfg.dispatcher.executor_max_inflight
     if type(inflight) is int and inflight > OUTBOX_DEPTH:

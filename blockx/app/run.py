@@ -327,6 +327,7 @@ class Worker:
             builders=BuilderRegistry.from_names(profile.builders, data=data),
             plugins=PluginRegistry.from_names(profile.plugins, data=data), io_factory=io_factory,
             admission=Admission.from_config(cfg.admission_config()), stream_cfg=cfg.stream_build,
+            writer_stream=cfg.writer_stream,
             metrics=metrics, shadow=shadow, stall_timeout_ms=dcfg.effective_stall_timeout_ms,
             phase_io_timeout_ms=cfg.phase_io_timeout_ms, on_ready=self._on_ready,
             audit=self._audit_gate(metrics),

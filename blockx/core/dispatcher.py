@@ -157,9 +157,11 @@ class DispatcherCore:
 
     def commit_call_stream(self, task_id: str, policy: str = FAST_FAIL,
                            retry: RetryPolicy | tuple | None = None, instance_id: str = "",
-                           now: int = 0) -> list:
-        """Open a streaming call phase; batches follow via commit_call_batch."""
-        return self._intake.commit_call_stream(task_id, policy, retry, instance_id, now)
+                           now: int = 0, hand_over: bool = False) -> list:
+        """Open a streaming call phase; batches follow via commit_call_batch.
+        ``hand_over``: each BatchSettled carries the batch's outputs, and the core
+        keeps none of them (nor their cache entries) once the batch settled."""
+        return self._intake.commit_call_stream(task_id, policy, retry, instance_id, now, hand_over)
 
     def prepare_call_batch(self, task_id: str, batch_idx: int, calls: Iterable) -> PreparedCalls:
         """Build the call contexts of one streaming batch. No side effects."""

@@ -119,6 +119,7 @@ class TaskResult:
     outputs: list[bytes] = field(default_factory=list)
     plugin_results: list[PluginResult] = field(default_factory=list)
     statistic: TaskStatistic = field(default_factory=TaskStatistic)
+    outputs_written: int = 0     # outputs a streaming writer consumed as the task ran
 
 
 @dataclass(slots=True)
@@ -143,6 +144,7 @@ class PhaseOutcome:
     cache_hits: int = 0
     calls: list[Any] | None = None
     streaming: bool = False
+    outputs_written: int = 0     # Plugin: outputs a streaming writer consumed during the Calls phase
 
     @classmethod
     def failure(cls, failure_code: str = "", failure_message: str = "",

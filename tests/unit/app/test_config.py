@@ -28,6 +28,8 @@ SPEC_ENV_VARS = {
     "EXECUTOR_TASK_SLOTS": "admission.executorTaskSlots",
     "SCAN_SLOTS": "admission.scanSlots",
     "STREAM_BUILD_ENABLED": "streamBuild.enabled",
+    "WRITER_STREAM_ENABLED": "writerStream.enabled",
+    "WRITER_STREAM_KEEP_OUTPUTS": "writerStream.keepOutputs",
     "WORKER_HEARTBEAT_INTERVAL": "heartbeatIntervalMs",
     "DRAIN_TIMEOUT_MS": "drainTimeoutMs",
     "PHASE_IO_TIMEOUT_MS": "phaseIoTimeoutMs",
