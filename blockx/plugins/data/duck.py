@@ -110,23 +110,57 @@ class DuckScan:
             await asyncio.to_thread(owner.close)
 
 
+class _WriteCancelled(Exception):
+    """The write was cancelled before its COMMIT: it rolls back."""
+
+
 class _StatementTimer:
     """A cursor whose statements are each interrupted once they have run for
     `timeout_ms` (0 = never): the IO timeout of one write statement. It stands in
-    for the cursor (execute, interrupt, close)."""
+    for the cursor (execute, interrupt, close).
 
-    __slots__ = ("_cur", "_timeout_s", "fired")
+    It also decides a cancel against the COMMIT, under one lock: ``cancel``
+    before ``commit`` began wins (every later statement, the COMMIT included,
+    raises and the write rolls back; DuckDB's interrupt alone is lost when it
+    lands between two statements, and the COMMIT would then go through);
+    ``cancel`` after it lost (returns False): the rows are being committed."""
+
+    __slots__ = ("_cur", "_timeout_s", "fired", "_lock", "_cancelled", "_committing")
 
     def __init__(self, cur: duckdb.DuckDBPyConnection, timeout_ms: int):
         self._cur = cur
         self._timeout_s = timeout_ms / 1000.0
         self.fired = False
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._committing = False
+
+    def cancel(self) -> bool:
+        """True: the write will not commit; False: its COMMIT already began."""
+        with self._lock:
+            if self._committing:
+                return False
+            self._cancelled = True
+        self._cur.interrupt()
+        return True
+
+    def commit(self) -> None:
+        with self._lock:
+            if self._cancelled:
+                raise _WriteCancelled()
+            self._committing = True
+        self._cur.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self._cur.execute("ROLLBACK")
 
     def _fire(self) -> None:
         self.fired = True
         self._cur.interrupt()
 
     def execute(self, *args):
+        if self._cancelled:
+            raise _WriteCancelled()
         if self._timeout_s <= 0:
             return self._cur.execute(*args)
         timer = threading.Timer(self._timeout_s, self._fire)
@@ -271,11 +305,11 @@ class DuckSource:
                                 f"ON CONFLICT ({conflict}) {action}")
                     execute_one(cur, f"DROP TABLE {tmp}")
                     written += len(values[0]) if values else 0
-                cur.execute("COMMIT")
+                cur.commit()
                 return written
             except BaseException:
                 try:
-                    cur.execute("ROLLBACK")
+                    cur.rollback()
                 except duckdb.Error:
                     pass
                 raise
@@ -288,12 +322,15 @@ class DuckSource:
                 return await asyncio.shield(fut)
             except asyncio.CancelledError:
                 # A cancelled writer (the task ended): stop the statement, and keep the write lock
-                # until its thread has rolled back, so the next writer starts clean.
-                cur.interrupt()
+                # until its thread has rolled back, so the next writer starts clean. A cancel
+                # that comes once the COMMIT began cannot undo it: the write is reported as done.
+                won = cur.cancel()
                 await asyncio.wait({fut})
-                if not fut.cancelled():
-                    fut.exception()
-                raise
+                if won or fut.cancelled() or fut.exception() is not None:
+                    if not fut.cancelled():
+                        fut.exception()
+                    raise
+                return fut.result()
             except duckdb.Error as exc:
                 if watch.fired:
                     raise DataSourceError(f"DuckDB: a statement ran longer than phaseIoTimeoutMs "

@@ -105,6 +105,13 @@ class PgScan:
             await self._pool.release(conn)
 
 
+async def _rollback(conn, tr) -> None:
+    try:
+        await tr.rollback()
+    except BaseException:  # noqa: BLE001 - a broken or cancelled connection: the pool discards it
+        conn.terminate()
+
+
 class PgSource:
     kind = "postgresql"
 
@@ -248,7 +255,9 @@ class PgSource:
         written = 0
         try:
             async with pool.acquire(timeout=CONNECT_TIMEOUT_S) as conn:
-                async with conn.transaction():
+                tr = conn.transaction()
+                await tr.start()
+                try:
                     if create:
                         cols = ", ".join(f"{quote(c)} {t}" for c, t in create)
                         pk = ", ".join(quote(k) for k in key)
@@ -271,6 +280,20 @@ class PgSource:
                         await _one(conn, f"INSERT INTO {target} ({qcols}) SELECT {sel} FROM {quote(tmp)} "
                                            f"ON CONFLICT ({conflict}) {action}")
                         written += len(values[0]) if values else 0
+                except BaseException:
+                    await _rollback(conn, tr)
+                    raise
+                # A cancel that comes once the COMMIT was sent cannot undo it: the write
+                # is reported as done (a cancel before it rolled back above).
+                commit = asyncio.ensure_future(tr.commit())
+                try:
+                    await asyncio.shield(commit)
+                except asyncio.CancelledError:
+                    await asyncio.wait({commit})
+                    if commit.cancelled():
+                        raise
+                    commit.result()
+
         except DataSourceError:
             raise
         except Exception as exc:  # noqa: BLE001
