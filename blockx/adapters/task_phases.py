@@ -65,8 +65,9 @@ class TaskPhases:
         self._loop = asyncio.get_running_loop()
         self.traces = traces                      # TraceStore (trace_recorder.py); None when tracing is off
         self.spans = spans                        # TaskSpans (otel_spans.py); None when span export is off
-        # writerStream settings (app config WriterStreamSection); None = its defaults
-        self.writer_stream = writer_stream if writer_stream is not None else _writer_stream_defaults()
+        # writerStream settings (the app config's WriterStreamSection, which the app
+        # passes); None: no writer streams, each runs after the Calls phase
+        self.writer_stream = writer_stream
 
     def drive(self, rt, cmd) -> None:
         """Activation (pin the code epoch, open the IO scope), then the phases."""
@@ -365,7 +366,7 @@ class TaskPhases:
         ws = self.writer_stream
         ctx = self.core.get_task_context(rt.task_id)
         rh = ctx.result_handler if ctx is not None else None
-        if not ws.enabled or rh is None:
+        if ws is None or not ws.enabled or rh is None:
             return None
         plugin = self.plugins.get(rh.type)
         if plugin is None or not can_stream(plugin):
@@ -523,9 +524,6 @@ def _with_digests(table: dict, specs) -> Iterator[tuple]:
         yield (fid, digest, s.args_json, entry)
 
 
-def _writer_stream_defaults():
-    from blockx.app.config import WriterStreamSection
-    return WriterStreamSection()
 
 
 def _calls_outcome(conv, rt=None) -> PhaseOutcome:

@@ -100,6 +100,9 @@ def _fill_result(out: pb.TaskResult, r: TaskResult) -> None:
         out.retryable = True
     if r.outputs:
         out.outputs.extend(r.outputs)
+        out.outputs_total = len(r.outputs)
+    if r.outputs_written:
+        out.outputs_written = r.outputs_written
     for p in r.plugin_results:
         out.plugin_results.add(plugin=p.plugin, ok=p.ok, message=p.message, details=p.details)
     out.statistic.MergeFrom(pb.TaskStatistic(

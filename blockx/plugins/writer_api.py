@@ -18,7 +18,7 @@ transaction, one file renamed into place). A task that fails, times out or is
 cancelled gets ``abort`` instead: nothing it wrote is visible, as when the writer
 runs after the Calls phase. Two keys of a ResultHandler config belong to the
 Worker, not the writer (STREAM_KEYS): ``stream`` (false: run this task's writer
-after the Calls phase over every output, the spec's way) and ``keepOutputs``
+after the Calls phase over every output, the Worker's behaviour without streaming) and ``keepOutputs``
 (how many outputs a streamed task keeps in its TaskResult)."""
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def test_a_streamed_task_writes_every_row_once_and_keeps_only_its_budget(stream_
     assert json.loads(res.plugin_results[0].details)["rows"] == 3_000
     rows = sql(w, "ok", target, "SELECT count(*) AS n, count(DISTINCT id) AS k, sum(v) AS s FROM results")
     assert rows == [{"n": 3_000, "k": 3_000, "s": sum((i + 100) * 2 for i in range(3_000))}]
-    # a task's keepOutputs overrides the Worker's, and stream=false is the spec's way
+    # a task's keepOutputs overrides the Worker's, and stream=false runs the writer after the Calls phase
     w.submit("ok-keep", "bundleScan", {"files": "ok/*.parquet", "functionId": "row_gate"},
              result_handler=upserts(target, "results", keepOutputs=0), timeout_ms=120_000)
     res = w.wait_terminal("ok-keep", timeout=150)

@@ -204,7 +204,7 @@ class DuckSource:
                     os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
                 try:
                     if self._allowed is None:
-                        config = {"enable_external_access": False, "lock_configuration": True}
+                        config: dict[str, Any] = {"enable_external_access": False, "lock_configuration": True}
                         if self._memory_limit_mb:
                             config["memory_limit"] = f"{self._memory_limit_mb}MiB"
                         self._db = duckdb.connect(self.path, config=config)

@@ -285,9 +285,9 @@ class PgUpsert:
         self._key = list(key)
         self._create = create
         self._types = types
-        self._pool = None
-        self._conn = None
-        self._tr = None
+        self._pool: Any = None        # asyncpg Pool, connection and transaction, from the first write
+        self._conn: Any = None
+        self._tr: Any = None
         self._n = 0
         self._state = "new"           # new -> open -> committed | rolled back
 

@@ -153,6 +153,7 @@ class _UpsertStream:
                 self._outputs += len(outputs)
                 return
             rows = _Counted(iter_rows(outputs, self._outputs))
+            assert self._columns is not None, "_open read the table's columns"
             groups = await asyncio.to_thread(prepare, rows, self._columns, self._key, self._tname, self._rows)
             self._outputs += len(outputs)
             self._rows += rows.n
