@@ -65,7 +65,8 @@ async def main(cfg: dict) -> None:
                 try:
                     o = await cluster.submit(calls=[("sleep_ms", [cfg["task_ms"]]), ("add", [i, 1])], task_id=tid)
                 except Exception as exc:  # noqa: BLE001 - reported as this task's outcome
-                    outcomes[tid].append({"state": "ERROR", "error": f"{type(exc).__name__}: {exc}", "done_at": time.time()})
+                    outcomes[tid].append({"state": "ERROR", "error": f"{type(exc).__name__}: {exc}",
+                                          "done_at": time.time()})
                     return
             outcomes[tid].append({"state": o.state, "outputs": o.outputs, "worker": o.worker,
                                   "attempts": o.attempts, "failure": o.failure_code, "done_at": time.time()})
