@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 import time
 from collections import defaultdict
@@ -101,4 +102,7 @@ async def main(cfg: dict) -> None:
 
 
 if __name__ == "__main__":
+    # The client's own warnings (etcd lost, a worker probed and given up) on stderr, with the
+    # same wall-clock time as the JSON lines.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(created).3f %(name)s %(message)s")
     asyncio.run(main(json.loads(sys.argv[1])))

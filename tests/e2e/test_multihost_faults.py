@@ -141,6 +141,7 @@ class ClientRun:
         self.done = 0
         self.registry: list[str] = []
         self.registry_log: list[tuple[float, list[str]]] = []
+        self.progress_log: list[tuple[float, int, int]] = []
         self.result: dict | None = None
         self.stderr: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -152,6 +153,7 @@ class ClientRun:
             ev = json.loads(line)
             if ev["event"] == "progress":
                 self.done = ev["done"]
+                self.progress_log.append((ev["t"], ev["done"], ev["resubmits"]))
             elif ev["event"] == "registry":
                 self.registry = ev["workers"]
                 self.registry_log.append((ev["t"], ev["workers"]))
@@ -276,6 +278,7 @@ def _run(net: Network, base: pathlib.Path, workers: list[WorkerProcess]) -> None
         "failover_s_cut_to_first_moved_task_done": round(first_elsewhere - t_cut, 3),
         "registry_dropped_cut_worker_s": round(t_dropped - t_cut, 3),
         "rejoin_s_restore_to_registered": round(t_rejoined - t_restore, 3),
+        "first_resubmit_seen_s": next((round(t - t_cut, 3) for t, _, r in client.progress_log if r > 0), None),
         "moved_tasks": len(moved), "late_completions_on_cut_worker_ignored": len(late),
         "placed_on_cut_worker_after_rejoin": len(after),
         "etcd_outage_s": round(t_etcd_back - t_etcd_kill, 3),
@@ -288,6 +291,7 @@ def _run(net: Network, base: pathlib.Path, workers: list[WorkerProcess]) -> None
         "tasks_per_s_after_faults": rate(t_etcd_back, res["finished"]),
     }
     print("multihost figures:", json.dumps(figures))
+    print("client warnings:", "\n".join(client.stderr[-20:]), f"\ncut at {t_cut:.3f}")
     if os.environ.get("BLOCKX_MULTIHOST_REPORT"):
         pathlib.Path(os.environ["BLOCKX_MULTIHOST_REPORT"]).write_text(json.dumps(figures, indent=2) + "\n")
     assert figures["tasks_per_s_etcd_member_down"] > 0 and figures["tasks_per_s_after_faults"] > 0, \
