@@ -109,6 +109,13 @@ class EtcdMember:
                  "sys.exit(0 if b'\"health\":\"true\"' in r else 1)\n")
         return self.net.run(self.host, [sys.executable, "-c", probe], timeout=10).returncode == 0
 
+    def is_leader(self) -> bool:
+        """etcd_server_is_leader from the member's metrics."""
+        probe = ("import urllib.request\n"
+                 "print(urllib.request.urlopen('http://127.0.0.1:2381/metrics',timeout=2).read().decode())\n")
+        r = self.net.run(self.host, [sys.executable, "-c", probe], timeout=10)
+        return any(line.split() == ["etcd_server_is_leader", "1"] for line in r.stdout.splitlines())
+
     def wait_healthy(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while not self.healthy():
@@ -218,6 +225,8 @@ def _run(net: Network, base: pathlib.Path, workers: list[WorkerProcess]) -> None
 
     # ---- 1. partition h3, while tasks run on it
     client.until(lambda: client.done >= 200, 90, "200 tasks done before the partition")
+    # A new etcd leader renews every lease, so cutting the leader's host delays the expiry.
+    cut_was_leader = members[CUT_HOST].is_leader()
     t_cut = time.time()
     net.cut(CUT_HOST)
     client.until(lambda: cut_addr not in client.registry, 60, "the registry to drop the cut worker")
@@ -275,6 +284,7 @@ def _run(net: Network, base: pathlib.Path, workers: list[WorkerProcess]) -> None
     figures = {
         "tasks": TASKS, "task_ms": TASK_MS, "concurrency": CONCURRENCY,
         "partition": "switch port down (ip link set pN down on the bridge side)",
+        "cut_host": CUT_HOST, "cut_host_was_etcd_leader": cut_was_leader,
         "failover_s_cut_to_first_moved_task_done": round(first_elsewhere - t_cut, 3),
         "registry_dropped_cut_worker_s": round(t_dropped - t_cut, 3),
         "rejoin_s_restore_to_registered": round(t_rejoined - t_restore, 3),
