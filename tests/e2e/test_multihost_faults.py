@@ -231,8 +231,13 @@ def _run(net: Network, base: pathlib.Path, workers: list[WorkerProcess]) -> None
     net.cut(CUT_HOST)
     client.until(lambda: cut_addr not in client.registry, 60, "the registry to drop the cut worker")
     t_dropped = next(t for t, ws in client.registry_log if t >= t_cut and cut_addr not in ws)
+    # The failover happens while the host is still cut off: restoring the link any
+    # earlier would end the stale sessions by itself (the cut Worker's kernel gave
+    # up on them and answers the client's retransmits with RST) and hide the probe.
+    client.until(lambda: any(r > 0 and t > t_cut for t, _, r in client.progress_log), 30,
+                 "the client to resubmit the cut worker's tasks while it is cut off")
+    time.sleep(TASK_MS / 1000 + 1.0)
     # ---- 2. h3 comes back after its lease expired: it registers again
-    time.sleep(1.0)
     t_restore = time.time()
     net.restore(CUT_HOST)
     client.until(lambda: cut_addr in client.registry, 60, "the cut worker to register again")
@@ -270,6 +275,7 @@ def _run(net: Network, base: pathlib.Path, workers: list[WorkerProcess]) -> None
              and any(a != cut_addr and t >= t_cut for a, t in ps)}
     assert moved, "no task was in flight on the cut worker and moved: the partition did not hit running tasks"
     first_elsewhere = min(outcomes[tid][0]["done_at"] for tid in moved)
+    assert first_elsewhere < t_restore, "the cut worker's tasks finished elsewhere only after it came back"
     late = {tid for tid in moved if res["elsewhere"].get(tid, {}).get(cut_addr) == "SUCCEEDED"}
     # h3 kept running them while cut off and finished them: a copy the client never counted.
     assert late, f"the cut worker finished none of the moved tasks: {list(res['elsewhere'].items())[:5]}"
