@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(VPY) -m pytest
 ARGS    ?=
 
-.PHONY: build dist serve test typecheck test-compiled test-twins etcd redis bubblewrap runc postgres prometheus tmux ganache bench bench-instructions bench-peers bench-micro bench-micro-ci clean
+.PHONY: build dist serve test typecheck test-compiled test-twins etcd iproute2 redis bubblewrap runc postgres prometheus tmux ganache bench bench-instructions bench-peers bench-micro bench-micro-ci clean
 
 build: $(STAMP)
 	$(VPY) setup.py -q build_ext --inplace
@@ -35,6 +35,12 @@ serve: build
 etcd:
 	@command -v etcd >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null)
 	@command -v etcd >/dev/null 2>&1 || { echo "etcd is missing and could not be installed" >&2; exit 1; }
+
+# iproute2 (`ip`) builds the network namespaces, bridge and veth pairs of the
+# multi-host fault tests (tests/support/netns.py); they need root.
+iproute2:
+	@command -v ip >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null)
+	@command -v ip >/dev/null 2>&1 || { echo "iproute2 (ip) is missing and could not be installed" >&2; exit 1; }
 
 # redis-server is a test dependency of the FUNCTIONS_SOURCE=redis suites (a real Redis,
 # started by the tests on a free loopback port, without persistence).
@@ -76,7 +82,7 @@ ganache:
 	@test -x $(GANACHE) || npm install --prefix .npm-tools --no-audit --no-fund --silent ganache@7
 	@test -x $(GANACHE) || { echo "ganache is missing and could not be installed (npm install ganache@7)" >&2; exit 1; }
 
-test: build etcd redis bubblewrap runc postgres prometheus tmux ganache typecheck test-compiled test-twins bench-micro-ci
+test: build etcd redis bubblewrap runc postgres prometheus tmux ganache iproute2 typecheck test-compiled test-twins bench-micro-ci
 
 # mypy over blockx/ (its settings: [tool.mypy] in pyproject.toml).
 typecheck: build
