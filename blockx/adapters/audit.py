@@ -91,7 +91,7 @@ class EtcdAuditAllowlist:
     """Approved digest -> approval id, from the keys under an etcd prefix."""
 
     def __init__(self, client, prefix: str) -> None:
-        self.client = client            # an aetcd.Client (blockx.adapters.etcd_tls.etcd_client)
+        self.client = client            # an aetcd.Client made by blockx.etcd.connection.EtcdConnection
         self.prefix = prefix.encode()
         self.approved: dict[str, str] = {}
         self._task: asyncio.Task[bool] | None = None
@@ -107,6 +107,10 @@ class EtcdAuditAllowlist:
                     "prefix": self.prefix.decode(), "error": f"{type(exc).__name__}: {exc}",
                     "kept": len(self.approved)}})
             self._failing = True
+            try:                        # a fresh connection (and etcd auth token) next time
+                await self.client.close()
+            except Exception:  # noqa: BLE001 - the channel is abandoned either way
+                pass
             return False
         approved = {}
         for kv in got:

@@ -51,6 +51,7 @@ from blockx.log_event import log_event
 from blockx.app.memory_diagnostics import MemoryDiagnostics
 from blockx.app.state_dir import ensure_state_dir
 from blockx.client.credentials import resolve_token
+from blockx.etcd.connection import EtcdConnection
 from blockx.tls.client_tls import ClientTLS
 from blockx.core.dispatcher import DispatcherCore
 from blockx.core.worker import WorkerCore
@@ -137,6 +138,9 @@ def serve(cfg, profile) -> int:
 class Worker:
     def __init__(self, cfg, profile) -> None:
         self.cfg = cfg
+        # The one etcd connection (endpoints, TLS, etcd user): registration, the
+        # function-code watch and the audit allowlist are all made from it.
+        self.etcd = EtcdConnection.from_config(cfg)
         self.profile = profile
         self.started_at_ms = wall_ms()
         self._stop = asyncio.Event()
@@ -196,12 +200,7 @@ class Worker:
         allowlist = AuditAllowlist(cfg.audit_allowlist_file) if cfg.audit_allowlist_file else None
         etcd = None
         if cfg.audit_allowlist_etcd_prefix:
-            from blockx.adapters.etcd_publisher import parse_endpoints
-            from blockx.adapters.etcd_tls import etcd_client
-            host, port = parse_endpoints(cfg.etcd_endpoints)[0]
-            etcd = EtcdAuditAllowlist(etcd_client(host, port, timeout=5,
-                                                  tls=client_tls(cfg.etcd_ca_cert, cfg.etcd_cert, cfg.etcd_key)),
-                                      cfg.audit_allowlist_etcd_prefix)
+            etcd = EtcdAuditAllowlist(self.etcd.client(0, timeout=5), cfg.audit_allowlist_etcd_prefix)
         return AuditGate(cfg.audit_mode, allowlist, metrics, etcd=etcd)
 
     async def _ticker(self) -> None:
@@ -228,7 +227,7 @@ class Worker:
         if cfg.functions_source != "etcd":
             return FunctionCodeDirectory(cfg.functions_dir, cfg.effective_function_snapshot_retention_ms(),
                                          now_ms=wall_ms())
-        fcode = FunctionCodeEtcd(cfg.etcd_endpoints, cfg.functions_etcd_prefix,
+        fcode = FunctionCodeEtcd(self.etcd, cfg.functions_etcd_prefix,
                                  cfg.effective_function_snapshot_retention_ms(), now_ms=wall_ms())
         loaded = await fcode.start()
         log_event(log, "function_code_etcd", prefix=cfg.functions_etcd_prefix, loaded=loaded,
@@ -323,9 +322,8 @@ class Worker:
         await set_health(self.health, False)
         self.worker_addr = cfg.resolved_worker_addr(port)
         self.publisher = EtcdPublisher(
-            cfg.etcd_endpoints if cfg.etcd_enabled else None, cfg.worker_registry_prefix, self.worker_addr, self._heartbeat,
-            interval_ms=cfg.heartbeat_interval_ms, metrics=metrics,
-            tls=client_tls(cfg.etcd_ca_cert, cfg.etcd_cert, cfg.etcd_key))
+            self.etcd, cfg.worker_registry_prefix, self.worker_addr, self._heartbeat,
+            interval_ms=cfg.heartbeat_interval_ms, metrics=metrics)
         status.publisher, status.worker_addr = self.publisher, self.worker_addr
 
         if self.orch.actor.audit is not None and self.orch.actor.audit.etcd is not None:
