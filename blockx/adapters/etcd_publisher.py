@@ -62,6 +62,8 @@ HEARTBEAT_FIELDS = (
     "runningTasks", "executorsHealthy", "executorsTotal", "draining", "ready",
     "startedAtMs", "updatedAtMs", "seq",
 )
+# Also in the Worker's heartbeat (blockx.app.run): metricsAddr (host:port of /metrics, "" when
+# metricsListen is off), tls (off|on|mutual), authMode, etcdSecurity (plaintext|tls|mtls[,user=U]).
 
 
 class PublisherState:

@@ -51,6 +51,7 @@ from blockx.log_event import log_event
 from blockx.app.memory_diagnostics import MemoryDiagnostics
 from blockx.app.state_dir import ensure_state_dir
 from blockx.client.credentials import resolve_token
+from blockx.app.metrics_addr import advertised_metrics_addr
 from blockx.etcd.connection import EtcdConnection
 from blockx.tls.client_tls import ClientTLS
 from blockx.core.dispatcher import DispatcherCore
@@ -141,6 +142,7 @@ class Worker:
         # The one etcd connection (endpoints, TLS, etcd user): registration, the
         # function-code watch and the audit allowlist are all made from it.
         self.etcd = EtcdConnection.from_config(cfg)
+        self.metrics_port = 0
         self.profile = profile
         self.started_at_ms = wall_ms()
         self._stop = asyncio.Event()
@@ -155,6 +157,10 @@ class Worker:
             "service": self.profile.service, "version": __version__,
             "executorsHealthy": self.adapter.healthy_count(), "executorsTotal": self.cfg.executor_count,
             "startedAtMs": self.started_at_ms,
+            # the fleet at a glance: where to scrape, and how the Worker is reached
+            "metricsAddr": advertised_metrics_addr(self.cfg.metrics_listen, self.metrics_port, self.worker_addr),
+            "tls": "off" if self.tls is None else ("mutual" if self.tls.mutual else "on"),
+            "authMode": self.auth.mode, "etcdSecurity": self.etcd.describe(),
         })
         return hb
 
@@ -254,6 +260,7 @@ class Worker:
         metrics = self.metrics = Metrics()
         if cfg.metrics_listen:
             port = metrics.start_http(cfg.metrics_listen)
+            self.metrics_port = port
             log_event(log, "metrics_listening", addr=cfg.metrics_listen, port=port)
         dcfg = cfg.dispatcher_config()
         core = WorkerCore(cfg.core_config())

@@ -102,6 +102,8 @@ def add_parsers(sub, client_parent: argparse.ArgumentParser) -> None:
     w.add_argument("--prefix", default=DEFAULT_WORKERS_PREFIX, help="registry prefix (default: %(default)s)")
     w.add_argument("--watch", action="store_true", help="keep the table on screen, refreshed in place")
     w.add_argument("--json", action="store_true", help="print the heartbeats as JSON")
+    w.add_argument("--prometheus-sd", action="store_true",
+                   help="print a Prometheus file_sd target list (JSON) of the workers' metricsAddr")
     w.set_defaults(func=cmd_workers)
 
     f = sub.add_parser("functions", help="function code in etcd or Redis (FUNCTIONS_SOURCE=etcd|redis)",
@@ -202,7 +204,10 @@ def cmd_workers(ns: argparse.Namespace, out: TextIO | None = None) -> int:
 
     _rev, kvs = asyncio.run(read_prefix(etcd_connection(ns), ns.prefix, ns.timeout))
     infos = [WorkerInfo.parse(k[len(ns.prefix):], v, r, 0.0) for k, v, r in kvs]
-    if ns.json:
+    if ns.prometheus_sd:
+        from blockx.cli.prometheus_sd import prometheus_sd
+        out.write(json.dumps(prometheus_sd(infos), indent=2) + "\n")
+    elif ns.json:
         out.write(json.dumps({i.addr: i.heartbeat for i in infos}, indent=2, sort_keys=True) + "\n")
     else:
         out.write(workers_table(infos) + "\n")
