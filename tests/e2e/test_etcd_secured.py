@@ -79,6 +79,10 @@ def test_workers_register_load_pushed_code_audit_it_and_take_tasks_from_cluster(
         code, out, err = run_cli(["workers", "--etcd", etcd.endpoint], capsys)
         assert code == 0, err
         assert out.splitlines()[-1] == "2 worker(s)"
+        code, out, err = run_cli(["status", "--etcd", etcd.endpoint], capsys)
+        assert code == 0, err
+        rows = [ln.split() for ln in out.splitlines() if ln.startswith("127.0.0.1:")]
+        assert len(rows) == 2 and all(r[1] == "ready" and r[-1] == "mtls,user=worker" for r in rows), out
 
         async def through_cluster():
             # Endpoints only: TLS and the etcd user come from the same ETCD_* environment.

@@ -143,6 +143,16 @@ async def test_the_aetcd_client_authenticates_and_refuses_a_wrong_password(secur
         await bad.close()
 
 
+async def test_the_server_name_is_what_the_certificate_is_checked_for(secured, tmp_path):
+    etcd, conns = secured
+    w = conns["worker"]
+    named = EtcdConnection(w.endpoints, w.tls, "localhost", w.user, w.password)     # a SAN of the certificate
+    _rev, kvs = await read_prefix(named, "/blockx/", 2)
+    wrong = EtcdConnection(w.endpoints, w.tls, "etcd.elsewhere.example", w.user, w.password)
+    with pytest.raises(CLIError, match="ETCD_SERVER_NAME"):
+        await read_prefix(wrong, "/blockx/", 2)
+
+
 def test_settings_that_cannot_work_are_refused_when_made(tmp_path):
     with pytest.raises(ValueError, match="etcd user needs its password"):
         EtcdConnection.create("127.0.0.1:2379", user="worker")
