@@ -24,6 +24,7 @@ It imports nothing of the Worker: the client library uses it as the Worker does.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -144,12 +145,15 @@ class EtcdConnection:
         """An aetcd.Client for endpoint ``index`` whose connect() opens this
         connection's channel and authenticates as its user."""
         host, port = self.endpoints[index]
-        return _Client(host, port, connection=self, endpoint=(host, port), **kwargs)
+        return _client_class()(host, port, connection=self, endpoint=(host, port), **kwargs)
 
 
+@functools.cache
 def _client_class() -> type:
+    """The aetcd.Client subclass, made on first use (aetcd is imported only then)."""
     import aetcd
     from aetcd import rpc, watcher
+    from aetcd.client import _handle_errors
 
     class Client(aetcd.Client):
         def __init__(self, *args: Any, connection: EtcdConnection, endpoint: tuple[str, int],
@@ -158,6 +162,7 @@ def _client_class() -> type:
             self._connection = connection
             self._endpoint = endpoint
 
+        @_handle_errors          # gRPC errors become aetcd's, as from every other aetcd call
         async def connect(self) -> None:
             if self._connected.is_set():
                 return
@@ -186,18 +191,6 @@ def _client_class() -> type:
     return Client
 
 
-class _LazyClient:
-    """Builds the aetcd subclass on first use (aetcd is imported only when a client is made)."""
-
-    _cls: type | None = None
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if _LazyClient._cls is None:
-            _LazyClient._cls = _client_class()
-        return _LazyClient._cls(*args, **kwargs)
-
-
-_Client = _LazyClient()
 
 
 def describe_etcd_error(exc: BaseException, connection: EtcdConnection) -> str:
