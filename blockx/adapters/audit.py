@@ -107,10 +107,6 @@ class EtcdAuditAllowlist:
                     "prefix": self.prefix.decode(), "error": f"{type(exc).__name__}: {exc}",
                     "kept": len(self.approved)}})
             self._failing = True
-            try:                        # a fresh connection (and etcd auth token) next time
-                await self.client.close()
-            except Exception:  # noqa: BLE001 - the channel is abandoned either way
-                pass
             return False
         approved = {}
         for kv in got:

@@ -166,3 +166,38 @@ def test_settings_that_cannot_work_are_refused_when_made(tmp_path):
     c = EtcdConnection.from_env("10.0.0.1:2379,10.0.0.2", env)
     assert c.targets == ["10.0.0.1:2379", "10.0.0.2:2379"] and c.tls is not None and c.tls.ca == "/ca.pem"
     assert (c.user, c.password, c.server_name, c.describe()) == ("w", "p", "etcd.internal", "tls,user=w")
+
+
+async def test_after_an_etcd_restart_every_authenticated_client_reads_and_registers_again(secured):
+    etcd, conns = secured
+    conn = conns["worker"]
+    fcode = FunctionCodeEtcd(conn, "/blockx/functions/", 60_000)
+    publisher = EtcdPublisher(conn, "/blockx/workers/", ADDR, lambda: {"ready": True}, interval_ms=50,
+                              backoff_initial_ms=50, backoff_max_ms=300)
+    audit = EtcdAuditAllowlist(conn.client(0, timeout=3), "/blockx/audit/")
+    try:
+        assert await fcode.start(5.0) is True
+        await publisher.start()
+        await eventually(lambda: _async(publisher.state == PublisherState.REGISTERED), what="registered")
+        assert await audit.fetch() is True
+        await etcd.astop()
+        await etcd.astart()
+        rev = await push_functions(conn, [("/blockx/functions/after", b"def main():\n    return 1\n")], 3)
+        await eventually(lambda: _async(fcode.current_epoch(0) >= rev), timeout=15,
+                         what="the function-code watch reads again after the restart")
+        await eventually(lambda: _async(publisher.state == PublisherState.REGISTERED), timeout=15,
+                         what="registered again")
+        async def registered():
+            _r, kvs = await read_prefix(conns["root"], "/blockx/workers/", 3)
+            return [k for k, _v, _m in kvs] == [f"/blockx/workers/{ADDR}"]
+        await eventually(registered, timeout=15, what="the key back in etcd")
+        await push_functions(conn, [("/blockx/audit/" + "b" * 64, b"CR-2")], 3)
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await audit.fetch():      # the first read may still meet the restarting server
+            assert asyncio.get_running_loop().time() < deadline, "the audit allowlist never read again"
+            await asyncio.sleep(0.1)
+        assert "b" * 64 in audit.approved
+    finally:
+        await publisher.deregister()
+        await fcode.stop()
+        await audit.close()
