@@ -11,7 +11,7 @@ time (stopped, partitioned, refusing the token) is shown as UNREACHABLE with the
 reason; it never holds the table up. `status` shows rates averaged over each
 Worker's uptime; `top --etcd` redraws the table every --interval seconds with the
 rates between two reads, and keeps a Worker that left the registry on screen as
-GONE for a while.
+GONE for a while; q quits (on a terminal), as does Ctrl-C or --iterations N.
 
 `workers --prometheus-sd` (blockx.cli.prometheus_sd) turns the same registry
 into a Prometheus file_sd target list."""
@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 from blockx.cli.exit import EXIT_OK, CLIError
 from blockx.cli.text import term_safe
-from blockx.cli.top import Rates
+from blockx.cli.top import Rates, _Keys
 
 GONE_KEEP_S = 30.0       # how long `top --etcd` keeps a deregistered worker on screen
 
@@ -131,13 +131,16 @@ def cmd_top_fleet(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     if ns.interval <= 0:
         raise CLIError("--interval must be > 0")
+    keys = _Keys(sys.stdin)
     try:
-        return asyncio.run(_top_fleet(ns, out))
+        return asyncio.run(_top_fleet(ns, out, keys))
     except KeyboardInterrupt:
         return EXIT_OK
+    finally:
+        keys.restore()
 
 
-async def _top_fleet(ns: argparse.Namespace, out: TextIO) -> int:
+async def _top_fleet(ns: argparse.Namespace, out: TextIO, keys) -> int:
     prev: dict[str, tuple[float, Any, dict]] = {}      # addr -> (monotonic, last status, heartbeat)
     gone: dict[str, tuple[float, FleetRow]] = {}
     n = 0
@@ -175,4 +178,6 @@ async def _top_fleet(ns: argparse.Namespace, out: TextIO) -> int:
         n += 1
         if ns.iterations and n >= ns.iterations:
             return EXIT_OK
-        await asyncio.sleep(max(0.0, ns.interval - (time.monotonic() - started)))
+        # the loop has nothing else to do between two reads: wait for q on a terminal
+        if keys.wait(max(0.0, ns.interval - (time.monotonic() - started))) in ("q", "Q"):
+            return EXIT_OK
