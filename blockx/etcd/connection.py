@@ -42,6 +42,14 @@ ENV_SERVER_NAME, ENV_USER, ENV_PASSWORD, ENV_PASSWORD_FILE = (
     "ETCD_SERVER_NAME", "ETCD_USER", "ETCD_PASSWORD", "ETCD_PASSWORD_FILE")
 
 
+CLIENT_CHANNEL_OPTIONS = {
+    "grpc.initial_reconnect_backoff_ms": 100,
+    "grpc.min_reconnect_backoff_ms": 100,
+    "grpc.max_reconnect_backoff_ms": 1000,
+    "grpc.enable_http_proxy": 0,
+}
+
+
 class EtcdAuthError(RuntimeError):
     """etcd refused the user name / password (or auth is needed and none was given)."""
 
@@ -143,8 +151,12 @@ class EtcdConnection:
 
     def client(self, index: int = 0, **kwargs: Any) -> Any:
         """An aetcd.Client for endpoint ``index`` whose connect() opens this
-        connection's channel and authenticates as its user."""
+        connection's channel and authenticates as its user. Its reconnect backoff
+        is capped at a second unless ``options`` says otherwise: gRPC's own grows
+        to minutes, and a client that keeps its channel across an etcd outage
+        would refuse calls that long after etcd is back."""
         host, port = self.endpoints[index]
+        kwargs["options"] = {**CLIENT_CHANNEL_OPTIONS, **(kwargs.get("options") or {})}
         return _client_class()(host, port, connection=self, endpoint=(host, port), **kwargs)
 
 
