@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 from blockx.cli.exit import EXIT_OK, CLIError
 from blockx.cli.text import term_safe
-from blockx.cli.top import Rates, _Keys
+from blockx.cli.top import Rates, KeyReader
 
 GONE_KEEP_S = 30.0       # how long `top --etcd` keeps a deregistered worker on screen
 
@@ -131,7 +131,7 @@ def cmd_top_fleet(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     if ns.interval <= 0:
         raise CLIError("--interval must be > 0")
-    keys = _Keys(sys.stdin)
+    keys = KeyReader(sys.stdin)
     try:
         return asyncio.run(_top_fleet(ns, out, keys))
     except KeyboardInterrupt:
