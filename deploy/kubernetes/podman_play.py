@@ -60,6 +60,12 @@ def worker_pod(template: dict, i: int, port: int, metrics_port: int, etcd: str, 
     for m in c["volumeMounts"]:
         if any(v["name"] == m["name"] and "hostPath" in v for v in spec["volumes"]):
             m["mountPath"] = m["mountPath"] + "/tokens"          # a host file, where the Secret's key was
+    # podman 4.3 keeps an emptyDir as a named volume: one name a pod, so pods share no STATE_DIR.
+    scratch = {v["name"] for v in spec["volumes"] if "emptyDir" in v}
+    spec["volumes"] = [{**v, "name": f"blockx-worker-{i}-{v['name']}"} if v["name"] in scratch else v
+                       for v in spec["volumes"]]
+    c["volumeMounts"] = [{**m, "name": f"blockx-worker-{i}-{m['name']}"} if m["name"] in scratch else m
+                         for m in c["volumeMounts"]]
     meta = copy.deepcopy(template["metadata"])
     meta["name"] = f"blockx-worker-{i}"
     meta["annotations"]["prometheus.io/port"] = str(metrics_port)

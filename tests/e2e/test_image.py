@@ -105,4 +105,4 @@ def test_image_runs_tasks_and_drains_on_sigterm(mounts):
         assert "drain_finished" in names, sorted(n for n in names if n)[:60]
         assert any((e.get("event") or e.get("msg")) == "drain_finished" and e.get("drained") is True for e in events)
     finally:
-        podman("rm", "-f", "-t", "0", name, check=False)
+        podman("rm", "-f", "-v", "-t", "0", name, check=False)
