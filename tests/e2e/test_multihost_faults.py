@@ -151,7 +151,8 @@ class ClientRun:
         self.progress_log: list[tuple[float, int, int]] = []
         self.result: dict | None = None
         self.stderr: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         threading.Thread(target=self._read_err, daemon=True).start()
 
     def _read(self) -> None:
@@ -177,6 +178,12 @@ class ClientRun:
     def until(self, pred, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while not pred():
+            if self.proc.poll() is not None and self.result is None:
+                # It exited: its last lines (the result, 3,000 outcomes) may still
+                # be on their way through the reader, so read to the end first.
+                self._reader.join(30)
+                if pred():
+                    break
             if self.proc.poll() is not None and self.result is None:
                 raise AssertionError(f"the client exited ({self.proc.returncode}) waiting for {what}:\n"
                                      + "\n".join(self.stderr[-40:]))
