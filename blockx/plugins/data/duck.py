@@ -28,7 +28,7 @@ from typing import Any
 import duckdb
 
 from blockx.plugins.data.errors import DataSourceError
-from blockx.plugins.data.idents import quote, quoted_table
+from blockx.plugins.data.idents import on_conflict, quote, quoted_table
 from blockx.plugins.data.urls import MEMORY
 
 
@@ -357,12 +357,8 @@ class DuckUpsert:
             execute_one(cur, f"CREATE TEMP TABLE {tmp} AS SELECT {qcols} FROM {target} LIMIT 0")
             unnests = ", ".join(f"UNNEST(${j + 1})" for j in range(len(cols)))
             execute_one(cur, f"INSERT INTO {tmp} SELECT {unnests}", values)
-            rest = [c for c in cols if c not in key]
-            conflict = ", ".join(quote(k) for k in key)
-            action = ("DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in rest)
-                      if rest else "DO NOTHING")
             execute_one(cur, f"INSERT INTO {target} ({qcols}) SELECT {qcols} FROM {tmp} "
-                        f"ON CONFLICT ({conflict}) {action}")
+                        f"{on_conflict(cols, key)}")
             execute_one(cur, f"DROP TABLE {tmp}")
             written += len(values[0]) if values else 0
         return written

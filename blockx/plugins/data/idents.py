@@ -54,3 +54,13 @@ def split_table(name: object) -> tuple[str | None, str]:
 
 def quoted_table(schema: str | None, table: str) -> str:
     return f"{quote(schema)}.{quote(table)}" if schema else quote(table)
+
+
+def on_conflict(cols, key) -> str:
+    """The ``ON CONFLICT (key) ...`` clause of an upsert of ``cols``: the non-key
+    columns take the new row's values (both PostgreSQL and DuckDB speak it)."""
+    rest = [c for c in cols if c not in key]
+    conflict = ", ".join(quote(k) for k in key)
+    action = ("DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in rest)
+              if rest else "DO NOTHING")
+    return f"ON CONFLICT ({conflict}) {action}"

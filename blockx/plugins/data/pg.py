@@ -18,7 +18,7 @@ from typing import Any
 import asyncpg
 
 from blockx.plugins.data.errors import DataSourceError
-from blockx.plugins.data.idents import quote, quoted_table
+from blockx.plugins.data.idents import on_conflict, quote, quoted_table
 from blockx.plugins.data.values import BOOLEAN, INTEGER, NUMBER, TEXT, family
 
 POOL_MIN = 0
@@ -319,12 +319,8 @@ class PgUpsert:
             await conn.copy_records_to_table(tmp, records=zip(*values), columns=list(cols))
             qcols = ", ".join(quote(c) for c in cols)
             sel = ", ".join(quote(c) if native[c] else f"{quote(c)}::{types[c]}" for c in cols)
-            rest = [c for c in cols if c not in key]
-            conflict = ", ".join(quote(k) for k in key)
-            action = ("DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in rest)
-                      if rest else "DO NOTHING")
             await _one(conn, f"INSERT INTO {target} ({qcols}) SELECT {sel} FROM {quote(tmp)} "
-                             f"ON CONFLICT ({conflict}) {action}")
+                             f"{on_conflict(cols, key)}")
             await _one(conn, f"DROP TABLE {quote(tmp)}")    # a long transaction keeps no pile of them
             written += len(values[0]) if values else 0
         return written
