@@ -37,7 +37,7 @@ from blockx.adapters.subscriptions import SubscriptionManager
 from blockx.adapters.task_phases import TaskPhases
 from blockx.adapters.task_runtime import TaskRuntime
 from blockx.app.logs import log_event
-from blockx.core.dispatcher_types import ExecutorSnapshot
+from blockx.core.dispatch.types import ExecutorSnapshot
 from blockx.core.types import ConvergeTask, PrepareTaskActivation, SubmitTaskRequest, TaskSnapshot
 
 log = logging.getLogger("blockx.orchestrator")

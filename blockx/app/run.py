@@ -50,7 +50,7 @@ from blockx.app.memory_diagnostics import MemoryDiagnostics
 from blockx.app.state_dir import ensure_state_dir
 from blockx.client.credentials import resolve_token
 from blockx.client.tls import ClientTLS
-from blockx.core.dispatcher import DispatcherCore
+from blockx.core.dispatch.dispatcher import DispatcherCore
 from blockx.core.worker import WorkerCore
 from blockx.plugins.builders import BuilderRegistry
 from blockx.plugins.data.plane import DataPlane

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from blockx.adapters.trace_export import PHASE_TID, chrome_trace
 from blockx.adapters.trace_recorder import TraceStore
-from blockx.core.dispatcher_commands import ArmCallRetry, DispatchCallCmd
+from blockx.core.dispatch.commands import ArmCallRetry, DispatchCallCmd
 from tests.support.trace_check import inside, validate
 from blockx.core.types import (
     CallRetryPolicy, FunctionCall, PluginResult, ResultHandler, StartBuilderPhase, StartCallPhase,

@@ -9,7 +9,7 @@ from blockx._fast import compiled
 from blockx.adapters.trace_recorder import (
     DONE, IO_DONE, IO_WAIT, LOST, PHASE, QUEUED, RETRY, SENT, SUBCALL, TASK_END, TASK_START, TraceStore,
 )
-from blockx.core.dispatcher_commands import ArmCallRetry, DispatchCallCmd
+from blockx.core.dispatch.commands import ArmCallRetry, DispatchCallCmd
 from blockx.core.types import (
     CallRetryPolicy, FunctionCall, PluginResult, ResultHandler, StartBuilderPhase, StartCallPhase,
     StartWriterPhase, TaskResult, TaskState,

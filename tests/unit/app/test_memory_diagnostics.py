@@ -9,9 +9,9 @@ import pytest
 from blockx.adapters.executor import ExecutorAdapter
 from blockx.app.memory_diagnostics import MemoryDiagnostics, rss_bytes
 from blockx.core.config import Config
-from blockx.core.dispatcher import DispatcherCore
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_types import CallSpec
+from blockx.core.dispatch.dispatcher import DispatcherCore
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.types import CallSpec
 from blockx.core.worker import WorkerCore
 from blockx.plugins.function_code import FunctionCodeDirectory
 

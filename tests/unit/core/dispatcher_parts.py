@@ -2,31 +2,33 @@
 from __future__ import annotations
 
 from blockx._fast import load
-from blockx.core.dispatcher import wire_dispatch_loop
-from blockx.core.dispatcher_calls import RUNNING, CallContext, CallTable
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_fairness import TaskScheduler
-from blockx.core.dispatcher_select import ExecutorTable
-from blockx.core.dispatcher_subcalls import SubcallBinder
-from blockx.core.dispatcher_tasks import TaskTable
-from blockx.core.dispatcher_types import ExecutorSnapshot
+from blockx.core.dispatch.calls import RUNNING, CallContext, CallTable
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.executors import ExecutorTable
+from blockx.core.dispatch.fairness import TaskScheduler
+from blockx.core.dispatch.lifecycle import CallLifecycle
+from blockx.core.dispatch.retry import RetryScheduler
+from blockx.core.dispatch.subcalls import SubcallBinder
+from blockx.core.dispatch.tasks import TaskTable
+from blockx.core.dispatch.types import ExecutorSnapshot
 
 
 class Parts:
+    """The parts in the DispatcherCore's order, each given only what was built before it."""
+
     def __init__(self, config: DispatcherConfig | None = None, max_output: int = 0,
-                 executors=("e1",), binder=SubcallBinder) -> None:
+                 executors=("e1",)) -> None:
         cfg = config or DispatcherConfig()
         self.cache_key = load("cachekey").cache_key
         self.calls = CallTable()
-        self.exec = ExecutorTable(load("scoring"), cfg, lambda: 0.0)
         self.sched = TaskScheduler(False, 1, cfg.task_max_inflight_calls)
+        self.exec = ExecutorTable(load("scoring"), cfg, lambda: 0.0)
         self.tasks = TaskTable(self.calls, self.exec, self.sched, load("readyqueue").ReadyQueue,
                                max_output)
-        self.subcalls = binder(self.calls, self.tasks, self.exec, self.cache_key,
-                                      cfg.max_subcall_depth)
-        self.tasks.subcalls = self.subcalls
-        self.loop = wire_dispatch_loop(self.calls, self.tasks, self.sched, self.exec, self.subcalls,
-                                       cfg.call_deadline_ms, max_output)
+        self.subcalls = SubcallBinder(self.calls, self.exec, cfg.max_subcall_depth)
+        self.retry = RetryScheduler(lambda: 0.0, cfg.max_backoff_ms)
+        self.lifecycle = CallLifecycle(self.calls.by_id, self.tasks, self.sched, self.exec,
+                                       self.subcalls, self.retry, cfg.call_deadline_ms, max_output)
         self.exec.update([ExecutorSnapshot(e, True, 0, 8) for e in executors])
 
     def task(self, task_id: str, n: int, fast_fail: bool = True):
@@ -38,7 +40,7 @@ class Parts:
         return task, ctxs
 
     def run(self, ctx: CallContext, executor_id: str = "e1") -> None:
-        """What DispatcherCore.dispatch + handle_executor_bound do to a root."""
+        """What CallLifecycle.dispatch + executor_bound do to a root."""
         ctx.task.ready.pop()
         ctx.state = RUNNING
         ctx.attempt_count += 1

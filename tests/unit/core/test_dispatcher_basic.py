@@ -3,18 +3,18 @@ singleflight, failure policies, cancellation."""
 import pytest
 
 from blockx.core.config import ConfigError
-from blockx.core.dispatcher import DispatcherCore
-from blockx.core.dispatcher_commands import (
+from blockx.core.dispatch.dispatcher import DispatcherCore
+from blockx.core.dispatch.commands import (
     ArmCallRetry, BindCall, CancelCallCmd, CompleteCallFromCache, DispatchCallCmd, UnbindCall)
-from blockx.core.dispatcher_config import DispatcherConfig, derive_stall_timeout_ms
-from blockx.core.dispatcher_types import CallSpec, RetryPolicy
+from blockx.core.dispatch.config import DispatcherConfig, derive_stall_timeout_ms
+from blockx.core.dispatch.types import CallSpec, RetryPolicy
 
 from tests.unit.core.test_dispatcher_harness import Harness, of_type, spec
 
 
 # --- config ------------------------------------------------------------------------
 
-def test_config_defaults_match_the_spec():
+def test_config_defaults_are_the_documented_ones():
     c = DispatcherConfig()
     assert (c.executor_max_inflight, c.executor_max_runnable, c.executor_selection_sample_size,
             c.executor_memory_high_watermark, c.task_max_inflight_calls, c.call_deadline_ms,
@@ -32,7 +32,7 @@ def test_config_defaults_match_the_spec():
     (5000, 6000, 10_000),   # at deadline + 1000: raised
     (5000, 6001, 6001),     # above: kept
     (5000, 20_000, 20_000),
-    (0, 0, 5000),           # unlimited budget: the spec still derives 0 + 5000 (issue 14)
+    (0, 0, 5000),           # unlimited budget: still 0 + 5000, so the backstop stops a wedged call
     (0, 1000, 5000),        # at deadline + 1000: raised
     (0, 1001, 1001),
     (0, 7000, 7000),

@@ -1,5 +1,5 @@
 """CallTable: the calls by id, and CallContext's starting state."""
-from blockx.core.dispatcher_calls import DONE, READY, RUNNING, CallContext, CallTable
+from blockx.core.dispatch.calls import DONE, READY, RUNNING, CallContext, CallTable
 
 
 def _ctx(call_id: str) -> CallContext:

@@ -1,8 +1,8 @@
 """Executor loss: every in-flight call on it fails retryably (EXECUTOR_LOST),
 subtrees are cancelled, other executors are untouched."""
-from blockx.core.dispatcher_commands import (
+from blockx.core.dispatch.commands import (
     ArmCallRetry, BindCall, CancelCallCmd, SubcallDone, UnbindCall)
-from blockx.core.dispatcher_config import DispatcherConfig
+from blockx.core.dispatch.config import DispatcherConfig
 
 from tests.unit.core.test_dispatcher_harness import Harness, of_type, spec
 
@@ -96,7 +96,7 @@ def test_lost_executor_is_not_selected_until_a_snapshot_restores_it():
 
 
 def test_a_loss_detail_reaches_the_failure_message():
-    # The sandbox names the limit that killed an executor (issue 14).
+    # The sandbox names the limit that killed an executor.
     h = Harness(DispatcherConfig(default_retry_jitter_percent=0), executors=("a",))
     h.submit("t", [spec("f", 1)], retry=(1, 0, 0))
     h.core.handle_executor_lost("a", h.now, "killed by its memory limit")

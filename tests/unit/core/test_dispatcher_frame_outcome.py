@@ -5,9 +5,9 @@ exact: an accepted CallCompleted / CallFailed frame is answered with commands
 that start with UnbindCall for that call; a stale or duplicated one with no
 command at all. ArmCallRetry says whether it arms a retry (an attempt failed
 retryably) or re-queues a call whose bind failed (no attempt consumed)."""
-from blockx.core.dispatcher_commands import ArmCallRetry, UnbindCall
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_types import RetryPolicy
+from blockx.core.dispatch.commands import ArmCallRetry, UnbindCall
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.types import RetryPolicy
 
 from tests.unit.core.test_dispatcher_harness import Harness, of_type, spec
 

@@ -12,22 +12,12 @@ from collections import deque
 import orjson
 import pytest
 
-from blockx._fast import implementations
-from blockx.core.dispatcher import DispatcherCore
-from blockx.core.dispatcher_commands import (
+from blockx.core.dispatch.dispatcher import DispatcherCore
+from blockx.core.dispatch.commands import (
     ArmCallRetry, BatchSettled, BindCall, CancelCallCmd, CompleteCallFromCache, ConvergeTaskCalls,
     DispatchCallCmd, StopCallProduction, SubcallDone, UnbindCall)
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_types import CallSpec, ExecutorSnapshot
-
-
-def impl_modules():
-    """[(label, {"readyqueue": m, "scoring": m, "cachekey": m})] per implementation."""
-    rq = dict(implementations("readyqueue"))
-    sc = dict(implementations("scoring"))
-    ck = dict(implementations("cachekey"))
-    return [(label, {"readyqueue": rq[label], "scoring": sc[label], "cachekey": ck[label]})
-            for label in rq]
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.types import CallSpec, ExecutorSnapshot
 
 
 def spec(fn: str, *args, digest: str = "d0") -> CallSpec:
@@ -36,8 +26,8 @@ def spec(fn: str, *args, digest: str = "d0") -> CallSpec:
 
 class Harness:
     def __init__(self, config: DispatcherConfig | None = None, rand=lambda: 0.0,
-                 executors=("e1",), contexts: int = 8, modules: dict | None = None) -> None:
-        self.core = DispatcherCore(config or DispatcherConfig(), rand, **(modules or {}))
+                 executors=("e1",), contexts: int = 8) -> None:
+        self.core = DispatcherCore(config or DispatcherConfig(), rand)
         self.now = 0
         self.log: list = []
         self.live: dict[str, DispatchCallCmd] = {}     # call_id -> current attempt on an executor
@@ -178,9 +168,8 @@ def of_type(cmds, t) -> list:
     return [c for c in cmds if type(c) is t]
 
 
-@pytest.mark.parametrize("label,modules", impl_modules(), ids=[l for l, _ in impl_modules()])
-def test_harness_runs_a_task_to_convergence_on_each_implementation(label, modules):
-    h = Harness(modules=modules)
+def test_harness_runs_a_task_to_convergence():
+    h = Harness()
     h.submit("t", [spec("f", i) for i in range(3)])
     assert sorted(h.live) == ["t/0", "t/1", "t/2"]
     for cid in list(h.live):

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from blockx.core.dispatcher_commands import BindCall
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_calls import DONE
-from blockx.core.dispatcher_types import CallSpec, RetryPolicy
+from blockx.core.dispatch.commands import BindCall
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.calls import DONE
+from blockx.core.dispatch.types import CallSpec, RetryPolicy
 
 from tests.unit.core.test_dispatcher_harness import Harness
 
@@ -49,12 +49,12 @@ class DispatcherMachine(RuleBasedStateMachine):
         self.done_counts: dict[str, int] = {}
         core = self.h.core
 
-        def counting(ctx):      # the DispatchLoop calls it as ctx enters DONE
+        def counting(ctx):      # the CallLifecycle calls it as ctx enters DONE
             assert ctx.state != DONE
             if ctx.parent is None:
                 self.done_counts[ctx.call_id] = self.done_counts.get(ctx.call_id, 0) + 1
 
-        core._loop.on_terminal = counting
+        core.lifecycle.on_terminal = counting
 
     # --- rules ---------------------------------------------------------------------
 

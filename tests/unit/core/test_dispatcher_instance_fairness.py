@@ -1,6 +1,6 @@
 """Instance-level max-min fair admission (DISPATCH_INSTANCE_FAIRNESS)."""
-from blockx.core.dispatcher_commands import BindCall
-from blockx.core.dispatcher_config import DispatcherConfig
+from blockx.core.dispatch.commands import BindCall
+from blockx.core.dispatch.config import DispatcherConfig
 
 from tests.unit.core.test_dispatcher_harness import Harness, of_type, spec
 

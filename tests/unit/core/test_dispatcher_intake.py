@@ -4,9 +4,9 @@ import pytest
 
 from blockx._fast import load
 
-from blockx.core.dispatcher_commands import BatchSettled
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_intake import CallIntake
+from blockx.core.dispatch.commands import BatchSettled
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.intake import CallIntake
 
 from tests.unit.core.dispatcher_parts import Parts
 from tests.unit.core.test_dispatcher_harness import spec

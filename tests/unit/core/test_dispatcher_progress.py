@@ -1,15 +1,14 @@
 """DispatcherCore.task_progress: the read-only (total, done, failed, retried) of a
-task's root calls that the adapters' progress updates carry (issue 15 part 2)."""
+task's root calls that the adapters' progress updates carry."""
 import pytest
 
-from blockx.core.dispatcher_types import RetryPolicy
+from blockx.core.dispatch.types import RetryPolicy
 
-from tests.unit.core.test_dispatcher_harness import Harness, impl_modules, spec
+from tests.unit.core.test_dispatcher_harness import Harness, spec
 
 
-@pytest.mark.parametrize("label,modules", impl_modules())
-def test_progress_of_a_call_list_counts_done_failed_and_retries(label, modules):
-    h = Harness(contexts=8, modules=modules)
+def test_progress_of_a_call_list_counts_done_failed_and_retries():
+    h = Harness(contexts=8)
     assert h.core.task_progress("t") is None
     h.submit("t", [spec("f", i) for i in range(4)], policy="CONTINUE", retry=RetryPolicy(2, 10, 0))
     assert h.core.task_progress("t") == (4, 0, 0, 0)
@@ -28,9 +27,8 @@ def test_progress_of_a_call_list_counts_done_failed_and_retries(label, modules):
     assert h.core.task_progress("t") is None
 
 
-@pytest.mark.parametrize("label,modules", impl_modules())
-def test_progress_of_a_stream_has_no_total_until_production_ends(label, modules):
-    h = Harness(contexts=8, modules=modules)
+def test_progress_of_a_stream_has_no_total_until_production_ends():
+    h = Harness(contexts=8)
     h.feed(h.core.commit_call_stream("s", "FAST_FAIL", None, "", h.now))
     assert h.core.task_progress("s") == (0, 0, 0, 0)
     h.feed(h.core.commit_call_batch(h.core.prepare_call_batch("s", 0, [spec("f", 0), spec("f", 1)]), h.now))

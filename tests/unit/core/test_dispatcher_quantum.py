@@ -1,8 +1,8 @@
 """Instance fairness quantum: consecutive binds served to one instance."""
 import pytest
 
-from blockx.core.dispatcher_commands import BindCall
-from blockx.core.dispatcher_config import DispatcherConfig
+from blockx.core.dispatch.commands import BindCall
+from blockx.core.dispatch.config import DispatcherConfig
 
 from tests.unit.core.test_dispatcher_harness import Harness, of_type, spec
 

@@ -1,8 +1,13 @@
 """RetryScheduler: a retry consumes an attempt and counts, a re-queue after a
-failed bind does neither, and a timer hands a call back only once."""
-from blockx.core.dispatcher_calls import DONE, READY, RUNNING, CallContext
-from blockx.core.dispatcher_commands import ArmCallRetry
-from blockx.core.dispatcher_retry import RetryScheduler
+failed bind does neither; and (the lifecycle's part of it) a failed attempt
+puts the call back to READY with its timer armed, and the timer hands the call
+back only once."""
+from blockx.core.dispatch.calls import DONE, READY, RUNNING, CallContext
+from blockx.core.dispatch.commands import ArmCallRetry
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.retry import RetryScheduler
+
+from tests.unit.core.test_dispatcher_harness import Harness, spec
 
 
 class _Task:
@@ -35,11 +40,11 @@ def test_retry_backs_off_counts_and_says_it_is_a_retry():
     r = RetryScheduler(lambda: 0.5, 300)
     c = _running(task, attempt=2)
     out: list = []
-    r.retry(c, 1000, out)
+    r.arm(c, 1000, out)
     assert out == [ArmCallRetry("t/0", 1000 + 200 + 4, True)]   # 100 * 2^1, + 2% of 200
-    assert (c.state, c.bound, c.retry_armed, task.call_retries) == (READY, False, True, 1)
+    assert task.call_retries == 1
     out.clear()
-    r.retry(_running(task, attempt=3), 0, out)                   # 400 capped at 300, + 2%
+    r.arm(_running(task, attempt=3), 0, out)                     # 400 capped at 300, + 2%
     assert out == [ArmCallRetry("t/0", 306, True)]
 
 
@@ -50,14 +55,28 @@ def test_requeue_fires_at_once_and_is_not_a_retry():
     out: list = []
     RetryScheduler.requeue(c, 70, out)
     assert out == [ArmCallRetry("t/0", 70, False)]
-    assert c.retry_armed and task.call_retries == 0
+    assert task.call_retries == 0
+
+
+def test_a_failed_attempt_is_ready_unbound_and_armed_until_its_timer_fires():
+    h = Harness(DispatcherConfig(base_backoff_ms=100, default_retry_jitter_percent=0))
+    h.submit("t", [spec("f", 1)])
+    ctx = h.core.calls.by_id["t/0"]
+    h.fail("t/0", "EXECUTOR_LOST", True)
+    assert (ctx.state, ctx.bound, ctx.retry_armed, ctx.task.call_retries) == (READY, False, True, 1)
 
 
 def test_a_timer_hands_the_call_back_once_and_never_after_it_ended():
-    c = _running(_Task())
-    c.state, c.retry_armed = READY, True
-    assert RetryScheduler.fire(c) is True
-    assert RetryScheduler.fire(c) is False          # a second timer for the same arm
+    h = Harness(DispatcherConfig(base_backoff_ms=100, default_retry_jitter_percent=0))
+    h.submit("t", [spec("f", 1), spec("f", 2)])
+    c = h.core.calls.by_id["t/0"]
+    h.fail("t/0", "EXECUTOR_LOST", True)
+    ready = len(c.task.ready)
+    assert h.core.handle_retry_ready("t/0", 100) == []
+    assert not c.retry_armed and len(c.task.ready) == ready + 1
+    assert h.core.handle_retry_ready("t/0", 100) == []           # a second timer for the same arm
+    assert len(c.task.ready) == ready + 1
     c.retry_armed = True
-    c.state = DONE                                  # ended while backing off
-    assert RetryScheduler.fire(c) is False
+    c.state = DONE                                              # ended while backing off
+    h.core.handle_retry_ready("t/0", 100)
+    assert len(c.task.ready) == ready + 1 and c.retry_armed

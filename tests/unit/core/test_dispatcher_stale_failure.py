@@ -1,8 +1,8 @@
-"""Stale events (spec CallFailureStale): a failure for a READY call that already
+"""Stale events: a failure for a READY call that already
 ran (backing off) or with another attempt seq is dropped; DONE ignores every
 late terminal event; nothing stale changes accounting."""
-from blockx.core.dispatcher_commands import ArmCallRetry
-from blockx.core.dispatcher_config import DispatcherConfig
+from blockx.core.dispatch.commands import ArmCallRetry
+from blockx.core.dispatch.config import DispatcherConfig
 
 from tests.unit.core.test_dispatcher_harness import Harness, of_type, spec
 

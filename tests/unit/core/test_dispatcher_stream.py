@@ -2,9 +2,9 @@
 StopCallProduction, production_done, and the collected-output cap."""
 import pytest
 
-from blockx.core.dispatcher_commands import (
+from blockx.core.dispatch.commands import (
     BatchSettled, BindCall, CancelCallCmd, ConvergeTaskCalls, StopCallProduction)
-from blockx.core.dispatcher_config import DispatcherConfig
+from blockx.core.dispatch.config import DispatcherConfig
 
 from tests.unit.core.test_dispatcher_harness import Harness, of_type, spec
 

@@ -2,10 +2,10 @@
 results back to the parent, cache, and subtree cancellation."""
 import pytest
 
-from blockx.core.dispatcher_commands import (
+from blockx.core.dispatch.commands import (
     ArmCallRetry, BindCall, CancelCallCmd, CompleteCallFromCache, DispatchCallCmd, SubcallDone)
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_types import SubcallRejected
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.types import SubcallRejected
 
 from tests.unit.core.test_dispatcher_harness import Harness, of_type, spec
 

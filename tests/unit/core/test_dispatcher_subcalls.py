@@ -3,36 +3,28 @@ unparking, cached answers, subtree cancellation."""
 import orjson
 import pytest
 
-from blockx.core.dispatcher_calls import DONE, RUNNING
-from blockx.core.dispatcher_commands import BindCall, CancelCallCmd, CompleteCallFromCache, SubcallDone
-from blockx.core.dispatcher_types import ExecutorSnapshot, SubcallRejected
+from blockx.core.dispatch.calls import DONE, RUNNING
+from blockx.core.dispatch.commands import BindCall, CancelCallCmd, CompleteCallFromCache, SubcallDone
+from blockx.core.dispatch.types import ExecutorSnapshot, SubcallRejected
 
-from blockx._fast import implementations
 from tests.unit.core.dispatcher_parts import Parts
 
 
-@pytest.fixture(params=implementations("subcallbind"), ids=lambda impl: impl[0])
-def binder(request):
-    """Each SubcallBinder this run builds: compiled and twin (the twin alone
-    under BLOCKX_NO_EXTENSIONS=1)."""
-    return request.param[1].SubcallBinder
-
-
 def _add(p, parent, fn="g", arg=1, executor="e1", request_id="r"):
-    return p.subcalls.add(parent.call_id, executor, request_id, fn, "d", orjson.dumps([arg]), 50,
-                          "main")
+    return p.lifecycle.add_subcall(parent.call_id, executor, request_id, fn, "d",
+                                   orjson.dumps([arg]), 50, 0, "main")
 
 
-def test_a_parent_that_is_not_running_refuses_as_stale(binder):
-    p = Parts(binder=binder)
+def test_a_parent_that_is_not_running_refuses_as_stale():
+    p = Parts()
     _, (a,) = p.task("t", 1)
     res, cmds = _add(p, a)
     assert isinstance(res, SubcallRejected) and res.stale and cmds == []
     assert res.reason == "PARENT_NOT_ACTIVE"
 
 
-def test_a_child_binds_beside_its_parent_without_selection(binder):
-    p = Parts(executors=("e1", "e2"), binder=binder)
+def test_a_child_binds_beside_its_parent_without_selection():
+    p = Parts(executors=("e1", "e2"))
     _, (a,) = p.task("t", 1)
     p.run(a, "e2")
     res, cmds = _add(p, a, executor="e1")              # not where the parent runs
@@ -46,8 +38,8 @@ def test_a_child_binds_beside_its_parent_without_selection(binder):
     assert _add(p, a, arg=2, executor="e2")[0] == "t/0/sub-2"   # the counter is binder-wide
 
 
-def test_a_child_of_an_unhealthy_executor_parks_until_a_snapshot_frees_it(binder):
-    p = Parts(binder=binder)
+def test_a_child_of_an_unhealthy_executor_parks_until_a_snapshot_frees_it():
+    p = Parts()
     _, (a,) = p.task("t", 1)
     p.run(a)
     p.exec.view("e1").healthy = False
@@ -63,8 +55,8 @@ def test_a_child_of_an_unhealthy_executor_parks_until_a_snapshot_frees_it(binder
     assert not child.parked and p.subcalls.parked == {}
 
 
-def test_a_cached_result_answers_at_once(binder):
-    p = Parts(binder=binder)
+def test_a_cached_result_answers_at_once():
+    p = Parts()
     task, (a,) = p.task("t", 1)
     p.run(a)
     key = p.cache_key("g", "d", orjson.dumps([1]))
@@ -75,8 +67,8 @@ def test_a_cached_result_answers_at_once(binder):
     assert p.calls.by_id[child_id].state == DONE and task.cache_hits == 1
 
 
-def test_a_cycle_and_a_too_deep_child_are_refused(binder):
-    p = Parts(binder=binder)
+def test_a_cycle_and_a_too_deep_child_are_refused():
+    p = Parts()
     _, (a,) = p.task("t", 1)                            # a is f(0)
     p.run(a)
     res, _ = _add(p, a, fn="f", arg=0)
@@ -92,15 +84,15 @@ def test_a_cycle_and_a_too_deep_child_are_refused(binder):
     assert res.reason == "DEPTH_EXCEEDED"
 
 
-def test_cancel_subtree_cancels_running_children_quietly(binder):
-    p = Parts(binder=binder)
+def test_cancel_subtree_cancels_running_children_quietly():
+    p = Parts()
     _, (a,) = p.task("t", 1)
     p.run(a)
     running_id, _ = _add(p, a, arg=1)
     p.exec.view("e1").healthy = False
     parked_id, _ = _add(p, a, arg=2)
     out: list = []
-    p.subcalls.cancel_subtree(a, "parent call ended", out)
+    p.lifecycle.cancel_subtree(a, "parent call ended", out)
     assert out == [CancelCallCmd(running_id, "e1", "parent call ended", 1)]   # no SubcallDone
     running, parked = p.calls.by_id[running_id], p.calls.by_id[parked_id]
     assert (running.state, running.error_kind, parked.state) == (DONE, "CANCELLED", DONE)

@@ -1,7 +1,8 @@
-"""TaskTable on its own: registration, the single DONE accounting point, the
-flush order (stop, drain, settle, converge), the window and teardown."""
-from blockx.core.dispatcher_calls import DONE, CallContext
-from blockx.core.dispatcher_commands import (
+"""TaskTable with the lifecycle over it: registration, the single DONE
+accounting point, the flush order (stop, drain, settle, converge), the window
+and teardown."""
+from blockx.core.dispatch.calls import DONE, CallContext
+from blockx.core.dispatch.commands import (
     CancelCallCmd, ConvergeTaskCalls, StopCallProduction)
 
 from tests.unit.core.dispatcher_parts import Parts
@@ -13,27 +14,27 @@ def test_register_indexes_queues_and_marks_the_task_dirty():
     assert [p.calls.by_id[c.call_id] for c in ctxs] == ctxs
     assert list(task.pending) == ["t/0", "t/1"] and len(task.ready) == 2
     assert (task.total, task.unsettled, task.next_batch_idx, task.in_ring) == (2, 1, 1, True)
-    assert p.tasks.flush() == []          # dirty, but nothing to converge yet
-    assert p.tasks.flush() == []
+    assert p.lifecycle.flush() == []          # dirty, but nothing to converge yet
+    assert p.lifecycle.flush() == []
 
 
 def test_an_empty_phase_converges_at_the_next_flush():
     p = Parts()
     p.task("t", 0)
-    assert p.tasks.flush() == [ConvergeTaskCalls("t", True, "", "", False, [], 0, 0, 0, 0)]
-    assert p.tasks.flush() == []
+    assert p.lifecycle.flush() == [ConvergeTaskCalls("t", True, "", "", False, [], 0, 0, 0, 0)]
+    assert p.lifecycle.flush() == []
 
 
 def test_set_terminal_is_idempotent_and_outputs_keep_call_list_order():
     p = Parts()
     task, (a, b) = p.task("t", 2)
     out: list = []
-    p.tasks.set_terminal(b, True, b"2", "", "", False, 0, True, out)
-    p.tasks.set_terminal(b, True, b"never", "", "", False, 0, True, out)
-    p.tasks.set_terminal(a, True, b"1", "", "", False, 0, True, out)
+    p.lifecycle.set_terminal(b, True, b"2", "", "", False, 0, True, out)
+    p.lifecycle.set_terminal(b, True, b"never", "", "", False, 0, True, out)
+    p.lifecycle.set_terminal(a, True, b"1", "", "", False, 0, True, out)
     assert out == [] and (a.state, b.state) == (DONE, DONE)
     assert (task.succeeded, task.cache[b.key]) == (2, b"2")
-    assert p.tasks.flush() == [ConvergeTaskCalls("t", True, "", "", False, [b"1", b"2"], 2, 0, 0, 0)]
+    assert p.lifecycle.flush() == [ConvergeTaskCalls("t", True, "", "", False, [b"1", b"2"], 2, 0, 0, 0)]
     assert len(p.calls) == 0               # the settled batch is forgotten
 
 
@@ -43,9 +44,9 @@ def test_fast_fail_stops_drains_the_rest_uncounted_and_converges_failed():
     p.run(a)
     p.tasks.release(a)                     # the failed attempt gave its context back
     out: list = []
-    p.tasks.set_terminal(a, False, None, "USER_ERROR", "boom", False, 0, True, out)
+    p.lifecycle.set_terminal(a, False, None, "USER_ERROR", "boom", False, 0, True, out)
     assert task.stop_dispatching and task.stop_reason == "call failed"
-    cmds = p.tasks.flush()
+    cmds = p.lifecycle.flush()
     assert (b.state, b.error_kind, c.state) == (DONE, "CANCELLED", DONE)
     assert cmds == [ConvergeTaskCalls(
         "t", False, "CALL_FAILED", "call t/0 (function f) failed after 1 attempt(s): USER_ERROR: boom",
@@ -57,12 +58,12 @@ def test_a_stopped_task_waits_for_its_calls_in_flight_before_draining():
     task, (a, b) = p.task("t", 2)
     p.run(a)
     p.tasks.stop(task, "output bytes exceeded")
-    assert p.tasks.flush() == []           # a still runs: no drain, no converge
+    assert p.lifecycle.flush() == []           # a still runs: no drain, no converge
     assert b.state != DONE
     p.tasks.release(a)                     # marks the stopped task dirty again
     out: list = []
-    p.tasks.set_terminal(a, True, b"1", "", "", False, 0, True, out)
-    [conv] = p.tasks.flush()
+    p.lifecycle.set_terminal(a, True, b"1", "", "", False, 0, True, out)
+    [conv] = p.lifecycle.flush()
     assert (b.error_kind, conv.ok, conv.outputs) == ("CANCELLED", True, [b"1"])
 
 
@@ -84,11 +85,11 @@ def test_the_output_cap_discards_outputs_and_stops_the_task():
     p = Parts(max_output=3)
     task, (a, b) = p.task("t", 2)
     out: list = []
-    p.tasks.set_terminal(a, True, b"12", "", "", False, 0, True, out)
+    p.lifecycle.set_terminal(a, True, b"12", "", "", False, 0, True, out)
     assert not task.stop_dispatching
-    p.tasks.set_terminal(b, True, b"34", "", "", False, 0, True, out)
+    p.lifecycle.set_terminal(b, True, b"34", "", "", False, 0, True, out)
     assert task.stop_dispatching and task.discard_outputs and task.outputs == []
-    [conv] = p.tasks.flush()
+    [conv] = p.lifecycle.flush()
     assert (conv.ok, conv.failure_code, conv.outputs) == (False, "OUTPUT_BYTES_EXCEEDED", [])
 
 
@@ -98,9 +99,9 @@ def test_cancel_stops_production_cancels_in_flight_and_forgets_everything():
     a = CallContext("s/0.0", "f", "d", "main", b"[0]", b"k", 0, 0)
     p.tasks.register(task, [a], 0)
     p.run(a)
-    cmds = p.tasks.cancel("s", "task timed out")
+    cmds = p.lifecycle.cancel_task("s", "task timed out", 0)
     assert cmds == [StopCallProduction("s", "task timed out"),
                     CancelCallCmd("s/0.0", "e1", "task timed out", 1)]
     assert a.state == DONE and task.removed and "s" not in p.tasks and len(p.calls) == 0
     assert p.exec.view("e1").local_inflight == 0
-    assert p.tasks.cancel("s", "again") == []
+    assert p.lifecycle.cancel_task("s", "again", 0) == []

@@ -1,7 +1,7 @@
 """The counts the memory diagnostics log line reads from the cores (issue 15
 part 4): retained results (WorkerCore) and calls queued for an executor
 (DispatcherCore). Virtual clock, exact instants."""
-from blockx.core.dispatcher_config import DispatcherConfig
+from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.types import TaskPhase
 
 from tests.unit.core.test_dispatcher_harness import Harness, spec

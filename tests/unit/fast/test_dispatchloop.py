@@ -83,7 +83,7 @@ def test_make_calls_names_the_bad_spec(mod, spec, message):
 def test_make_block_reads_callspecs_and_tuple_subclasses_like_plain_tuples(mod):
     # Builders hand over CallSpec (a NamedTuple): the compiled pack reads it as a
     # tuple, with the same checks and the same errors as the twin.
-    from blockx.core.dispatcher_types import CallSpec
+    from blockx.core.dispatch.types import CallSpec
     specs = [CallSpec("f", D, b"[1]"), CallSpec("g", D, b"[2]", "other"), ("f", D, b"[3]", "main")]
     block = mod.make_block("t", "t/", specs, 0, cache_key)
     assert block.fns == [("f", D, "main"), ("g", D, "other")]

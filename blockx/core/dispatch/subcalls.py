@@ -1,6 +1,7 @@
-"""Subfunction calls (spec AddSubcallJSON / TryBindSubcallToParent /
-finalizeSubcallSubtree): the SubcallBinder validates requests, binds children
-beside their parent, parks those that cannot bind yet, and cancels subtrees.
+"""Subfunction calls: the SubcallBinder validates requests, makes the child's
+context, binds children beside their parent and parks those that cannot bind
+yet. Answering a child from the cache, ending it and cancelling a subtree are
+call events: the CallLifecycle's (``add_subcall``, ``cancel_subtree``).
 
 Rules and theory of operation:
 - A subcall is requested by a running call (its parent) through the executor
@@ -18,7 +19,7 @@ Rules and theory of operation:
   context on the executor (local_inflight).
 - It is always bound to the parent's executor, bypassing Filter -> Score. If
   the parent is not bound yet or its executor is unhealthy, the child is
-  parked (PendingBindSubcalls, owned here) and retried when the parent is
+  parked (``parked``, owned here) and retried when the parent is
   bound and on every executor snapshot update.
 - A cached result (the task's CallCache) answers at once: CompleteCallFromCache
   then SubcallDone, no executor involved.

@@ -1,13 +1,12 @@
 """The CallIntake: how a task's calls enter the dispatcher, as one-shot call
-phases or streaming batches (spec PrepareCallPhaseWithDigests /
-CommitCallPhase, CommitCallStream / PrepareCallBatchWithDigests /
-CommitCallBatch), and the batch credit window.
+phases (prepare, then commit) or streaming batches (open the stream, then
+prepare and commit each batch), and the batch credit window.
 
 Rules:
 - ``prepare_*`` has no side effects on the core (it reads only the config and
   the cachekey function), so the adapter may run it off the actor; it validates
   the input and packs it into its compact queued form (a CallBlock: per call a
-  function index and a slice of one args buffer; see dispatcher_tasks), so the
+  function index and a slice of one args buffer; see tasks), so the
   caller's call list is not kept. ``commit_*`` queues the prepared calls in the
   core and must run on the actor. A call's id and cache key are made when it is
   admitted.
@@ -32,11 +31,11 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from blockx._fast import load
-from blockx.core.dispatcher_commands import BatchSettled
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_retry import resolve_retry
-from blockx.core.dispatcher_tasks import TaskTable
-from blockx.core.dispatcher_types import CONTINUE, FAST_FAIL, POLICIES, RetryPolicy
+from blockx.core.dispatch.commands import BatchSettled
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.retry import resolve_retry
+from blockx.core.dispatch.tasks import TaskTable
+from blockx.core.dispatch.types import CONTINUE, FAST_FAIL, POLICIES, RetryPolicy
 
 _loop = load("dispatchloop")
 

@@ -1,10 +1,11 @@
-"""The calls the dispatcher knows: one CallContext per call for its whole life
-(spec DispatchCallContext), indexed by call id in the CallTable.
+"""The calls the dispatcher knows: one CallContext per call for its whole life,
+indexed by call id in the CallTable.
 
 Rules and theory of operation:
 - A call's state is READY, RUNNING, WAITING or DONE. DONE is terminal and only
-  ``TaskTable.set_terminal`` enters it (``TaskTable.cancel`` drops a task's
-  calls wholesale). RUNNING starts when the core emits BindCall (``bound``
+  ``CallLifecycle.set_terminal`` enters it (``CallLifecycle.cancel_task`` drops
+  a task's calls wholesale); every state change is the lifecycle's
+  (blockx/core/dispatch/lifecycle.py states the events). RUNNING starts when the core emits BindCall (``bound``
   turns true on handle_executor_bound); a retry reuses the same context and
   call id and only increments ``attempt_count`` (the attempt seq the executor
   echoes), so late frames of an older attempt are told apart by that number.
@@ -13,7 +14,7 @@ Rules and theory of operation:
   (``retry_armed``), or, for subcalls, the SubcallBinder's parking
   (``parked``).
 - A root gets its context when it is admitted (``take_call`` makes it from the
-  task's compact queue, see dispatcher_tasks); the CallTable holds a call from
+  task's compact queue, see tasks); the CallTable holds a call from
   then until its batch settles (or its task is cancelled): a frame for a call
   not in the table (never admitted, or forgotten) is ignored.
   ``by_id`` is never rebound, so the facade may keep a direct reference to it

@@ -64,7 +64,7 @@ class RetryPolicy:
 
 @dataclass(slots=True)
 class ExecutorSnapshot:
-    """The adapter's view of one attached executor (spec ExecutorSnapshot).
+    """The adapter's view of one attached executor.
 
     ``runnable_count`` is the raw heartbeat value; the dispatcher compensates it
     with the completions it saw since that heartbeat (``heartbeat_seq`` tells a
