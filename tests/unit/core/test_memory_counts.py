@@ -4,7 +4,7 @@ part 4): retained results (WorkerCore) and calls queued for an executor
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.types import TaskPhase
 
-from tests.unit.core.test_dispatcher_harness import Harness, spec
+from tests.unit.core.dispatch.harness import Harness, spec
 
 from .test_worker_support import finish, make, run_to, submit
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections import deque
 
 import orjson
-import pytest
 
 from blockx.core.dispatch.dispatcher import DispatcherCore
 from blockx.core.dispatch.commands import (
@@ -166,25 +165,3 @@ class Harness:
 
 def of_type(cmds, t) -> list:
     return [c for c in cmds if type(c) is t]
-
-
-def test_harness_runs_a_task_to_convergence():
-    h = Harness()
-    h.submit("t", [spec("f", i) for i in range(3)])
-    assert sorted(h.live) == ["t/0", "t/1", "t/2"]
-    for cid in list(h.live):
-        h.complete(cid)
-    c = h.converged["t"]
-    assert c.ok and c.outputs == [b'{"r":[0]}', b'{"r":[1]}', b'{"r":[2]}']
-    assert h.bound == {}
-
-
-def test_harness_fires_timers_exactly_at_their_deadline():
-    h = Harness(DispatcherConfig(base_backoff_ms=100, default_retry_jitter_percent=0))
-    h.submit("t", [spec("f", 1)])
-    h.fail("t/0", "EXECUTOR_LOST", True)
-    assert h.timers == [(100, 1, "t/0")]
-    h.advance(99)
-    assert "t/0" not in h.live
-    h.advance(1)
-    assert h.now == 100 and h.attempt("t/0") == 2

@@ -7,7 +7,7 @@ from blockx.core.dispatch.commands import ArmCallRetry
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.retry import RetryScheduler
 
-from tests.unit.core.test_dispatcher_harness import Harness, spec
+from tests.unit.core.dispatch.harness import Harness, spec
 
 
 class _Task:

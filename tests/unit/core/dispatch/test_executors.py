@@ -6,7 +6,7 @@ from blockx.core.dispatch.commands import BindCall
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.types import ExecutorSnapshot
 
-from tests.unit.core.test_dispatcher_harness import Harness, of_type, spec
+from tests.unit.core.dispatch.harness import Harness, of_type, spec
 
 
 def _first_bind(h, now=0):
