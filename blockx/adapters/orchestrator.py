@@ -104,7 +104,7 @@ class Orchestrator:
 
     def submit_task(self, req: SubmitTaskRequest, *, shadow: bool = False, raw_request=None,
                     caller=None) -> TaskSnapshot:
-        res = self.core.handle_submit_task(req, None, self._wall(), caller)
+        res = self.core.handle_submit_task(req, self._wall(), caller)
         accepted = False
         for cmd in res.commands:
             if type(cmd) is PrepareTaskActivation:

@@ -36,9 +36,9 @@ def frame(task_id, attempt=1, budget=0):
 
 
 def phases(task_id):
-    return [StartBuilderPhase(task_id, "s0", 1, FunctionCall("callList"), None),
-            StartCallPhase(task_id, "s0", 1, [], False, "FAST_FAIL", CallRetryPolicy(), "", 0, None),
-            StartWriterPhase(task_id, "s0", [], ResultHandler("log"), None)]
+    return [StartBuilderPhase(task_id, "s0", 1, FunctionCall("callList")),
+            StartCallPhase(task_id, "s0", 1, [], False, "FAST_FAIL", CallRetryPolicy(), "", 0),
+            StartWriterPhase(task_id, "s0", [], ResultHandler("log"))]
 
 
 def test_a_task_records_its_events_in_order_with_the_batch_stamp():
