@@ -26,12 +26,12 @@ def setup():
     from blockx.core.dispatch.dispatcher import DispatcherCore
     from blockx.core.dispatch.commands import BindCall, ConvergeTaskCalls
     from blockx.core.dispatch.config import DispatcherConfig
-    from blockx.core.dispatch.types import CallSpec, ExecutorSnapshot
+    from blockx.core.dispatch.types import PinnedCall, ExecutorSnapshot
 
     core = DispatcherCore(DispatcherConfig(), lambda: 0.5)
     snaps = [ExecutorSnapshot(f"exec-{i}", True, 0, 64) for i in range(EXECUTORS)]
     core.handle_executor_snapshot_updated(snaps, 0)
-    calls = [CallSpec("transfer_summary", DIGEST, b'["0xabc%d",%d]' % (i, i)) for i in range(CALLS)]
+    calls = [PinnedCall("transfer_summary", DIGEST, b'["0xabc%d",%d]' % (i, i)) for i in range(CALLS)]
     return {"core": core, "calls": calls, "seq": [0], "Bind": BindCall,
             "Converge": ConvergeTaskCalls, "twins": fast.NO_EXTENSIONS}
 

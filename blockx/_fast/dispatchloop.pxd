@@ -4,7 +4,7 @@ from blockx._fast.readyqueue cimport ReadyQueue
 
 
 @cython.final
-cdef class CallContext:
+cdef class CallRecord:
     cdef public object call_id
     cdef public object task
     cdef public Py_ssize_t index
@@ -149,11 +149,11 @@ cdef class CallLifecycle:
     cdef public object max_output
     cdef public object on_terminal
 
-    cdef int _bind_failed(self, CallContext ctx, now, list out) except -1
-    cdef int _cancel_subtree(self, CallContext parent, reason, list out) except -1
-    cdef int _attempt_failed(self, CallContext ctx, kind, bint retryable, message, budget_used_ms,
+    cdef int _bind_failed(self, CallRecord ctx, now, list out) except -1
+    cdef int _cancel_subtree(self, CallRecord parent, reason, list out) except -1
+    cdef int _attempt_failed(self, CallRecord ctx, kind, bint retryable, message, budget_used_ms,
                              now, list out) except -1
     cdef int _drain(self, TaskCalls task, list out) except -1
-    cdef int _set_terminal(self, CallContext ctx, bint ok, object output, object kind,
+    cdef int _set_terminal(self, CallRecord ctx, bint ok, object output, object kind,
                            object message, object retryable, object budget_used_ms,
                            bint counted, list out, bint notify) except -1

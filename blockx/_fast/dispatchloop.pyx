@@ -34,7 +34,7 @@ DONE = 3
 STATE_NAMES = ("READY", "RUNNING", "WAITING", "DONE")
 _by_depth = attrgetter("depth")
 
-__all__ = ["CallContext", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
+__all__ = ["CallRecord", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
            "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "CallLifecycle", "link_calls", "unlink_calls", "TaskScheduler",
            "CallBlock", "make_block", "take_call"]
 
@@ -49,7 +49,7 @@ cdef enum:
 # the allocator on the per-call path.
 @cython.final
 @cython.freelist(256)
-cdef class CallContext:
+cdef class CallRecord:
 
     def __init__(self, call_id, function_id, digest, entry_selector, args_json, key,
                  Py_ssize_t index, Py_ssize_t batch_idx):
@@ -84,7 +84,7 @@ cdef class CallContext:
         self.budget_used_ms = 0
 
     def __repr__(self):
-        return (f"<CallContext {self.call_id} {STATE_NAMES[self.state]} "
+        return (f"<CallRecord {self.call_id} {STATE_NAMES[self.state]} "
                 f"attempt={self.attempt_count} executor={self.executor_id!r}>")
 
 
@@ -108,11 +108,11 @@ cdef tuple _check_spec(task_id, Py_ssize_t i, spec):
     return function_id, digest, args_json, entry_selector
 
 
-cdef inline CallContext _new_context(str call_id, function_id, digest, entry_selector, args_json, key,
+cdef inline CallRecord _new_context(str call_id, function_id, digest, entry_selector, args_json, key,
                                      Py_ssize_t index, Py_ssize_t batch_idx):
-    # CallContext.__init__ without a Python call: the one place a root's context is made
+    # CallRecord.__init__ without a Python call: the one place a root's context is made
     # (make_calls, and _take at admission); the twin calls its constructor.
-    cdef CallContext ctx = CallContext.__new__(CallContext)
+    cdef CallRecord ctx = CallRecord.__new__(CallRecord)
     ctx.call_id = call_id
     ctx.task = None
     ctx.index = index
@@ -207,7 +207,7 @@ def make_block(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
     cdef tuple spec_t
     last_fid = last_digest = last_entry = None
     for spec in calls:
-        # CallSpec is a NamedTuple: a tuple subclass, read as a tuple.
+        # PinnedCall is a NamedTuple: a tuple subclass, read as a tuple.
         if isinstance(spec, tuple) and len(<tuple>spec) == 4:
             spec_t = <tuple>spec
             function_id = spec_t[0]
@@ -240,7 +240,7 @@ def make_block(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
     return block
 
 
-cdef CallContext _take(TaskCalls task, dict by_id):
+cdef CallRecord _take(TaskCalls task, dict by_id):
     cdef CallBlock block = <CallBlock?>task.blocks[0]
     cdef Py_ssize_t i = block.pos
     block.pos = i + 1
@@ -253,7 +253,7 @@ cdef CallContext _take(TaskCalls task, dict by_id):
     cdef long long a = offs[i]
     args_json = PyBytes_FromStringAndSize(PyBytes_AS_STRING(block.args) + a, offs[i + 1] - a)
     call_id = f"{block.prefix}{i}"
-    cdef CallContext ctx = _new_context(call_id, function_id, digest, fn[2], args_json,
+    cdef CallRecord ctx = _new_context(call_id, function_id, digest, fn[2], args_json,
                                         cache_key_c(function_id, digest, args_json) if block.c_key
                                         else block.cache_key(function_id, digest, args_json),
                                         block.base + i, block.batch_idx)
@@ -473,7 +473,7 @@ cdef class ExecutorRecord:
         self.attached = True
 
 
-cdef inline int _join(CallContext leader, CallContext waiter) except -1:
+cdef inline int _join(CallRecord leader, CallRecord waiter) except -1:
     waiter.leader = leader
     if leader.waiters is None:
         leader.waiters = [waiter]
@@ -484,11 +484,11 @@ cdef inline int _join(CallContext leader, CallContext waiter) except -1:
 
 
 def link_calls(TaskCalls task, list calls, dict by_id):
-    cdef CallContext ctx
+    cdef CallRecord ctx
     cdef dict pending = task.pending
     cdef ReadyQueue ready = task.ready
     for c in calls:
-        ctx = <CallContext?>c
+        ctx = <CallRecord?>c
         ctx.task = task
         pending[ctx.call_id] = ctx
         ready.push_c(ctx)
@@ -497,10 +497,10 @@ def link_calls(TaskCalls task, list calls, dict by_id):
 
 def unlink_calls(list calls, dict by_id):
     for c in calls:
-        by_id.pop((<CallContext?>c).call_id, None)
+        by_id.pop((<CallRecord?>c).call_id, None)
 
 
-def join(CallContext leader, CallContext waiter):
+def join(CallRecord leader, CallRecord waiter):
     """Singleflight: waiter takes leader's result (roots of one task only)."""
     _join(leader, waiter)
 
@@ -526,7 +526,7 @@ cdef class CallLifecycle:
 
     def dispatch(self, now):
         cdef list out = []
-        cdef CallContext ctx, nxt
+        cdef CallRecord ctx, nxt
         cdef TaskCalls task
         cdef ExecutorRecord rec
         cdef ExecutorView view
@@ -550,7 +550,7 @@ cdef class CallLifecycle:
                 break
             task = <TaskCalls>t
             ready = task.ready
-            ctx = <CallContext?>ready.pop_c() if ready._count else _take(task, by_id)
+            ctx = <CallRecord?>ready.pop_c() if ready._count else _take(task, by_id)
             if ctx.state != _READY:
                 continue
             key = ctx.key
@@ -562,7 +562,7 @@ cdef class CallLifecycle:
                 continue
             leader = task.flights.get(key)
             if leader is not None and leader is not ctx:  # ctx itself leads while retrying
-                _join(<CallContext?>leader, ctx)
+                _join(<CallRecord?>leader, ctx)
                 continue
             if not views:
                 i = -1
@@ -591,7 +591,7 @@ cdef class CallLifecycle:
             out.append(new_bind_call(ctx.call_id, eid, task.task_id, False, ""))
             while True:
                 if ready._count:
-                    nxt = <CallContext?>ready._buf[ready._head]
+                    nxt = <CallRecord?>ready._buf[ready._head]
                 elif task.queued:
                     nxt = _take(task, by_id)
                     ready.push_c(nxt)
@@ -608,13 +608,13 @@ cdef class CallLifecycle:
     # --- binding -----------------------------------------------------------------------
 
     def executor_bound(self, call_id, now, executor_id=""):
-        cdef CallContext ctx
+        cdef CallRecord ctx
         c = self.by_id.get(call_id)
         if c is None:
             if executor_id:
                 return [new_unbind_call(call_id, executor_id)]
             return []
-        ctx = <CallContext?>c
+        ctx = <CallRecord?>c
         if (ctx.state != _RUNNING or ctx.bound
                 or (executor_id and ctx.executor_id != executor_id)):
             if executor_id and (ctx.state == _READY or ctx.state == _DONE
@@ -633,18 +633,18 @@ cdef class CallLifecycle:
         return out
 
     def bind_failed(self, call_id, now):
-        cdef CallContext ctx
+        cdef CallRecord ctx
         c = self.by_id.get(call_id)
         if c is None:
             return []
-        ctx = <CallContext?>c
+        ctx = <CallRecord?>c
         if ctx.state != _RUNNING or ctx.bound:
             return []
         cdef list out = []
         self._bind_failed(ctx, now, out)
         return out
 
-    cdef int _bind_failed(self, CallContext ctx, now, list out) except -1:
+    cdef int _bind_failed(self, CallRecord ctx, now, list out) except -1:
         rec = ctx.exec
         self.tasks.release(ctx)
         rec.view.healthy = False  # until the next snapshot says otherwise
@@ -660,19 +660,19 @@ cdef class CallLifecycle:
     # --- waits ----------------------------------------------------------------------------
 
     def call_waiting(self, call_id, attempt_seq, now):
-        cdef CallContext ctx
+        cdef CallRecord ctx
         c = self.by_id.get(call_id)
         if c is not None:
-            ctx = <CallContext?>c
+            ctx = <CallRecord?>c
             if ctx.state == _RUNNING and ctx.bound and ctx.attempt_count == attempt_seq:
                 ctx.state = _WAITING
         return []
 
     def call_resumed(self, call_id, now):
-        cdef CallContext ctx
+        cdef CallRecord ctx
         c = self.by_id.get(call_id)
         if c is not None:
-            ctx = <CallContext?>c
+            ctx = <CallRecord?>c
             if ctx.state == _WAITING:
                 ctx.state = _RUNNING
         return []
@@ -681,14 +681,14 @@ cdef class CallLifecycle:
 
     def add_subcall(self, parent_call_id, requesting_executor_id, request_id, function_id,
                     digest, args_json, granted_budget_ms, now=0, entry_selector="main"):
-        cdef CallContext child
+        cdef CallRecord child
         cdef TaskCalls task
         c = self.subcalls.new_child(parent_call_id, requesting_executor_id, request_id,
                                     function_id, digest, args_json, granted_budget_ms,
                                     entry_selector)
         if type(c) is SubcallRejected:
             return c, []
-        child = <CallContext?>c
+        child = <CallRecord?>c
         cdef list out = []
         task = <TaskCalls?>child.task
         cached = task.cache.get(child.key)
@@ -700,11 +700,11 @@ cdef class CallLifecycle:
         self.subcalls.attach(child, out)
         return child.call_id, out
 
-    def cancel_subtree(self, CallContext parent, reason, list out):
+    def cancel_subtree(self, CallRecord parent, reason, list out):
         self._cancel_subtree(parent, reason, out)
 
-    cdef int _cancel_subtree(self, CallContext parent, reason, list out) except -1:
-        cdef CallContext child
+    cdef int _cancel_subtree(self, CallRecord parent, reason, list out) except -1:
+        cdef CallRecord child
         cdef int st
         children = parent.children
         if not children:
@@ -712,7 +712,7 @@ cdef class CallLifecycle:
         parent.children = None
         tasks = self.tasks
         for c in list(children.values()):
-            child = <CallContext?>c
+            child = <CallRecord?>c
             st = child.state
             if st == _DONE:
                 continue
@@ -727,14 +727,14 @@ cdef class CallLifecycle:
     # --- completion and failure --------------------------------------------------------------
 
     def call_completed(self, call_id, attempt_seq, output_json, budget_used_ms, now):
-        cdef CallContext ctx
+        cdef CallRecord ctx
         cdef ExecutorRecord rec
         cdef ExecutorView view
         cdef TaskCalls task
         c = self.by_id.get(call_id)
         if c is None:
             return []
-        ctx = <CallContext?>c
+        ctx = <CallRecord?>c
         cdef int st = ctx.state
         if (st != _RUNNING and st != _WAITING) or not ctx.bound or ctx.attempt_count != attempt_seq:
             return []
@@ -748,7 +748,7 @@ cdef class CallLifecycle:
             view.runnable -= 1
         tasks = self.tasks
         if rec.attached:
-            # TaskTable.release inlined for the common case (an attached executor):
+            # TaskCallTable.release inlined for the common case (an attached executor):
             # ExecutorTable.unbind, and for a root the task window's accounting.
             ctx.exec = None
             view.local_inflight -= 1
@@ -768,11 +768,11 @@ cdef class CallLifecycle:
 
     def call_failed(self, call_id, attempt_seq, error_kind, retryable, message, now,
                     budget_used_ms=0):
-        cdef CallContext ctx
+        cdef CallRecord ctx
         c = self.by_id.get(call_id)
         if c is None:
             return []
-        ctx = <CallContext?>c
+        ctx = <CallRecord?>c
         cdef int st = ctx.state
         # Stale: DONE; READY (backing off, or rolled back); another attempt; not yet bound.
         if (st != _RUNNING and st != _WAITING) or not ctx.bound or ctx.attempt_count != attempt_seq:
@@ -785,7 +785,7 @@ cdef class CallLifecycle:
         self._attempt_failed(ctx, error_kind, bool(retryable), message, budget_used_ms, now, out)
         return out
 
-    cdef int _attempt_failed(self, CallContext ctx, kind, bint retryable, message, budget_used_ms,
+    cdef int _attempt_failed(self, CallRecord ctx, kind, bint retryable, message, budget_used_ms,
                              now, list out) except -1:
         if self.retry.may_retry(ctx, retryable):
             ctx.state = _READY
@@ -798,12 +798,12 @@ cdef class CallLifecycle:
         return 0
 
     def retry_ready(self, call_id, now):
-        cdef CallContext ctx
+        cdef CallRecord ctx
         cdef TaskCalls task
         c = self.by_id.get(call_id)
         if c is None:
             return []
-        ctx = <CallContext?>c
+        ctx = <CallRecord?>c
         if ctx.state != _READY or not ctx.retry_armed:
             return []
         ctx.retry_armed = False
@@ -824,7 +824,7 @@ cdef class CallLifecycle:
 
     def executor_lost(self, executor_id, now, detail=""):
         cdef ExecutorRecord rec
-        cdef CallContext ctx
+        cdef CallRecord ctx
         r = self.ex.records.get(executor_id)
         if r is None:
             return []
@@ -833,7 +833,7 @@ cdef class CallLifecycle:
         cdef list out = []
         message = f"executor {executor_id} lost" + (f": {detail}" if detail else "")
         for c in sorted(rec.calls.values(), key=_by_depth):
-            ctx = <CallContext?>c
+            ctx = <CallRecord?>c
             if ctx.exec is not rec:
                 continue  # released by an ancestor's subtree cancellation
             if not ctx.bound:
@@ -861,11 +861,11 @@ cdef class CallLifecycle:
                 tasks.settle_and_converge(task, out)
 
     cdef int _drain(self, TaskCalls task, list out) except -1:
-        cdef CallContext ctx
+        cdef CallRecord ctx
         task.ready.clear()
         reason = f"task stopped dispatching: {task.stop_reason}"
         for c in list(task.pending.values()):
-            ctx = <CallContext?>c
+            ctx = <CallRecord?>c
             if ctx.state != _DONE:
                 self._set_terminal(ctx, False, None, ERR_CANCELLED, reason, False, 0, False, out,
                                    True)
@@ -884,7 +884,7 @@ cdef class CallLifecycle:
 
     def cancel_task(self, task_id, reason, now):
         cdef TaskCalls task
-        cdef CallContext ctx
+        cdef CallRecord ctx
         cdef int st
         tasks = self.tasks
         cdef list out = []
@@ -893,7 +893,7 @@ cdef class CallLifecycle:
             return out
         task = <TaskCalls?>t
         for c in list(task.pending.values()):
-            ctx = <CallContext?>c
+            ctx = <CallRecord?>c
             st = ctx.state
             if st == _RUNNING or st == _WAITING:
                 out.append(CancelCallCmd(ctx.call_id, ctx.executor_id, reason, ctx.attempt_count))
@@ -906,7 +906,7 @@ cdef class CallLifecycle:
         unpark = self.subcalls.unpark
         for b in task.batches.values():
             for c in (<Batch?>b).calls:
-                if (<CallContext?>c).parked:
+                if (<CallRecord?>c).parked:
                     unpark(c)
         tasks.forget(task)
         return out
@@ -916,18 +916,18 @@ cdef class CallLifecycle:
 
     # --- terminal accounting ---------------------------------------------------------------
 
-    def set_terminal(self, CallContext ctx, ok, output, kind, message, retryable, budget_used_ms,
+    def set_terminal(self, CallRecord ctx, ok, output, kind, message, retryable, budget_used_ms,
                      counted, list out, notify=True):
         self._set_terminal(ctx, ok, output, kind, message, retryable, budget_used_ms, counted,
                            out, notify)
 
     @cython.boundscheck(True)
     @cython.wraparound(True)
-    cdef int _set_terminal(self, CallContext ctx, bint ok, object output, object kind,
+    cdef int _set_terminal(self, CallRecord ctx, bint ok, object output, object kind,
                            object message, object retryable, object budget_used_ms,
                            bint counted, list out, bint notify) except -1:
         cdef TaskCalls task
-        cdef CallContext parent, w
+        cdef CallRecord parent, w
         cdef Batch batch
         if ctx.state == _DONE:
             return 0
@@ -949,7 +949,7 @@ cdef class CallLifecycle:
             self._cancel_subtree(ctx, "parent call ended", out)
         task = <TaskCalls?>ctx.task
         if ctx.parent is not None:
-            parent = <CallContext?>ctx.parent
+            parent = <CallRecord?>ctx.parent
             siblings = parent.children
             if siblings:
                 siblings.pop(ctx.call_id, None)

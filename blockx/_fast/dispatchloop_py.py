@@ -3,14 +3,14 @@ dispatchloop.pyx (test oracle and benchmark baseline).
 
 What it holds:
 - the records the core's parts keep per call, task, batch, instance and
-  executor (CallContext, TaskCalls, Batch, InstanceState, ExecutorRecord): plain
+  executor (CallRecord, TaskCalls, Batch, InstanceState, ExecutorRecord): plain
   state, owned and documented by the core module that uses each
   (blockx/core/dispatch: calls, tasks, fairness, executors);
 - ``make_calls``, which validates one call list and builds its contexts, and
   ``make_block``, which validates one call list into its compact queued form, a
   CallBlock (no side effects, so the core may run either off its actor);
 - ``take_call``, which turns a task's next never-admitted queued call into its
-  CallContext (the only place a queued call gets one);
+  CallRecord (the only place a queued call gets one);
 - ``CallLifecycle``, every call event of the DispatcherCore and its terminal
   accounting, over the core's parts, which it is given at construction; the
   events and their rules are stated in blockx/core/dispatch/lifecycle.py.
@@ -37,12 +37,12 @@ DONE = 3
 STATE_NAMES = ("READY", "RUNNING", "WAITING", "DONE")
 _by_depth = attrgetter("depth")
 
-__all__ = ["CallContext", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
+__all__ = ["CallRecord", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
            "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "CallLifecycle", "link_calls", "unlink_calls", "TaskScheduler",
            "CallBlock", "make_block", "take_call"]
 
 
-class CallContext:
+class CallRecord:
     __slots__ = (
         "call_id", "task", "index", "batch_idx", "function_id", "digest", "entry_selector",
         "args_json", "key", "state", "executor_id", "exec", "bound", "attempt_count",
@@ -68,12 +68,12 @@ class CallContext:
         self.bound = False
         self.attempt_count = 0
         self.budget_ms = 0
-        self.parent: CallContext | None = None
+        self.parent: CallRecord | None = None
         self.depth = 0
         self.request_id = ""
-        self.children: dict[str, CallContext] | None = None   # active subcalls
-        self.waiters: list[CallContext] | None = None         # singleflight waiters (leader only)
-        self.leader: CallContext | None = None                # set on a waiter
+        self.children: dict[str, CallRecord] | None = None   # active subcalls
+        self.waiters: list[CallRecord] | None = None         # singleflight waiters (leader only)
+        self.leader: CallRecord | None = None                # set on a waiter
         self.retry_armed = False
         self.parked = False
         self.ok = False
@@ -84,7 +84,7 @@ class CallContext:
         self.budget_used_ms = 0
 
     def __repr__(self) -> str:
-        return (f"<CallContext {self.call_id} {STATE_NAMES[self.state]} "
+        return (f"<CallRecord {self.call_id} {STATE_NAMES[self.state]} "
                 f"attempt={self.attempt_count} executor={self.executor_id!r}>")
 
 
@@ -93,11 +93,11 @@ def make_calls(task_id: str, prefix: str, calls: Iterable, batch_idx: int,
     """The contexts of one call list: ids ``prefix + str(i)``, cache keys by
     ``cache_key``. Each spec is (function_id, digest, args_json, entry_selector)
     with canonical args_json bytes; an invalid spec raises ValueError naming it."""
-    out: list[CallContext] = []
+    out: list[CallRecord] = []
     append = out.append
     for i, spec in enumerate(calls):
         function_id, digest, args_json, entry_selector = _check_spec(task_id, i, spec)
-        append(CallContext(f"{prefix}{i}", function_id, digest, entry_selector or "main",
+        append(CallRecord(f"{prefix}{i}", function_id, digest, entry_selector or "main",
                            args_json, cache_key(function_id, digest, args_json), i, batch_idx))
     return out
 
@@ -128,7 +128,7 @@ class CallBlock:
 
     Per call it keeps an index into ``fns`` (the distinct (function_id, digest,
     entry_selector) of the list), and its canonical args as a slice of one bytes
-    buffer (``offs[i]:offs[i+1]``). Its CallContext, call id
+    buffer (``offs[i]:offs[i+1]``). Its CallRecord, call id
     (``prefix + str(row)``) and cache key are made by ``take_call`` when the
     call is admitted; calls are taken in row order. ``base`` (the task index of
     row 0) and ``batch`` are set when the block is registered with its task."""
@@ -208,7 +208,7 @@ def take_call(task: Any, by_id: dict) -> Any:
     offs = block.offs
     args_json = block.args[offs[i]:offs[i + 1]]
     call_id = f"{block.prefix}{i}"
-    ctx = CallContext(call_id, function_id, digest, entry_selector, args_json,
+    ctx = CallRecord(call_id, function_id, digest, entry_selector, args_json,
                       block.cache_key(function_id, digest, args_json), block.base + i,
                       block.batch_idx)
     ctx.task = task
@@ -414,7 +414,7 @@ class ExecutorRecord:
         self.heartbeat_seq = -1
         self.heartbeat_runnable = 0
         self.completions = 0                # completions seen since heartbeat_seq
-        self.calls: dict = {}               # call_id -> CallContext bound here
+        self.calls: dict = {}               # call_id -> CallRecord bound here
         self.attached = True
 
 
@@ -422,7 +422,7 @@ class CallLifecycle:
     """Every call event of the dispatcher, and the one place a call becomes DONE.
 
     Built last, over the parts built before it (the call table's ``by_id``, the
-    TaskTable, the TaskScheduler, the ExecutorTable, the SubcallBinder and the
+    TaskCallTable, the TaskScheduler, the ExecutorTable, the SubcallBinder and the
     RetryScheduler); none of them holds a reference back to it. Each event takes
     ``now`` and returns the commands for the adapter, in order. The rules each
     event follows are stated in blockx/core/dispatch/lifecycle.py."""
@@ -653,7 +653,7 @@ class CallLifecycle:
             view.runnable -= 1
         tasks = self.tasks
         if rec.attached:
-            # TaskTable.release inlined for the common case (an attached executor):
+            # TaskCallTable.release inlined for the common case (an attached executor):
             # ExecutorTable.unbind, and for a root the task window's accounting.
             ctx.exec = None
             view.local_inflight -= 1
@@ -751,7 +751,7 @@ class CallLifecycle:
 
     def flush(self, now: int = 0) -> list:
         """Stop / drain / settle / converge every task changed since the last
-        flush (the TaskTable's steps; the drain's cancellations end here)."""
+        flush (the TaskCallTable's steps; the drain's cancellations end here)."""
         out: list = []
         tasks = self.tasks
         while True:
@@ -899,7 +899,7 @@ class CallLifecycle:
 
 
 def link_calls(task: Any, calls: list, by_id: dict) -> None:
-    """TaskTable.register's per-call part: the committed calls join their task's
+    """TaskCallTable.register's per-call part: the committed calls join their task's
     pending roots and ready queue, and the call table."""
     pending = task.pending
     push = task.ready.push

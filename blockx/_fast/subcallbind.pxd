@@ -1,6 +1,6 @@
 cimport cython
 
-from blockx._fast.dispatchloop cimport CallContext
+from blockx._fast.dispatchloop cimport CallRecord
 
 
 @cython.final
@@ -12,4 +12,4 @@ cdef class SubcallBinder:
     cdef int _max_depth
 
     cdef object _not_active(self, parent_call_id)
-    cdef bint _try_bind(self, CallContext child, list out) except -1
+    cdef bint _try_bind(self, CallRecord child, list out) except -1

@@ -2,14 +2,14 @@
 """SubcallBinder, compiled (twin: subcallbind_py.py; the rules and theory of
 operation are in blockx/core/dispatch/subcalls.py, which loads one of the two).
 
-Same code as the twin; what compiling buys: the CallContext fields of parent
+Same code as the twin; what compiling buys: the CallRecord fields of parent
 and child are read and written as C struct members (cimported from
 dispatchloop), the cache key is built through cachekey's C entry point, and
 BindCall through callcmds' C constructor."""
 
 cimport cython
 
-from blockx._fast.dispatchloop cimport CallContext, ExecutorRecord
+from blockx._fast.dispatchloop cimport CallRecord, ExecutorRecord
 from blockx._fast.scoring cimport ExecutorView
 from blockx._fast.cachekey cimport cache_key_c
 from blockx._fast.callcmds cimport new_bind_call
@@ -36,7 +36,7 @@ cdef class SubcallBinder:
 
     def new_child(self, parent_call_id, requesting_executor_id, request_id, function_id, digest,
                   args_json, granted_budget_ms, entry_selector="main"):
-        cdef CallContext parent, child, a
+        cdef CallRecord parent, child, a
         cdef int depth
         if type(function_id) is not str or not function_id:
             raise TypeError(f"subcall function_id must be a non-empty str, got {function_id!r}")
@@ -48,7 +48,7 @@ cdef class SubcallBinder:
         p = self._by_id.get(parent_call_id)
         if p is None:
             return self._not_active(parent_call_id)
-        parent = <CallContext?>p
+        parent = <CallRecord?>p
         if (parent.state != _RUNNING and parent.state != _WAITING) or not parent.bound:
             return self._not_active(parent_call_id)
         if parent.executor_id != requesting_executor_id:
@@ -81,7 +81,7 @@ cdef class SubcallBinder:
         self._seq += 1
         child_id = f"{parent_call_id}/sub-{self._seq}"
         task = parent.task
-        child = CallContext(child_id, function_id, digest, entry_selector or "main", args_json, key,
+        child = CallRecord(child_id, function_id, digest, entry_selector or "main", args_json, key,
                             -1, parent.batch_idx)
         child.task = task
         child.parent = parent
@@ -92,10 +92,10 @@ cdef class SubcallBinder:
         task.batches[parent.batch_idx].calls.append(child)
         return child
 
-    def attach(self, CallContext child, list out):
+    def attach(self, CallRecord child, list out):
         """A new child the cache did not answer: list it under its parent and
         bind it beside the parent, or park it."""
-        cdef CallContext parent = <CallContext?>child.parent
+        cdef CallRecord parent = <CallRecord?>child.parent
         children = parent.children
         if children is None:
             parent.children = {child.call_id: child}
@@ -109,12 +109,12 @@ cdef class SubcallBinder:
             f"parent call {parent_call_id} is not running (finished, retried or unknown)",
             stale=True)
 
-    def try_bind(self, CallContext child, list out):
+    def try_bind(self, CallRecord child, list out):
         """Bind child to its parent's executor, or park it."""
         return self._try_bind(child, out)
 
-    cdef bint _try_bind(self, CallContext child, list out) except -1:
-        cdef CallContext parent = <CallContext?>child.parent
+    cdef bint _try_bind(self, CallRecord child, list out) except -1:
+        cdef CallRecord parent = <CallRecord?>child.parent
         rec = parent.exec
         cdef int pst = parent.state
         cdef ExecutorView view
@@ -137,29 +137,29 @@ cdef class SubcallBinder:
         self.park(child)
         return False
 
-    def bind_children(self, CallContext parent, list out):
+    def bind_children(self, CallRecord parent, list out):
         """The parent was just bound: its parked children may follow it."""
-        cdef CallContext child
+        cdef CallRecord child
         for c in list(parent.children.values()):
-            child = <CallContext?>c
+            child = <CallRecord?>c
             if child.parked:
                 self._try_bind(child, out)
 
     def retry_parked(self, list out):
         """Executor views changed: try every parked child again."""
-        cdef CallContext child
+        cdef CallRecord child
         if self.parked:
             for c in list(self.parked.values()):
-                child = <CallContext?>c
+                child = <CallRecord?>c
                 if child.parked and child.state == _READY:
                     self._try_bind(child, out)
 
-    def park(self, CallContext child):
+    def park(self, CallRecord child):
         if not child.parked:
             child.parked = True
             self.parked[child.call_id] = child
 
-    def unpark(self, CallContext child):
+    def unpark(self, CallRecord child):
         child.parked = False
         self.parked.pop(child.call_id, None)
 

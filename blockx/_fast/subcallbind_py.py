@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from blockx._fast import load
-from blockx.core.dispatch.calls import READY, RUNNING, WAITING, CallContext, CallTable
+from blockx.core.dispatch.calls import READY, RUNNING, WAITING, CallRecord, CallTable
 from blockx.core.dispatch.commands import BindCall
 from blockx.core.dispatch.types import (
     REJECT_CYCLE, REJECT_DEPTH_EXCEEDED, REJECT_EXECUTOR_MISMATCH,
@@ -16,7 +16,7 @@ class SubcallBinder:
     __slots__ = ("parked", "_seq", "_calls", "_exec", "_cache_key", "_max_depth")
 
     def __init__(self, calls: CallTable, executors: Any, max_depth: int) -> None:
-        self.parked: dict[str, CallContext] = {}   # subcalls waiting to bind, all tasks
+        self.parked: dict[str, CallRecord] = {}   # subcalls waiting to bind, all tasks
         self._seq = 0
         self._calls = calls
         self._exec = executors
@@ -25,7 +25,7 @@ class SubcallBinder:
 
     def new_child(self, parent_call_id: str, requesting_executor_id: str, request_id: str,
                   function_id: str, digest: str, args_json: bytes, granted_budget_ms: int,
-                  entry_selector: str = "main") -> CallContext | SubcallRejected:
+                  entry_selector: str = "main") -> CallRecord | SubcallRejected:
         """Check a subcall request; on success the child's context, registered in
         the call table and its parent's batch (READY, not yet bound: the
         lifecycle answers it from the cache or calls ``attach``)."""
@@ -61,7 +61,7 @@ class SubcallBinder:
                 f"subcall {function_id} would be at depth {depth}: its ancestry of {depth} calls must "
                 f"be shorter than maxSubcallDepth {limit} (dispatcher.maxSubcallDepth raises it)")
         key = self._cache_key(function_id, digest, args_json)
-        a: CallContext | None = parent
+        a: CallRecord | None = parent
         while a is not None:
             if a.key == key:
                 return SubcallRejected(
@@ -72,7 +72,7 @@ class SubcallBinder:
         self._seq += 1
         child_id = f"{parent_call_id}/sub-{self._seq}"
         task = parent.task
-        child = CallContext(child_id, function_id, digest, entry_selector or "main", args_json, key,
+        child = CallRecord(child_id, function_id, digest, entry_selector or "main", args_json, key,
                             -1, parent.batch_idx)
         child.task = task
         child.parent = parent
@@ -83,7 +83,7 @@ class SubcallBinder:
         task.batches[parent.batch_idx].calls.append(child)
         return child
 
-    def attach(self, child: CallContext, out: list) -> None:
+    def attach(self, child: CallRecord, out: list) -> None:
         """A new child the cache did not answer: list it under its parent and
         bind it beside the parent, or park it."""
         parent = child.parent
@@ -94,7 +94,7 @@ class SubcallBinder:
             children[child.call_id] = child
         self.try_bind(child, out)
 
-    def try_bind(self, child: CallContext, out: list) -> bool:
+    def try_bind(self, child: CallRecord, out: list) -> bool:
         """Bind child to its parent's executor, or park it."""
         parent = child.parent
         rec = parent.exec
@@ -113,7 +113,7 @@ class SubcallBinder:
         self.park(child)
         return False
 
-    def bind_children(self, parent: CallContext, out: list) -> None:
+    def bind_children(self, parent: CallRecord, out: list) -> None:
         """The parent was just bound: its parked children may follow it."""
         for child in list(parent.children.values()):
             if child.parked:
@@ -126,12 +126,12 @@ class SubcallBinder:
                 if child.parked and child.state == READY:
                     self.try_bind(child, out)
 
-    def park(self, child: CallContext) -> None:
+    def park(self, child: CallRecord) -> None:
         if not child.parked:
             child.parked = True
             self.parked[child.call_id] = child
 
-    def unpark(self, child: CallContext) -> None:
+    def unpark(self, child: CallRecord) -> None:
         child.parked = False
         self.parked.pop(child.call_id, None)
 

@@ -11,7 +11,7 @@ One module per part, each opening with the rules of the state it owns;
   calls      the call record's states and the CallTable (calls by id)
   fairness   TaskScheduler: which task admits next (instance fairness)
   executors  ExecutorTable: executor views and records, Filter -> Score
-  tasks      TaskTable: per-task call state, batches, dirty set,
+  tasks      TaskCallTable: per-task call state, batches, dirty set,
              flush/settle/converge, cancel
   subcalls   SubcallBinder: subcall checks, binding beside the parent, parking
   retry      RetryScheduler: backoff with jitter, ArmCallRetry

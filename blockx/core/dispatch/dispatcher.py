@@ -27,10 +27,10 @@ Those names are the owning part's bound methods, set once here (no frame of
 this class on any path); ``lifecycle``, ``intake``, ``tasks`` ... are the parts.
 
 Parts, in the order they are built (each takes only parts built before it):
-  calls      CallTable: calls by id (the CallContext record and its states)
+  calls      CallTable: calls by id (the CallRecord record and its states)
   scheduler  TaskScheduler (fairness): which task admits next
   executors  ExecutorTable: executor views and records, Filter -> Score
-  tasks      TaskTable: TaskCalls per task, batches, the dirty set, the
+  tasks      TaskCallTable: TaskCalls per task, batches, the dirty set, the
              flush's stop / settle / converge steps
   subcalls   SubcallBinder: subcall checks, binding beside the parent, parking
   retry      RetryScheduler: backoff with jitter, ArmCallRetry
@@ -65,7 +65,7 @@ from blockx.core.dispatch.intake import CallIntake
 from blockx.core.dispatch.lifecycle import CallLifecycle
 from blockx.core.dispatch.retry import RetryScheduler
 from blockx.core.dispatch.subcalls import SubcallBinder
-from blockx.core.dispatch.tasks import TaskTable
+from blockx.core.dispatch.tasks import TaskCallTable
 
 __all__ = ["DispatcherCore"]
 
@@ -82,7 +82,7 @@ class DispatcherCore:
                                                config.effective_fairness_quantum,
                                                config.task_max_inflight_calls)
         self.executors = ex = ExecutorTable(load("scoring"), config, rand)
-        self.tasks = tasks = TaskTable(calls, ex, sched, load("readyqueue").ReadyQueue,
+        self.tasks = tasks = TaskCallTable(calls, ex, sched, load("readyqueue").ReadyQueue,
                                        config.max_collected_output_bytes)
         self.subcalls = subcalls = SubcallBinder(calls, ex, config.max_subcall_depth)
         self.retry = retry = RetryScheduler(rand, config.max_backoff_ms)

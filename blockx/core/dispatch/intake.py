@@ -20,7 +20,7 @@ Rules:
 - Every committed batch gets exactly one BatchSettled, including a batch
   committed after the task stopped producing (it is discarded at once).
   ``production_done`` says no batch follows; convergence waits for it.
-- The intake validates and builds; the TaskTable owns what is committed (the
+- The intake validates and builds; the TaskCallTable owns what is committed (the
   per-task credit counters live in TaskCalls), so the intake keeps no state of
   its own beyond its configuration.
 Call ids: roots of a one-shot call phase are ``f"{task_id}/{index}"``, roots
@@ -34,7 +34,7 @@ from blockx._fast import load
 from blockx.core.dispatch.commands import BatchSettled
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.retry import resolve_retry
-from blockx.core.dispatch.tasks import TaskTable
+from blockx.core.dispatch.tasks import TaskCallTable
 from blockx.core.dispatch.types import CONTINUE, FAST_FAIL, POLICIES, RetryPolicy
 
 _loop = load("dispatchloop")
@@ -66,7 +66,7 @@ class PreparedCalls:
 class CallIntake:
     __slots__ = ("config", "_tasks", "_cache_key")
 
-    def __init__(self, config: DispatcherConfig, tasks: TaskTable, cache_key: Any) -> None:
+    def __init__(self, config: DispatcherConfig, tasks: TaskCallTable, cache_key: Any) -> None:
         self.config = config
         self._tasks = tasks
         self._cache_key = cache_key

@@ -23,7 +23,7 @@ Events (each takes ``now`` and returns the adapter's commands, in order):
                      parents first; an unconfirmed bind is rolled back
   cancel_task        the task ended elsewhere: in-flight calls cancelled
                      (CancelCallCmd), whole subtrees included; state dropped
-  flush / epilogue   the TaskTable's stop / drain / settle / converge of every
+  flush / epilogue   the TaskCallTable's stop / drain / settle / converge of every
                      dirty task (the drain's cancellations end here);
                      ``epilogue`` = dispatch then flush, run after each batch of
                      events (handlers never admit work themselves)

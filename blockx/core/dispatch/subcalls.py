@@ -13,7 +13,7 @@ Rules and theory of operation:
   ``max_subcall_depth - 1``, and the child's cache key must differ
   from every ancestor's (a call that would wait on an identical call up its own
   chain can never finish).
-- The child gets its own CallContext with MaxAttempts = 1, the budget the
+- The child gets its own CallRecord with MaxAttempts = 1, the budget the
   parent granted, and the parent's batch; it is never counted in the task's
   TotalCount / outputs nor in the admission window, but it does occupy a
   context on the executor (local_inflight).

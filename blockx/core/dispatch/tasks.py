@@ -1,5 +1,5 @@
 """The dispatcher's tasks: one TaskCalls record per task, one Batch per
-committed batch, and the TaskTable that owns them, the dirty set and the steps
+committed batch, and the TaskCallTable that owns them, the dirty set and the steps
 of the convergence epilogue (the flush). Everything that decides when a task's
 call phase is finished lives here; how each call's result reaches its task
 (terminal accounting) is the CallLifecycle's.
@@ -26,7 +26,7 @@ Rules and theory of operation:
   undoes a bind's accounting and wakes the task in the TaskScheduler when it
   regains room.
 - A committed call list is queued compactly (a CallBlock in ``TaskCalls.blocks``,
-  counted in ``TaskCalls.queued``): a root gets its CallContext, call id and
+  counted in ``TaskCalls.queued``): a root gets its CallRecord, call id and
   cache key only when it is admitted (``take_call``), and from then on lives in
   ``TaskCalls.pending`` until DONE. Contexts in the ready queue (retries, a call
   put back when no executor could take it) go before the blocks. A root not yet
@@ -44,7 +44,7 @@ from __future__ import annotations
 from typing import Any
 
 from blockx._fast import load
-from blockx.core.dispatch.calls import CallContext, CallTable
+from blockx.core.dispatch.calls import CallRecord, CallTable
 from blockx.core.dispatch.commands import BatchSettled, ConvergeTaskCalls, StopCallProduction
 from blockx.core.dispatch.types import CALL_FAILED, OUTPUT_BYTES_EXCEEDED
 
@@ -58,7 +58,7 @@ Batch = _loop.Batch
 TaskCalls = _loop.TaskCalls
 
 
-class TaskTable:
+class TaskCallTable:
     """Tasks by id, the dirty set and the steps of the flush epilogue."""
 
     def __init__(self, calls: CallTable, executors: Any, scheduler: Any, ready_queue: Any,
@@ -96,7 +96,7 @@ class TaskTable:
             task.queued += n
         self._add_batch(task, batch, n)
 
-    def register(self, task: TaskCalls, calls: list[CallContext], batch_idx: int) -> None:
+    def register(self, task: TaskCalls, calls: list[CallRecord], batch_idx: int) -> None:
         """Link a batch of ready-made contexts into its task and queue them (the
         intake queues call lists compactly with ``register_block``)."""
         offset = task.total
@@ -135,7 +135,7 @@ class TaskTable:
             task.stop_reason = reason
         self.mark_dirty(task)
 
-    def release(self, ctx: CallContext) -> None:
+    def release(self, ctx: CallRecord) -> None:
         """Undo a bind's accounting (executor local_inflight, task window)."""
         self._exec.unbind(ctx)
         if ctx.parent is None:

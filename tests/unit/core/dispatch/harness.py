@@ -16,11 +16,11 @@ from blockx.core.dispatch.commands import (
     ArmCallRetry, BatchSettled, BindCall, CancelCallCmd, CompleteCallFromCache, ConvergeTaskCalls,
     DispatchCallCmd, StopCallProduction, SubcallDone, UnbindCall)
 from blockx.core.dispatch.config import DispatcherConfig
-from blockx.core.dispatch.types import CallSpec, ExecutorSnapshot
+from blockx.core.dispatch.types import PinnedCall, ExecutorSnapshot
 
 
-def spec(fn: str, *args, digest: str = "d0") -> CallSpec:
-    return CallSpec(fn, digest, orjson.dumps(list(args), option=orjson.OPT_SORT_KEYS))
+def spec(fn: str, *args, digest: str = "d0") -> PinnedCall:
+    return PinnedCall(fn, digest, orjson.dumps(list(args), option=orjson.OPT_SORT_KEYS))
 
 
 class Harness:

@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 from blockx._fast import load
-from blockx.core.dispatch.calls import RUNNING, CallContext, CallTable
+from blockx.core.dispatch.calls import RUNNING, CallRecord, CallTable
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.executors import ExecutorTable
 from blockx.core.dispatch.fairness import TaskScheduler
 from blockx.core.dispatch.lifecycle import CallLifecycle
 from blockx.core.dispatch.retry import RetryScheduler
 from blockx.core.dispatch.subcalls import SubcallBinder
-from blockx.core.dispatch.tasks import TaskTable
+from blockx.core.dispatch.tasks import TaskCallTable
 from blockx.core.dispatch.types import ExecutorSnapshot
 
 
@@ -23,7 +23,7 @@ class Parts:
         self.calls = CallTable()
         self.sched = TaskScheduler(False, 1, cfg.task_max_inflight_calls)
         self.exec = ExecutorTable(load("scoring"), cfg, lambda: 0.0)
-        self.tasks = TaskTable(self.calls, self.exec, self.sched, load("readyqueue").ReadyQueue,
+        self.tasks = TaskCallTable(self.calls, self.exec, self.sched, load("readyqueue").ReadyQueue,
                                max_output)
         self.subcalls = SubcallBinder(self.calls, self.exec, cfg.max_subcall_depth)
         self.retry = RetryScheduler(lambda: 0.0, cfg.max_backoff_ms)
@@ -33,13 +33,13 @@ class Parts:
 
     def task(self, task_id: str, n: int, fast_fail: bool = True):
         """A one-shot task with n roots f(0) .. f(n-1), committed."""
-        ctxs = [CallContext(f"{task_id}/{i}", "f", "d", "main", b"[%d]" % i,
+        ctxs = [CallRecord(f"{task_id}/{i}", "f", "d", "main", b"[%d]" % i,
                             self.cache_key("f", "d", b"[%d]" % i), i, 0) for i in range(n)]
         task = self.tasks.new(task_id, fast_fail, (3, 10, 0), "", False)
         self.tasks.register(task, ctxs, 0)
         return task, ctxs
 
-    def run(self, ctx: CallContext, executor_id: str = "e1") -> None:
+    def run(self, ctx: CallRecord, executor_id: str = "e1") -> None:
         """What CallLifecycle.dispatch + executor_bound do to a root."""
         ctx.task.ready.pop()
         ctx.state = RUNNING

@@ -22,9 +22,9 @@ from blockx.core.dispatch.types import RetryPolicy
 from blockx.core.dispatch.commands import BindCall
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.calls import DONE
-from blockx.core.dispatch.types import CallSpec, RetryPolicy
+from blockx.core.dispatch.types import PinnedCall, RetryPolicy
 from blockx.core.dispatch.commands import BindCall
-from blockx.core.dispatch.types import CallSpec
+from blockx.core.dispatch.types import PinnedCall
 
 from tests.unit.core.dispatch.harness import Harness, spec
 from tests.unit.core.dispatch.harness import Harness
@@ -94,7 +94,7 @@ class DispatcherMachine(RuleBasedStateMachine):
                                           executor_max_inflight=MAX_INFLIGHT,
                                           base_backoff_ms=10, default_retry_jitter_percent=5),
                          rand=lambda: 0.5, executors=EXECUTORS, contexts=3)
-        self.tasks: dict[str, tuple[str, list[CallSpec]]] = {}
+        self.tasks: dict[str, tuple[str, list[PinnedCall]]] = {}
         self.cancelled: set[str] = set()
         self.lost: set[str] = set()
         self.hb = 1
@@ -121,7 +121,7 @@ class DispatcherMachine(RuleBasedStateMachine):
     def add_task(self, keys, policy, instance):
         self.n += 1
         tid = f"t{self.n}"
-        calls = [CallSpec(fn, "d", orjson.dumps([a])) for fn, a in keys]
+        calls = [PinnedCall(fn, "d", orjson.dumps([a])) for fn, a in keys]
         self.tasks[tid] = (policy, calls)
         self.h.submit(tid, calls, policy, RetryPolicy(10_000, 0, 5), instance)
 

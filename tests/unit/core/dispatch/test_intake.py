@@ -1,5 +1,5 @@
 """CallIntake on its own: prepare touches nothing, commit hands the calls to
-the TaskTable, and the stream's order and credit window are enforced."""
+the TaskCallTable, and the stream's order and credit window are enforced."""
 import pytest
 
 from blockx._fast import load

@@ -21,7 +21,7 @@ import pytest
 from blockx.core.dispatch.commands import (
     ArmCallRetry, BindCall, CancelCallCmd, CompleteCallFromCache, DispatchCallCmd, UnbindCall)
 from blockx.core.dispatch.config import DispatcherConfig
-from blockx.core.dispatch.types import CallSpec, RetryPolicy
+from blockx.core.dispatch.types import PinnedCall, RetryPolicy
 from blockx.core.dispatch.commands import ArmCallRetry, UnbindCall
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.types import RetryPolicy
@@ -49,9 +49,9 @@ def test_bad_input_gets_a_clear_error():
     with pytest.raises(ValueError, match="FAST_FAIL or CONTINUE, got 'SOMETIMES'"):
         core.prepare_call_phase("t", [], "SOMETIMES")
     with pytest.raises(ValueError, match="call 1 args_json must be canonical JSON bytes, got str"):
-        core.prepare_call_phase("t", [spec("f"), CallSpec("f", "d", "[1]")])
+        core.prepare_call_phase("t", [spec("f"), PinnedCall("f", "d", "[1]")])
     with pytest.raises(ValueError, match="call 0 needs a non-empty function_id"):
-        core.prepare_call_phase("t", [CallSpec("", "d", b"[]")])
+        core.prepare_call_phase("t", [PinnedCall("", "d", b"[]")])
     with pytest.raises(ValueError, match=r"call 0 must be \(function_id, digest, args_json"):
         core.prepare_call_phase("t", [("f", b"[]")])
     with pytest.raises(ValueError, match="max_attempts must be >= 0"):
@@ -78,7 +78,7 @@ def test_empty_call_list_converges_at_once():
 
 def test_bind_then_dispatch_carries_the_call():
     h = Harness()
-    cmds = h.submit("t", [CallSpec("add", "sha", b"[1,2]", "entry")])
+    cmds = h.submit("t", [PinnedCall("add", "sha", b"[1,2]", "entry")])
     bind, disp = cmds[0], cmds[1]
     assert bind == BindCall("t/0", "e1", "t", False, "")
     assert disp == DispatchCallCmd("t/0", "e1", "t", "add", "sha", "entry", b"[1,2]", 5000, 1, "")

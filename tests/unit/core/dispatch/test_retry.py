@@ -2,7 +2,7 @@
 failed bind does neither; and (the lifecycle's part of it) a failed attempt
 puts the call back to READY with its timer armed, and the timer hands the call
 back only once."""
-from blockx.core.dispatch.calls import DONE, READY, RUNNING, CallContext
+from blockx.core.dispatch.calls import DONE, READY, RUNNING, CallRecord
 from blockx.core.dispatch.commands import ArmCallRetry
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.retry import RetryScheduler
@@ -19,8 +19,8 @@ class _Task:
         self.call_retries = 0
 
 
-def _running(task, attempt=1, parent=None) -> CallContext:
-    c = CallContext("t/0", "f", "d", "main", b"[]", b"k", 0, 0)
+def _running(task, attempt=1, parent=None) -> CallRecord:
+    c = CallRecord("t/0", "f", "d", "main", b"[]", b"k", 0, 0)
     c.task, c.state, c.bound, c.attempt_count, c.parent = task, RUNNING, True, attempt, parent
     return c
 

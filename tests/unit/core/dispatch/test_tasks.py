@@ -1,11 +1,11 @@
-"""TaskTable with the lifecycle over it: registration, the single DONE
+"""TaskCallTable with the lifecycle over it: registration, the single DONE
 accounting point, the flush order (stop, drain, settle, converge), the window
 and teardown; and streaming production: batches, the credit window,
 BatchSettled, StopCallProduction, production_done, and the collected-output
 cap."""
 import pytest
 
-from blockx.core.dispatch.calls import DONE, CallContext
+from blockx.core.dispatch.calls import DONE, CallRecord
 from blockx.core.dispatch.commands import (
     CancelCallCmd, ConvergeTaskCalls, StopCallProduction)
 from blockx.core.dispatch.commands import (
@@ -104,7 +104,7 @@ def test_the_output_cap_discards_outputs_and_stops_the_task():
 def test_cancel_stops_production_cancels_in_flight_and_forgets_everything():
     p = Parts()
     task = p.tasks.new("s", True, (3, 10, 0), "", True)
-    a = CallContext("s/0.0", "f", "d", "main", b"[0]", b"k", 0, 0)
+    a = CallRecord("s/0.0", "f", "d", "main", b"[0]", b"k", 0, 0)
     p.tasks.register(task, [a], 0)
     p.run(a)
     cmds = p.lifecycle.cancel_task("s", "task timed out", 0)
