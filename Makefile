@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(VPY) -m pytest
 ARGS    ?=
 
-.PHONY: build dist serve test test-compiled test-twins etcd redis bubblewrap postgres prometheus tmux ganache bench bench-instructions bench-micro bench-micro-ci clean
+.PHONY: build dist serve test typecheck test-compiled test-twins etcd redis bubblewrap runc postgres prometheus tmux ganache bench bench-instructions bench-peers bench-micro bench-micro-ci clean
 
 build: $(STAMP)
 	$(VPY) setup.py -q build_ext --inplace
@@ -47,6 +47,11 @@ bubblewrap:
 	@command -v bwrap >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null)
 	@command -v bwrap >/dev/null 2>&1 || { echo "bubblewrap (bwrap) is missing and could not be installed" >&2; exit 1; }
 
+# runc runs executors in EXECUTOR_SANDBOX_RUNTIME=oci (an OCI container per executor); the sandbox suites need it.
+runc:
+	@command -v runc >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null)
+	@command -v runc >/dev/null 2>&1 || { echo "runc is missing and could not be installed" >&2; exit 1; }
+
 # tmux runs `blockx top` and the progress bar on a real terminal in the e2e suite (read with capture-pane).
 tmux:
 	@command -v tmux >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null)
@@ -58,12 +63,11 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { echo "PostgreSQL is missing and could not be installed" >&2; exit 1; }
 
-# ---- issue 15: promtool (Debian's prometheus package) checks and unit-tests
+# promtool (Debian's prometheus package) checks and unit-tests
 # deploy/prometheus/alerts.yml and the dashboard's PromQL.
 prometheus:
 	@command -v promtool >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null)
 	@command -v promtool >/dev/null 2>&1 || { echo "promtool is missing and could not be installed (Debian package prometheus)" >&2; exit 1; }
-# ---- end issue 15 ----
 
 # ganache (npm) is the Ethereum JSON-RPC node the rpc IO backend's suites and `make bench` start;
 # it goes into the project's .npm-tools/ (gitignored), never a global install.
@@ -72,7 +76,11 @@ ganache:
 	@test -x $(GANACHE) || npm install --prefix .npm-tools --no-audit --no-fund --silent ganache@7
 	@test -x $(GANACHE) || { echo "ganache is missing and could not be installed (npm install ganache@7)" >&2; exit 1; }
 
-test: build etcd redis bubblewrap postgres prometheus tmux ganache test-compiled test-twins bench-micro-ci
+test: build etcd redis bubblewrap runc postgres prometheus tmux ganache typecheck test-compiled test-twins bench-micro-ci
+
+# mypy over blockx/ (its settings: [tool.mypy] in pyproject.toml).
+typecheck: build
+	$(VPY) -m mypy
 
 test-compiled:
 	$(PYTEST) -q -p no:cacheprovider tests $(ARGS)
@@ -87,7 +95,7 @@ bench-micro: build
 bench-micro-ci: build
 	$(VPY) -m bench.micro --fast --check
 
-bench: build ganache
+bench: build ganache bubblewrap runc
 	$(VPY) bench/e2e_load.py $(ARGS)
 
 # Instructions per call / subcall / IO round trip of the Worker and its executors,
@@ -95,6 +103,17 @@ bench: build ganache
 bench-instructions: build
 	@command -v valgrind >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null)
 	$(VPY) bench/instructions.py $(ARGS)
+
+# This Worker beside Ray on trivial one-call jobs (64 in flight, and sequential): jobs/s and the
+# serving side's CPU per job, interleaved round by round (bench/peers/main.py). Ray goes into a
+# venv of its own, .bench-peers-venv (gitignored), created once; never into the project's venv.
+PEERS_VENV  := .bench-peers-venv
+RAY_VERSION := 2.60.0
+bench-peers: build
+	@test -x $(PEERS_VENV)/bin/python || $(PY) -m venv $(PEERS_VENV)
+	@$(PEERS_VENV)/bin/python -c "import ray, sys; sys.exit(ray.__version__ != '$(RAY_VERSION)')" 2>/dev/null \
+		|| $(PEERS_VENV)/bin/pip install -q "ray==$(RAY_VERSION)"
+	$(VPY) bench/bench_peers.py --ray-python $(PEERS_VENV)/bin/python $(ARGS)
 
 clean:
 	rm -rf build dist blockx/_fast/*.c blockx/_fast/*.so blockx/worker/v1/*_pb2*.py* *.egg-info

@@ -1,6 +1,6 @@
 """Instructions per operation of the Worker and of its executors, counted by
 callgrind: `make bench-instructions` or `.venv/bin/python bench/instructions.py
-[--only a,d,io] [--calls N] [--subcalls-per-parent N]`.
+[--only a,d,io,b,bs,bf] [--calls N] [--subcalls-per-parent N] [--tasks N]`.
 
 Why: these machines are small and shared, and their speed drifts by up to 2x
 within an hour, so a change of 5-10% in CPU per call is lost in the noise of
@@ -16,7 +16,11 @@ off) runs under `valgrind --tool=callgrind --trace-children=yes
 in each executor (`callgrind_control -i on`) for the measured scenario only:
 (a) one callList task of `--calls` trivial calls, (d) 100 parents making
 `--subcalls-per-parent` sequential subcalls each, (io) the same with IO round
-trips. Everything runs ~50x slower under callgrind, so a read brings larger
+trips, (b) `--tasks` one-call tasks over the unary contract (SubmitTask, then
+WatchTasks to the terminal update, as `make bench` (b) does), (bs) the same tasks
+over one TaskSession, (bf) the (b) tasks against bench/peers/grpc_floor.py, a
+WorkerService that answers the same RPCs with the same messages and does no work
+(grpc.aio's own cost of the unary contract, the floor under (b)). Everything runs ~50x slower under callgrind, so a read brings larger
 batches of frames than at full speed: per-read costs weigh less here than in
 `make bench`. Prints one JSON object: instructions per op for the Worker and
 for the executors together."""
@@ -81,9 +85,15 @@ def _total(path: str) -> int:
     raise RuntimeError(f"no PROGRAM TOTALS in callgrind_annotate {path}")
 
 
-async def _scenario(client: Client, which: str, n: int, timeout: float) -> int:
-    """Run one scenario of `n` calls, or of 100 parents with `n` subcalls / IO round
-    trips each; return how many operations it made."""
+async def _scenario(client: Client, w: harness.BenchWorker, which: str, n: int, timeout: float) -> int:
+    """Run one scenario of `n` calls, of 100 parents with `n` subcalls / IO round
+    trips each, or of `n` one-call tasks; return how many operations it made."""
+    if which == "b":
+        await sc.task_throughput(client, n, 64, 192, 128, 20.0, timeout=timeout)
+        return n
+    if which == "bs":
+        await sc.session_task_throughput(w.addr, n, 64, timeout=timeout, token=w.token)
+        return n
     if which == "a":
         await sc.call_throughput(client, n, timeout=timeout)
         return n
@@ -92,21 +102,49 @@ async def _scenario(client: Client, which: str, n: int, timeout: float) -> int:
     return 100 * n
 
 
+async def measure_floor(args, tmp: str) -> dict:
+    """(bf): the (b) tasks against the no-work WorkerService, under callgrind."""
+    prefix = os.path.join(tmp, "cg-bf")
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                             f"--callgrind-out-file={prefix}.%p", sys.executable, "-m", "bench.peers.grpc_floor"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        port = int(await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 300))
+        client = Client(f"127.0.0.1:{port}")
+        try:
+            await _floor_tasks(client, max(5, args.tasks // 5), args.timeout)    # warm-up, not counted
+            _instrument([proc.pid], True)
+            await _floor_tasks(client, args.tasks, args.timeout)
+            _instrument([proc.pid], False)
+        finally:
+            await client.close()
+    finally:
+        proc.terminate()
+        await asyncio.to_thread(proc.wait, 120)
+    return {"ops": args.tasks, "worker_instructions_per_op": round(_total(f"{prefix}.{proc.pid}") / args.tasks)}
+
+
+async def _floor_tasks(client: Client, n: int, timeout: float) -> None:
+    await sc.task_throughput(client, n, 64, 192, 128, 20.0, timeout=timeout)
+
+
 async def measure(which: str, args, tmp: str) -> dict:
+    if which == "bf":
+        return await measure_floor(args, tmp)
     prefix = os.path.join(tmp, f"cg-{which}")
     # Callgrind opens its output file as the executor starts (as root): an executor
     # that then left root for EXECUTOR_USER could not write its counts.
     w = CallgrindWorker(prefix, executors=2, env={"EXECUTOR_USER": "root"})
     await asyncio.to_thread(w.start)
     client = Client(w.addr, w.token)
-    n = args.calls if which == "a" else args.subcalls_per_parent
+    n = {"a": args.calls, "b": args.tasks, "bs": args.tasks}.get(which, args.subcalls_per_parent)
     try:
         await sc.warm_up(client, ["add1", "subcall_loop", "io_loop"])
-        await _scenario(client, which, max(5, n // 5), args.timeout)     # warm-up, not counted
+        await _scenario(client, w, which, max(5, n // 5), args.timeout)     # warm-up, not counted
         executors = _children(w.pid)
         pids = [w.pid] + executors
         _instrument(pids, True)
-        ops = await _scenario(client, which, n, args.timeout)
+        ops = await _scenario(client, w, which, n, args.timeout)
         _instrument(pids, False)
     finally:
         await client.close()
@@ -121,27 +159,34 @@ async def measure(which: str, args, tmp: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="a,d,io", help="scenarios: a (calls), d (subcalls), io")
+    ap.add_argument("--only", default="a,d,io", help="scenarios: a (calls), d (subcalls), io, "
+                    "b (unary tasks), bs (session tasks), bf (b against a no-work gRPC server)")
     ap.add_argument("--calls", type=int, default=20000, help="calls of the (a) task")
     ap.add_argument("--subcalls-per-parent", type=int, default=100,
                     help="sequential subcalls (or IO round trips) of each of the 100 parents")
+    ap.add_argument("--tasks", type=int, default=1000, help="one-call tasks of (b) and (bs)")
     ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--keep", metavar="DIR",
+                    help="write the callgrind files to DIR and keep them (callgrind_annotate DIR/cg-b.PID "
+                         "shows where the instructions go); default: a temporary directory, removed")
     args = ap.parse_args()
     which = [w.strip() for w in args.only.split(",") if w.strip()]
-    bad = [w for w in which if w not in ("a", "d", "io")]
+    bad = [w for w in which if w not in ("a", "d", "io", "b", "bs", "bf")]
     if bad:
-        ap.error(f"unknown scenario(s) {', '.join(bad)}: choose from a, d, io")
+        ap.error(f"unknown scenario(s) {', '.join(bad)}: choose from a, d, io, b, bs, bf")
     missing = [t for t in ("valgrind", "callgrind_control", "callgrind_annotate") if not shutil.which(t)]
     if missing:
         print(f"bench/instructions.py needs {', '.join(missing)} (Debian package valgrind)", file=sys.stderr)
         return 2
-    tmp = tempfile.mkdtemp(prefix="blockx-callgrind-")
+    tmp = args.keep or tempfile.mkdtemp(prefix="blockx-callgrind-")
+    os.makedirs(tmp, exist_ok=True)
     try:
         results = {w: asyncio.run(measure(w, args, tmp)) for w in which}
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps({"results": results, "calls": args.calls,
-                      "subcalls_per_parent": args.subcalls_per_parent}))
+                      "subcalls_per_parent": args.subcalls_per_parent, "tasks": args.tasks}))
     return 0
 
 

@@ -3,7 +3,8 @@ command prints when the one it needs is not installed.
 
 The base install is a client: `blockx.client` and the client and fleet commands
 need grpcio, protobuf, aetcd and redis (both pure Python) only. `blockx serve` needs the `worker` extra
-(the event loop, the executors' greenlets, the data plane, metrics); the tables
+(the event loop, the executors' greenlets, the data plane, metrics, OpenTelemetry
+span export); the tables
 and progress bars of `blockx status | top | submit` need the `cli` extra (rich),
 which `worker` includes. pyproject.toml lists the same distributions (a unit
 test compares them)."""
@@ -27,6 +28,9 @@ EXTRAS: dict[str, dict[str, str]] = {
         "rich": "rich",
         "grpc_health": "grpcio-health-checking",
         "grpc_reflection": "grpcio-reflection",
+        "opentelemetry": "opentelemetry-api",
+        "opentelemetry.sdk": "opentelemetry-sdk",
+        "opentelemetry.exporter.otlp.proto.grpc": "opentelemetry-exporter-otlp-proto-grpc",
     },
     "cli": {"rich": "rich"},
 }

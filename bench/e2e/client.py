@@ -70,6 +70,17 @@ class Client:
             raise BenchFailure(f"watch ended without terminal updates for {len(missing)} tasks")
         return out
 
+    async def complete(self, task_id: str, res: pb.TaskResult, timeout: float = 60.0) -> pb.TaskResult:
+        """``res`` (a first page) with every output: the pages after it, by GetTaskResult."""
+        whole = pb.TaskResult()
+        whole.CopyFrom(res)
+        while res.outputs_truncated:
+            res = (await self.stub.GetTaskResult(pb.GetTaskResultRequest(
+                task_id=task_id, outputs_offset=res.outputs_offset + len(res.outputs)), timeout=timeout)).result
+            whole.outputs.extend(res.outputs)
+        whole.outputs_truncated = False
+        return whole
+
     async def run_task(self, task_id: str, payload: bytes, timeout: float, *,
                        task_timeout_ms: int = 0) -> tuple[pb.TaskResult, float]:
         """Submit, watch to terminal; (result, seconds from submit to the terminal update)."""
@@ -92,8 +103,9 @@ def expect_ok(task_id: str, res: pb.TaskResult, calls: int | None = None) -> Non
     if res.state != TERMINAL_OK:
         raise BenchFailure(f"task {task_id} ended {pb.TaskState.Name(res.state)}: "
                            f"{res.failure_code} {res.failure_message}")
-    if calls is not None and len(res.outputs) != calls:
-        raise BenchFailure(f"task {task_id}: {len(res.outputs)} outputs for {calls} calls")
+    n = res.outputs_total or len(res.outputs)          # a result in pages carries its count
+    if calls is not None and n != calls:
+        raise BenchFailure(f"task {task_id}: {n} outputs for {calls} calls")
 
 
 def outputs(res: pb.TaskResult) -> list[Any]:

@@ -40,7 +40,11 @@ class BenchWorker:
     "none" (WORKER_AUTH_MODE=none, ``token`` None)."""
 
     def __init__(self, *, executors: int, env: dict[str, str] | None = None,
-                 cprofile_out: str | None = None, profile: str = "block", auth: str = "token") -> None:
+                 cprofile_out: str | None = None, profile: str = "block", auth: str = "token",
+                 root: str | os.PathLike | None = None) -> None:
+        # ``root``: the checkout whose blockx the worker runs (default this one; another
+        # checkout with its extensions built measures a baseline build side by side)
+        self.root = str(root or ROOT)
         self.tmp = tempfile.mkdtemp(prefix="blockx-bench-")
         if auth == "token":
             tokens = os.path.join(self.tmp, "tokens")
@@ -89,7 +93,7 @@ class BenchWorker:
         env = dict(self.env)
         # `python -m cProfile -m blockx` does not put the cwd on sys.path the way
         # `python -m blockx` does: make the checkout importable either way.
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [self.root, env.get("PYTHONPATH", "")]))
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          cwd=self.tmp)
@@ -187,10 +191,18 @@ class BenchWorker:
             pass
         return pids
 
+    def exporter_pid(self) -> int:
+        """The pid of the worker's OpenTelemetry exporter process (0: export is off)."""
+        ev = next((e for e in self.events() if e.get("event") == "otel_export"), None)
+        return int(ev.get("exporter_pid", 0)) if ev else 0
+
     def cpu_seconds(self) -> dict[str, float]:
-        """CPU time so far of the worker and (summed) of its executors."""
+        """CPU time so far of the worker, (summed) of its executors and of its
+        OpenTelemetry exporter process (a child too, counted apart)."""
+        exporter = self._exporter_pid = getattr(self, "_exporter_pid", None) or self.exporter_pid()
         return {"worker": proc_cpu_seconds(self.pid),
-                "executors": sum(proc_cpu_seconds(p) for p in self.executor_pids())}
+                "executors": sum(proc_cpu_seconds(p) for p in descendants(self.executor_pids()) if p != exporter),
+                "exporter": proc_cpu_seconds(exporter) if exporter else 0.0}
 
     # ---- stop -------------------------------------------------------------------------
 
@@ -213,6 +225,26 @@ class BenchWorker:
 
 
 _TICK = os.sysconf("SC_CLK_TCK")
+
+
+def descendants(pids: list[int]) -> list[int]:
+    """`pids` and every process below them: a sandboxed executor runs under bwrap
+    or runc, whose own CPU time is not the executor's."""
+    out, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")       # runc (Go) forks from any of its threads
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    todo += [int(p) for p in f.read().split()]
+            except OSError:
+                pass
+    return out
 
 
 def proc_cpu_seconds(pid: int) -> float:

@@ -8,9 +8,10 @@ everything on 127.0.0.1) and measures through its own grpc.aio client on uvloop:
 (f) the fleet: tasks/s through blockx.client.Cluster over three workers in a
 real etcd beside one WorkerClient, and the failover time of a SIGKILL under 200
 in-flight tasks (bench/e2e/fleet.py).
-(s) (a) and (c) side by side in both executor spawn modes, process and sandbox
-(bubblewrap), each on a fresh worker, with the time to a ready worker: the
-sandbox should cost start-up time, not per-call time.
+(s) (a) and (c) side by side in the three executor spawn modes, process,
+sandbox (bubblewrap) and sandbox-oci (runc), each on a fresh worker, with the
+time to a ready worker and each executor's spawn time (started -> attached):
+the sandbox should cost start-up time, not per-call time.
 (g) the bundle pipeline into DuckDB and PostgreSQL (a fresh worker and a
 throwaway PostgreSQL cluster).
 (r) RPC reads/s through the Worker's rpc IO backend against a real ganache
@@ -21,7 +22,8 @@ and the cache hit rate of repeated reads (counted from the node's own log).
 the Worker's default); --auth compare runs (b) and (c), unary and session, on
 a token worker and a none worker side by side, alternating which goes first
 in each of --auth-rounds rounds, and reports each mode's median and the
-difference.
+difference. --otel compare does the same with OpenTelemetry span export on
+(to a real OTLP/gRPC receiver the bench runs) and off, over --otel-rounds.
 Prints ONE JSON object with every figure and the sizes used. The figures are
 for comparing builds on one machine: these machines are shared and noisy."""
 from __future__ import annotations
@@ -31,6 +33,7 @@ import asyncio
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 
@@ -38,11 +41,14 @@ import uvloop
 
 from bench.e2e import scenarios as sc
 from bench.e2e.client import Client
-from bench.e2e.harness import BENCH_TOKEN, BenchWorker, WorkerError
+from bench.e2e.harness import BENCH_TOKEN, ROOT, BenchWorker, WorkerError
 from bench.e2e.profiling import format_table, top_entries
 
 ALL = ("a", "b", "c", "d", "e", "f", "g", "s", "r")
-SPAWN_MODES = ("process", "sandbox")
+# (s): the spawn modes and the Worker settings of each (sandbox-oci: a runc container per executor).
+SPAWN_MODES = {"process": {"EXECUTOR_SPAWN_MODE": "process"},
+               "sandbox": {"EXECUTOR_SPAWN_MODE": "sandbox", "EXECUTOR_SANDBOX_RUNTIME": "bwrap"},
+               "sandbox-oci": {"EXECUTOR_SPAWN_MODE": "sandbox", "EXECUTOR_SANDBOX_RUNTIME": "oci"}}
 
 SIZES = {
     "default": {"a": [10_000, 100_000], "b_tasks": 5_000, "b_inflight": 64, "c_tasks": 1_000,
@@ -63,6 +69,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run in well under a minute")
     p.add_argument("--only", default=",".join(ALL),
                    help="comma-separated scenarios to run, of a,b,c,d,e,f,g,s,r (default: all)")
+    p.add_argument("--s-rounds", type=int, default=1,
+                   help="(s): rounds of the spawn modes, interleaved; medians over them (default 1)")
     p.add_argument("--fleet-executors", type=int, default=1, help="EXECUTOR_COUNT of each (f) worker (default 1)")
     p.add_argument("--g-rows", type=int, default=0, help="(g): Parquet rows (default: 1,000,000; quick 50,000)")
     p.add_argument("--g-parts", default="rangeScan,dbscan,local,main",
@@ -84,6 +92,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="WORKER_AUTH_MODE of the workers (default token); compare: (b) and (c) on a token and "
                         "a none worker side by side, in alternating rounds")
     p.add_argument("--auth-rounds", type=int, default=3, help="rounds of --auth compare (default 3)")
+    p.add_argument("--otel", choices=("off", "compare"), default="off",
+                   help="compare: (b) and (c) on a worker exporting OpenTelemetry spans over OTLP/gRPC and "
+                        "one not exporting, side by side, in alternating rounds (default off: no export)")
+    p.add_argument("--otel-rounds", type=int, default=3, help="rounds of --otel compare (default 3)")
+    p.add_argument("--otel-sampler", default="always_on",
+                   help="OTEL_TRACES_SAMPLER of the exporting worker (default always_on; always_off keeps the "
+                        "worker's recording and the pipe and drops every task in the exporter process, which "
+                        "isolates the worker's own cost)")
     p.add_argument("--timeout", type=float, default=600.0, help="bound of the whole run in seconds")
     ns = p.parse_args(argv)
     ns.only = [s.strip() for s in ns.only.split(",") if s.strip()]
@@ -94,6 +110,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--executors and --rss-executors must be at least 1")
     if ns.auth == "compare" and (set(ns.only) - {"b", "c"} or ns.auth_rounds < 1):
         p.error("--auth compare measures (b) and (c) only: use --only b,c (or one of them) and --auth-rounds >= 1")
+    if ns.otel == "compare" and (set(ns.only) - {"b", "c"} or ns.otel_rounds < 1 or ns.auth == "compare"):
+        p.error("--otel compare measures (b) and (c) only: use --only b,c (or one of them), --otel-rounds >= 1, "
+                "and --auth token or none")
     if not 0 < ns.b_max_outstanding <= 256:
         p.error("--b-max-outstanding must be within 1..256 (the worker has 256 task slots)")
     return ns
@@ -160,9 +179,12 @@ async def _bc_figures(ns, sizes: dict, w: BenchWorker, client: Client) -> dict:
     out = {}
 
     async def cpu_per_task(label: str, n: int, coro) -> dict:
-        c0 = w.cpu_seconds()["worker"]
+        c0 = w.cpu_seconds()
         r = await coro
-        out[f"{label}_worker_cpu_us_per_task"] = round(1e6 * (w.cpu_seconds()["worker"] - c0) / n, 1)
+        c1 = w.cpu_seconds()
+        out[f"{label}_worker_cpu_us_per_task"] = round(1e6 * (c1["worker"] - c0["worker"]) / n, 1)
+        if c1["exporter"]:          # OpenTelemetry export on: what its own process spent
+            out[f"{label}_exporter_cpu_us_per_task"] = round(1e6 * (c1["exporter"] - c0["exporter"]) / n, 1)
         return r
     if "b" in ns.only:
         n = sizes["b_tasks"]
@@ -182,27 +204,64 @@ async def _bc_figures(ns, sizes: dict, w: BenchWorker, client: Client) -> dict:
 
 
 async def run_auth_compare(ns, sizes: dict, report: dict) -> None:
-    """(b) and (c) with WORKER_AUTH_MODE=token and =none, side by side: one worker of
-    each, warmed up, then --auth-rounds rounds that alternate which mode runs first.
-    The figure per mode is the median over the rounds; `diff_percent` is token
-    relative to none (positive: token is slower)."""
+    """(b) and (c) with WORKER_AUTH_MODE=token and =none, side by side (_side_by_side);
+    `token_cost_percent` is token relative to none (positive: token is slower)."""
+    workers = {mode: BenchWorker(executors=ns.executors, auth=mode) for mode in ("token", "none")}
+    rounds, median, cost = await _side_by_side(ns, sizes, workers, ns.auth_rounds, "auth_round")
+    report["results"]["auth_compare"] = {"rounds": rounds, "median": median, "token_cost_percent": cost}
+
+
+async def run_otel_compare(ns, sizes: dict, report: dict) -> None:
+    """(b) and (c) with OpenTelemetry export on (OTEL_EXPORTER_OTLP_ENDPOINT at a real
+    OTLP/gRPC receiver in a process of its own, OTEL_TRACES_SAMPLER --otel-sampler,
+    call spans at their default rate) and off, side by side (_side_by_side); `on_cost_percent`
+    is on relative to off (positive: export costs). `spans_received` proves the
+    export ran."""
+    receiver = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.support.otlp_receiver", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, cwd=str(ROOT))
+    try:
+        port = int(await asyncio.wait_for(receiver.stdout.readline(), 30))
+        on_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_TRACES_SAMPLER": ns.otel_sampler}
+        workers = {"on": BenchWorker(executors=ns.executors, auth=ns.auth, env=on_env),
+                   "off": BenchWorker(executors=ns.executors, auth=ns.auth)}
+        rounds, median, cost = await _side_by_side(ns, sizes, workers, ns.otel_rounds, "otel_round")
+        receiver.stdin.write(b"count\n")
+        await receiver.stdin.drain()
+        received = int(await asyncio.wait_for(receiver.stdout.readline(), 30))
+    finally:
+        if receiver.returncode is None:
+            receiver.stdin.close()
+            try:
+                await asyncio.wait_for(receiver.wait(), 10)
+            except asyncio.TimeoutError:
+                receiver.kill()
+    report["results"]["otel_compare"] = {"rounds": rounds, "median": median, "on_cost_percent": cost,
+                                         "spans_received": received}
+
+
+async def _side_by_side(ns, sizes: dict, workers: dict[str, BenchWorker], n_rounds: int, tag: str):
+    """(b) and (c) on two workers (first: the one measured, second: the baseline), each
+    warmed up, then ``n_rounds`` rounds that alternate which one runs first. Returns
+    the rounds, each worker's median over them, and the measured one's cost in
+    percent of the baseline per figure (positive: it is slower)."""
     import statistics
 
-    workers = {mode: BenchWorker(executors=ns.executors, auth=mode) for mode in ("token", "none")}
     clients: dict[str, Client] = {}
     rounds: list[dict] = []
+    label, base = list(workers)
     try:
         for mode, w in workers.items():
             await _start(w)
             clients[mode] = Client(w.addr, w.token)
             await sc.warm_up(clients[mode], ["add1"])
-        for r in range(ns.auth_rounds):
-            order = ("token", "none") if r % 2 == 0 else ("none", "token")
+        for r in range(n_rounds):
+            order = (label, base) if r % 2 == 0 else (base, label)
             row = {"order": list(order)}
             for mode in order:
                 row[mode] = await _bc_figures(ns, sizes, workers[mode], clients[mode])
             rounds.append(row)
-            print(json.dumps({"auth_round": r, **row}), file=sys.stderr, flush=True)
+            print(json.dumps({tag: r, **row}), file=sys.stderr, flush=True)
     except Exception as exc:
         for mode, w in workers.items():
             exc.add_note(f"{mode} worker log tail:\n" + w.tail(20))
@@ -214,15 +273,13 @@ async def run_auth_compare(ns, sizes: dict, report: dict) -> None:
             await asyncio.to_thread(w.stop)
             w.cleanup()
     median = {mode: {k: round(statistics.median(row[mode][k] for row in rounds), 3) for k in rounds[0][mode]}
-              for mode in ("token", "none")}
+              for mode in workers}
     higher_is_better = {"b_tasks_per_s", "b_session_tasks_per_s"}
-    diff = {}
-    for k, none_v in median["none"].items():
-        tok = median["token"][k]
-        # positive: token auth costs (fewer tasks/s, or more ms)
-        cost = (none_v - tok) / none_v if k in higher_is_better else (tok - none_v) / none_v
-        diff[k] = round(100 * cost, 2)
-    report["results"]["auth_compare"] = {"rounds": rounds, "median": median, "token_cost_percent": diff}
+    cost = {}
+    for k, base_v in median[base].items():
+        v = median[label][k]
+        cost[k] = round(100 * ((base_v - v) / base_v if k in higher_is_better else (v - base_v) / base_v), 2)
+    return rounds, median, cost
 
 
 async def _start(w: BenchWorker) -> None:
@@ -274,26 +331,66 @@ async def run_rss_worker(ns, sizes: dict, report: dict) -> None:
         w.cleanup()
 
 
+def executor_spawn_ms(events: list[dict]) -> list[float]:
+    """Per executor start: ms from the pool's "executor exec-N started" to the
+    adapter's "executor exec-N attached" (the executor's start, its sandbox's
+    and its first Heartbeat), from the worker's JSON log."""
+    from datetime import datetime
+
+    started: dict[str, float] = {}
+    out = []
+    for ev in events:
+        msg, ts = ev.get("msg", ""), ev.get("ts")
+        if not ts or not msg.startswith("executor exec-"):
+            continue
+        eid = msg.split()[1]
+        at = datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000
+        if " started (pid " in msg:
+            started[eid] = at
+        elif " attached (pid " in msg and eid in started:
+            out.append(round(at - started.pop(eid), 1))
+    return out
+
+
 async def run_spawn_modes(ns, sizes: dict, report: dict) -> None:
-    """(s): one fresh worker per spawn mode, (a) and (c) on each, side by side."""
+    """(s): one fresh worker per spawn mode and round, (a) and (c) on each, side
+    by side; --s-rounds rounds, interleaved (each round starts with the next
+    mode), and the median of each figure over the rounds."""
     out = report["results"]["s_spawn_modes"] = {}
-    for mode in SPAWN_MODES:
-        w = BenchWorker(executors=ns.executors, env={"EXECUTOR_SPAWN_MODE": mode})
-        t0 = time.perf_counter()
-        await _start(w)
-        row = out[mode] = {"ready_s": round(time.perf_counter() - t0, 3)}
-        client = Client(w.addr, w.token)
-        try:
-            await sc.warm_up(client, ["add1", "add"])
-            row["a_call_throughput"] = await _with_cpu(w, sc.call_throughput(client, sizes["s_calls"], timeout=300))
-            row["c_latency"] = await _with_cpu(w, sc.latency(client, sizes["s_tasks"], timeout=300))
-        except Exception as exc:
-            exc.add_note(f"{mode} worker log tail:\n" + w.tail(20))
-            raise
-        finally:
-            await client.close()
-            await asyncio.to_thread(w.stop)
-            w.cleanup()
+    modes = list(SPAWN_MODES)
+    rounds: dict[str, list[dict]] = {m: [] for m in modes}
+    for n in range(ns.s_rounds):
+        for mode in modes[n % len(modes):] + modes[:n % len(modes)]:
+            w = BenchWorker(executors=ns.executors, env=SPAWN_MODES[mode])
+            t0 = time.perf_counter()
+            await _start(w)
+            row = {"ready_s": round(time.perf_counter() - t0, 3)}
+            client = Client(w.addr, w.token)
+            try:
+                await asyncio.to_thread(w.wait_executors, 60)
+                row["executor_spawn_ms"] = executor_spawn_ms(w.events())
+                await sc.warm_up(client, ["add1", "add"])
+                row["a_call_throughput"] = await _with_cpu(w, sc.call_throughput(client, sizes["s_calls"],
+                                                                                 timeout=300))
+                row["c_latency"] = await _with_cpu(w, sc.latency(client, sizes["s_tasks"], timeout=300))
+            except Exception as exc:
+                exc.add_note(f"{mode} worker log tail:\n" + w.tail(20))
+                raise
+            finally:
+                await client.close()
+                await asyncio.to_thread(w.stop)
+                w.cleanup()
+            rounds[mode].append(row)
+    for mode, rows in rounds.items():
+        spawn = [ms for r in rows for ms in r["executor_spawn_ms"]]
+        out[mode] = {
+            "rounds": rows,
+            "median_executor_spawn_ms": round(statistics.median(spawn), 1) if spawn else None,
+            "median_ready_s": round(statistics.median(r["ready_s"] for r in rows), 3),
+            "median_a_calls_per_s": statistics.median(r["a_call_throughput"]["calls_per_s"] for r in rows),
+            "median_c_p50_ms": statistics.median(r["c_latency"]["p50_ms"] for r in rows),
+            "median_c_p99_ms": statistics.median(r["c_latency"]["p99_ms"] for r in rows),
+        }
 
 
 async def run_bundle_worker(ns, sizes: dict, report: dict) -> None:
@@ -433,6 +530,11 @@ async def run(ns) -> dict:
     report["auth"] = ns.auth
     if ns.auth == "compare":
         await run_auth_compare(ns, sizes, report)
+        report["elapsed_s"] = round(time.perf_counter() - t0, 2)
+        return report
+    report["otel"] = ns.otel
+    if ns.otel == "compare":
+        await run_otel_compare(ns, sizes, report)
         report["elapsed_s"] = round(time.perf_counter() - t0, 2)
         return report
     if any(s in ns.only for s in "abcd"):

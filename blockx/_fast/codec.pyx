@@ -7,7 +7,7 @@
 #   a frame written from one of the templates (the per-call and per-round-trip
 #   frames) is read field by field (see "decoding the template frames"); any
 #   other JSON is copied into a fresh bytes object for orjson (cheaper than a
-#   memoryview slice for small frames, DESIGN §8) and a sidecar is copied once.
+#   memoryview slice for small frames) and a sidecar is copied once.
 # - Only the tail of a chunk (one partial frame) is kept. Its length prefix and
 #   first 8 body bytes go to a small C array; once they are known the rest of
 #   the frame is written in place into bytes objects of the final size: either
@@ -38,7 +38,7 @@ cdef extern from "Python.h":
 
 import orjson
 
-from blockx._fast.codec_py import _check_envelope, _json_kind
+from blockx._fast.codec_py import check_envelope, json_kind
 from blockx._fast.errors import (
     BadMagic,
     FrameError,
@@ -389,10 +389,10 @@ cdef inline object _load_json(object raw):
 
 
 cdef inline int _check_mt(object env) except -1:
-    # Fast path of codec_py._check_envelope; the twin builds the error message.
+    # Fast path of codec_py.check_envelope; the twin builds the error message.
     cdef PyObject* mt = PyDict_GetItem(env, _messageType)
     if mt == NULL or type(<object>mt) is not str or PyUnicode_GET_LENGTH(<object>mt) == 0:
-        _check_envelope(env)
+        check_envelope(env)
     return 0
 
 
@@ -661,7 +661,7 @@ cdef object _decode_body(const unsigned char* p, Py_ssize_t n, object owner):
                 f"(a {n}-byte body leaves {n - 8} bytes after the header)")
         env = _load_json(PyBytes_FromStringAndSize(<char*>p + 8, jl))
         if type(env) is not dict:
-            raise NotAnObject(f"frame envelope must be a JSON object, got {_json_kind(env)}")
+            raise NotAnObject(f"frame envelope must be a JSON object, got {json_kind(env)}")
         _check_mt(env)
         return (env, PyBytes_FromStringAndSize(<char*>p + 8 + jl, n - 8 - jl))
     raise BadMagic(
@@ -672,7 +672,7 @@ cdef object _decode_body(const unsigned char* p, Py_ssize_t n, object owner):
 cdef object _decode_streamed(bytes js, bytes side):
     cdef object env = _load_json(js)
     if type(env) is not dict:
-        raise NotAnObject(f"frame envelope must be a JSON object, got {_json_kind(env)}")
+        raise NotAnObject(f"frame envelope must be a JSON object, got {json_kind(env)}")
     _check_mt(env)
     return (env, side)
 

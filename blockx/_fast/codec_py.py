@@ -1,6 +1,6 @@
 """UDS frame codec, pure-Python twin of codec.pyx (test oracle and benchmark baseline).
 
-Wire format (DESIGN §5): a 4-byte big-endian body length, then the body. The body
+Wire format: a 4-byte big-endian body length, then the body. The body
 is either a JSON envelope object (it starts with '{', as orjson and Go encoders
 write it) or, with a binary sidecar, b'BXB1' + 4-byte big-endian JSON length +
 JSON + raw sidecar bytes. A body is at most MAX_FRAME_BYTES.
@@ -119,7 +119,7 @@ def encode_call_waiting_subcall(call_id: str, request_id: str, task_id: str, att
 def encode_frames(items) -> bytes:
     """Many frames, back to back, in one buffer: `items` is an iterable of
     (envelope, sidecar-or-None)."""
-    parts = []
+    parts: list[bytes] = []
     append = parts.append
     for envelope, sidecar in items:
         body = _dumps(envelope)
@@ -141,7 +141,10 @@ def encode_frames(items) -> bytes:
     return b"".join(parts)
 
 
-def _check_envelope(env) -> None:
+def check_envelope(env) -> None:
+    """A decoded envelope names its messageType (a non-empty string), or
+    MissingMessageType says what it holds instead. Shared with the compiled codec,
+    so both word the error alike."""
     mt = env.get("messageType")
     if type(mt) is not str or not mt:
         if mt is None:
@@ -165,7 +168,7 @@ def _decode_body(data: bytes, start: int, n: int):
     if first == 0x7B:  # '{'
         env = _load_json(data[start:start + n])
         # A '{'-led valid JSON document is always an object.
-        _check_envelope(env)
+        check_envelope(env)
         return env, None
     if n >= 4 and data[start:start + 4] == MAGIC:
         if n < 8:
@@ -179,15 +182,17 @@ def _decode_body(data: bytes, start: int, n: int):
         js = start + 8
         env = _load_json(data[js:js + jl])
         if type(env) is not dict:
-            raise NotAnObject(f"frame envelope must be a JSON object, got {_json_kind(env)}")
-        _check_envelope(env)
+            raise NotAnObject(f"frame envelope must be a JSON object, got {json_kind(env)}")
+        check_envelope(env)
         return env, data[js + jl:start + n]
     raise BadMagic(
         f"frame body starts with {bytes(data[start:start + min(n, 4)])!r}; "
         "expected '{' (JSON envelope) or b'BXB1' (sidecar frame)")
 
 
-def _json_kind(value) -> str:
+def json_kind(value) -> str:
+    """The JSON name of a decoded non-object value, for the not-an-object error
+    (shared with the compiled codec)."""
     if isinstance(value, list):
         return "array"
     if isinstance(value, str):

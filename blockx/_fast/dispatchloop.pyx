@@ -24,8 +24,14 @@ from blockx._fast.cachekey cimport cache_key_c
 from blockx._fast.cachekey import cache_key as _compiled_cache_key
 from blockx._fast.callcmds cimport new_bind_call, new_dispatch_call, new_unbind_call
 from blockx.core.dispatch.commands import CancelCallCmd, CompleteCallFromCache, SubcallDone
-from blockx.core.dispatch.types import (
-    CALL_FAILED, ERR_CANCELLED, ERR_EXECUTOR_LOST, ERR_SUBCALL_FAILED, SubcallRejected)
+from blockx.core.dispatch import types as _types
+from blockx.core.dispatch.types import SubcallRejected
+
+# The failure codes the lifecycle sets, as C globals (not names of this module).
+cdef object CALL_FAILED = _types.CALL_FAILED
+cdef object ERR_CANCELLED = _types.ERR_CANCELLED
+cdef object ERR_EXECUTOR_LOST = _types.ERR_EXECUTOR_LOST
+cdef object ERR_SUBCALL_FAILED = _types.ERR_SUBCALL_FAILED
 
 READY = 0
 RUNNING = 1

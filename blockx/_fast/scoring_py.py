@@ -1,6 +1,6 @@
 """Pure-Python twin of blockx._fast.scoring: the dispatcher's executor choice.
 
-select_executor is the spec's selectExecutor: Filter, then Score. Filters run
+select_executor picks the executor of a call: Filter, then Score. Filters run
 in a fixed order so filter_reason names the first one that rejects a view (the
 reason recorded in metrics and asserted in tests). The score prefers the
 executor with the fewest runnable calls (its scheduler is least busy), then the

@@ -322,7 +322,7 @@ class TaskTrace:
     def events(self) -> list[tuple]:
         """The events in their tuple form, in order (for the export; decoded on each read)."""
         rows, s, cs = self._rows, self._strings, self._call_str
-        out = []
+        out: list[tuple] = []
         for base in range(0, len(rows), ROW):
             kind, t, a, b, c, d, e = rows[base:base + 7]
             if kind == SENT:

@@ -1,4 +1,4 @@
-"""Phase-level admission (spec: builderSem / executorSem / pluginSem / scanSem).
+"""Phase-level admission: one gate per phase (builder, executor, plugin, scan).
 
 Bounds how many tasks are in each phase at once, independently of the slot
 count, so a burst of submissions cannot run 50 builders or 50 scans together.

@@ -1,4 +1,4 @@
-"""AuditGate (spec: OrchestratorDeps.AuditGate): may this code run?
+"""AuditGate, the Orchestrator's code audit: may this code run?
 
 AUDIT_MODE:
 - off (default): every call is dispatched; nothing is looked up.
@@ -28,6 +28,10 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger("blockx.audit")
 
@@ -90,7 +94,7 @@ class EtcdAuditAllowlist:
         self.client = client            # an aetcd.Client (blockx.adapters.etcd_tls.etcd_client)
         self.prefix = prefix.encode()
         self.approved: dict[str, str] = {}
-        self._task = None
+        self._task: asyncio.Task[bool] | None = None
         self._failing = False
 
     async def fetch(self) -> bool:

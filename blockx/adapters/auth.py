@@ -67,6 +67,7 @@ class Authenticator:
                 value = value.decode("latin-1")
             if not value.startswith(_BEARER):
                 raise Unauthenticated("the authorization metadata must be `Bearer <token>`")
+            assert self.tokens is not None     # __init__ refuses token mode without a TokenStore
             caller = self.tokens.identify(value[7:].strip())
             if caller is None:
                 raise Unauthenticated(

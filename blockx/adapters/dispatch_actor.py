@@ -1,12 +1,15 @@
 """DispatchActor: the only code that mutates DispatcherCore.
 
-Invariants (the Python form of the spec's I1-I5):
-- DispatcherCore is touched only inside `_run_actor`, on the event loop. Every
-  input (executor frames, retry timers, phase starts, snapshot syncs, resume
-  outcomes) is a closure `fn(now) -> commands` posted with `post`.
+Invariants:
+- DispatcherCore is touched only while the actor runs a step, on the event
+  loop: in `_run` (the queue, then the epilogue) and in `run_commands`, which an
+  event calls from inside such a step. Every input (executor frames, retry
+  timers, phase starts, snapshot syncs, resume outcomes) is a closure
+  `fn(now) -> commands` posted with `post`.
 - Commands are executed in order. Executing a command may feed an event back
-  synchronously when the spec says so (Bind -> handle_executor_bound /
-  handle_bind_failed; a failed ExecuteCall send -> handle_call_failed), but never
+  synchronously where the core expects the answer at once (Bind ->
+  handle_executor_bound / handle_bind_failed; a failed ExecuteCall send ->
+  handle_call_failed), but never
   re-enters `post`: events posted while a batch executes are queued and run after.
 - After the queue drains, the epilogue runs: `flush_dirty_tasks` (convergence)
   and `dispatch` (admission) until both are quiescent.
@@ -15,7 +18,7 @@ Invariants (the Python form of the spec's I1-I5):
   callback (send_resume): queued at once while the outbox has room, their
   outcome reported through `post`; only a full outbox makes one await.
 - Frames of one `data_received` chunk are handled as one batch with one epilogue
-  (DESIGN.md §8: every microsecond per call in the Worker counts).
+  (the epilogue's cost is paid once per read, not once per call).
 
 The actor owns its queue, its background sends and its retry timers. It reads
 the task runtimes (streaming credits, producers) through the mapping the
@@ -68,7 +71,8 @@ def dumps_kept(value) -> bytes:
 
 class DispatchActor:
     def __init__(self, *, disp, adapter, metrics, runtimes: Mapping, mono: Callable[[], int],
-                 on_calls_converged: Callable[[ConvergeTaskCalls], None], audit=None, traces=None) -> None:
+                 on_calls_converged: Callable[[ConvergeTaskCalls], None], audit=None, traces=None,
+                 call_spans=None) -> None:
         self.disp = disp
         self.adapter = adapter
         self.metrics = metrics
@@ -84,6 +88,7 @@ class DispatchActor:
         self._written = _WrittenLog(self._schedule_resumed, self._resume_lost)
         self._retry_timers: set[asyncio.TimerHandle] = set()
         self.traces = traces                      # TraceStore (trace_recorder.py); None when tracing is off
+        self.call_spans = call_spans              # TaskSpans with per-call spans (otel_spans.py); else None
 
     # ---- the actor -------------------------------------------------------------
 
@@ -192,7 +197,10 @@ class DispatchActor:
             elif t is BatchSettled:
                 rt = self._runtimes.get(cmd.task_id)
                 if rt is not None and rt.credits is not None:
-                    rt.credits.release()
+                    if rt.sink is not None:      # the writer takes the outputs; the credit follows
+                        rt.sink.offer(cmd.batch_idx, cmd.outputs, rt.credits.release)
+                    else:
+                        rt.credits.release()
             elif t is StopCallProduction:
                 rt = self._runtimes.get(cmd.task_id)
                 if rt is not None and rt.producer is not None and not rt.producer.done():
@@ -201,7 +209,7 @@ class DispatchActor:
                 log.error("unhandled dispatch command %r", cmd)
 
     def _execute_call(self, cmd: DispatchCallCmd, now: int) -> None:
-        """Send ExecuteCall; a failed send is fed back as the spec says."""
+        """Send ExecuteCall; a failed send is fed back at once as handle_call_failed."""
         disp = self.disp
         payload = None      # None: the command goes out as it is (send_dispatched_call)
         if self.audit is not None:
@@ -247,7 +255,9 @@ class DispatchActor:
                 now)
         else:
             self.metrics.calls_dispatched += 1
+            self.metrics.call_latency.sent(cmd.call_id, cmd.function_id, cmd.attempt_seq, now)
             if self.traces is not None: self.traces.call_sent(cmd)  # trace hook
+            if self.call_spans is not None: self.call_spans.call_sent(cmd)  # span hook
             return
         if more:
             self._exec(more, now)

@@ -97,7 +97,7 @@ class EtcdPublisher:
         tls: Any = None,
     ) -> None:
         self._endpoints = parse_endpoints(endpoints)
-        self._tls = tls      # blockx.client.tls.ClientTLS: TLS towards etcd
+        self._tls = tls      # blockx.tls.client_tls.ClientTLS: TLS towards etcd
         if interval_ms <= 0:
             raise ValueError(f"heartbeat interval must be > 0 ms, got {interval_ms}")
         if lease_ttl_s < 1:

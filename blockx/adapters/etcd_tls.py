@@ -1,4 +1,4 @@
-"""etcd over TLS: aetcd (the asyncio etcd client, DESIGN §2) only opens plaintext
+"""etcd over TLS: aetcd (the asyncio etcd client the Worker uses) only opens plaintext
 channels, so `etcd_client()` returns a subclass whose connect() opens a
 grpc.aio secure channel with the CA and optional client certificate
 (ETCD_CA_CERT, ETCD_CERT, ETCD_KEY) and sets up the same stubs. Without TLS it
@@ -14,7 +14,7 @@ import aetcd
 from aetcd import rpc, watcher
 from aetcd.client import _handle_errors
 
-from blockx.client.tls import ClientTLS
+from blockx.tls.client_tls import ClientTLS
 
 
 class TLSClient(aetcd.Client):
@@ -26,7 +26,7 @@ class TLSClient(aetcd.Client):
     async def connect(self) -> None:
         if self._connected.is_set():
             return
-        if self._is_connecting:
+        if self._is_connecting:     # type: ignore[has-type]  # aetcd.Client sets it in an untyped __init__
             await asyncio.wait_for(self._connected.wait(), self._connect_wait_timeout)
             return
         try:

@@ -57,6 +57,7 @@ class ExecutorEvents:
         self._snapshots = snapshots
         self._limit_kill_reason = limit_kill_reason     # the pool's word on a sandbox limit kill
         self.traces = actor.traces                # TraceStore; None when tracing is off
+        self.call_spans = actor.call_spans        # TaskSpans with per-call spans; None when off
         self.answer_slice = answer_slice          # 0: a read is applied whole
 
     # ---- ExecutorAdapter handler ----------------------------------------------
@@ -77,7 +78,9 @@ class ExecutorEvents:
     def _apply_executor_lost(self, executor_id: str, snaps: list, now: int, detail: str = "") -> list:
         # Its in-flight attempts end here, not with a frame: count them as failed so
         # that dispatched == completed + failed holds in the metrics.
-        lost = len(self.disp.executor_calls(executor_id))
+        calls = self.disp.executor_calls(executor_id)
+        self.metrics.call_latency.forget(calls)
+        lost = len(calls)
         if lost:
             self.metrics.call_failed(m.EXECUTOR_LOST, lost)
         return ((self.disp.handle_executor_snapshot_updated(snaps, now) or [])
@@ -108,6 +111,7 @@ class ExecutorEvents:
             if cmds:
                 actor.run_commands(cmds, now)
             adapter.flush_now(executor_id)
+        return None             # not reached: the last slice returns above
 
     def _apply_slice(self, executor_id: str, frames: list, now: int) -> list | None:
         disp = self.disp
@@ -128,16 +132,20 @@ class ExecutorEvents:
                     cmds = disp.handle_call_completed(call_id, p["attemptSeq"],
                                                       _dumps(p.get("output")).decode().encode(),
                                                       p.get("budgetUsedMs", 0), now)
+                    metrics.call_latency.ended(call_id, p["attemptSeq"], now, bool(cmds))
                     if cmds:
                         metrics.calls_completed += 1
                         if self.traces is not None: self.traces.call_done(_own_task(p, call_id), call_id, executor_id, "")  # trace hook
+                        if self.call_spans is not None: self.call_spans.call_done(call_id, "")  # span hook
                 elif mt == "CallFailed":
                     kind = p.get("errorKind", "")
                     cmds = disp.handle_call_failed(call_id, p["attemptSeq"], kind, bool(p.get("retryable")),
                                                    p.get("errorMessage", ""), now, p.get("budgetUsedMs", 0))
+                    metrics.call_latency.ended(call_id, p["attemptSeq"], now, bool(cmds))
                     if cmds:
                         metrics.call_failed(kind)
                         if self.traces is not None: self.traces.call_done(_own_task(p, call_id), call_id, executor_id, kind or "FAILED")  # trace hook
+                        if self.call_spans is not None: self.call_spans.call_done(call_id, kind or "FAILED")  # span hook
                 elif mt == "CallWaiting":
                     # A wait is served in the name of the task its call belongs to (read from
                     # the call id exactly: core.call_ids): a call cannot ask IO, code or
@@ -169,7 +177,7 @@ class ExecutorEvents:
         kind = p["waitKind"]
         attempt = p.get("attemptSeq", 0)
         if kind == m.WAIT_FUNCTION_CODE:
-            # Does not change dispatcher state (spec): answer straight from the code view.
+            # Does not change dispatcher state: answer straight from the code view.
             self.actor.spawn(self._serve_function_code(executor_id, call_id, request_id, p))
             return None
         rt = self._runtimes.get(p.get("taskId", ""))

@@ -7,6 +7,8 @@ API defines:
 - ``max_message_bytes``: the largest message sent or received. A request over it
   is refused by grpc (RESOURCE_EXHAUSTED); a result over it is not delivered,
   and only its own delivery fails (blockx.adapters.result_delivery).
+- ``result_page_bytes``: the largest message that carries a result (a page of
+  it, blockx.adapters.result_pages); at most max_message_bytes - 16 KiB.
 - ``max_concurrent_streams``: HTTP/2 streams at once on one client connection
   (``grpc.max_concurrent_streams``); the client's further RPCs wait for one.
 - ``max_concurrent_rpcs``: RPCs in progress across all connections (grpc's
@@ -37,13 +39,14 @@ class GrpcLimits:
     max_task_sessions: int = 1_000
     max_watch_streams: int = 1_000
     watch_max_pending_updates: int = DEFAULT_MAX_PENDING
+    result_page_bytes: int = MiB
 
     @classmethod
     def from_config(cls, cfg) -> "GrpcLimits":
         """From a WorkerFullConfig."""
         return cls(cfg.grpc_max_message_bytes, cfg.grpc_max_concurrent_streams, cfg.grpc_max_concurrent_rpcs,
                    cfg.grpc_max_connections, cfg.max_task_sessions, cfg.max_watch_streams,
-                   cfg.watch_max_pending_updates)
+                   cfg.watch_max_pending_updates, cfg.result_page_bytes)
 
     def server_options(self) -> list[tuple[str, int]]:
         return [("grpc.max_receive_message_length", self.max_message_bytes),

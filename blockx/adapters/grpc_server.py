@@ -1,6 +1,6 @@
 """WorkerService over grpc.aio: thin handlers that decode, call the orchestrator
 synchronously (it runs on this same loop) and encode. Core refusals
-(`WorkerError`) map to status codes per the spec. Anything unexpected (a bug)
+(`WorkerError`) map to gRPC status codes (blockx.core.errors). Anything unexpected (a bug)
 answers INTERNAL with a short message, is counted in blockx_grpc_requests_total
 and logs its traceback (``_guarded``), for every RPC including the streams; it
 never takes the server down. Every handler resolves its caller once at entry
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from time import perf_counter
 
 import grpc
 import orjson
@@ -21,12 +22,15 @@ from blockx.adapters import wire
 from blockx.adapters.grpc_limits import GrpcLimits
 from blockx.adapters.open_streams import OpenStreams
 from blockx.adapters.request_decode import Undecodable, add_worker_service
-from blockx.adapters.result_delivery import ResultDelivery, result_bytes
+from blockx.adapters.result_pages import PageTooLarge, ResultPages, page_request
 from blockx.adapters.auth import Authenticator, GuardedReflection, Unauthenticated
+from blockx.adapters.cancel import cancel, cancel_response
+from blockx.adapters.task_listing import list_tasks
 from blockx.adapters.session import (
     DEFAULT_MAX_PENDING_BYTES, DEFAULT_MAX_PENDING_EVENTS, MAX_WATCH_TASK_IDS, Session, SessionEnd,
 )
 from blockx.adapters.subscriptions import CLOSED, GONE, OVERFLOW, Subscription
+from blockx.adapters.trace_context import incoming as incoming_trace_context
 from blockx.adapters.trace_export import chrome_trace
 from blockx.core.types import TaskState
 from blockx.core.errors import WorkerError
@@ -37,6 +41,7 @@ from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 log = logging.getLogger("blockx.grpc")
 _TaskUpdate = pb.TaskUpdate
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["WorkerService"].full_name
+_STREAMS = ("WatchTasks", "TaskSession")
 
 
 def _status(err: WorkerError) -> grpc.StatusCode:
@@ -47,12 +52,14 @@ def _guarded(handler):
     """A bug behind the RPC answers INTERNAL (counted, traceback logged) instead of
     grpc's UNKNOWN "Unexpected <class ...>" with the exception text."""
     name = handler.__name__
+    timed = name not in _STREAMS        # blockx_grpc_request_duration_seconds: unary RPCs only
 
     @functools.wraps(handler)
     async def wrapper(self, request, context):
         if type(request) is Undecodable:
             self._count(name, "INVALID_ARGUMENT")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.refusal())
+        t0 = perf_counter()
         try:
             return await handler(self, request, context)
         except (asyncio.CancelledError, grpc.aio.AbortError):
@@ -62,6 +69,9 @@ def _guarded(handler):
             self._count(name, "INTERNAL")
             await context.abort(grpc.StatusCode.INTERNAL,
                                 f"internal error in the worker while handling {name}; see its log")
+        finally:
+            if timed and self._metrics is not None:
+                self._metrics.observe_grpc(name, perf_counter() - t0)
     return wrapper
 
 
@@ -77,11 +87,16 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         self._status = status
         limits = limits or GrpcLimits()
         self._limits = limits
-        self._delivery = delivery = ResultDelivery(limits.max_message_bytes)
+        self._delivery = delivery = ResultPages(limits.result_page_bytes, limits.max_message_bytes)
         self._sessions = OpenStreams("TaskSession", limits.max_task_sessions, "maxTaskSessions, MAX_TASK_SESSIONS")
         self._watches = OpenStreams("WatchTasks", limits.max_watch_streams, "maxWatchStreams, MAX_WATCH_STREAMS")
         self._session_limits = {"max_pending_events": session_max_pending_events,
                                 "max_pending_bytes": session_max_pending_bytes, "delivery": delivery}
+        self._reads_trace_context = bool(getattr(orch, "wants_trace_context", False))   # spans or shadow on
+
+    def _trace_context(self, context):
+        """The caller's W3C trace context (trace_context.py), read only when something uses it."""
+        return incoming_trace_context(context.invocation_metadata()) if self._reads_trace_context else None
 
     def _count(self, method: str, code: str) -> None:
         m = self._metrics
@@ -108,9 +123,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             "kept changing; read the stream, and watch the tasks that have not ended again "
             "(GetTaskResult shows where each is)"))
 
-    async def _too_big(self, context, method: str, snap, size: int):
+    async def _too_big(self, context, method: str, err: PageTooLarge):
         self._count(method, "RESOURCE_EXHAUSTED")
-        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self._delivery.message(snap.task_id, size))
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, err.message)
 
     @_guarded
     async def RequestTaskSlot(self, request, context):
@@ -119,9 +134,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             snap = self._orch.request_task_slot(request.task_id, request.ttl_ms, caller)
         except WorkerError as err:
             await self._refuse(context, "RequestTaskSlot", err)
-        resp = wire.slot_response(snap)
-        if snap.result is not None and (n := self._delivery.oversize(resp, result_bytes(snap))):
-            await self._too_big(context, "RequestTaskSlot", snap, n)
+        resp = self._delivery.reply(snap, "slot")[0]          # a finished task's: the first page
         self._count("RequestTaskSlot", "OK")
         return resp
 
@@ -130,12 +143,11 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         caller = await self._caller(context, "SubmitTask")
         try:
             req, shadow = wire.submit_request_from_pb(request)
-            snap = self._orch.submit_task(req, shadow=shadow, raw_request=request, caller=caller)
+            snap = self._orch.submit_task(req, shadow=shadow, raw_request=request, caller=caller,
+                                          trace_context=self._trace_context(context))
         except WorkerError as err:
             await self._refuse(context, "SubmitTask", err)
-        resp = wire.submit_response(snap)
-        if snap.result is not None and (n := self._delivery.oversize(resp, result_bytes(snap))):
-            await self._too_big(context, "SubmitTask", snap, n)
+        resp = self._delivery.reply(snap, "submit")[0]        # a finished task's: the first page
         self._count("SubmitTask", "OK")
         return resp
 
@@ -143,12 +155,13 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
     async def GetTaskResult(self, request, context):
         caller = await self._caller(context, "GetTaskResult")
         try:
+            offset, limit = page_request(request)
             snap = self._orch.get_task_result(request.task_id, caller)
+            resp = self._delivery.reply(snap, "result", offset, limit)[0]
         except WorkerError as err:
             await self._refuse(context, "GetTaskResult", err)
-        resp = wire.result_response(snap)
-        if snap.result is not None and (n := self._delivery.oversize(resp, result_bytes(snap))):
-            await self._too_big(context, "GetTaskResult", snap, n)
+        except PageTooLarge as err:
+            await self._too_big(context, "GetTaskResult", err)
         self._count("GetTaskResult", "OK")
         return resp
 
@@ -185,9 +198,13 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             self._count("WatchTasks", "RESOURCE_EXHAUSTED")
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, watches.refusal())
         # A client that stops reading overflows the queue: the handler is cancelled
-        # out of the write it waits on, and this stream alone ends.
-        sub = subs.attach(task_ids, Subscription(self._limits.watch_max_pending_updates,
-                                                 asyncio.current_task().cancel))
+        # out of the write it waits on, and this stream alone ends. A task already
+        # terminal in its snapshot publishes nothing more: only the others are attached
+        # (none at all when every task has ended, the common case of a watch opened
+        # after SubmitTask returned).
+        live = [s.task_id for s in snaps if not s.is_terminal]
+        sub = subs.attach(live, Subscription(self._limits.watch_max_pending_updates,
+                                             asyncio.current_task().cancel)) if live else None
         fit = self._delivery.fit_update
         pending = set()
         shown = {}            # task id -> the TaskProgress last written (progress is not repeated)
@@ -231,14 +248,15 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             finished = True
             self._count("WatchTasks", "OK")
         except asyncio.CancelledError:
-            if not sub.overflowed:
+            if sub is None or not sub.overflowed:
                 raise                       # the client went away
             await self._watch_overflow(context)
         finally:
             watches.leave()
-            subs.detach(sub, disconnected=not finished)
+            if sub is not None:
+                subs.detach(sub, disconnected=not finished)
 
-    # ---- GetWorkerStatus (issue 15 part 3) ----
+    # ---- GetWorkerStatus ----
     @_guarded
     async def GetWorkerStatus(self, request, context):
         caller = await self._caller(context, "GetWorkerStatus")
@@ -271,7 +289,8 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             # The client waits for this before its first write: a refusal above reaches it as
             # its status, never raced by a write into a closed stream.
             await context.send_initial_metadata(())
-            session = Session(self._orch, self._encoder, self._count, caller=caller, **self._session_limits)
+            session = Session(self._orch, self._encoder, self._count, caller=caller,
+                              trace_context=self._trace_context(context), **self._session_limits)
         except BaseException:
             sessions.leave()
             raise
@@ -300,7 +319,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             writer.cancel()
             subs.detach(session, disconnected=not finished)
 
-    # ---- task traces (issue 15 part 1) -------------------------------------------------
+    # ---- task traces -------------------------------------------------
 
     @_guarded
     async def GetTaskTrace(self, request, context):
@@ -337,6 +356,29 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             events_dropped=tr.dropped, max_events=traces.max_events, chrome_trace_json=body)
 
     # ---- end task traces -----------------------------------------------------------------
+
+    # ---- cancel and list (blockx.adapters.cancel, blockx.adapters.task_listing) ----
+    @_guarded
+    async def CancelTask(self, request, context):
+        caller = await self._caller(context, "CancelTask")
+        try:
+            res = cancel(self._orch, request, caller)
+        except WorkerError as err:
+            await self._refuse(context, "CancelTask", err)
+        resp = cancel_response(res, self._delivery)[0]
+        self._count("CancelTask", "OK")
+        return resp
+
+    @_guarded
+    async def ListTasks(self, request, context):
+        caller = await self._caller(context, "ListTasks")
+        try:
+            resp = list_tasks(self._orch, request, caller)
+        except WorkerError as err:
+            await self._refuse(context, "ListTasks", err)
+        self._count("ListTasks", "OK")
+        return resp
+    # ---- end cancel and list ----
 
 
 async def _write_session(session: Session, context) -> None:
@@ -398,6 +440,16 @@ def build_server(orch, *, listen_addr: str, keepalive_time_ms: int, keepalive_ti
     if port == 0:
         raise OSError(f"cannot listen on {listen_addr!r}: the address is in use or invalid")
     return server, health_servicer, port
+
+
+# Liveness: SERVING from the moment the server starts until it stops, draining
+# included, so a liveness probe never restarts a worker that is draining; the
+# readiness names ("" and the WorkerService) turn NOT_SERVING at the drain.
+LIVENESS_SERVICE = "blockx.liveness"
+
+
+async def set_alive(health_servicer) -> None:
+    await health_servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
 
 async def set_health(health_servicer, serving: bool) -> None:

@@ -42,6 +42,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from blockx.adapters.latency_metrics import CallLatency
 from blockx.adapters.metric_labels import OTHER, LabelValues
 from blockx.core import failure_codes
 from blockx.protocol import messages as _msg
@@ -66,6 +67,8 @@ ETCD_STATES = ("idle", "disabled", "registering", "registered", "retrying", "der
 KNOWN_ERROR_KINDS = (*_msg.DEFAULT_RETRYABLE, _msg.IO_ERROR, _msg.SUBCALL_FAILED, "AUDIT_REJECTED", "ABORTED")
 KNOWN_TASK_STATES = ("SUCCEEDED", "FAILED")
 # Task phases last from a millisecond (a cached callList) to hours (MaxTaskTimeoutMs 8h).
+# Unary RPCs answer in well under a millisecond to a few (a big result).
+GRPC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 PHASE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                  5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 28800.0)
 
@@ -134,8 +137,12 @@ class Metrics:
         self.outbox_depth = 0
         self.outbox_depth_fn: Callable[[], int] | None = None
         self.etcd_state = "idle"
+        self.calls_queued = 0            # root calls READY for an executor (set by the orchestrator's tick)
 
-        # ---- executor resources and readiness (issue 15 part 4) ----
+        # ---- latency (blockx.adapters.latency_metrics): calls per function, tasks, unary RPCs ----
+        self.call_latency = CallLatency()
+
+        # ---- executor resources and readiness ----
         # executor_usage_fn: ExecutorAdapter.resource_usage, read at scrape time
         # -> [(executor_id, memory_bytes, cpu_user_ms, cpu_system_ms)]; an executor
         # that is not attached has no series. worker_ready_fn / worker_draining_fn:
@@ -143,19 +150,29 @@ class Metrics:
         self.executor_usage_fn: Callable[[], Iterable[tuple[str, int, int, int]]] | None = None
         self.worker_ready_fn: Callable[[], bool] | None = None
         self.worker_draining_fn: Callable[[], bool] | None = None
-        # ---- end issue 15 part 4 ----
+        # ---- end executor resources and readiness ----
 
         self._phase_hist = Histogram(
             "blockx_task_phase_duration_seconds",
             "Wall time a task spent in each phase (builder, calls, plugin) and in total.",
             ["phase"], buckets=PHASE_BUCKETS, registry=self.registry)
         self._phase_children: dict = {}
+        self._task_hist = Histogram(
+            "blockx_task_duration_seconds",
+            "End-to-end time of a task, from SubmitTask accepting it to its terminal state, by state.",
+            ["state"], buckets=PHASE_BUCKETS, registry=self.registry)
+        self._task_children: dict = {}
+        self._grpc_hist = Histogram(
+            "blockx_grpc_request_duration_seconds",
+            "Time the Worker spent on a unary RPC (streams excluded: their lifetime is the client's), by method.",
+            ["method"], buckets=GRPC_BUCKETS, registry=self.registry)
+        self._grpc_children: dict = {}
         self.registry.register(_WorkerCollector(self))
         if process_metrics:
             ProcessCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)
 
-        self._http_server = None
+        self._http_server: Any = None      # wsgiref's WSGIServer, while serving
         self._http_thread: threading.Thread | None = None
 
     # ---- convenience for less-hot paths ----
@@ -172,6 +189,19 @@ class Metrics:
         child = self._phase_children.get(phase)
         if child is None:   # labels() costs ~20 us; a task observes three phases
             child = self._phase_children[phase] = self._phase_hist.labels(phase)
+        child.observe(seconds)
+
+    def observe_task(self, state: str, seconds: float) -> None:
+        child = self._task_children.get(state)
+        if child is None:
+            child = self._task_children[state] = self._task_hist.labels(self.task_state_label(state))
+        child.observe(seconds)
+
+    def observe_grpc(self, method: str, seconds: float) -> None:
+        """``method``: a WorkerService method name (the server's own, so the label is bounded)."""
+        child = self._grpc_children.get(method)
+        if child is None:
+            child = self._grpc_children[method] = self._grpc_hist.labels(method)
         child.observe(seconds)
 
     def set_etcd_state(self, state: str) -> None:
@@ -296,6 +326,8 @@ class _WorkerCollector(Collector):
         for name, doc, fn, value, attr in (
             ("blockx_executors_healthy", "Executors attached and healthy.", m.executors_healthy_fn, m.executors_healthy, "executors_healthy_fn"),
             ("blockx_outbox_depth", "Largest executor outbox backlog (frames) across connections.", m.outbox_depth_fn, m.outbox_depth, "outbox_depth_fn"),
+            ("blockx_calls_queued", "Root calls ready and waiting for an executor, across tasks (every 500 ms).",
+             None, m.calls_queued, "calls_queued"),
         ):
             g = GaugeMetricFamily(name, doc)
             if not describe_only:
@@ -304,6 +336,7 @@ class _WorkerCollector(Collector):
                     g.add_metric([], v)
             yield g
 
+        yield m.call_latency.family(describe_only)
         yield from _executor_families(m, describe_only)
         for name, doc, fn, attr in (
             ("blockx_worker_ready", "1 once the Worker is ready (an executor became healthy), as published to etcd.",
@@ -326,7 +359,7 @@ class _WorkerCollector(Collector):
         yield etcd
 
 
-# ---- executor resources (issue 15 part 4) ----
+# ---- executor resources ----
 def _executor_families(m: Metrics, describe_only: bool) -> Iterable[Metric]:
     """blockx_executor_memory_bytes{executor} and
     blockx_executor_cpu_seconds_total{executor,mode}, from each attached
@@ -357,7 +390,7 @@ def _executor_families(m: Metrics, describe_only: bool) -> Iterable[Metric]:
             cpu.add_metric([eid, "system"], system_ms / 1000.0)
     yield mem
     yield cpu
-# ---- end issue 15 part 4 ----
+# ---- end executor resources ----
 
 
 def _bounded(items: Iterable[tuple[Any, int]], label: LabelValues) -> dict[str, int]:

@@ -36,7 +36,7 @@ from blockx.adapters.progress_ticker import FinalSnapshot, ProgressTicker
 from blockx.adapters.subscriptions import SubscriptionManager
 from blockx.adapters.task_phases import TaskPhases
 from blockx.adapters.task_runtime import TaskRuntime
-from blockx.app.logs import log_event
+from blockx.log_event import log_event
 from blockx.core.dispatch.types import ExecutorSnapshot
 from blockx.core.types import ConvergeTask, PrepareTaskActivation, SubmitTaskRequest, TaskSnapshot
 
@@ -57,7 +57,7 @@ class Orchestrator:
                  admission, stream_cfg, metrics, pool=None, shadow=None, stall_timeout_ms: int = 10_000,
                  phase_io_timeout_ms: int = 10_000, on_ready: Callable[[], Any] | None = None,
                  wall: Callable[[], int] = wall_ms, mono: Callable[[], int] = mono_ms, audit=None,
-                 traces=None) -> None:
+                 traces=None, spans=None, writer_stream=None) -> None:
         self.core = core
         self.disp = disp
         self.adapter = adapter
@@ -78,14 +78,19 @@ class Orchestrator:
         # Task traces (trace_recorder.py), None when off: the actor's clock read
         # per event batch also stamps the trace clock.
         self.traces = traces
+        # OpenTelemetry spans (otel_spans.py), None when export is off; the caller's
+        # trace context is read from the metadata only when something uses it.
+        self.spans = spans
+        self.wants_trace_context = spans is not None or shadow is not None
         self.actor = DispatchActor(disp=disp, adapter=adapter, metrics=metrics, runtimes=self._runtimes,
                                    mono=mono if traces is None else traces.stamping(mono),
-                                   on_calls_converged=self._on_calls_converged, audit=audit, traces=traces)
+                                   on_calls_converged=self._on_calls_converged, audit=audit, traces=traces,
+                                   call_spans=spans if spans is not None and spans.call_spans else None)
         self.phases = TaskPhases(
             core=core, disp=disp, actor=self.actor, runtimes=self._runtimes, fcode=fcode, builders=builders,
             plugins=plugins, io_factory=io_factory, admission=admission, stream_cfg=stream_cfg, metrics=metrics,
             phase_io_timeout_ms=phase_io_timeout_ms, wall=wall, on_converge=self._on_task_terminal,
-            traces=traces)
+            traces=traces, spans=spans, writer_stream=writer_stream)
         self.executor_events = ExecutorEvents(
             actor=self.actor, runtimes=self._runtimes, canonical_args=_canonical,
             on_attached=self._on_executor_attached, snapshots=self._core_snapshots,
@@ -103,13 +108,14 @@ class Orchestrator:
         return snap
 
     def submit_task(self, req: SubmitTaskRequest, *, shadow: bool = False, raw_request=None,
-                    caller=None) -> TaskSnapshot:
+                    caller=None, trace_context=None) -> TaskSnapshot:
+        """``trace_context``: the caller's checked W3C metadata (trace_context.py), or None."""
         res = self.core.handle_submit_task(req, self._wall(), caller)
         accepted = False
         for cmd in res.commands:
             if type(cmd) is PrepareTaskActivation:
                 accepted = True
-                self._start_task(cmd)
+                self._start_task(cmd, trace_context)
             elif type(cmd) is ConvergeTask:
                 self._on_task_terminal(cmd)
         snap = res.snapshot
@@ -117,12 +123,27 @@ class Orchestrator:
             self.metrics.tasks_submitted += 1
             self.subscriptions.publish(snap)
             if self.shadow is not None and raw_request is not None and not shadow:
-                self.shadow.maybe_forward(raw_request)
+                # the copy carries the trace on: the task span when spans are exported, else the caller's
+                self.shadow.maybe_forward(raw_request, trace_context if self.spans is None
+                                          else self.spans.trace_context(snap.task_id))
         return snap
 
     def get_task_result(self, task_id: str, caller=None) -> TaskSnapshot:
         """``caller`` (blockx.core.owners.Caller, None: unrestricted): whose view."""
         return self.core.handle_get_task_result(task_id, caller).snapshot
+
+    def cancel_task(self, task_id: str, reason: str, caller=None):
+        """CancelTask: the core decides (CancelTaskResult); a ConvergeTask runs the
+        task terminal path below, which cancels whatever of the task still runs."""
+        res = self.core.handle_cancel_task(task_id, reason, self._wall(), caller)
+        for cmd in res.commands:
+            if type(cmd) is ConvergeTask:
+                self._on_task_terminal(cmd)
+        return res
+
+    def list_tasks(self, query, caller=None):
+        """ListTasks: the core's page of the caller's tasks (blockx.core.worker_listing)."""
+        return self.core.list_tasks(query, self._wall(), caller)
 
     def _watch_first_attach(self, task_id: str) -> None:
         self.core.handle_watch_attached(task_id, self._wall())
@@ -130,16 +151,18 @@ class Orchestrator:
 
     def _watch_last_detach(self, task_id: str, disconnected: bool) -> None:
         # Both the normal end and a broken stream count as "the last watcher left":
-        # the core arms the grace only for tasks that are still running.
-        self.core.handle_watch_detached(task_id, self._wall())
-        self._arm_deadline_timer()
+        # the core arms the grace only for tasks that are still running, and a detach
+        # it refuses (a terminal or unknown task) moves no deadline.
+        if self.core.handle_watch_detached(task_id, self._wall()):
+            self._arm_deadline_timer()
 
     # ---- task lifecycle ----------------------------------------------------------
 
-    def _start_task(self, cmd: PrepareTaskActivation) -> None:
+    def _start_task(self, cmd: PrepareTaskActivation, trace_context=None) -> None:
         rt = TaskRuntime(cmd.task_id, cmd.instance_id, cmd.deadline_ms)
         self._runtimes[cmd.task_id] = rt
         if self.traces is not None: self.traces.task_started(cmd.task_id)  # trace hook
+        if self.spans is not None: self.spans.task_started(cmd.task_id, cmd.instance_id, trace_context)  # span hook
         self._loop.call_soon(self.phases.drive, rt, cmd)
         self._arm_deadline_timer()
 
@@ -150,34 +173,19 @@ class Orchestrator:
         rt = self._runtimes.pop(tid, None)
         if rt is not None:
             rt.ended = True
+            if rt.sink is not None:
+                rt.sink.abort()                  # nothing streamed becomes visible (a no-op once committed)
             # In-flight calls (and their subcall subtrees) get CancelCall; the
             # dispatcher forgets the task.
             self.post(lambda n: self.disp.cancel_task(tid, f"task {state}", n))
-            if rt.producer is not None and not rt.producer.done():
-                rt.producer.cancel()
-            elif rt.producer is None and rt.stream is not None:
-                close = getattr(rt.stream, "close", None)   # opened, never produced from
-                if close is not None:
-                    close()
-            if rt.calls_done is not None and not rt.calls_done.done():
-                rt.calls_done.cancel()
-            if rt.gate is not None and rt.runner is None:
-                self.phases.leave_calls(rt)      # an inline Calls phase ends with its task
-            rt.on_calls_done = None
-            runner = rt.runner
-            if runner is not None and not runner.done() and runner is not asyncio.current_task():
-                runner.cancel()
-            if rt.io_scope is not None:
-                _close_quietly(rt.io_scope)
-            if rt.view is not None:
-                try:
-                    rt.view.release()
-                except Exception:  # noqa: BLE001
-                    log.exception("releasing the code view of %s failed", tid)
+            self.phases.end(rt)
         res = cmd.result
         if self.traces is not None: self.traces.task_ended(tid, state, res)  # trace hook
+        if self.spans is not None: self.spans.task_ended(tid, state, res)  # span hook
         st = res.statistic
         self.metrics.task_terminal(state, res.failure_code)
+        if st.accepted_at_ms:                    # a reservation cancelled before SubmitTask never ran
+            self.metrics.observe_task(state, max(0, st.finished_at_ms - st.accepted_at_ms) / 1000.0)
         log_event(log, "task_finished", task_id=tid, state=state, failure_code=res.failure_code,
                   failure_message=res.failure_message, retryable=res.retryable,
                   accepted_at_ms=st.accepted_at_ms, finished_at_ms=st.finished_at_ms,
@@ -193,11 +201,23 @@ class Orchestrator:
     def tick(self) -> None:
         """The 500 ms tick: core timers, snapshot sync, wedge backstop, heartbeat timeouts."""
         self._core_timers()
+        self.metrics.calls_queued = self._queued_calls()
         self._sync_snapshots()
         self.check_wedged_executors()
         lost = self.adapter.check_heartbeat_timeouts(self._mono())
         if lost:
             self.metrics.executor_heartbeat_timeouts += len(lost)
+
+    def _queued_calls(self) -> int:
+        """Root calls of running tasks that are neither finished nor in flight: queued,
+        ready for an executor, or waiting out a retry backoff (the dispatcher's counts)."""
+        disp = self.disp
+        n = 0
+        for tid in self._runtimes:
+            p = disp.task_progress(tid)
+            if p is not None and p[0]:
+                n += max(0, p[0] - p[1] - disp.task_inflight(tid))
+        return n
 
     def _core_timers(self) -> None:
         core = self.core
@@ -266,7 +286,7 @@ class Orchestrator:
         """The wedge backstop: an executor still heartbeating whose scheduler has not
         run for longer than SchedulerStallTimeoutMs while it reports a running call
         is hard-killed so the pool manager can replace it."""
-        killed = []
+        killed: list[str] = []
         if self.stall_timeout_ms <= 0:      # only an Orchestrator built without one (the config always derives one)
             return killed
         now = self._mono()
@@ -331,11 +351,3 @@ class Orchestrator:
     def close_watches(self) -> None:
         """End every WatchTasks stream and TaskSession, after what they have queued."""
         self.subscriptions.close_all()
-
-
-def _close_quietly(scope) -> None:
-    """TaskIOScope.close() is synchronous: it fails pending waiters and drops the cache."""
-    try:
-        scope.close()
-    except Exception:  # noqa: BLE001
-        log.exception("closing an IO scope failed")

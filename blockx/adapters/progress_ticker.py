@@ -1,4 +1,4 @@
-"""ProgressTicker: TaskProgress on the updates of watched tasks (issue 15 part 2).
+"""ProgressTicker: TaskProgress on the updates of watched tasks.
 
 The counts are the DispatcherCore's (``task_progress``: total, done, failed,
 retried of a task's root calls); nothing here keeps a copy of them beyond the

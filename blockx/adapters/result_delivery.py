@@ -1,27 +1,24 @@
-"""A task result too large for one gRPC message: only that delivery fails.
+"""A result too large for one gRPC message: only that delivery fails.
 
 grpc refuses to send a message over the server's send limit
 (``grpcMaxMessageBytes``); left to itself it fails the whole RPC, so one huge
-result would end a TaskSession or a WatchTasks stream and every other task on
-it. ``ResultDelivery`` checks a reply or an update before it is written:
+message would end a TaskSession or a WatchTasks stream and every other task on
+it. Results go out in pages of at most resultPageBytes
+(blockx.adapters.result_pages), well under that limit; the one message that can
+still be over it is a GetTaskResult page that asked for an output by count
+(``outputs_limit``) when that output alone is larger than one message.
+``ResultDelivery`` measures that reply before it is written and refuses it
+with RESOURCE_EXHAUSTED and ``message()``, which names the size, the limit and
+the setting; on a session that is a SessionError for that request only.
+RESULT_TOO_LARGE flags a page that had to leave plugin details out (see
+result_pages).
 
-- a reply (GetTaskResult, SubmitTask, RequestTaskSlot, and their session ops)
-  that would not fit is refused with RESOURCE_EXHAUSTED and ``message()``, which
-  names the size, the limit and the setting; on a session that is a
-  SessionError for that request only;
-- an update (WatchTasks, a session's watch) that would not fit is delivered
-  without its outputs and plugin details (``without_outputs``), flagged with
-  failure_code RESULT_TOO_LARGE and the same message in failure_message; the
-  task's state is the one it reached, and the stream goes on.
-
-The check is cheap where it runs on every reply: the sizes of the outputs are
-summed (``result_bytes``, a len() each) and only a result within
-``ENVELOPE_BYTES`` of the limit is measured exactly (``ByteSize``). The result
-itself stays on the Worker, unchanged, for resultRetentionMs.
+The check is cheap where it runs: the sizes of the outputs are summed
+(``result_bytes``, a len() each) and only a result within ``ENVELOPE_BYTES`` of
+the limit is measured exactly (``ByteSize``). The result itself stays on the
+Worker, unchanged, for resultRetentionMs.
 """
 from __future__ import annotations
-
-from blockx.worker.v1 import worker_pb2 as pb
 
 RESULT_TOO_LARGE = "RESULT_TOO_LARGE"
 SETTING = "grpcMaxMessageBytes (WORKER_GRPC_MAX_MESSAGE_BYTES)"
@@ -29,7 +26,6 @@ SETTING = "grpcMaxMessageBytes (WORKER_GRPC_MAX_MESSAGE_BYTES)"
 # event and its batch) stays under this, so a smaller sum always fits.
 ENVELOPE_BYTES = 16 * 1024
 WRAP_BYTES = 64                     # SessionEventBatch > SessionEvent tags, lengths and request_id
-_KEPT_MESSAGE_CHARS = 1024          # of a plugin message, on an update that lost its outputs
 
 
 def result_bytes(snap) -> int:
@@ -70,36 +66,3 @@ class ResultDelivery:
                 f"and its result stays on the worker for resultRetentionMs. Raise {SETTING} on the worker "
                 "(and the client's receive limit), or have the task return less (e.g. write large outputs "
                 "with a ResultHandler)")
-
-    def fit_update(self, upd: pb.TaskUpdate, snap) -> pb.TaskUpdate:
-        """``upd``, or (when it would not fit) a copy without its outputs, flagged."""
-        if snap.result is None:
-            return upd
-        bulk = result_bytes(snap)
-        if bulk <= self._fits:
-            return upd
-        n = self.oversize(upd, bulk)
-        return self.without_outputs(upd, n) if n else upd
-
-    def without_outputs(self, upd: pb.TaskUpdate, size: int) -> pb.TaskUpdate:
-        """A copy of ``upd`` (never changed: it is shared by every subscriber) whose
-        result keeps its state, statistic and plugin verdicts but no outputs and
-        no plugin details; failure_code RESULT_TOO_LARGE says why."""
-        r = upd.result
-        msg = self.message(upd.task_id, size)
-        if r.failure_code:
-            msg += (f". The task's own failure was {r.failure_code}: "
-                    f"{r.failure_message[:_KEPT_MESSAGE_CHARS]}")
-        out = pb.TaskUpdate(task_id=upd.task_id, state=upd.state, is_terminal=upd.is_terminal)
-        if upd.HasField("progress"):
-            out.progress.CopyFrom(upd.progress)
-        res = out.result
-        res.state = r.state
-        res.retryable = r.retryable
-        res.failure_code = RESULT_TOO_LARGE
-        res.failure_message = msg
-        res.statistic.CopyFrom(r.statistic)
-        for p in r.plugin_results:
-            res.plugin_results.add(plugin=p.plugin[:_KEPT_MESSAGE_CHARS], ok=p.ok,
-                                   message=p.message[:_KEPT_MESSAGE_CHARS])
-        return out

@@ -1,4 +1,4 @@
-"""One TaskSession stream (DESIGN.md section 3a): many tasks on one gRPC stream.
+"""One TaskSession stream: many tasks on one gRPC stream (README.md, "TaskSession").
 
 A Session answers each request of a SessionRequestBatch in order, synchronously
 (the orchestrator runs on this loop), and collects the replies and the updates
@@ -16,10 +16,11 @@ watched task (the truth stays in WorkerCore and the DispatcherCore). Progress-on
 updates (``progress``) are shown only while the task's watch lasts and only when
 their counts differ from the ones last shown.
 
-A result too large for one gRPC message (``ResultDelivery``) fails only its own
-delivery: a reply that would carry it becomes a SessionError RESOURCE_EXHAUSTED
-for that request, an update of a watched task comes without its outputs, flagged
-RESULT_TOO_LARGE; the session and its other tasks go on. A request batch that
+A result goes out in pages (``ResultPages``): a reply or an update carries the
+outputs that fit resultPageBytes, and get_result's outputs_offset fetches the
+rest, so no result ends the session; the one reply that can be too large for a
+gRPC message (one output asked for by count, ``PageTooLarge``) is a SessionError
+RESOURCE_EXHAUSTED for that request alone. A request batch that
 does not decode (``Undecodable``) ends the session INVALID_ARGUMENT: which of its
 requests it held cannot be known, so none can be answered.
 """
@@ -31,8 +32,9 @@ import logging
 import grpc
 
 from blockx.adapters import wire
+from blockx.adapters.cancel import cancel, cancel_response
 from blockx.adapters.request_decode import Undecodable
-from blockx.adapters.result_delivery import ResultDelivery, result_bytes
+from blockx.adapters.result_pages import PageTooLarge, ResultPages, page_request
 from blockx.core.errors import InvalidArgumentError, WorkerError
 from blockx.core.worker_requests import require_task_id
 from blockx.worker.v1 import worker_pb2 as pb
@@ -42,7 +44,6 @@ log = logging.getLogger("blockx.session")
 MAX_WATCH_TASK_IDS = 10_000
 DEFAULT_MAX_PENDING_EVENTS = 65_536
 DEFAULT_MAX_PENDING_BYTES = 64 * 1024 * 1024
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024   # grpcMaxMessageBytes' default, when no ResultDelivery is given
 MAX_BATCH_BYTES = 1024 * 1024      # one SessionEventBatch stays far below a client's 4 MiB default limit
 EVENT_OVERHEAD_BYTES = 96          # a small event's rough footprint, for the byte bound
 
@@ -63,15 +64,16 @@ class SessionEnd(Exception):
 class Session:
     __slots__ = ("_orch", "_subs", "_encoder", "_count", "_caller", "_max_events", "_max_bytes", "_loop",
                  "_delivery", "_batch_bytes", "_out", "_sizes", "_bytes", "_waiter", "_last", "_shown",
-                 "_eof", "_end", "overflowed")
+                 "_eof", "_end", "overflowed", "_trace_context")
 
     def __init__(self, orch, encoder: wire.TaskUpdateEncoder, count, *,
                  max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
-                 delivery: ResultDelivery | None = None, caller=None) -> None:
+                 delivery: ResultPages | None = None, caller=None, trace_context=None) -> None:
         self._orch = orch
         self._caller = caller                    # the stream's identity, resolved once (blockx.adapters.auth)
-        self._delivery = delivery = delivery or ResultDelivery(DEFAULT_MAX_MESSAGE_BYTES)
+        self._trace_context = trace_context      # the stream's W3C trace context, parent of its tasks (trace_context.py)
+        self._delivery = delivery = delivery or ResultPages()
         # One SessionEventBatch of several events stays within one message too.
         self._batch_bytes = min(MAX_BATCH_BYTES, delivery.fits_bytes)
         self._subs = orch.subscriptions
@@ -114,30 +116,29 @@ class Session:
         orch = self._orch
         try:
             if op == "submit":
-                if not self._submit(rid, req.submit, req.follow):
-                    return
+                self._submit(rid, req.submit, req.follow)
             elif op == "request_slot":
                 r = req.request_slot
                 snap = orch.request_task_slot(r.task_id, r.ttl_ms, self._caller)
-                resp = wire.slot_response(snap)
-                size = _result_bytes(snap)
-                if size and self._too_big(rid, op, snap, resp, size):
-                    return
+                resp, size = self._delivery.reply(snap, "slot")
                 self._emit(_SessionEvent(request_id=rid, slot=resp), size)
             elif op == "get_result":
-                snap = orch.get_task_result(req.get_result.task_id, self._caller)
-                resp = wire.result_response(snap)
-                size = _result_bytes(snap)
-                if size and self._too_big(rid, op, snap, resp, size):
-                    return
+                g = req.get_result
+                offset, limit = page_request(g)
+                snap = orch.get_task_result(g.task_id, self._caller)
+                resp, size = self._delivery.reply(snap, "result", offset, limit)
                 self._emit(_SessionEvent(request_id=rid, result=resp), size)
             elif op == "watch":
                 self._watch(rid, req.watch.task_ids)
+            elif op == "cancel":
+                res = cancel(orch, req.cancel, self._caller)
+                resp, size = cancel_response(res, self._delivery)
+                self._emit(_SessionEvent(request_id=rid, cancelled=resp), size)
             else:
                 self._error(rid, "INVALID_ARGUMENT",
-                            "the request sets no op: set one of request_slot, submit, get_result or watch")
+                            "the request sets no op: set one of request_slot, submit, get_result, watch or cancel")
                 return
-        except WorkerError as err:
+        except (WorkerError, PageTooLarge) as err:
             self._error(rid, err.grpc_status_name, err.message, op)
             return
         except Exception:  # noqa: BLE001 - a bug answers this request, never ends the session
@@ -146,29 +147,17 @@ class Session:
             return
         self._count(_METHOD[op], "OK")
 
-    def _too_big(self, rid: int, op: str, snap, resp, size: int) -> bool:
-        """When ``resp`` (carrying ``snap``'s result) is too large for one message,
-        answer request ``rid`` RESOURCE_EXHAUSTED instead; True if so."""
-        n = self._delivery.oversize(resp, size)
-        if n:
-            self._error(rid, "RESOURCE_EXHAUSTED", self._delivery.message(snap.task_id, n), op)
-        return bool(n)
-
-    def _submit(self, rid: int, sub: pb.SubmitTaskRequest, follow: bool) -> bool:
-        """False when the reply was an error (the result too large to send)."""
+    def _submit(self, rid: int, sub: pb.SubmitTaskRequest, follow: bool) -> None:
         req, shadow = wire.submit_request_from_pb(sub)
-        snap = self._orch.submit_task(req, shadow=shadow, raw_request=sub, caller=self._caller)
-        resp = wire.submit_response(snap)
-        size = _result_bytes(snap)
-        if size and self._too_big(rid, "submit", snap, resp, size):
-            return False
+        snap = self._orch.submit_task(req, shadow=shadow, raw_request=sub, caller=self._caller,
+                                      trace_context=self._trace_context)
+        resp, size = self._delivery.reply(snap, "submit")     # a finished task's: the first page
         self._emit(_SessionEvent(request_id=rid, submitted=resp), size)
         if follow and not snap.is_terminal:
             tid = snap.task_id
             if tid not in self._last:
                 self._last[tid] = snap.state
                 self._subs.attach((tid,), self)
-        return True
 
     def _watch(self, rid: int, task_ids) -> None:
         ids = list(dict.fromkeys(task_ids))
@@ -184,11 +173,11 @@ class Session:
         snaps = [get(tid, caller) for tid in ids]   # NotFound for any id (or another's): nothing is watched
         encode = self._encoder
         attach = []
-        fit = self._delivery.fit_update
+        fit = self._delivery.update_page
         for snap in snaps:
             upd = encode(snap)
-            sent = fit(upd, snap)
-            self._emit(_SessionEvent(request_id=rid, update=sent), _result_bytes(snap) if sent is upd else 0)
+            sent, size = fit(upd, snap)
+            self._emit(_SessionEvent(request_id=rid, update=sent), size)
             if not snap.is_terminal:
                 tid = snap.task_id
                 if tid not in self._last:
@@ -200,7 +189,7 @@ class Session:
             self._subs.attach(attach, self)
 
     def _error(self, rid: int, code: str, message: str, op: str | None = None) -> None:
-        self._count(_METHOD.get(op, "TaskSession/none"), code)
+        self._count(_METHOD.get(op or "", "TaskSession/none"), code)
         self._emit(_SessionEvent(request_id=rid, error=_SessionError(code=_CODE[code], message=message)))
 
     # ---- subscriber ------------------------------------------------------------------
@@ -219,8 +208,8 @@ class Session:
             self._last[tid] = snap.state
             if upd.HasField("progress"):
                 self._shown[tid] = upd.progress
-        sent = self._delivery.fit_update(upd, snap)
-        self._emit(_SessionEvent(update=sent), _result_bytes(snap) if sent is upd else 0)
+        sent, size = self._delivery.update_page(upd, snap)
+        self._emit(_SessionEvent(update=sent), size)
 
     def progress(self, update) -> None:
         """A progress-only update (ProgressTicker) of a task this session may watch."""
@@ -327,7 +316,5 @@ class Session:
             self._waiter = None
 
 
-_METHOD = {op: f"TaskSession/{op}" for op in ("submit", "request_slot", "get_result", "watch")}
+_METHOD = {op: f"TaskSession/{op}" for op in ("submit", "request_slot", "get_result", "watch", "cancel")}
 
-
-_result_bytes = result_bytes

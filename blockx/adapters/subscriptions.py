@@ -23,7 +23,7 @@ snapshot is being delivered: delivery iterates over a copy.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from blockx.core.types import TaskSnapshot
 
@@ -83,7 +83,7 @@ class SubscriptionManager:
     def __init__(self, on_first_attach: Callable[[str], None],
                  on_last_detach: Callable[[str, bool], None]) -> None:
         self._by_task: dict[str, list] = {}
-        self._tasks_of: dict[object, set[str]] = {}      # subscriber -> the task ids it watches
+        self._tasks_of: dict[Any, set[str]] = {}      # subscriber -> the task ids it watches
         self._on_first_attach = on_first_attach
         self._on_last_detach = on_last_detach
         self.closed = False

@@ -22,24 +22,32 @@ from blockx.core.types import (
 )
 from blockx.plugins.builder_api import (MAX_EAGER_CALLS, BuildContext, BuilderError, is_async_streaming,
                                         is_streaming)
-from blockx.plugins.writer_api import PluginContext
+from blockx.adapters.writer_stream import StreamedWrite
+from blockx.plugins.writer_api import PluginContext, can_stream, parse_config, stream_options
 
 PackedCalls = load("calllist").PackedCalls   # the callList builder's packed call list
 log = logging.getLogger("blockx.phases")
+
+_PHASE_OF = {StartBuilderPhase: TaskPhase.BUILDER, StartCallPhase: TaskPhase.CALLS,
+             StartWriterPhase: TaskPhase.PLUGIN}
+_CALLS_STARTED = object()    # _inline_phase: the Calls phase runs; its end calls back
+_MUST_WAIT = object()        # _inline_phase: the phase has to wait; it is awaited in a Task
 
 
 class TaskPhases:
     """The per-task phases.
 
-    The driver runs a task's phases inline while none of them has to wait: a
-    synchronous builder whose gate has room, a Calls phase (started inline, its
-    end arrives as a callback from the dispatch actor), no plugin. The first
-    phase that must wait (a full gate, a plugin to await) hands the rest to one
-    asyncio Task (``_run_phases``), which awaits each phase as before."""
+    One phase loop (``_advance``) runs a task's phases in turn: inline while
+    none of them has to wait (a synchronous builder whose gate has room, a Calls
+    phase, started inline, whose end arrives as a callback from the dispatch
+    actor, no plugin); a phase that must wait (a full gate, an async builder, a
+    plugin to await) is awaited in an asyncio Task (``_await_phase``), which
+    then goes on with the same loop. ``end`` takes down what the phases hold
+    once the task is terminal."""
 
     def __init__(self, *, core, disp, actor, runtimes, fcode, builders, plugins, io_factory, admission,
                  stream_cfg, metrics, phase_io_timeout_ms: int, wall: Callable[[], int],
-                 on_converge: Callable[[ConvergeTask], None], traces=None) -> None:
+                 on_converge: Callable[[ConvergeTask], None], traces=None, spans=None, writer_stream=None) -> None:
         self.core = core
         self.disp = disp
         self.actor = actor
@@ -56,6 +64,10 @@ class TaskPhases:
         self._on_converge = on_converge
         self._loop = asyncio.get_running_loop()
         self.traces = traces                      # TraceStore (trace_recorder.py); None when tracing is off
+        self.spans = spans                        # TaskSpans (otel_spans.py); None when span export is off
+        # writerStream settings (the app config's WriterStreamSection, which the app
+        # passes); None: no writer streams, each runs after the Calls phase
+        self.writer_stream = writer_stream
 
     def drive(self, rt, cmd) -> None:
         """Activation (pin the code epoch, open the IO scope), then the phases."""
@@ -81,53 +93,95 @@ class TaskPhases:
             core.handle_task_activation_prepared(tid, cmd.slot_id, epoch, self._wall())))
 
     def _advance(self, rt, step) -> None:
-        """Run ``step()`` (it returns the next phase command), then every phase that
-        can run inline; stop at the Calls phase (its end calls back) or hand over
-        to a Task at the first phase that must wait."""
-        core = self.core
+        """The phase loop, the only one: run ``step()`` (it returns the next phase
+        command), then each phase in turn. A phase that can run inline runs here;
+        the Calls phase stops the loop once started (its end calls back and the
+        loop goes on from there); the first phase that must wait is awaited in one
+        asyncio Task (``_await_phase``), which then goes on with this loop."""
         tid = rt.task_id
         try:
             nxt = step()
             while nxt is not None and not rt.ended:
-                t = type(nxt)
-                if t is StartBuilderPhase:
-                    builder = self.builders.get(nxt.function_call.type)
-                    if builder is not None and is_async_streaming(builder):
-                        break                        # it awaits a database: run it in a Task
-                    if builder is not None and not self.admission.builder.try_enter():
-                        break
-                    outcome = self._builder_outcome(rt, nxt, builder, gated=builder is not None)
-                    phase = TaskPhase.BUILDER
-                elif t is StartCallPhase:
-                    if not self.admission.executor.try_enter():
-                        break
-                    rt.gate = self.admission.executor
-                    rt.on_calls_done = self._calls_done_inline
-                    failed = self._start_calls(rt, nxt)
-                    if failed is None:
-                        return                       # _calls_done_inline continues
-                    self.leave_calls(rt)
-                    outcome = failed
-                    phase = TaskPhase.CALLS
-                elif t is StartWriterPhase and nxt.result_handler is None:
-                    outcome = PhaseOutcome(ok=True)
-                    phase = TaskPhase.PLUGIN
-                else:
-                    break
-                nxt = self._apply_core(core.handle_task_phase_finished(tid, phase, outcome, self._wall()))
+                outcome = self._inline_phase(rt, nxt)
+                if outcome is _CALLS_STARTED:
+                    return                           # _calls_done_inline continues
+                if outcome is _MUST_WAIT:
+                    rt.runner = self._loop.create_task(self._await_phase(rt, nxt))
+                    return
+                nxt = self._phase_finished(tid, nxt, outcome)
         except Exception:  # noqa: BLE001 - a bug here must still converge the task
             log.exception("task %s phase driver crashed", tid)
             self._converge_after_crash(rt)
+
+    def _phase_finished(self, tid: str, cmd, outcome: PhaseOutcome):
+        """Report a phase's outcome to the core; the next phase command, if any."""
+        return self._apply_core(self.core.handle_task_phase_finished(
+            tid, _PHASE_OF[type(cmd)], outcome, self._wall()))
+
+    def _inline_phase(self, rt, cmd):
+        """Run phase ``cmd`` now if nothing in it has to wait: its outcome, or
+        _CALLS_STARTED (a Calls phase is running; its end calls back), or
+        _MUST_WAIT (a full gate, an async builder, a writer plugin)."""
+        t = type(cmd)
+        if t is StartBuilderPhase:
+            builder = self.builders.get(cmd.function_call.type)
+            if builder is not None and is_async_streaming(builder):
+                return _MUST_WAIT                    # it awaits a database
+            if builder is not None and not self.admission.builder.try_enter():
+                return _MUST_WAIT
+            return self._builder_outcome(rt, cmd, builder, gated=builder is not None)
+        if t is StartCallPhase:
+            if not self.admission.executor.try_enter():
+                return _MUST_WAIT
+            rt.gate = self.admission.executor
+            rt.on_calls_done = self._calls_done_inline
+            failed = self._start_calls(rt, cmd)
+            if failed is None:
+                return _CALLS_STARTED
+            self.leave_calls(rt)
+            return failed
+        if t is StartWriterPhase and cmd.result_handler is None:
+            return PhaseOutcome(ok=True)
+        if t is StartWriterPhase:
+            return _MUST_WAIT
+        raise TypeError(f"task {rt.task_id}: unexpected phase command {cmd!r}")
+
+    async def _await_phase(self, rt, cmd) -> None:
+        """Phase ``cmd`` of a task that has to wait for it, awaited; then the
+        phase loop goes on (inline again, or in another Task at the next wait)."""
+        tid = rt.task_id
+        try:
+            t = type(cmd)
+            if t is StartBuilderPhase:
+                builder = self.builders.get(cmd.function_call.type)
+                if builder is None:
+                    outcome = self._builder_outcome(rt, cmd, None, gated=False)
+                elif is_async_streaming(builder):
+                    async with self.admission.builder:
+                        outcome = await self._async_builder_outcome(rt, cmd, builder)
+                else:
+                    async with self.admission.builder:
+                        outcome = self._builder_outcome(rt, cmd, builder, gated=False)
+            elif t is StartCallPhase:
+                outcome = await self._calls_phase(rt, cmd)
+            else:
+                outcome = await self._writer_phase(rt, cmd)
+        except asyncio.CancelledError:
             return
-        if nxt is not None and not rt.ended:
-            rt.runner = self._loop.create_task(self._run_phases(rt, nxt))
+        except Exception:  # noqa: BLE001 - a bug here must still converge the task
+            log.exception("task %s runner crashed", tid)
+            self._converge_after_crash(rt)
+            return
+        rt.runner = None                             # this phase's wait is over
+        if not rt.ended:
+            self._advance(rt, lambda: self._phase_finished(tid, cmd, outcome))
 
     def _calls_done_inline(self, rt, conv) -> None:
         """The dispatch actor's ConvergeTaskCalls for a Calls phase started inline.
         The task moves on in a callback after the actor's batch (as a resumed Task
         would), so the actor's batch and its epilogue stay the actor's alone."""
         self.leave_calls(rt)
-        outcome = _calls_outcome(conv)
+        outcome = _calls_outcome(conv, rt)
         self._loop.call_soon(self._advance, rt, lambda: self._apply_core(self.core.handle_task_phase_finished(
             rt.task_id, TaskPhase.CALLS, outcome, self._wall())))
 
@@ -139,39 +193,36 @@ class TaskPhases:
         rt.on_calls_done = None
         self.metrics.observe_phase("calls", time.perf_counter() - rt.calls_started)
 
-    async def _run_phases(self, rt, nxt) -> None:
-        """The phases from ``nxt`` on, awaiting each (the path of a task that waits)."""
-        core = self.core
-        tid = rt.task_id
-        try:
-            while nxt is not None:
-                t = type(nxt)
-                if t is StartBuilderPhase:
-                    builder = self.builders.get(nxt.function_call.type)
-                    if builder is None:
-                        outcome = self._builder_outcome(rt, nxt, None, gated=False)
-                    elif is_async_streaming(builder):
-                        async with self.admission.builder:
-                            outcome = await self._async_builder_outcome(rt, nxt, builder)
-                    else:
-                        async with self.admission.builder:
-                            outcome = self._builder_outcome(rt, nxt, builder, gated=False)
-                    phase = TaskPhase.BUILDER
-                elif t is StartCallPhase:
-                    outcome = await self._calls_phase(rt, nxt)
-                    phase = TaskPhase.CALLS
-                elif t is StartWriterPhase:
-                    outcome = await self._writer_phase(rt, nxt)
-                    phase = TaskPhase.PLUGIN
-                else:  # pragma: no cover
-                    log.error("task %s: unexpected phase command %r", tid, nxt)
-                    return
-                nxt = self._apply_core(core.handle_task_phase_finished(tid, phase, outcome, self._wall()))
-        except asyncio.CancelledError:
-            pass
-        except Exception:  # noqa: BLE001 - a bug here must still converge the task
-            log.exception("task %s runner crashed", tid)
-            self._converge_after_crash(rt)
+    def end(self, rt) -> None:
+        """The task of ``rt`` is terminal (its runtime is already marked ended):
+        take down what its phases hold. The streaming producer stops (or a stream
+        opened and never produced from closes), a Calls phase's wait is cancelled
+        and its gate released, the phase runner is cancelled (unless it is what
+        ends the task), the IO scope closes and the pinned code view is released."""
+        if rt.producer is not None and not rt.producer.done():
+            rt.producer.cancel()
+        elif rt.producer is None and rt.stream is not None:
+            close = getattr(rt.stream, "close", None)   # opened, never produced from
+            if close is not None:
+                close()
+        if rt.calls_done is not None and not rt.calls_done.done():
+            rt.calls_done.cancel()
+        if rt.gate is not None and rt.runner is None:
+            self.leave_calls(rt)                 # an inline Calls phase ends with its task
+        rt.on_calls_done = None
+        runner = rt.runner
+        if runner is not None and not runner.done() and runner is not asyncio.current_task():
+            runner.cancel()
+        if rt.io_scope is not None:
+            try:
+                rt.io_scope.close()              # synchronous: fails pending waiters, drops the cache
+            except Exception:  # noqa: BLE001
+                log.exception("closing the IO scope of %s failed", rt.task_id)
+        if rt.view is not None:
+            try:
+                rt.view.release()
+            except Exception:  # noqa: BLE001
+                log.exception("releasing the code view of %s failed", rt.task_id)
 
     def _converge_after_crash(self, rt) -> None:
         if rt.ended:
@@ -192,6 +243,7 @@ class TaskPhases:
             else:
                 nxt = cmd
                 if self.traces is not None: self.traces.phase_started(cmd)  # trace hook
+                if self.spans is not None: self.spans.phase_started(cmd)  # span hook
         return nxt
 
     # ---- Builder -----------------------------------------------------------------
@@ -272,12 +324,16 @@ class TaskPhases:
         rp = cmd.call_retry_policy
         retry = (rp.max_attempts, rp.base_backoff_ms, rp.jitter_percent)
         if cmd.streaming:
+            failed = self._open_sink(rt)
+            if failed is not None:
+                return failed
+            hand_over = rt.sink is not None
             self.actor.post(lambda n: self.disp.commit_call_stream(
-                rt.task_id, cmd.call_failure_policy, retry, cmd.instance_id, n))
+                rt.task_id, cmd.call_failure_policy, retry, cmd.instance_id, n, hand_over))
             rt.credits = asyncio.Semaphore(self.stream_cfg.max_outstanding_batches)
             rt.producer = self.actor.spawn(self._produce(rt))
             return None
-        specs = cmd.calls or []
+        specs: Any = cmd.calls or []      # a list of call specs, or the builder's PackedCalls
         packed = type(specs) is PackedCalls
         try:
             if packed:      # callList: the builder's arrays become the queue as they are
@@ -304,11 +360,42 @@ class TaskPhases:
         self.actor.post(lambda n: self.disp.commit_call_phase(prepared, n))
         return None
 
+    def _open_sink(self, rt) -> PhaseOutcome | None:
+        """A streaming task whose writer can stream gets its StreamedWrite (rt.sink)
+        before its first batch; a failure outcome for a writer config it refuses."""
+        ws = self.writer_stream
+        ctx = self.core.get_task_context(rt.task_id)
+        rh = ctx.result_handler if ctx is not None else None
+        if ws is None or not ws.enabled or rh is None:
+            return None
+        plugin = self.plugins.get(rh.type)
+        if plugin is None or not can_stream(plugin):
+            return None
+        try:
+            stream, keep = stream_options(rh.type, parse_config(rh.type, rh.config))
+            if not stream:
+                return None
+            pctx = PluginContext(task_id=rt.task_id, instance_id=rt.instance_id, deadline_ms=rt.deadline_ms,
+                                 io_timeout_ms=self.phase_io_timeout_ms)
+            opened = plugin.open_stream(rh.config, pctx)
+        except Exception as exc:  # noqa: BLE001 - PluginError or a plugin bug
+            msg = str(exc) if str(exc).startswith(rh.type) else f"{rh.type}: {type(exc).__name__}: {exc}"
+            return PhaseOutcome.failure(fc.PLUGIN_FAILED, msg, plugin_results=[PluginResult(rh.type, False, msg)])
+        rt.sink = StreamedWrite(
+            rh.type, opened, keep_outputs=ws.keep_outputs if keep is None else keep,
+            keep_output_bytes=ws.keep_output_bytes, buffer_bytes=ws.buffer_bytes, write_bytes=ws.write_bytes,
+            on_failure=lambda r, retryable: self._fail_calls(rt, fc.PLUGIN_FAILED, r.message, retryable))
+        return None
+
     async def _calls_phase(self, rt, cmd: StartCallPhase) -> PhaseOutcome:
         await self.admission.executor.enter()
         rt.gate = self.admission.executor
         done = rt.calls_done = self._loop.create_future()
-        rt.on_calls_done = lambda rt_, conv: done.done() or done.set_result(conv)
+
+        def calls_done(rt_, conv) -> None:
+            if not done.done():
+                done.set_result(conv)
+        rt.on_calls_done = calls_done
         try:
             failed = self._start_calls(rt, cmd)
             if failed is not None:
@@ -317,7 +404,7 @@ class TaskPhases:
         finally:
             if rt.gate is not None:
                 self.leave_calls(rt)
-        return _calls_outcome(conv)
+        return _calls_outcome(conv, rt)
 
     def calls_converged(self, cmd) -> None:
         """The dispatch actor's ConvergeTaskCalls: the task's Calls phase is over."""
@@ -326,12 +413,12 @@ class TaskPhases:
             rt.on_calls_done(rt, cmd)
 
     @staticmethod
-    def _fail_calls(rt, code: str, message: str) -> None:
+    def _fail_calls(rt, code: str, message: str, retryable: bool = False) -> None:
         """End the Calls phase with a failure the dispatcher cannot see (the stream
-        itself broke); the core converges the task and the terminal path cancels
-        the calls still in flight."""
+        itself broke, its writer refused a batch); the core converges the task and
+        the terminal path cancels the calls still in flight."""
         if rt.on_calls_done is not None and not rt.ended:
-            rt.on_calls_done(rt, ConvergeTaskCalls(rt.task_id, False, code, message, False))
+            rt.on_calls_done(rt, ConvergeTaskCalls(rt.task_id, False, code, message, retryable))
 
     async def _produce(self, rt) -> None:
         """Streaming build: pull batches from the builder's stream under scanSem and
@@ -393,6 +480,13 @@ class TaskPhases:
                                         plugin_results=[PluginResult(rh.type, False, msg)])
         t0 = time.perf_counter()
         retryable = False
+        if rt.sink is not None:          # it consumed the batches as they settled: commit them
+            async with self.admission.plugin:
+                pr, retryable = await rt.sink.finish()
+            self.metrics.observe_phase("plugin", time.perf_counter() - t0)
+            if pr.ok:
+                return PhaseOutcome(ok=True, plugin_results=[pr], outputs_written=rt.sink.written)
+            return PhaseOutcome.failure(fc.PLUGIN_FAILED, pr.message, retryable, plugin_results=[pr])
         async with self.admission.plugin:
             # phaseIoTimeoutMs bounds each IO operation of the plugin (a statement,
             # a batch, a file), which the plugin applies; the phase as a whole is
@@ -430,8 +524,12 @@ def _with_digests(table: dict, specs) -> Iterator[tuple]:
         yield (fid, digest, s.args_json, entry)
 
 
-def _calls_outcome(conv) -> PhaseOutcome:
+
+
+def _calls_outcome(conv, rt=None) -> PhaseOutcome:
+    # A streamed task's outputs went to its writer; the result keeps the first ones.
+    outputs = rt.sink.kept if rt is not None and rt.sink is not None and conv.ok else conv.outputs
     return PhaseOutcome(ok=conv.ok, failure_code=conv.failure_code, failure_message=conv.failure_message,
-                        retryable=conv.retryable, outputs=conv.outputs, call_count=conv.call_count,
+                        retryable=conv.retryable, outputs=outputs, call_count=conv.call_count,
                         calls_failed=conv.calls_failed, call_retries=conv.call_retries,
                         cache_hits=conv.cache_hits)

@@ -3,30 +3,41 @@
 It holds what only the adapter can hold (the pinned function view, the IO
 scope, the asyncio task running the phases, the future the Calls phase waits
 on, the streaming producer) and none of the slot / phase truth, which stays in
-WorkerCore and DispatcherCore."""
+WorkerCore and DispatcherCore. TaskPhases sets these fields while the task's
+phases run and takes them down when the task ends (TaskPhases.end)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from blockx.adapters.admission import PhaseGate
+    from blockx.core.dispatch.commands import ConvergeTaskCalls
+    from blockx.plugins.builder_api import AsyncCallStream, CallStream
+    from blockx.plugins.function_code_view import FunctionView
+    from blockx.plugins.io.scope import TaskIOScope
 
 
 class TaskRuntime:
     __slots__ = ("task_id", "instance_id", "deadline_ms", "view", "io_scope", "runner",
                  "calls_done", "on_calls_done", "gate", "calls_started", "producer", "credits", "stream",
-                 "ended")
+                 "sink", "ended")
 
     def __init__(self, task_id: str, instance_id: str, deadline_ms: int) -> None:
         self.task_id = task_id
         self.instance_id = instance_id
         self.deadline_ms = deadline_ms
-        self.view: Any = None                 # plugins.function_code.FunctionView (pinned epoch)
-        self.io_scope: Any = None             # plugins.io TaskIOScope
-        self.runner: asyncio.Task | None = None
+        self.view: FunctionView | None = None           # the pinned code epoch's view
+        self.io_scope: TaskIOScope | None = None
+        self.runner: asyncio.Task | None = None          # the phases, once one of them had to wait
         self.calls_done: asyncio.Future | None = None   # resolved with the ConvergeTaskCalls command
-        self.on_calls_done: Any = None        # (rt, ConvergeTaskCalls) -> None while a Calls phase runs
-        self.gate: Any = None                 # the admission gate the running Calls phase holds
-        self.calls_started = 0.0              # perf_counter at the Calls phase's start
+        # while a Calls phase runs: called with (this runtime, its ConvergeTaskCalls)
+        self.on_calls_done: Callable[[TaskRuntime, ConvergeTaskCalls], None] | None = None
+        self.gate: PhaseGate | None = None               # the admission gate the running Calls phase holds
+        self.calls_started = 0.0                         # perf_counter at the Calls phase's start
         self.producer: asyncio.Task | None = None       # streaming build producer
         self.credits: asyncio.Semaphore | None = None   # streaming batch credit window
-        self.stream: Any = None
+        self.stream: CallStream | AsyncCallStream | None = None   # the builder's stream, streaming build
+        self.sink: Any = None                 # writer_stream.StreamedWrite: the writer consuming settled batches
         self.ended = False

@@ -70,6 +70,7 @@ def chrome_trace(tr: TaskTrace, now_us: int) -> dict:
     requested: dict[str, int] = {}          # subcall id -> when its parent asked
     retries: dict[str, tuple[int, int]] = {}    # call id -> (retry time, backoff ms) of its latest retry
     spans: list[_Span] = []
+    sp: _Span | None
 
     for ev in events:
         k = ev[0]

@@ -45,15 +45,18 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from blockx._fast import load
 from blockx.core.call_ids import task_id_of_call
 
 # The per-call part is a hot path (blockx/_fast/tracebuf.pyx, twin tracebuf_py.py).
 _tb = load("tracebuf")
-TaskTrace = _tb.TaskTrace
-CallRecorder = _tb.CallRecorder
+if TYPE_CHECKING:           # both forms have the same API (tracebuf.pyi is the twin's)
+    from blockx._fast.tracebuf_py import CallRecorder, TaskTrace
+else:
+    TaskTrace = _tb.TaskTrace
+    CallRecorder = _tb.CallRecorder
 TASK_START, TASK_END, PHASE, QUEUED, SENT, DONE = _tb.TASK_START, _tb.TASK_END, _tb.PHASE, _tb.QUEUED, _tb.SENT, _tb.DONE
 IO_WAIT, IO_DONE, SUBCALL, RETRY, LOST = _tb.IO_WAIT, _tb.IO_DONE, _tb.SUBCALL, _tb.RETRY, _tb.LOST
 CALL_KINDS, PINNED_KINDS, PINNED_RESERVE = _tb.CALL_KINDS, _tb.PINNED_KINDS, _tb.PINNED_RESERVE

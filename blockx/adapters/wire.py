@@ -47,7 +47,7 @@ def result_to_pb(r: TaskResult) -> pb.TaskResult:
     s = r.statistic
     return pb.TaskResult(
         state=int(r.state), failure_code=r.failure_code, failure_message=r.failure_message,
-        retryable=r.retryable, outputs=r.outputs,
+        retryable=r.retryable, outputs=r.outputs, outputs_total=len(r.outputs),
         plugin_results=[pb.PluginResult(plugin=p.plugin, ok=p.ok, message=p.message, details=p.details)
                         for p in r.plugin_results],
         statistic=pb.TaskStatistic(
@@ -55,6 +55,7 @@ def result_to_pb(r: TaskResult) -> pb.TaskResult:
             builder_ms=s.builder_ms, calls_ms=s.calls_ms, plugin_ms=s.plugin_ms,
             call_count=s.call_count, calls_failed=s.calls_failed,
             call_retries=s.call_retries, cache_hits=s.cache_hits),
+        outputs_written=r.outputs_written,
     )
 
 
@@ -78,10 +79,37 @@ def result_response(snap: TaskSnapshot) -> pb.GetTaskResultResponse:
 
 
 def task_update(snap: TaskSnapshot) -> pb.TaskUpdate:
-    if snap.result is not None and snap.state >= 3:
-        return pb.TaskUpdate(task_id=snap.task_id, state=int(snap.state), is_terminal=True,
-                             result=result_to_pb(snap.result))
+    r = snap.result
+    if r is not None and snap.state >= 3:
+        # The result is filled in place: a result= argument would build it and then copy it.
+        upd = pb.TaskUpdate(task_id=snap.task_id, state=int(snap.state), is_terminal=True)
+        _fill_result(upd.result, r)
+        return upd
     return pb.TaskUpdate(task_id=snap.task_id, state=int(snap.state), is_terminal=False)
+
+
+def _fill_result(out: pb.TaskResult, r: TaskResult) -> None:
+    """``out`` (an empty pb.TaskResult) becomes what result_to_pb(r) returns."""
+    s = r.statistic
+    out.state = int(r.state)
+    if r.failure_code:
+        out.failure_code = r.failure_code
+    if r.failure_message:
+        out.failure_message = r.failure_message
+    if r.retryable:
+        out.retryable = True
+    if r.outputs:
+        out.outputs.extend(r.outputs)
+        out.outputs_total = len(r.outputs)
+    if r.outputs_written:
+        out.outputs_written = r.outputs_written
+    for p in r.plugin_results:
+        out.plugin_results.add(plugin=p.plugin, ok=p.ok, message=p.message, details=p.details)
+    out.statistic.MergeFrom(pb.TaskStatistic(
+        accepted_at_ms=s.accepted_at_ms, finished_at_ms=s.finished_at_ms,
+        builder_ms=s.builder_ms, calls_ms=s.calls_ms, plugin_ms=s.plugin_ms,
+        call_count=s.call_count, calls_failed=s.calls_failed,
+        call_retries=s.call_retries, cache_hits=s.cache_hits))
 
 
 class TaskUpdateEncoder:
@@ -92,8 +120,8 @@ class TaskUpdateEncoder:
     __slots__ = ("_snap", "_update", "_progress_of")
 
     def __init__(self, progress_of=None) -> None:
-        self._snap = None
-        self._update = None
+        self._snap: TaskSnapshot | None = None
+        self._update: pb.TaskUpdate | None = None
         self._progress_of = progress_of
 
     def __call__(self, snap: TaskSnapshot) -> pb.TaskUpdate:
@@ -106,4 +134,6 @@ class TaskUpdateEncoder:
                     pr.calls_total, pr.calls_done, pr.calls_failed, pr.calls_retried = p
             self._update = upd
             self._snap = snap
+            return upd
+        assert self._update is not None          # built with self._snap
         return self._update

@@ -1,4 +1,4 @@
-"""WorkerStatusReader: the answer to GetWorkerStatus (issue 15 part 3).
+"""WorkerStatusReader: the answer to GetWorkerStatus.
 
 It reads, at request time, from the parts that own each value and keeps no copy
 of any: the slot table, the active tasks' phases, readiness and draining from

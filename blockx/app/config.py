@@ -1,6 +1,6 @@
 """WorkerFullConfig: every knob of a running Worker, and how it is loaded.
 
-Load order (spec, Worker > Configuration): built-in defaults -> the Profile's
+Load order (README.md, "Configuration"): built-in defaults -> the Profile's
 registry prefix and `tune_defaults` -> the JSON file named by WORKER_CONFIG (only the
 keys present override; unknown keys and wrong JSON types are errors) -> environment
 variables. A value written explicitly in the file or the environment always wins,
@@ -48,6 +48,7 @@ __all__ = [
     "LOG_LEVELS", "MiB", "SPAWN_MODES_SUPPORTED", "STALL_DERIVED_MARGIN_MS", "UDS_PATH_MAX",
     "AdmissionSection", "ConfigError", "DataPlaneSection", "DispatcherSection", "IOBackendSection", "IOBackendsSection",
     "RpcBackendSection", "SqlBackendSection", "StreamBuildSection", "WorkerFullConfig", "WorkerSection",
+    "WriterStreamSection",
     "apply_env", "apply_json", "check_registry_prefix", "default_functions_dir", "default_socket_path",
     "env_vars", "expected_registry_segment", "load_config", "load_config_file", "outbound_ip",
     "parse_bool", "parse_float", "parse_int", "split_host_port",
@@ -112,6 +113,22 @@ class StreamBuildSection:
     max_outstanding_batches: int = _f(_DISPATCHER["max_outstanding_batches"])
     batch_max_rows: int = _f(_DISPATCHER["batch_max_rows"])
     batch_max_args_bytes: int = _f(_DISPATCHER["batch_max_args_bytes"])
+
+
+@dataclass
+class WriterStreamSection:
+    """A streaming builder's writer, when it can (tableUpserts), consumes each
+    settled batch as the task runs, inside one transaction that becomes visible
+    only when the task succeeds (blockx.plugins.writer_api)."""
+    enabled: bool = _f(True, env="WRITER_STREAM_ENABLED",
+                       doc="false: every writer runs after the Calls phase over every output")
+    keep_outputs: int = _f(1_000, env="WRITER_STREAM_KEEP_OUTPUTS",
+                           doc="outputs a streamed task keeps in its TaskResult (the first ones); "
+                               "a task's keepOutputs overrides")
+    keep_output_bytes: int = _f(1 * MiB, doc="bound of the kept outputs' bytes")
+    buffer_bytes: int = _f(8 * MiB, doc="per task: outputs waiting for the writer past which a settled batch's "
+                               "credit waits for the writer")
+    write_bytes: int = _f(2 * MiB, doc="outputs gathered into one write of the writer")
 
 
 @dataclass
@@ -194,6 +211,9 @@ class DataPlaneSection:
     scan_max_row_bytes: int = _f(4 * MiB, env="SCAN_MAX_ROW_BYTES",
                                  doc="one dbscan / bundleScan row as call arguments; a larger row fails the task")
     bundle_max_files: int = _f(100_000, env="BUNDLE_MAX_FILES", doc="files one bundleScan may match")
+    duckdb_memory_limit_mb: int = _f(128, json_name="duckdbMemoryLimitMb",
+                                     doc="buffer pool of each DuckDB file source inside the Worker; past it "
+                                         "DuckDB evicts and spills to disk; 0 = DuckDB's own (80% of the RAM)")
 
 
 @dataclass
@@ -204,7 +224,17 @@ class WorkerFullConfig:
                                    doc='"none" or empty skips registration')
     worker_registry_prefix: str = _f("", env="WORKER_REGISTRY_PREFIX", doc="from the profile")
     executor_count: int = _f(8, env="EXECUTOR_COUNT")
-    executor_spawn_mode: str = _f("process", env="EXECUTOR_SPAWN_MODE", doc="process or sandbox (bubblewrap)")
+    executor_spawn_mode: str = _f("process", env="EXECUTOR_SPAWN_MODE",
+                                  doc="process or sandbox (bubblewrap or runc, see executorSandboxRuntime)")
+    executor_sandbox_runtime: str = _f("bwrap", env="EXECUTOR_SANDBOX_RUNTIME",
+                                       doc="sandbox: bwrap (bubblewrap) or oci (a runc container)")
+    executor_cpu_millicores: int = _f(0, env="EXECUTOR_CPU_MILLICORES",
+                                      doc="sandbox oci: CPU per executor, 1000 = one core; 0 = none")
+    executor_python: str = _f("", env="EXECUTOR_PYTHON",
+                              doc="interpreter of the executors (a venv with the functions' packages); "
+                                  "empty: the Worker's")
+    executor_site_packages: list[str] = _f(default_factory=list, env="EXECUTOR_SITE_PACKAGES",
+                                           doc="directories of packages for functions, on the executors' path")
     executor_memory_limit_mb: int = _f(1024, env="EXECUTOR_MEMORY_LIMIT_MB", doc="sandbox: per executor; 0 = none")
     executor_max_processes: int = _f(64, env="EXECUTOR_MAX_PROCESSES", doc="sandbox: per executor; 0 = none")
     executor_max_open_files: int = _f(1024, env="EXECUTOR_MAX_OPEN_FILES", doc="sandbox: per executor; 0 = none")
@@ -218,6 +248,7 @@ class WorkerFullConfig:
     worker: WorkerSection = _f(default_factory=WorkerSection)
     admission: AdmissionSection = _f(default_factory=AdmissionSection)
     stream_build: StreamBuildSection = _f(default_factory=StreamBuildSection)
+    writer_stream: WriterStreamSection = _f(default_factory=WriterStreamSection)
     dispatcher: DispatcherSection = _f(default_factory=DispatcherSection)
     heartbeat_interval_ms: int = _f(200, env="WORKER_HEARTBEAT_INTERVAL", env_kind="duration")
     drain_timeout_ms: int = _f(30_000, env="DRAIN_TIMEOUT_MS")
@@ -231,6 +262,9 @@ class WorkerFullConfig:
     # Bounds of the gRPC side (blockx.adapters.grpc_limits).
     grpc_max_message_bytes: int = _f(64 * MiB, env="WORKER_GRPC_MAX_MESSAGE_BYTES",
                                      doc="largest gRPC message sent or received; a larger result is not delivered")
+    result_page_bytes: int = _f(1 * MiB, env="RESULT_PAGE_BYTES",
+                                doc="largest message carrying a result: one page of its outputs; "
+                                    "at most grpcMaxMessageBytes - 16 KiB")
     grpc_max_concurrent_streams: int = _f(1_000, env="WORKER_GRPC_MAX_CONCURRENT_STREAMS",
                                           doc="HTTP/2 streams (RPCs) at once on one client connection")
     grpc_max_concurrent_rpcs: int = _f(10_000, env="WORKER_GRPC_MAX_CONCURRENT_RPCS",
@@ -269,7 +303,7 @@ class WorkerFullConfig:
                                                 doc="backstop beside pub/sub: the epoch key read every N ms")
     socket_path: str = _f(default_factory=default_socket_path, env="EXECUTOR_SOCKET_PATH")
     metrics_listen: str = _f("127.0.0.1:9464", env="METRICS_LISTEN", doc="empty disables")
-    # issue 15 part 4: the memory diagnostics log line (the spec names no setting for it)
+    # the memory diagnostics log line (a JSON key only, no environment variable)
     memory_diagnostics_interval_ms: int = _f(60_000, doc="memory_diagnostics log line every N ms; 0 disables")
     shadow_submit_target_addr: str = _f("", env="SHADOW_SUBMIT_TARGET_ADDR")
     shadow_submit_sample_rate: float = _f(0.0, env="SHADOW_SUBMIT_SAMPLE_RATE")
@@ -277,7 +311,7 @@ class WorkerFullConfig:
                                        doc="the bearer token for the shadow target (a file); empty: $BLOCKX_TOKEN, "
                                            "else <stateDir>/auth-token")
     io_backends: IOBackendsSection = _f(default_factory=IOBackendsSection)
-    # Isolation and trust (issue 14): TLS files are PEM paths; empty = off.
+    # Isolation and trust: TLS files are PEM paths; empty = off.
     tls_cert: str = _f("", env="WORKER_TLS_CERT", doc="gRPC port certificate; set with tlsKey: TLS on")
     tls_key: str = _f("", env="WORKER_TLS_KEY")
     tls_client_ca: str = _f("", env="WORKER_TLS_CLIENT_CA", doc="set: mutual TLS, clients need a cert it signed")
@@ -302,7 +336,7 @@ class WorkerFullConfig:
                                           'empty: a `local` DuckDB under dataPlane.stateDir')
     data_plane: DataPlaneSection = _f(default_factory=DataPlaneSection)
     log_level: str = _f("INFO", env="LOG_LEVEL")
-    # --- task traces (issue 15 part 1: GetTaskTrace, `blockx trace`) ---
+    # --- task traces (GetTaskTrace, `blockx trace`) ---
     trace_enabled: bool = _f(True, env="TRACE_ENABLED",
                              doc="record a bounded timeline per task, served by GetTaskTrace; false: none")
     trace_max_events_per_task: int = _f(10_000, env="TRACE_MAX_EVENTS_PER_TASK",
@@ -311,6 +345,9 @@ class WorkerFullConfig:
                                         doc="budget of events of ended tasks' traces (each counts >= 32); "
                                             "past it the oldest ended traces are evicted")
     # --- end task traces ---
+    # OpenTelemetry spans (exported only when OTEL_EXPORTER_OTLP_ENDPOINT is set; otel_export.py)
+    otel_call_span_rate: float = _f(0.01, env="BLOCKX_OTEL_CALL_SPAN_RATE",
+                                    doc="fraction of a sampled task's calls that get a span of their own, 0..1")
 
     # The deployment of the profile this config was loaded for (not a JSON key):
     # lets violations() check the registry prefix without being handed the profile.
@@ -333,7 +370,7 @@ class WorkerFullConfig:
         Derived as callDeadlineMs + 5 s; an explicit value at or below
         callDeadlineMs + 1 s is raised to the derived one, so a call that is merely
         using its whole budget is never mistaken for a wedged executor. An
-        unlimited budget (callDeadlineMs = 0) derives 5 s, as the spec says."""
+        unlimited budget (callDeadlineMs = 0) derives 5 s, so the backstop is never off."""
         d = self.dispatcher
         return derive_stall_timeout_ms(d.call_deadline_ms, d.scheduler_stall_timeout_ms)
 
@@ -435,10 +472,10 @@ class WorkerFullConfig:
             raise ConfigError(problems)
 
 
-def _build(cls, values: dict[str, Any]):
+def _build(cls: Any, values: dict[str, Any]):
     """Instantiate a core config dataclass from the keys it declares, so the app
     config can carry fields a core has not (yet) adopted without breaking."""
-    if is_dataclass(cls):
+    if is_dataclass(cls) and isinstance(cls, type):
         names = {f.name for f in fields(cls) if f.init}
         return cls(**{k: v for k, v in values.items() if k in names})
     return cls(**values)

@@ -32,12 +32,15 @@ if TYPE_CHECKING:
 
 # Linux sun_path is 108 bytes including the terminating NUL.
 UDS_PATH_MAX = 107
-# The etcd lease the Worker keeps alive with its heartbeats (spec: TTL 10 s).
+# The etcd lease the Worker keeps alive with its heartbeats (TTL 10 s).
 ETCD_LEASE_TTL_MS = 10_000
 SPAWN_MODES_SUPPORTED = ("process", "sandbox")
+SANDBOX_RUNTIMES = ("bwrap", "oci")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
 BLOCK_REGISTRY_SEGMENT = "workers"
 BUNDLE_REGISTRY_SEGMENT = "bundle-workers"
+# resultPageBytes stays this far under grpcMaxMessageBytes (blockx.adapters.result_delivery.ENVELOPE_BYTES).
+PAGE_HEADROOM_BYTES = 16 * 1024
 
 # Settings only the app has (top level of the config).
 APP_RULES = (
@@ -50,6 +53,7 @@ APP_RULES = (
     Rule("session_max_pending_events", 1),
     Rule("session_max_pending_bytes", 1),
     Rule("grpc_max_message_bytes", 64 * 1024, 2**31 - 1, note="grpc takes a 32-bit size"),
+    Rule("result_page_bytes", 16 * 1024, 2**31 - 1),
     Rule("grpc_max_concurrent_streams", 1),
     Rule("grpc_max_concurrent_rpcs", 1),
     Rule("grpc_max_connections", 1),
@@ -68,9 +72,10 @@ APP_RULES = (
     Rule("executor_output_line_bytes", 1),
     Rule("executor_output_bytes_per_s", 1),
     Rule("shadow_submit_sample_rate", 0, 1, kind=float),
-    Rule("memory_diagnostics_interval_ms", 0, note="0 disables the memory diagnostics log line"),  # issue 15
+    Rule("memory_diagnostics_interval_ms", 0, note="0 disables the memory diagnostics log line"),
     Rule("trace_max_events_per_task", MIN_TRACE_EVENTS, note="events kept per task trace"),   # task traces
     Rule("trace_retained_max_events", RETAINED_FLOOR_EVENTS, note="one ended trace"),            # task traces
+    Rule("otel_call_span_rate", 0, 1, kind=float),                                                # OpenTelemetry
 )
 IO_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 0, note="0 = phaseIoTimeoutMs"))
 SQL_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 1), Rule("max_rows", 1),
@@ -79,8 +84,10 @@ RPC_BACKEND_RULES = (Rule("timeout_ms", 1), Rule("concurrency", 1), Rule("max_qu
                      Rule("max_batch", 1, 10_000),
                      Rule("max_response_bytes", 1, 15 * 1024 * 1024, note="a result travels in one 16 MiB frame"),
                      Rule("retries", 0, 10), Rule("retry_backoff_ms", 0, 60_000))
+WRITER_STREAM_RULES = (Rule("enabled", kind=bool), Rule("keep_outputs", 0, note="0 keeps none"),
+                       Rule("keep_output_bytes", 0), Rule("buffer_bytes", 1), Rule("write_bytes", 1))
 DATA_PLANE_RULES = (Rule("scan_fetch_rows", 1, 1_000_000), Rule("scan_max_row_bytes", 1),
-                    Rule("bundle_max_files", 1))
+                    Rule("bundle_max_files", 1), Rule("duckdb_memory_limit_mb", 0, note="0 = DuckDB's own"))
 
 
 def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
@@ -131,12 +138,32 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
         problem = run_as_problem(cfg.executor_user, name("executorUser"))
         if problem:
             out.append(problem)
+    elif cfg.executor_sandbox_runtime not in SANDBOX_RUNTIMES:
+        pass                                            # said below
     elif cfg.executor_spawn_mode == "sandbox":
-        # Never a silent fallback to "process": no bwrap, or no namespaces, stops the Worker.
-        from blockx.adapters.executor.sandbox import sandbox_problem
-        problem = sandbox_problem()
+        # Never a silent fallback: no bwrap/runc, or no namespaces/cgroups, stops the Worker.
+        if cfg.executor_sandbox_runtime == "oci":
+            from blockx.adapters.executor.oci import oci_problem as problem_of
+        else:
+            from blockx.adapters.executor.sandbox import sandbox_problem as problem_of
+        problem = problem_of()
         if problem:
             out.append(problem)
+    if cfg.executor_python or cfg.executor_site_packages:
+        from blockx.adapters.executor.executor_env import executor_env_problems
+        out.extend(executor_env_problems(cfg.executor_python, cfg.executor_site_packages,
+                                         python_setting=name("executorPython"),
+                                         site_setting=name("executorSitePackages")))
+    if cfg.executor_sandbox_runtime not in SANDBOX_RUNTIMES:
+        out.append(f"{name('executorSandboxRuntime')} must be \"bwrap\" or \"oci\" "
+                   f"(got {cfg.executor_sandbox_runtime!r})")
+    if type(cfg.executor_cpu_millicores) is int and cfg.executor_cpu_millicores < 0:
+        out.append(f"{name('executorCpuMillicores')} must be 0 (no limit) or a positive number of "
+                   f"millicores, 1000 = one core (got {cfg.executor_cpu_millicores})")
+    elif cfg.executor_cpu_millicores and cfg.executor_sandbox_runtime != "oci":
+        out.append(f"{name('executorCpuMillicores')} is a limit of the oci sandbox runtime; set "
+                   f"{name('executorSandboxRuntime')} to \"oci\" (with {name('executorSpawnMode')} "
+                   "\"sandbox\"), or set it to 0")
 
     # The settings the cores carry, by the cores' rules.
     top = section((cfg, ""))
@@ -152,6 +179,7 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
                 out.append(problem)
     check(cfg.admission, ADMISSION_RULES, section((cfg.admission, "admission.")), out)
     check(cfg.stream_build, DISPATCHER_RULES, section((cfg.stream_build, "streamBuild.")), out)
+    check(cfg.writer_stream, WRITER_STREAM_RULES, section((cfg.writer_stream, "writerStream.")), out)
     check(cfg.dispatcher, DISPATCHER_RULES, section((cfg.dispatcher, "dispatcher.")), out)
     inflight = cfg.dispatcher.executor_max_inflight
     if type(inflight) is int and inflight > OUTBOX_DEPTH:
@@ -161,7 +189,13 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
                    "calls in flight)")
 
     # The settings only the app has.
-    check(cfg, APP_RULES, top, out)
+    if check(cfg, APP_RULES, top, out):
+        room = cfg.grpc_max_message_bytes - PAGE_HEADROOM_BYTES
+        if cfg.result_page_bytes > room:
+            out.append(f"{name('resultPageBytes')} ({cfg.result_page_bytes}) must be at most "
+                       f"{name('grpcMaxMessageBytes')} ({cfg.grpc_max_message_bytes}) - {PAGE_HEADROOM_BYTES} "
+                       f"= {room}: a page of a result must fit one gRPC message; lower the first or raise "
+                       "the second")
     if cfg.etcd_enabled and cfg.heartbeat_interval_ms >= ETCD_LEASE_TTL_MS:
         out.append(f"{name('heartbeatIntervalMs')} ({cfg.heartbeat_interval_ms}) must be below the "
                    f"{ETCD_LEASE_TTL_MS // 1000} s etcd lease TTL, or the registration expires "

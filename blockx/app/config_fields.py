@@ -1,7 +1,7 @@
 """Field metadata of the configuration dataclasses, and walks over them.
 
-Every field declares its JSON name (the spec's camelCase path; derived from the
-Python name unless given) and, where the spec has one, its environment variable,
+Every field declares its JSON name (the camelCase path of WORKER_CONFIG; derived from the
+Python name unless given) and, where it has one, its environment variable,
 so loading, `to_dict()` and the error messages all speak the names an operator
 types. The walks here are generic over any tree of such dataclasses and never
 name WorkerFullConfig, so the modules that load and check a config can use them
@@ -13,7 +13,7 @@ from dataclasses import MISSING, field, fields, is_dataclass
 from typing import Any, get_type_hints
 
 # Environment variables that belong to nested fields (the nested field's metadata
-# names the variable only where the spec gives one; these are extras of this build).
+# names the variable of a top-level setting; these are the nested ones that have one too).
 EXTRA_ENV = {
     "ioBackends.devstub.concurrency": "IO_DEVSTUB_CONCURRENCY",
     "ioBackends.devstub.enabled": "IO_DEVSTUB_ENABLED",

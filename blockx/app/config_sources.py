@@ -1,6 +1,6 @@
 """Applying one configuration source onto a loaded config: a decoded JSON object,
 the WORKER_CONFIG file, or the environment (blockx.app.config.load_config runs
-them in the spec's order).
+them in the load order its docstring states).
 
 Only the keys / variables present override. Each source collects every bad key
 or value before failing, so one ConfigError lists them all; an unknown JSON key

@@ -2,8 +2,8 @@
 
 Every line carries `ts` (RFC 3339 UTC, milliseconds), `level`, `logger` and `msg`,
 then the record's structured fields at the top level. Fields come from
-`extra={"fields": {...}}` or from `log_event(logger, "task_finished", **fields)`,
-which also sets `event`. A field whose name collides with one of the fixed keys
+`extra={"fields": {...}}` or from `log_event(logger, "task_finished", **fields)`
+(blockx.log_event), which also sets `event`. A field whose name collides with one of the fixed keys
 is kept under `field.<name>` rather than silently overwriting it.
 
 Logging must never take the Worker down: values orjson cannot encode are
@@ -32,7 +32,7 @@ from typing import IO, Any
 
 import orjson
 
-__all__ = ["JsonFormatter", "RateLimiter", "log_event", "parse_level", "setup_logging"]
+__all__ = ["JsonFormatter", "RateLimiter", "parse_level", "setup_logging"]
 
 RESERVED = ("ts", "level", "logger", "msg", "event", "exc", "stack")
 _OPTS = orjson.OPT_NON_STR_KEYS
@@ -101,10 +101,19 @@ def _is_repeated(field: Any) -> bool:
     return field.label == field.LABEL_REPEATED
 
 
+# The last whole second formatted and its text, one tuple (replaced whole, so a
+# thread never reads one second with another's text): strftime once per second.
+_second: tuple[int, str] = (-1, "")
+
+
 def _iso_ms(created: float) -> str:
+    global _second
     secs = int(created)
     ms = int((created - secs) * 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{ms:03d}Z"
+    last = _second
+    if last[0] != secs:
+        last = _second = (secs, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)))
+    return f"{last[1]}.{ms:03d}Z"
 
 
 class JsonFormatter(logging.Formatter):
@@ -218,6 +227,7 @@ class _LoopBatchedStreamHandler(_SafeStreamHandler):
         lines, self._pending = self._pending, []
         if not lines:
             return
+        assert self.lock is not None      # logging.Handler.__init__ created it
         with self.lock:
             try:
                 self.stream.write("\n".join(lines) + "\n")
@@ -251,13 +261,6 @@ def setup_logging(level: str | int = "info", *, stream: IO[str] | None = None,
     root.setLevel(lvl)
     logging.captureWarnings(True)
     return handler
-
-
-def log_event(logger: logging.Logger, event: str, level: int = logging.INFO,
-              exc_info: Any = None, **fields: Any) -> None:
-    """Log a named event with structured fields: `log_event(log, "task_finished", taskId=...)`."""
-    if logger.isEnabledFor(level):
-        logger.log(level, event, exc_info=exc_info, extra={"event": event, "fields": fields})
 
 
 class RateLimiter:

@@ -1,7 +1,6 @@
 """The memory diagnostics log line: every `memoryDiagnosticsIntervalMs`
 (default 60 s; 0 disables) one `memory_diagnostics` event with what holds the
-Worker's memory, the Python counterpart of the spec's memory_diagnostics.go
-(Go runtime stats and RSS there; the interpreter's GC counts and RSS here).
+Worker's memory: the interpreter's GC counts, RSS, and what the cores hold.
 
 Fields: `rss_bytes` (this process), `queued_calls` (roots waiting for an
 executor), `calls_held` (call contexts the dispatcher holds: admitted calls and
@@ -23,7 +22,7 @@ import logging
 import os
 import resource
 
-from blockx.app.logs import log_event
+from blockx.log_event import log_event
 
 __all__ = ["MemoryDiagnostics", "rss_bytes"]
 

@@ -1,7 +1,7 @@
 """Profile: what distinguishes one deployment form of the Worker from another.
 
 An entry point declares a Profile and hands it to `run.serve`; it never wires
-anything itself (spec, Worker > Extension points). A Profile only selects: which
+anything itself. A Profile only selects: which
 builders and writer plugins are registered (a builder not listed is not registered,
 and tasks naming it fail with BUILDER_NOT_FOUND), the etcd registry prefix, the
 service label, and `tune_defaults`, which may change built-in defaults but never
@@ -92,7 +92,7 @@ def _dev_defaults(cfg: WorkerFullConfig) -> None:
     cfg.io_backends.devstub.enabled = True
 
 
-# Production profiles register only real builders and writers (the spec's lists:
+# Production profiles register only real builders and writers (README.md lists them:
 # block has dbscan, callList, bundleScan and every writer; bundle has bundleScan and
 # callList with bundleWrite and tableUpserts). The dev stubs (builders static,
 # payload and rangeScan, a stand-in for a streaming scan; writers log and test,

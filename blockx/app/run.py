@@ -1,6 +1,6 @@
 """`serve(cfg, profile)`: the one wiring and start / stop sequence of a Worker.
 
-Start (spec order): logging and metrics -> IO backends, Function Code View,
+Start, in this order: logging and metrics -> IO backends, Function Code View,
 registries, cores, Orchestrator, gRPC server -> UDS adapter and executor pool ->
 dispatch actor + 500 ms tick -> gRPC serve -> on the first healthy executor:
 ready, health SERVING, etcd registration and heartbeats.
@@ -33,23 +33,30 @@ from blockx.adapters.auth_tokens import TokenStore, ensure_local_token
 from blockx.adapters.etcd_publisher import EtcdPublisher
 from blockx.adapters.executor.adapter import ExecutorAdapter
 from blockx.adapters.executor.credentials import ExecutorCredentials
+from blockx.adapters.executor.oci import OciSandbox
 from blockx.adapters.executor.output import ExecutorOutput
-from blockx.adapters.executor.pool import PoolManager, executor_ids
+from blockx.adapters.executor.executor_env import ExecutorEnvironment
+from blockx.adapters.executor.pool import PoolManager, build_child_env, executor_ids
 from blockx.adapters.executor.run_as import executor_run_as_user
 from blockx.adapters.executor.sandbox import Sandbox, SandboxLimits
 from blockx.adapters.grpc_limits import GrpcLimits
-from blockx.adapters.grpc_server import build_server, set_health
+from blockx.adapters.grpc_server import build_server, set_alive, set_health
+from blockx.adapters.systemd_notify import SystemdNotifier
 from blockx.adapters.metrics import Metrics
+from blockx.adapters import otel_export
+from blockx.adapters.otel_pipe import ExporterPipe
+from blockx.adapters.otel_spans import TaskSpans
 from blockx.adapters.orchestrator import Orchestrator, wall_ms
 from blockx.adapters.trace_recorder import TraceStore
 from blockx.adapters.shadow import ShadowForwarder
 from blockx.adapters.tls import ServerTLS, ServerTLSFiles
 from blockx.adapters.worker_status import WorkerStatusReader
-from blockx.app.logs import log_event, setup_logging
+from blockx.app.logs import setup_logging
+from blockx.log_event import log_event
 from blockx.app.memory_diagnostics import MemoryDiagnostics
 from blockx.app.state_dir import ensure_state_dir
 from blockx.client.credentials import resolve_token
-from blockx.client.tls import ClientTLS
+from blockx.tls.client_tls import ClientTLS
 from blockx.core.dispatch.dispatcher import DispatcherCore
 from blockx.core.worker import WorkerCore
 from blockx.plugins.builders import BuilderRegistry
@@ -103,14 +110,34 @@ def client_tls(ca: str, cert: str, key: str) -> ClientTLS | None:
     return ClientTLS(ca, cert, key) if (ca or cert or key) else None
 
 
-def executor_sandbox(cfg) -> Sandbox | None:
-    """EXECUTOR_SPAWN_MODE=sandbox: bubblewrap around every executor (config
-    validation already refused a machine where it cannot run)."""
+async def task_spans(cfg, profile, env=os.environ) -> TaskSpans | None:
+    """OpenTelemetry span export over OTLP/gRPC when OTEL_EXPORTER_OTLP_ENDPOINT is set
+    (otel_export.py): the hooks record, an exporter process of its own runs the SDK
+    (otel_pipe.py), under the profile's service name unless OTEL_SERVICE_NAME says
+    another; None when off."""
+    if not otel_export.requested(env):
+        return None
+    pipe = await ExporterPipe.start(profile.service)
+    log_event(log, "otel_export", endpoint=env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+              or env.get("OTEL_EXPORTER_OTLP_ENDPOINT", ""), service=otel_export.service_name(profile.service, env),
+              call_span_rate=cfg.otel_call_span_rate, exporter_pid=pipe.pid)
+    return TaskSpans(pipe, call_span_rate=cfg.otel_call_span_rate)
+
+
+def executor_sandbox(cfg, extra_readonly: tuple[str, ...] = ()) -> Sandbox | OciSandbox | None:
+    """EXECUTOR_SPAWN_MODE=sandbox: bubblewrap or a runc container around every
+    executor (EXECUTOR_SANDBOX_RUNTIME; config validation already refused a
+    machine where it cannot run)."""
     if cfg.executor_spawn_mode != "sandbox":
         return None
-    sandbox = Sandbox(cfg.socket_path, SandboxLimits(cfg.executor_memory_limit_mb, cfg.executor_max_processes,
-                                                     cfg.executor_max_open_files), functions_dir=cfg.functions_dir)
-    log_event(log, "executor_sandbox", mode="sandbox", sandbox=sandbox.describe())
+    limits = SandboxLimits(cfg.executor_memory_limit_mb, cfg.executor_max_processes, cfg.executor_max_open_files)
+    sandbox: Sandbox | OciSandbox
+    if cfg.executor_sandbox_runtime == "oci":
+        sandbox = OciSandbox(cfg.socket_path, limits, functions_dir=cfg.functions_dir,
+                             cpu_millicores=cfg.executor_cpu_millicores, extra_readonly=extra_readonly)
+    else:
+        sandbox = Sandbox(cfg.socket_path, limits, functions_dir=cfg.functions_dir, extra_readonly=extra_readonly)
+    log_event(log, "executor_sandbox", mode="sandbox", runtime=sandbox.runtime, sandbox=sandbox.describe())
     return sandbox
 
 
@@ -140,6 +167,7 @@ class Worker:
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
         self._signals = 0
+        self.systemd = SystemdNotifier()
 
     def _heartbeat(self) -> dict:
         hb = self.orch.core.derive_heartbeat(wall_ms())
@@ -183,6 +211,8 @@ class Worker:
             await set_health(self.health, False)
             return
         await self.publisher.start()
+        self.systemd.ready(f"ready: {self.adapter.healthy_count()} executors, "
+                           f"{self.cfg.worker.task_slots} task slots on {self.worker_addr}")
 
     def _audit_gate(self, metrics) -> AuditGate | None:
         cfg = self.cfg
@@ -265,7 +295,11 @@ class Worker:
         io_factory = IOScopeFactory.from_config(cfg, data)
         # Executors attach with a secret the pool issues; a sandboxed one only sees its own socket.
         credentials = ExecutorCredentials()
-        sandbox = executor_sandbox(cfg)
+        # EXECUTOR_PYTHON / EXECUTOR_SITE_PACKAGES: the functions' own packages, bound read-only.
+        self.executor_env = ExecutorEnvironment(cfg.executor_python, cfg.executor_site_packages)
+        if not (self.executor_env.own_python and not self.executor_env.site_packages):
+            log_event(log, "executor_environment", environment=self.executor_env.describe())
+        sandbox = executor_sandbox(cfg, self.executor_env.readonly_paths())
         self.adapter = ExecutorAdapter(cfg.socket_path,
                                        heartbeat_timeout_ms=cfg.effective_executor_heartbeat_timeout_ms(),
                                        executor_contexts=dcfg.executor_max_inflight, metrics=metrics,
@@ -280,26 +314,29 @@ class Worker:
             restart_window_ms=cfg.executor_restart_window_ms, backoff_ms=cfg.executor_backoff_ms,
             extra_args=executor_args(cfg), metrics=metrics, sandbox=sandbox, credentials=credentials,
             run_as_user=executor_run_as_user(cfg.executor_spawn_mode, cfg.executor_user),
-            output=self.executor_output)
+            output=self.executor_output, python=self.executor_env.python,
+            extra_env=self.executor_env.extra_env(build_child_env()))
         shadow = None
         if cfg.shadow_submit_target_addr and cfg.shadow_submit_sample_rate > 0:
             shadow = ShadowForwarder(cfg.shadow_submit_target_addr, cfg.shadow_submit_sample_rate,
                                      tls=client_tls(cfg.shadow_tls_ca, cfg.shadow_tls_cert, cfg.shadow_tls_key),
                                      token=shadow_token(cfg))
+        spans = await task_spans(cfg, profile)
         self.orch = Orchestrator(
             core=core, disp=disp, adapter=self.adapter, pool=self.pool, fcode=fcode,
             builders=BuilderRegistry.from_names(profile.builders, data=data),
             plugins=PluginRegistry.from_names(profile.plugins, data=data), io_factory=io_factory,
             admission=Admission.from_config(cfg.admission_config()), stream_cfg=cfg.stream_build,
+            writer_stream=cfg.writer_stream,
             metrics=metrics, shadow=shadow, stall_timeout_ms=dcfg.effective_stall_timeout_ms,
             phase_io_timeout_ms=cfg.phase_io_timeout_ms, on_ready=self._on_ready,
             audit=self._audit_gate(metrics),
             traces=TraceStore(cfg.trace_max_events_per_task,
                               retained_max_events=cfg.trace_retained_max_events)
-            if cfg.trace_enabled else None)
+            if cfg.trace_enabled else None, spans=spans)
         metrics.executors_healthy_fn = self.adapter.healthy_count   # live at scrape time
         metrics.outbox_depth_fn = self.adapter.max_outbox_backlog
-        # issue 15 part 4: executors' RSS / CPU and the readiness flags, read at scrape time
+        # executors' RSS / CPU and the readiness flags, read at scrape time
         metrics.executor_usage_fn = self.adapter.resource_usage
         metrics.worker_ready_fn = lambda: core.ready
         metrics.worker_draining_fn = lambda: core.draining
@@ -328,8 +365,9 @@ class Worker:
         await self.adapter.start()
         await self.pool.start()
         ticker = loop.create_task(self._ticker())
-        memdiag = loop.create_task(self.memory_diagnostics.run())   # issue 15 part 4
+        memdiag = loop.create_task(self.memory_diagnostics.run())
         await server.start()
+        await set_alive(self.health)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         if self.tls is not None or self.auth.tokens is not None:
@@ -355,6 +393,7 @@ class Worker:
         await self._stop.wait()
         # ---- phase 1: drain ----
         t0 = time.monotonic()
+        self.systemd.stopping(f"draining: {core.active_task_count()} tasks, up to {cfg.drain_timeout_ms} ms")
         self.orch.set_draining()
         await set_health(self.health, False)
         await self.publisher.deregister()
@@ -366,7 +405,7 @@ class Worker:
             t.cancel()
         log_event(log, "drain_finished", drained=bool(drained), active_tasks=core.active_task_count(),
                   seconds=round(time.monotonic() - t0, 3))
-        # ---- phase 2: force (the spec's order: lifecycle, pool, executor
+        # ---- phase 2: force (in this order: lifecycle, pool, executor
         # adapter, IO scopes, Watch streams, gRPC) ----
         await self.publisher.stop()
         if isinstance(fcode, (FunctionCodeEtcd, FunctionCodeRedis)):
@@ -376,6 +415,7 @@ class Worker:
         unfinished = self.orch.end_unfinished_tasks()    # their watchers get a terminal update
         log_event(log, "shutdown_step", step="tasks_ended", unfinished_tasks=unfinished)
         await self.pool.stop()
+        self.executor_env.close()
         log_event(log, "shutdown_step", step="executor_pool_stopped")
         await self.adapter.close()
         await self.orch.close()
@@ -390,6 +430,8 @@ class Worker:
         if shadow is not None:
             await shadow.close()
         await server.stop(GRPC_STOP_GRACE_S)
+        if spans is not None:       # the exporter process flushes the spans it holds, then exits
+            await spans.sink.close()
         metrics.stop_http()
         log_event(log, "worker_stopped", seconds=round(time.monotonic() - t0, 3))
         return 0

@@ -12,7 +12,10 @@
         outcome = await cluster.submit(calls=[("add", [1, 2])])
         print(outcome.worker, outcome.attempts)
 
-Everything goes over one TaskSession stream per worker. Refusals raise typed
+Everything goes over one TaskSession stream per worker. A large result comes in
+pages: calls return its first page (``TaskOutcome.outputs_truncated``) unless
+asked for ``all_outputs=True``; ``outputs(task_id)`` iterates every output
+(blockx.client.pages; ``PagingError`` if the pages do not join up). Refusals raise typed
 exceptions (NoSlot, Unavailable, InvalidArgument, InvalidSlot, NotFound,
 SlotUncertain, AlreadyExists, Unauthenticated, PermissionDenied; TracingOff from
 trace()) with the Worker's message; a broken session raises SessionBroken.
@@ -25,16 +28,18 @@ from blockx.client.errors import (
     SlotUncertain, TracingOff, Unauthenticated, Unavailable,
 )
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskProgress, TaskUpdate
+from blockx.client.pages import PagingError
 from blockx.client.registry import RegistryView, WorkerInfo
 from blockx.client.sync import SyncWorkerClient, connect
 from blockx.client.tasks import build_task, call_list_payload
-from blockx.client.tls import ClientTLS
+from blockx.tls.client_tls import ClientTLS
 from blockx.client.trace import TaskTrace
 from blockx.client.worker_client import WorkerClient
 
 __all__ = [
     "AlreadyExists", "PermissionDenied", "Unauthenticated",
-    "BlockxError", "ClientTLS", "Cluster", "InvalidArgument", "InvalidSlot", "NoSlot", "NotFound", "SessionBroken",
+    "BlockxError", "ClientTLS", "Cluster", "InvalidArgument", "InvalidSlot", "NoSlot", "NotFound", "PagingError",
+    "SessionBroken",
     "SlotLease", "RegistryView", "SlotUncertain", "SyncWorkerClient", "TaskOutcome", "TaskProgress", "TaskTrace", "TaskUpdate", "TracingOff", "Unavailable",
     "WorkerClient", "WorkerInfo",
     "build_task", "call_list_payload", "connect",

@@ -3,14 +3,14 @@ they finish: what ``map`` of WorkerClient and of Cluster both do."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
-async def as_completed_bounded(items: Iterable[Any], run: Callable[[Any], Awaitable[T]],
-                               concurrency: int) -> AsyncIterator[T]:
+async def as_completed_bounded(items: Iterable[Any], run: Callable[[Any], Coroutine[Any, Any, T]],
+                               concurrency: int) -> AsyncGenerator[T, None]:
     """``run(item)`` for each item, ``concurrency`` at once; results in finishing
     order. Leaving early (or an error) cancels what still runs."""
     if concurrency < 1:

@@ -145,10 +145,19 @@ class Cluster:
     # ---- the public operations ---------------------------------------------------------
 
     async def submit(self, calls=None, *, task: pb.Task | None = None, task_id: str | None = None,
-                     timeout_ms: int = 0, wait: bool = True, resubmit_retryable: bool | None = None) -> TaskOutcome:
+                     timeout_ms: int = 0, wait: bool = True, resubmit_retryable: bool | None = None,
+                     all_outputs: bool = False) -> TaskOutcome:
         """Place a task on a worker and (with ``wait``) return its terminal outcome,
         failing over as the module docstring says. Without ``wait``: the state
-        SubmitTask returned on the worker that took it (no failover after that)."""
+        SubmitTask returned on the worker that took it (no failover after that).
+        The outcome holds its first page of outputs; with ``all_outputs`` every one
+        (the other pages are fetched from the worker it ran on)."""
+        out = await self._submit(calls, task, task_id, timeout_ms, wait, resubmit_retryable)
+        if all_outputs and out.outputs_truncated:
+            out = await (await self._session(out.worker)).complete(out)
+        return out
+
+    async def _submit(self, calls, task, task_id, timeout_ms, wait, resubmit_retryable) -> TaskOutcome:
         t = build_task(calls=calls, task=task, task_id=task_id, timeout_ms=timeout_ms)
         tid = t.task_id
         loop = asyncio.get_running_loop()
@@ -215,14 +224,22 @@ class Cluster:
             for f in followers:
                 f.cancel()
 
-    async def result(self, task_id: str) -> TaskOutcome:
-        """The task's current state (with its result once terminal), from the worker it is on."""
+    async def result(self, task_id: str, *, all_outputs: bool = False) -> TaskOutcome:
+        """The task's current state (with its result once terminal: its first page of
+        outputs, or with ``all_outputs`` every one), from the worker it is on."""
         addr = await self._locate(task_id)
-        out = await (await self._session(addr)).result(task_id)
+        out = await (await self._session(addr)).result(task_id, all_outputs=all_outputs)
         rec = self._tasks.get(task_id)
         if rec is not None:
             out.attempts = max(1, rec.attempts)
         return out
+
+    async def cancel(self, task_id: str, reason: str = "") -> TaskOutcome:
+        """CancelTask on the worker that holds the task: it ends FAILED / CANCELLED
+        (not retryable, so this client never resubmits it). NotFound if no
+        registered worker knows it."""
+        addr = await self._locate(task_id)
+        return await (await self._session(addr)).cancel(task_id, reason)
 
     # ---- placing one task ---------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 ENV_TOKEN = "BLOCKX_TOKEN"
 LOCAL_TOKEN_FILE = "auth-token"
@@ -68,7 +68,7 @@ def resolve_token(token: str | None | object = TOKEN_FROM_ENV, env: Mapping[str,
     token, so it is sent only to an ``addr`` on this host (loopback or unix), never
     to another host (a typo, a fleet entry, a shadow target would receive it)."""
     if token is not TOKEN_FROM_ENV:
-        return token or None
+        return cast("str | None", token) or None
     env = os.environ if env is None else env
     explicit = env.get(ENV_TOKEN, "")
     if explicit:

@@ -1,7 +1,11 @@
 """What the client returns: a task's outcome, a watched task's update, a slot lease.
 
 Outputs are decoded from their JSON bytes; ``raw`` keeps the protobuf message for
-callers (like the CLI) that need every field as the Worker sent it.
+callers (like the CLI) that need every field as the Worker sent it. A result
+comes in pages (blockx.client.pages): ``outputs`` holds the ones the message
+carried, ``outputs_total`` how many the task has, and ``outputs_truncated`` says
+the rest are still on the Worker (``WorkerClient.complete`` or ``all_outputs=True``
+fetch them).
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ def state_name(value: int) -> str:
         return str(value)
 
 
-def _decode(raw: bytes) -> Any:
+def decode_output(raw: bytes) -> Any:
     try:
         return json.loads(raw)
     except ValueError:
@@ -51,11 +55,14 @@ class TaskOutcome:
     attempts: int = 1
     plugin_results: list = field(default_factory=list)
     raw: Any = field(default=None, repr=False)     # the pb message this outcome was read from
+    outputs_total: int = 0                         # the task's outputs, of which ``outputs`` holds a page
+    outputs_truncated: bool = False                # more outputs are on the Worker than ``outputs`` holds
 
     @property
     def ok(self) -> bool:
-        """Succeeded, with its outputs here (RESULT_TOO_LARGE: the task succeeded but
-        its outputs were too large for one message and are not in ``outputs``)."""
+        """Succeeded, with its whole result (RESULT_TOO_LARGE: the task succeeded but
+        the Worker left its plugin details out of the pages, over its page budget;
+        ``outputs_truncated`` alone is not a failure: the other pages are on the Worker)."""
         return self.state == "SUCCEEDED" and self.failure_code != "RESULT_TOO_LARGE"
 
     @property
@@ -67,9 +74,12 @@ class TaskOutcome:
                 raw: Any = None) -> "TaskOutcome":
         if result is None:
             return cls(task_id, state_name(state), worker=worker, raw=raw)
-        return cls(task_id, state_name(state), [_decode(o) for o in result.outputs], result.failure_code,
+        outputs = [decode_output(o) for o in result.outputs]
+        return cls(task_id, state_name(state), outputs, result.failure_code,
                    result.failure_message, result.retryable, statistic_dict(result.statistic), worker,
-                   plugin_results=[(p.plugin, p.ok, p.message) for p in result.plugin_results], raw=raw)
+                   plugin_results=[(p.plugin, p.ok, p.message) for p in result.plugin_results], raw=raw,
+                   outputs_total=max(result.outputs_total, len(outputs)),
+                   outputs_truncated=result.outputs_truncated)
 
 
 @dataclass(slots=True)

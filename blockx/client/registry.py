@@ -1,8 +1,8 @@
 """The registry view: the Workers registered under an etcd prefix, as their heartbeats say.
 
-Each Worker keeps ``prefix + workerAddr`` = heartbeat JSON (DESIGN §3b) alive with
+Each Worker keeps ``prefix + workerAddr`` = heartbeat JSON (README.md, "etcd registration") alive with
 a lease. ``RegistryView`` reads the prefix once and then follows it with an etcd
-watch (blockx.adapters.etcd_watch.PrefixWatch): a put updates a worker, a delete
+watch (blockx.etcd.prefix_watch.PrefixWatch): a put updates a worker, a delete
 (deregistration, or its lease expiring) removes it. While etcd is unreachable the
 view keeps what it last knew and says so once in the log; when etcd returns the
 prefix is read again, so workers that came or went meanwhile are seen.
@@ -68,7 +68,7 @@ class WorkerInfo:
             v = hb.get(k)
             return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
 
-        # The key suffix is the address to dial (DESIGN §3b); workerAddr repeats it.
+        # The key suffix is the address to dial; workerAddr repeats it.
         return cls(key_suffix, ready=hb.get("ready") is True, draining=hb.get("draining") is True,
                    free_slots=num("freeSlots"), task_slots=num("taskSlots"),
                    executors_healthy=num("executorsHealthy"), executors_total=num("executorsTotal"),

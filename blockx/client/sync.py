@@ -58,8 +58,19 @@ class SyncWorkerClient:
     def request_slot(self, task_id: str, ttl_ms: int = 0) -> SlotLease:
         return self._run(self._client.request_slot(task_id, ttl_ms))
 
-    def result(self, task_id: str) -> TaskOutcome:
-        return self._run(self._client.result(task_id))
+    def result(self, task_id: str, *, all_outputs: bool = False) -> TaskOutcome:
+        return self._run(self._client.result(task_id, all_outputs=all_outputs))
+
+    def complete(self, outcome: TaskOutcome) -> TaskOutcome:
+        """Every output of ``outcome`` (see WorkerClient.complete)."""
+        return self._run(self._client.complete(outcome))
+
+    def outputs(self, task_id: str) -> Iterator:
+        """Every output of an ended task, a page at a time (see WorkerClient.outputs)."""
+        return self._iterate(self._client.outputs(task_id))
+
+    def result_pages(self, task_id: str, after=None) -> Iterator:
+        return self._iterate(self._client.result_pages(task_id, after))
 
     def status(self, timeout_s: float = 10.0):
         """GetWorkerStatus (the raw pb.WorkerStatus); see WorkerClient.status."""
@@ -67,6 +78,14 @@ class SyncWorkerClient:
 
     def trace(self, task_id: str, **kwargs) -> TaskTrace:
         return self._run(self._client.trace(task_id, **kwargs))
+
+    def cancel(self, task_id: str, reason: str = "") -> TaskOutcome:
+        """CancelTask; see WorkerClient.cancel."""
+        return self._run(self._client.cancel(task_id, reason))
+
+    def list_tasks(self, **kwargs):
+        """ListTasks (one page, the raw pb.ListTasksResponse); see WorkerClient.list_tasks."""
+        return self._run(self._client.list_tasks(**kwargs))
 
     def close(self) -> None:
         if self._loop.is_closed():

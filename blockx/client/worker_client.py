@@ -7,23 +7,31 @@ task routes each event: a reply (its request_id) to the request waiting for it,
 a task update to whoever listens to that task (a ``submit(wait=True)`` or a
 ``watch``). When the stream ends or breaks, every waiting caller gets
 ``SessionBroken`` at once, and so does every later request: nothing hangs.
+
+Results come in pages (blockx.client.pages): ``submit`` and ``result`` return
+the outputs the terminal message carried (``TaskOutcome.outputs_truncated`` when
+more are on the Worker) unless called with ``all_outputs=True``; ``outputs``
+iterates every output of a task, page by page.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
 from blockx.client.bounded import as_completed_bounded
 from blockx.client.credentials import TOKEN_FROM_ENV, auth_metadata, resolve_token
-from blockx.client.errors import NoSlot, SessionBroken, TracingOff, Unavailable, error_for, from_rpc_error
-from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate, state_name
+from blockx.client.errors import (InvalidArgument, NoSlot, SessionBroken, TracingOff, Unavailable, error_for,
+                                  from_rpc_error)
+from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate, decode_output, state_name
+from blockx.client.pages import all_pages, pages_after
 from blockx.client.tasks import build_task
-from blockx.client.tls import TLS_FROM_ENV, ClientTLS, aio_channel
+from blockx.tls.client_tls import TLS_FROM_ENV, ClientTLS, aio_channel
 from blockx.client.trace import TaskTrace
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
@@ -102,8 +110,8 @@ class WorkerClient:
                  fail_fast: bool = False, tls: ClientTLS | None | object = TLS_FROM_ENV,
                  token: str | None | object = TOKEN_FROM_ENV) -> None:
         self.addr = addr
-        # TLS_FROM_ENV: BLOCKX_TLS_CA / _CERT / _KEY when set, else plaintext (blockx.client.tls).
-        self.tls = ClientTLS.from_env() if tls is TLS_FROM_ENV else tls
+        # TLS_FROM_ENV: BLOCKX_TLS_CA / _CERT / _KEY when set, else plaintext (blockx.tls.client_tls).
+        self.tls: ClientTLS | None = ClientTLS.from_env() if tls is TLS_FROM_ENV else cast("ClientTLS | None", tls)
         # TOKEN_FROM_ENV: BLOCKX_TOKEN, else this host's <STATE_DIR>/auth-token for an address on this
         # host (blockx.client.credentials).
         self._metadata = auth_metadata(resolve_token(token, addr=addr))
@@ -113,7 +121,7 @@ class WorkerClient:
         self._fail_fast = fail_fast
         self._channel_options = list(channel_options)
         self._channel: grpc.aio.Channel | None = None
-        self._call = None
+        self._call: Any = None            # the TaskSession stream call, once opened
         self._ids = itertools.count(1)
         self._pending: dict[int, _Reply] = {}
         self._listeners: dict[str, list] = {}
@@ -166,15 +174,17 @@ class WorkerClient:
         self._tasks = [loop.create_task(self._read_loop()), loop.create_task(self._write_loop())]
 
     async def _channel_ready(self) -> None:
+        channel = self._channel
+        assert channel is not None          # connect() opened it
         if not self._fail_fast:
-            await self._channel.channel_ready()
+            await channel.channel_ready()
             return
-        state = self._channel.get_state(try_to_connect=True)
+        state = channel.get_state(try_to_connect=True)
         while state != grpc.ChannelConnectivity.READY:
             if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
                 raise Unavailable(f"cannot connect to a worker at {self.addr} (connection failed)")
-            await self._channel.wait_for_state_change(state)
-            state = self._channel.get_state(try_to_connect=True)
+            await channel.wait_for_state_change(state)
+            state = channel.get_state(try_to_connect=True)
 
     async def close(self) -> None:
         """End the session (tasks keep running on the Worker) and the channel."""
@@ -201,15 +211,19 @@ class WorkerClient:
     # ---- the public operations ----------------------------------------------------------
 
     async def submit(self, calls=None, *, task: pb.Task | None = None, task_id: str | None = None,
-                     timeout_ms: int = 0, wait: bool = True, slot_id: str = "") -> TaskOutcome:
+                     timeout_ms: int = 0, wait: bool = True, slot_id: str = "",
+                     all_outputs: bool = False) -> TaskOutcome:
         """Submit a task (a callList of ``(function_id, args)`` pairs, or a full ``pb.Task``).
-        With ``wait`` return its terminal outcome; otherwise the state SubmitTask returned."""
+        With ``wait`` return its terminal outcome; otherwise the state SubmitTask returned.
+        The outcome holds the outputs the terminal message carried (its first page);
+        with ``all_outputs`` every one of them (the other pages are fetched)."""
         t = build_task(calls=calls, task=task, task_id=task_id, timeout_ms=timeout_ms)
-        return await self.submit_built(t, wait=wait, slot_id=slot_id)
+        out = await self.submit_built(t, wait=wait, slot_id=slot_id)
+        return await self.complete(out) if all_outputs else out
 
     async def submit_built(self, t: pb.Task, *, wait: bool = True, slot_id: str = "") -> TaskOutcome:
         """``submit`` of a pb.Task that already has its task id, sent as it is (not
-        copied): what a Cluster uses after building the task once."""
+        copied): what a Cluster uses after building the task once. The first page."""
         tid = t.task_id
         req = pb.SessionRequest(submit=pb.SubmitTaskRequest(task=t, slot_id=slot_id), follow=wait)
         if not wait:
@@ -300,12 +314,86 @@ class WorkerClient:
         r = ev.slot
         return SlotLease(r.task_id, r.slot_id, state_name(r.state), self.addr, r)
 
-    async def result(self, task_id: str) -> TaskOutcome:
-        """The task's current state, with its result once terminal."""
+    async def result(self, task_id: str, *, all_outputs: bool = False) -> TaskOutcome:
+        """The task's current state, with its result once terminal: the outputs of its
+        first page (``outputs_truncated`` when more follow), or with ``all_outputs``
+        every one of them."""
         r = (await self._request(pb.SessionRequest(get_result=pb.GetTaskResultRequest(task_id=task_id))))[0].result
+        out = TaskOutcome.from_pb(r.task_id, r.state, r.result if r.HasField("result") else None, self.addr, r)
+        return await self.complete(out) if all_outputs else out
+
+    # ---- results in pages ------------------------------------------------------------
+
+    async def complete(self, outcome: TaskOutcome) -> TaskOutcome:
+        """A copy of ``outcome`` (as ``submit`` or ``result`` returned it) with every
+        output: the pages after the one it holds are fetched from this worker and
+        appended, in order. ``outcome`` itself when it is not truncated."""
+        raw = outcome.raw
+        first = raw.result if raw is not None and raw.HasField("result") else None
+        if first is None or not first.outputs_truncated:
+            return outcome
+        outputs = list(outcome.outputs)
+        async for page in pages_after(self._page, outcome.task_id, first):
+            outputs.extend(map(decode_output, page.outputs))
+        return dataclasses.replace(outcome, outputs=outputs, outputs_truncated=False)
+
+    async def outputs(self, task_id: str) -> AsyncIterator[Any]:
+        """Every output of an ended task, decoded, in call-list order, fetched a page
+        at a time (memory stays at one page); nothing for a task still running."""
+        async for page in all_pages(self._page, task_id):
+            for o in page.outputs:
+                yield decode_output(o)
+
+    async def result_pages(self, task_id: str, after: pb.TaskResult | None = None) -> AsyncIterator[pb.TaskResult]:
+        """The raw pages (pb.TaskResult) of a task's result: every one, or those after
+        ``after`` (a page already in hand)."""
+        pages = all_pages(self._page, task_id) if after is None else pages_after(self._page, task_id, after)
+        async for page in pages:
+            yield page
+
+    async def result_page(self, task_id: str, offset: int = 0, limit: int | None = None) -> pb.GetTaskResultResponse:
+        """One GetTaskResult page: the outputs from ``offset`` that fit the worker's page
+        budget, at most ``limit`` (at least one when set)."""
+        req = pb.GetTaskResultRequest(task_id=task_id, outputs_offset=offset)
+        if limit is not None:
+            req.outputs_limit = limit
+        return (await self._request(pb.SessionRequest(get_result=req)))[0].result
+
+    async def _page(self, task_id: str, offset: int, limit: int | None) -> pb.TaskResult | None:
+        r = await self.result_page(task_id, offset, limit)
+        return r.result if r.HasField("result") else None
+
+    async def cancel(self, task_id: str, reason: str = "") -> TaskOutcome:
+        """CancelTask over this session: the task ends FAILED / CANCELLED (its calls
+        are cancelled, its writer writes nothing) and its outcome is returned; a task
+        already terminal is returned as it is (``outcome.raw.cancelled`` is False).
+        NotFound for an unknown task, PermissionDenied for another identity's."""
+        r = (await self._request(pb.SessionRequest(
+            cancel=pb.CancelTaskRequest(task_id=task_id, reason=reason))))[0].cancelled
         return TaskOutcome.from_pb(r.task_id, r.state, r.result if r.HasField("result") else None, self.addr, r)
 
-    # ---- task traces (issue 15 part 1) ------------------------------------------------
+    async def list_tasks(self, *, states: Iterable[str] = (), phases: Iterable[str] = (), instance_id: str = "",
+                         page_size: int = 0, page_token: str = "", timeout_s: float = 10.0) -> pb.ListTasksResponse:
+        """ListTasks (a unary call on this client's channel): one page of the caller's
+        tasks (an admin's: every task). ``states``: names (RUNNING, FAILED, ...);
+        ``phases``: RESERVED, PREPARING, BUILDER, CALLS, PLUGIN, TERMINAL. Pass the
+        response's ``next_page_token`` back for the next page ("" on the last)."""
+        if self._channel is None:
+            raise SessionBroken("the client is not connected: use `async with WorkerClient(addr)` "
+                                "or await connect()", grpc.StatusCode.FAILED_PRECONDITION)
+        try:
+            req = pb.ListTasksRequest(states=[pb.TaskState.Value("TASK_STATE_" + s.upper()) for s in states],
+                                      phases=[p.upper() for p in phases], instance_id=instance_id,
+                                      page_size=page_size, page_token=page_token)
+        except ValueError as exc:
+            raise InvalidArgument(f"states: {exc}; use ALLOCATED, RUNNING, SUCCEEDED or FAILED") from None
+        try:
+            return await pb_grpc.WorkerServiceStub(self._channel).ListTasks(req, timeout=timeout_s,
+                                                                            metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    # ---- task traces ------------------------------------------------
 
     async def trace(self, task_id: str, *, timeout_s: float = 30.0) -> TaskTrace:
         """The task's trace (GetTaskTrace, a unary call on this client's channel):

@@ -1,6 +1,6 @@
-"""WorkerCore configuration (spec: ``core.Config`` and ``AdmissionConfig``).
+"""WorkerCore configuration: ``Config`` and ``AdmissionConfig``.
 
-Field names are snake_case; ``JSON_KEYS`` maps the spec's lowerCamelCase JSON
+Field names are snake_case; ``JSON_KEYS`` maps the lowerCamelCase JSON
 names (``worker.taskSlots`` ...) to them. All times are int ms.
 
 Each setting's constraint is stated once, in ``CONFIG_RULES`` / ``ADMISSION_RULES``

@@ -23,10 +23,12 @@ INVALID_SLOT: Final = "InvalidSlot"
 NOT_FOUND: Final = "NotFound"
 SLOT_UNCERTAIN: Final = "SlotUncertain"
 ALREADY_EXISTS: Final = "AlreadyExists"
+PERMISSION_DENIED: Final = "PermissionDenied"
 
-CODES: Final = (INVALID_ARGUMENT, NO_SLOT, UNAVAILABLE, INVALID_SLOT, NOT_FOUND, SLOT_UNCERTAIN, ALREADY_EXISTS)
+CODES: Final = (INVALID_ARGUMENT, NO_SLOT, UNAVAILABLE, INVALID_SLOT, NOT_FOUND, SLOT_UNCERTAIN, ALREADY_EXISTS,
+                PERMISSION_DENIED)
 
-# WorkerError.code -> grpc.StatusCode member name (spec: workerCodeToGRPC).
+# WorkerError.code -> grpc.StatusCode member name (what the gRPC handlers answer).
 GRPC_STATUS_NAME: Final = {
     INVALID_ARGUMENT: "INVALID_ARGUMENT",
     NO_SLOT: "RESOURCE_EXHAUSTED",
@@ -35,6 +37,7 @@ GRPC_STATUS_NAME: Final = {
     NOT_FOUND: "NOT_FOUND",
     SLOT_UNCERTAIN: "ABORTED",
     ALREADY_EXISTS: "ALREADY_EXISTS",
+    PERMISSION_DENIED: "PERMISSION_DENIED",
 }
 
 
@@ -103,6 +106,11 @@ class AlreadyExistsError(_Coded):
     CODE = ALREADY_EXISTS
 
 
+class PermissionDeniedError(_Coded):
+    """The caller may see the task but not act on it (CancelTask of another's task)."""
+    CODE = PERMISSION_DENIED
+
+
 BY_CODE: Final = {cls.CODE: cls for cls in (
     InvalidArgumentError, NoSlotError, UnavailableError, InvalidSlotError, NotFoundError,
-    SlotUncertainError, AlreadyExistsError)}
+    SlotUncertainError, AlreadyExistsError, PermissionDeniedError)}

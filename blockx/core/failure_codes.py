@@ -21,10 +21,12 @@ SLOT_LOST: Final = "SLOT_LOST"                          # the slot lease expired
 WATCH_DISCONNECTED: Final = "WATCH_DISCONNECTED"        # every Watch stream left and grace ran out
 OUTPUT_BYTES_EXCEEDED: Final = "OUTPUT_BYTES_EXCEEDED"  # collected outputs passed maxCollectedOutputBytes
 WORKER_SHUTDOWN: Final = "WORKER_SHUTDOWN"              # still running when the worker's drain ended
+CANCELLED: Final = "CANCELLED"                          # CancelTask by its owner or an admin (not retryable)
 
 ALL: Final = frozenset({
     ACTIVATION_FAILED, IO_SCOPE_FAILED, BUILDER_NOT_FOUND, BUILDER_FAILED, CALL_FAILED,
     PLUGIN_FAILED, TIMED_OUT, SLOT_LOST, WATCH_DISCONNECTED, OUTPUT_BYTES_EXCEEDED, WORKER_SHUTDOWN,
+    CANCELLED,
 })
 
 # Default retryability of a code when the core itself produces the failure.

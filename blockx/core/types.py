@@ -117,6 +117,7 @@ class TaskResult:
     outputs: list[bytes] = field(default_factory=list)
     plugin_results: list[PluginResult] = field(default_factory=list)
     statistic: TaskStatistic = field(default_factory=TaskStatistic)
+    outputs_written: int = 0     # outputs a streaming writer consumed as the task ran
 
 
 @dataclass(slots=True)
@@ -141,6 +142,7 @@ class PhaseOutcome:
     cache_hits: int = 0
     calls: list[Any] | None = None
     streaming: bool = False
+    outputs_written: int = 0     # Plugin: outputs a streaming writer consumed during the Calls phase
 
     @classmethod
     def failure(cls, failure_code: str = "", failure_message: str = "",
@@ -206,6 +208,8 @@ class TaskIndexEntry:
     watch_attached: int = 0            # Watch streams attached before SubmitTask
     watch_ever_attached: bool = False
     owner: str = ""                    # the identity that reserved or submitted it (core.owners)
+    created_at_ms: int = 0             # when it was reserved (ListTasks: the age of a reservation)
+    instance_id: str = ""              # from SubmitTask, kept with the result (ListTasks filters on it)
 
 
 @dataclass(slots=True)
@@ -328,3 +332,8 @@ class LeaseExpiredResult(CoreResult):
 @dataclass(slots=True)
 class GetTaskResultOutput(CoreResult):
     pass
+
+
+@dataclass(slots=True)
+class CancelTaskResult(CoreResult):
+    """``applied``: this request made the task terminal (False: it already was)."""

@@ -80,6 +80,10 @@ RPCs (raise ``WorkerError``; return a result with ``snapshot`` + ``commands``):
   ``handle_request_task_slot(task_id, ttl_ms, now, caller=None) -> RequestTaskSlotResult``
   ``handle_submit_task(req, now, caller=None) -> SubmitTaskResult``
   ``handle_get_task_result(task_id, caller=None) -> GetTaskResultOutput``
+  ``handle_cancel_task(task_id, reason, now, caller=None) -> CancelTaskResult``
+  (core.worker_cancel: FAILED / CANCELLED through ConvergeTask; PermissionDenied
+  for another's task), ``list_tasks(filter, now, caller=None) -> TaskListPage``
+  (core.worker_listing).
   ``caller`` (core.owners.Caller; None: unrestricted) decides ownership: a task
   id belongs to the identity that reserved or submitted it; another identity
   reads it as NotFound and reserving or submitting it is AlreadyExists.
@@ -111,12 +115,14 @@ from . import failure_codes as fc
 from .config import Config
 from .errors import AlreadyExistsError, InvalidArgumentError, NoSlotError, NotFoundError, UnavailableError
 from .owners import Caller, may_use, owner_of
-from .types import (ActivationResult, Command, ConvergeTask, CoreResult, GetTaskResultOutput,
+from .types import (ActivationResult, CancelTaskResult, Command, ConvergeTask, CoreResult, GetTaskResultOutput,
                     LeaseExpiredResult, PhaseOutcome, PhaseTransitionResult,
                     PrepareTaskActivation, RequestTaskSlotResult, SlotEntry, SlotState,
                     StartBuilderPhase, StartCallPhase, StartWriterPhase, SubmitTaskRequest,
                     SubmitTaskResult, TaskContext, TaskIndexEntry, TaskPhase, TaskSnapshot,
                     TaskState)
+from .worker_cancel import cancel_message, check_reason, refuse_other, reservation_result
+from .worker_listing import TaskListFilter, TaskListPage, list_tasks
 from .worker_requests import check_reserved_slot, require_task_id, resolve_submit, resolve_ttl
 from .worker_results import terminal_result
 from .worker_slots import SlotTable
@@ -266,6 +272,47 @@ class WorkerCore:
                 f"task {task_id!r} was never submitted: its reservation of {entry.slot_id} expired "
                 f"at {entry.lease_lost_at_ms} ms")
         return GetTaskResultOutput(_snapshot(entry), [], False)
+
+    def handle_cancel_task(self, task_id: str, reason: str, now: int,
+                           caller: Caller | None = None) -> CancelTaskResult:
+        """CancelTask (rules in core.worker_cancel): a submitted task or a bare
+        reservation converges FAILED / CANCELLED (ConvergeTask, slot freed);
+        a terminal one answers its snapshot with applied=False."""
+        require_task_id(task_id)
+        reason = check_reason(reason)
+        entry = self._tasks.entry(task_id)
+        if entry is None or entry.lease_lost_at_ms >= 0:
+            raise NotFoundError(
+                f"task {task_id!r} is not known to this worker: it was never submitted here, or "
+                f"its result was purged {self.config.result_retention_ms} ms (resultRetentionMs) "
+                "after it finished")
+        if not may_use(entry.owner, caller):
+            assert caller is not None
+            raise refuse_other(task_id, entry.owner, caller)
+        if entry.result is not None:
+            return CancelTaskResult(_snapshot(entry), [], False)
+        ctx = entry.ctx
+        message = cancel_message(reason, caller)
+        if ctx is None:                           # a bare reservation
+            slot = self._slots.slots[entry.slot_index]
+            if now >= slot.lease_expires_at_ms:   # lapsed: the timer scan reclaims it (watchers learn it is gone)
+                raise NotFoundError(
+                    f"task {task_id!r} was never submitted: its reservation of {entry.slot_id} expired "
+                    f"at {slot.lease_expires_at_ms} ms")
+            result = reservation_result(message, now)
+            self._slots.release(slot)
+            self._tasks.cancel_reservation(entry, result, now)
+            return CancelTaskResult(TaskSnapshot(task_id, entry.slot_id, _FAILED, result),
+                                    [ConvergeTask(task_id, entry.slot_id, _FAILED, result, _PREPARING)])
+        due = self._timers.first_due(ctx, now)
+        if due is not None:
+            return self._converge_due(CancelTaskResult, ctx, due, now)
+        return self._converge(CancelTaskResult, ctx, _FAILED, fc.CANCELLED, message, False, now)
+
+    def list_tasks(self, query: TaskListFilter, now: int, caller: Caller | None = None) -> TaskListPage:
+        """ListTasks (rules in core.worker_listing): the caller's view of the task
+        index, filtered and one page long."""
+        return list_tasks(self._tasks.entries(), query, now, caller)
 
     # ---- activation and phases ----------------------------------------------------
 
@@ -462,7 +509,9 @@ class WorkerCore:
             raise NoSlotError(
                 f"no free task slot: all {slots.size} slots are reserved ({slots.allocated}) or "
                 f"running ({slots.running}); retry later or on another worker")
-        return self._tasks.reserve(task_id, slots.allocate(task_id, now + ttl_ms), previous, owner)
+        entry = self._tasks.reserve(task_id, slots.allocate(task_id, now + ttl_ms), previous, owner)
+        entry.created_at_ms = now
+        return entry
 
     def _expire_reservation_if_due(self, entry: TaskIndexEntry, now: int) -> None:
         """Apply a due lease of a bare reservation now instead of waiting for the tick."""

@@ -6,7 +6,8 @@ the plugin results of the writer phase, and the time each phase ran. A phase
 cut short (timeout, lost slot, Watch grace) is charged with the time it ran up
 to ``now``; a phase that reported its own outcome was charged when it did.
 Outputs appear only when the Calls phase reported (in call-list order, as the
-dispatcher delivered them).
+dispatcher delivered them); a writer that consumed them as the task ran reports
+how many it wrote (outputs_written) with the plugin results.
 """
 from __future__ import annotations
 
@@ -38,5 +39,7 @@ def terminal_result(ctx: TaskContext, state: TaskState, code: str, message: str,
         stat.call_retries = calls.call_retries
         stat.cache_hits = calls.cache_hits
     plugin = ctx.plugin_outcome
-    return TaskResult(state, code, message, retryable, outputs,
-                      plugin.plugin_results if plugin is not None else [], stat)
+    if plugin is None:
+        return TaskResult(state, code, message, retryable, outputs, [], stat)
+    return TaskResult(state, code, message, retryable, outputs, plugin.plugin_results, stat,
+                      plugin.outputs_written)

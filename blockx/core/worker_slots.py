@@ -6,7 +6,7 @@ Rules:
   InvalidSlot (leased on another worker); any other string is InvalidArgument.
 - FREE -> ALLOCATED (reservation, with a lease) -> RUNNING (task activated, lease
   no longer matters) -> FREE (task converged). ALLOCATED -> FREE on lease expiry.
-- Allocation is "first FREE slot in index order", the spec's linear scan, done
+- Allocation is "first FREE slot in index order" (what a linear scan finds), done
   with a min-heap of free indices: same answer, O(log n) instead of O(n).
 - ``free_capacity = task_slots - (ALLOCATED + RUNNING)``; the two counters are
   kept exact so capacity and the heartbeat are O(1).
@@ -23,7 +23,7 @@ from typing import Any
 
 from .errors import InvalidArgumentError, InvalidSlotError
 from .types import SlotEntry, SlotState
-from .worker_timers import TimerHeap
+from .timer_heap import TimerHeap
 
 _FREE = SlotState.FREE
 _ALLOCATED = SlotState.ALLOCATED

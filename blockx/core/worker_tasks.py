@@ -63,6 +63,7 @@ class TaskTable:
         ctx.watch_ever_attached = entry.watch_ever_attached
         entry.ctx = ctx
         entry.state = _RUNNING
+        entry.instance_id = ctx.instance_id
         active = self.active
         active[ctx.task_id] = ctx
         return len(active)
@@ -80,6 +81,15 @@ class TaskTable:
         entry.retained_until_ms = until = now + self._retention_ms
         del self.active[task_id]
         self._retention.append((until, task_id, entry))
+
+    def cancel_reservation(self, entry: TaskIndexEntry, result: TaskResult, now: int) -> None:
+        """A bare reservation was cancelled before SubmitTask: it becomes a retained
+        terminal result (a later SubmitTask of the id answers with it)."""
+        entry.slot_index = -1
+        entry.result = result
+        entry.state = result.state
+        entry.retained_until_ms = until = now + self._retention_ms
+        self._retention.append((until, entry.task_id, entry))
 
     def tombstone(self, entry: TaskIndexEntry, lease_lost_at_ms: int, now: int) -> None:
         """The bare reservation lost its slot at ``lease_lost_at_ms``."""
@@ -99,6 +109,10 @@ class TaskTable:
                 del index[task_id]
                 purged.append(task_id)
         return purged
+
+    def entries(self):
+        """Every entry (read only; ListTasks walks it)."""
+        return self._index.values()
 
     def retained_result_count(self) -> int:
         """Terminal results kept for the retention window (memory diagnostics; O(ids))."""

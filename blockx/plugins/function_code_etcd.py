@@ -29,9 +29,13 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from blockx.plugins.function_code_view import DEFAULT_MAX_SOURCE_BYTES
 from blockx.plugins.function_code_keyed import KeyedCodeSource
+
+if TYPE_CHECKING:
+    from blockx.etcd.prefix_watch import PrefixWatch
 
 logger = logging.getLogger("blockx.plugins.function_code")
 
@@ -62,16 +66,17 @@ class FunctionCodeEtcd(KeyedCodeSource):
         self.where = f"etcd {prefix}"        # named in FunctionView's not-found messages
         self.max_source_bytes = max_source_bytes
         self._clock_ms = clock_ms
-        self._watch = None
+        self._watch: PrefixWatch | None = None
 
     # ---- etcd -------------------------------------------------------------------------
 
     async def start(self, wait_s: float = 5.0) -> bool:
         """Read the prefix (waiting up to ``wait_s``) and follow it; False if etcd has
         not answered yet (the view fills in when it does)."""
-        from blockx.adapters.etcd_watch import PrefixWatch
+        from blockx.etcd.prefix_watch import PrefixWatch
 
         if self._watch is None:
+            assert self.endpoints is not None, "FunctionCodeEtcd.start() needs etcd endpoints"
             self._watch = PrefixWatch(self.endpoints, self.prefix, self._on_reset, self._on_events,
                                       name="function-code-etcd", logger=logger)
         loaded = await self._watch.start(wait_s)

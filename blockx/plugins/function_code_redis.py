@@ -44,7 +44,7 @@ import random
 import time
 from collections.abc import Callable
 
-from blockx.app.logs import log_event
+from blockx.log_event import log_event
 from blockx.follower import Follower
 from blockx.plugins.function_code_etcd import valid_function_id
 from blockx.plugins.function_code_view import DEFAULT_MAX_SOURCE_BYTES

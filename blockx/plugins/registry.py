@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 class NamedRegistry:
     KIND: ClassVar[str] = "plugin"                          # for messages: "call builder", "writer plugin"
-    FACTORIES: ClassVar[Mapping[str, Callable[[], Any]]] = {}
+    FACTORIES: ClassVar[Mapping[str, Callable[..., Any]]] = {}
 
     def __init__(self, items: Iterable[Any] = ()):
         self._by_name: dict[str, Any] = {}

@@ -8,7 +8,18 @@ says so). ``ctx.io_timeout_ms`` (phaseIoTimeoutMs) bounds each IO operation the
 plugin makes; nothing bounds the plugin as a whole but the task deadline, whose
 expiry cancels it (a plugin must then leave no write behind it). A plugin that raises is treated
 the same way by the orchestrator (the exception text becomes the message).
-A task without a ResultHandler runs no plugin."""
+A task without a ResultHandler runs no plugin.
+
+A writer may also stream (``open_stream``): when the task's builder streams, the
+Worker opens one WriterStream before the Calls phase and hands it each settled
+batch's outputs, in call-list order, as the task runs (``write``); the Plugin
+phase is then ``commit``, which makes every write visible at once (one
+transaction, one file renamed into place). A task that fails, times out or is
+cancelled gets ``abort`` instead: nothing it wrote is visible, as when the writer
+runs after the Calls phase. Two keys of a ResultHandler config belong to the
+Worker, not the writer (STREAM_KEYS): ``stream`` (false: run this task's writer
+after the Calls phase over every output, the Worker's behaviour without streaming) and ``keepOutputs``
+(how many outputs a streamed task keeps in its TaskResult)."""
 
 from __future__ import annotations
 
@@ -49,6 +60,50 @@ class WriterPlugin(Protocol):
 
     async def execute(self, config: bytes, outputs: list[bytes], ctx: Any) -> PluginResult:
         ...
+
+
+class WriterStream(Protocol):
+    """One task's streamed write (see the module doc). ``write`` raises PluginError
+    (or a data-source error) for rows it refuses; the task then fails and the
+    stream is aborted."""
+
+    async def write(self, outputs: list[bytes]) -> None:
+        ...
+
+    async def commit(self) -> PluginResult:
+        ...
+
+    async def abort(self) -> None:
+        ...
+
+
+@runtime_checkable
+class StreamingWriterPlugin(Protocol):
+    name: str
+
+    def open_stream(self, config: bytes, ctx: Any) -> WriterStream:
+        """A WriterStream for one task; PluginError for a bad config."""
+        ...
+
+
+def can_stream(plugin: Any) -> bool:
+    return callable(getattr(plugin, "open_stream", None))
+
+
+STREAM_KEYS = ("stream", "keepOutputs")
+
+
+def stream_options(name: str, cfg: dict) -> tuple[bool, int | None]:
+    """(stream, keepOutputs or None for the Worker's default) of a parsed config;
+    PluginError naming the key for a bad value."""
+    stream = cfg.get("stream", True)
+    if not isinstance(stream, bool):
+        raise PluginError(f"{name}: stream must be true or false")
+    keep = cfg.get("keepOutputs")
+    if keep is not None and (type(keep) is not int or keep < 0):
+        raise PluginError(f"{name}: keepOutputs must be an integer >= 0 (outputs a streamed task keeps "
+                          "in its result; 0 keeps none)")
+    return stream, keep
 
 
 def parse_config(name: str, config: bytes | None) -> dict:

@@ -1,4 +1,4 @@
-"""UDS messages between the Worker and its Executors (DESIGN §5, spec "UDS protocol").
+"""UDS messages between the Worker and its Executors (README.md, "Frames on the executor socket").
 
 Envelope: {"messageType": str, "callId": str, "requestId": str, "payload": {...}}.
 The constructors below are used on hot paths: they build the envelope dict
@@ -52,7 +52,7 @@ CALL_WAITING = "CallWaiting"
 CALL_COMPLETED = "CallCompleted"
 CALL_FAILED = "CallFailed"
 HEARTBEAT = "Heartbeat"
-# Beyond the spec, negotiated: an executor whose Heartbeat lists FEATURE_EXECUTE_CALL_BATCH
+# Negotiated, beyond the base protocol: an executor whose Heartbeat lists FEATURE_EXECUTE_CALL_BATCH
 # in `features` may get several ExecuteCall envelopes, unchanged, in one frame
 # {"messageType": "ExecuteCallBatch", "callId": "", "requestId": "", "payload": {"calls": [...]}}.
 EXECUTE_CALL_BATCH = "ExecuteCallBatch"
@@ -300,6 +300,20 @@ def _check_keys(where: str, obj: dict, keys: tuple) -> None:
         if tag != "any" and not _type_ok(value, tag):
             raise ProtocolError(f"{where} key {key!r} must be {_TAG_NAMES[tag]}, "
                                 f"got {_json_type_name(value)}")
+
+
+def schema_keys(message_type: str, kind: str = "") -> frozenset[str]:
+    """Every payload key the schema above names for `message_type` (required and
+    optional; with `kind`, the keys of that CallWaiting waitKind, or of a
+    ResumeCall: "result" or "error"). The constructors above and the codec's
+    frame templates (blockx/_fast/codec) write exactly these keys; the tests
+    hold them to it."""
+    keys = {k for k, _ in _REQUIRED[message_type]} | {k for k, _, _ in _OPTIONAL[message_type]}
+    if message_type == CALL_WAITING and kind:
+        keys |= {k for k, _ in _WAIT_KIND_KEYS[kind]}
+    elif message_type == RESUME_CALL and kind:
+        keys.add(kind)
+    return frozenset(keys)
 
 
 def validate_payload(message_type: str, payload: Any) -> dict:

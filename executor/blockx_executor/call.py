@@ -42,7 +42,8 @@ _monotonic_ns = time.monotonic_ns
 _dumps = orjson.dumps
 
 
-def _failed(kind: str, retryable: bool, message: str, stack: str = "", local_vars=None):
+def failed_outcome(kind: str, retryable: bool, message: str, stack: str = "", local_vars=None):
+    """A call's outcome when it failed: what the scheduler sends as CallFailed."""
     return ("failed", kind, retryable, message, stack, local_vars or {})
 
 
@@ -196,16 +197,16 @@ class Call:
             fn = self.code.entry(self.entry)
             output = fn(*self.args)
         except FunctionNotFound as exc:
-            return _failed(exc.error_kind, False, clip(str(exc), MAX_MESSAGE))
+            return failed_outcome(exc.error_kind, False, clip(str(exc), MAX_MESSAGE))
         except BaseException as exc:  # noqa: B902 - every outcome must be reported
             try:
-                return _failed(error_kind_of(exc), retryable_of(exc), message_of(exc),
+                return failed_outcome(error_kind_of(exc), retryable_of(exc), message_of(exc),
                                stack_of(exc), local_vars_of(exc))
             finally:
                 del exc
         try:
             return ("ok", _dumps(output, option=OUTPUT_OPTIONS))    # output encoded as jsonenc says
         except TypeError as exc:
-            return _failed("OUTPUT_NOT_JSON", False, clip(
+            return failed_outcome("OUTPUT_NOT_JSON", False, clip(
                 f"output of {self.function_id!r} is not JSON-serialisable: {exc} "
                 f"(got a {type(output).__name__})", MAX_MESSAGE))

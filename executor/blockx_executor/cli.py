@@ -8,18 +8,23 @@ error (logged with its traceback). argparse exits
 2 on bad flags. SIGINT is ignored: a Ctrl-C in the Worker's terminal reaches
 the whole process group, and the Worker, not the terminal, decides when its
 executors stop (it closes their sockets when it has drained). SIGTERM stops the
-process at once."""
+process at once (an executor that is PID 1 of a container exits with 143)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 
 log = logging.getLogger("blockx_executor")
 
 EXIT_CRASH = 70
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    os._exit(128 + signum)
 
 
 def _positive(min_value: int):
@@ -53,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 5000; 0 = try once)")
     p.add_argument("--budget-preempt-ms", type=_positive(0), default=0, metavar="MS",
                    help="interrupt a call that computes past its budget without yielding, "
-                        "checking every MS ms (e.g. 50). Default 0: as in the spec, the "
+                        "checking every MS ms (e.g. 50). Default 0: the "
                         "budget is checked when a call waits or finishes, and a call that "
                         "never yields is left to the Worker's wedge backstop")
     p.add_argument("--limit-memory-mb", type=_positive(0), default=0, metavar="MB",
@@ -108,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_level, static_fields={"service": "blockx-executor",
                                                  "executor_id": args.executor_id})
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if os.getpid() == 1:
+        # PID 1 of a container's namespace: the kernel drops a signal it has no
+        # handler for, so SIGTERM (forwarded by runc) would not stop it.
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if args.limit_memory_mb or args.limit_processes or args.limit_open_files:
         from .limits import apply
         apply(args.limit_memory_mb, args.limit_processes, args.limit_open_files)
@@ -133,8 +142,6 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", exc)
         return 1
     if args.run_as_user:
-        import os
-
         from .privileges import PrivilegeError, drop_to
         try:
             sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != os.path.realpath(os.getcwd())]

@@ -70,6 +70,9 @@ def message_of(exc: BaseException) -> str:
         from . import limits
         if limits.memory_limit_mb:
             text = f"{text + ': ' if text else ''}the executor's memory limit ({limits.memory_limit_mb} MB) was reached"
+    if isinstance(exc, ModuleNotFoundError) and isinstance(exc.name, str) and exc.name:
+        text += (f" (the executors' Python has no package {exc.name.partition('.')[0]!r}: install it into the "
+                 "venv of EXECUTOR_PYTHON or into a directory of EXECUTOR_SITE_PACKAGES)")
     return clip(f"{name}: {text}" if text else name, MAX_MESSAGE)
 
 

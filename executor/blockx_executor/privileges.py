@@ -26,6 +26,7 @@ Only Linux; libc is reached through ctypes (Python 3.11 has no os.unshare)."""
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import pwd
 import stat
@@ -79,6 +80,12 @@ def needed_dirs() -> list[str]:
         m = sys.modules.get(mod)
         for p in getattr(m, "__path__", ()) if m is not None else ():
             candidates.append(p)
+    for mod in ("greenlet", "orjson"):      # the runtime's own packages (maybe not imported yet)
+        try:
+            spec = importlib.util.find_spec(mod)
+        except (ImportError, ValueError):
+            spec = None
+        candidates += list(spec.submodule_search_locations or ()) if spec is not None else []
     for p in candidates:
         if not p:
             continue

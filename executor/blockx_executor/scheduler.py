@@ -56,7 +56,7 @@ from blockx._fast.errors import FrameError, FrameTooLarge, ProtocolError
 from blockx.protocol import messages as m
 
 from .call import (
-    ABORT, CODE_WAIT, DONE, PENDING, READY, RUNNING, WAITING, Call, _failed,
+    ABORT, CODE_WAIT, DONE, PENDING, READY, RUNNING, WAITING, Call, failed_outcome,
 )
 from .code_cache import CodeCache, FunctionNotFound, normalize_digest
 from .failure import clip, MAX_MESSAGE
@@ -422,7 +422,7 @@ class Scheduler:
                 if call is None:
                     raise
                 self.end_slice(call)
-                self.finish(call, _failed("USER_ERROR", False, clip(
+                self.finish(call, failed_outcome("USER_ERROR", False, clip(
                     f"call runner failed: {type(exc).__name__}: {exc}", MAX_MESSAGE)))
                 continue
             if result is _IDLE:
@@ -573,10 +573,10 @@ class Scheduler:
         if call.abort is not None:
             exc_type, message = call.abort
             stack, local_vars = ("", {}) if outcome[0] == "ok" else (outcome[4], outcome[5])
-            outcome = _failed(exc_type.error_kind, False, message, stack, local_vars)
+            outcome = failed_outcome(exc_type.error_kind, False, message, stack, local_vars)
         elif call.budget_ns and used_ns > call.budget_ns:      # call.over_budget(used_ns)
             stack, local_vars = ("", {}) if outcome[0] == "ok" else (outcome[4], outcome[5])
-            outcome = _failed(BudgetExceeded.error_kind, False, call.budget_message(used_ns),
+            outcome = failed_outcome(BudgetExceeded.error_kind, False, call.budget_message(used_ns),
                               stack, local_vars)
         if outcome[0] == "ok":
             try:
@@ -585,7 +585,7 @@ class Scheduler:
                     call.started_at_ms, (_monotonic_ns() - call.started_ns) // 1_000_000))
                 return
             except FrameTooLarge:
-                outcome = _failed("OUTPUT_TOO_LARGE", False, (
+                outcome = failed_outcome("OUTPUT_TOO_LARGE", False, (
                     f"output of {call.function_id!r} is {len(outcome[1])} bytes of JSON; "
                     f"a frame holds at most {self.max_frame_bytes} bytes"))
         _, kind, retryable, message, stack, local_vars = outcome

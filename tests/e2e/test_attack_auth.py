@@ -113,6 +113,8 @@ UNARY = {
     "WatchTasks": lambda st: list(st.WatchTasks(pb.WatchTasksRequest(task_ids=["u-watch"]), timeout=10)),
     "GetWorkerStatus": lambda st: st.GetWorkerStatus(pb.GetWorkerStatusRequest(), timeout=10),
     "GetTaskTrace": lambda st: st.GetTaskTrace(pb.GetTaskTraceRequest(task_id="u-trace"), timeout=10),
+    "CancelTask": lambda st: st.CancelTask(pb.CancelTaskRequest(task_id="u-cancel"), timeout=10),
+    "ListTasks": lambda st: st.ListTasks(pb.ListTasksRequest(), timeout=10),
 }
 
 

@@ -1,6 +1,7 @@
 """Attacks on the bounds of the gRPC side, against a real worker: huge ids, a
-year-long slot TTL, oversized fields, a result too large for one message (on a
-session shared with a normal task, via GetTaskResult, via WatchTasks), a
+year-long slot TTL, oversized fields, a result too large for one message (it
+pages: on a session shared with a normal task, via GetTaskResult, via
+WatchTasks; one output too large for a message alone), a
 WatchTasks client that stops reading, and too many sessions, streams and RPCs.
 Each is refused with a status the API defines and a message naming the limit,
 and hurts nothing else: the other tasks finish, the session and the stream live,
@@ -16,6 +17,7 @@ import grpc
 import pytest
 
 from blockx.worker.v1 import worker_pb2 as pb
+from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 from tests.support.worker import outputs
 
 MiB = 1024 * 1024
@@ -209,7 +211,14 @@ def test_an_undecodable_request_is_invalid_argument_not_unknown(worker):
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "SessionRequestBatch" in err.details()
 
 
-# ---- a result too large for one message ---------------------------------------------------
+# ---- a result too large for one message: it pages -----------------------------------
+
+
+def first_page_of_huge(r: pb.TaskResult) -> None:
+    """The first page of HUGE_CALLS' result: none of its 14 MB outputs fits a page."""
+    assert r.state == pb.TASK_STATE_SUCCEEDED and r.failure_code == "" and list(r.outputs) == []
+    assert (r.outputs_total, r.outputs_offset, r.outputs_truncated) == (5, 0, True)
+    assert r.statistic.call_count == 5
 
 
 def test_an_oversized_result_on_a_session_ends_neither_the_session_nor_the_other_task(huge_worker):
@@ -220,44 +229,72 @@ def test_an_oversized_result_on_a_session_ends_neither_the_session_nor_the_other
     seen += [] if any(terminal_of("small-s")(e) for e in seen) else sess.until(terminal_of("small-s"))
     small = [e.update for e in seen if terminal_of("small-s")(e)][0]
     assert small.result.state == pb.TASK_STATE_SUCCEEDED and outputs(small.result) == [42]
+    assert (small.result.outputs_total, small.result.outputs_truncated) == (1, False)
     huge = [e.update for e in seen if terminal_of("huge-s")(e)][0]
-    assert huge.state == pb.TASK_STATE_SUCCEEDED and list(huge.result.outputs) == []
-    assert huge.result.failure_code == "RESULT_TOO_LARGE"
-    assert "over the limit of 67108864 bytes of one gRPC message (grpcMaxMessageBytes" in huge.result.failure_message
-    # the session lives: a reply that would carry the result is an error for that request alone
+    assert huge.state == pb.TASK_STATE_SUCCEEDED
+    first_page_of_huge(huge.result)
+    # the session lives: replies that carry the result carry a page of it
     sess.send(pb.SessionRequest(request_id=3, get_result=pb.GetTaskResultRequest(task_id="huge-s")),
               pb.SessionRequest(request_id=4, get_result=pb.GetTaskResultRequest(task_id="small-s")),
               submit_req(5, "huge-s", HUGE_CALLS, follow=False),
-              submit_req(6, "after-s", [("add", [1, 1])]))
-    ev3, ev4, ev5 = sess.next(), sess.next(), sess.next()
-    for ev, rid in ((ev3, 3), (ev5, 5)):
-        assert (ev.request_id, ev.WhichOneof("event")) == (rid, "error")
-        assert ev.error.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
-        assert "the result of task 'huge-s' is" in ev.error.message and "grpcMaxMessageBytes" in ev.error.message
-    assert ev4.request_id == 4 and outputs(ev4.result.result) == [42]
+              pb.SessionRequest(request_id=6, get_result=pb.GetTaskResultRequest(task_id="huge-s",
+                                                                                  outputs_offset=6)),
+              submit_req(7, "after-s", [("add", [1, 1])]))
+    ev3, ev4, ev5, ev6 = sess.next(), sess.next(), sess.next(), sess.next()
+    assert (ev3.request_id, ev4.request_id, ev5.request_id, ev6.request_id) == (3, 4, 5, 6)
+    first_page_of_huge(ev3.result.result)
+    first_page_of_huge(ev5.submitted.result)
+    assert outputs(ev4.result.result) == [42]
+    assert ev6.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "outputs_offset 6 is past the end of task 'huge-s''s 5 outputs" in ev6.error.message
     after = [e.update for e in sess.until(terminal_of("after-s"))][-1]
     assert outputs(after.result) == [2]
     sess.close()
     assert list(sess.call) == []          # ends OK
 
 
-def test_an_oversized_result_via_get_task_result_submit_and_slot_is_resource_exhausted_naming_the_setting(huge_worker):
+def test_an_oversized_result_via_get_task_result_submit_and_slot_pages(huge_worker):
     w = huge_worker
     w.submit_calls("huge-u", HUGE_CALLS, rpc_timeout=30)
-    assert w.wait_terminal("huge-u", timeout=120).failure_code == "RESULT_TOO_LARGE"
-    err = rpc_error(w.stub.GetTaskResult, pb.GetTaskResultRequest(task_id="huge-u"), timeout=30)
-    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert "the result of task 'huge-u' is" in err.details()
-    assert "over the limit of 67108864 bytes of one gRPC message (grpcMaxMessageBytes (WORKER_GRPC_MAX_MESSAGE_BYTES))" \
-        in err.details()
-    for fn, request in ((w.stub.SubmitTask, pb.SubmitTaskRequest(task=calls_task("huge-u", HUGE_CALLS))),
-                        (w.stub.RequestTaskSlot, pb.RequestTaskSlotRequest(task_id="huge-u"))):
-        e = rpc_error(fn, request, timeout=30)
-        assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "grpcMaxMessageBytes" in e.details()
+    first_page_of_huge(w.wait_terminal("huge-u", timeout=120))        # on the harness's 4 MiB channel
+    first_page_of_huge(w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id="huge-u"), timeout=30).result)
+    first_page_of_huge(w.stub.SubmitTask(pb.SubmitTaskRequest(task=calls_task("huge-u", HUGE_CALLS)),
+                                         timeout=30).result)
+    first_page_of_huge(w.stub.RequestTaskSlot(pb.RequestTaskSlotRequest(task_id="huge-u"), timeout=30).result)
+    # one output by count: over the page budget, within one message (a client that takes 64 MiB)
+    big = grpc.insecure_channel(f"127.0.0.1:{w.port}", options=[("grpc.max_receive_message_length", 64 * MiB)])
+    try:
+        stub = pb_grpc.WorkerServiceStub(big)
+        r = stub.GetTaskResult(pb.GetTaskResultRequest(task_id="huge-u", outputs_offset=4, outputs_limit=1),
+                               timeout=60, metadata=call_metadata(w)).result
+    finally:
+        big.close()
+    assert (len(r.outputs), r.outputs_offset, r.outputs_total, r.outputs_truncated) == (1, 4, 5, False)
+    assert r.outputs[0] == b'"' + b"x" * 14_000_000 + b'"'
     serves_a_normal_task(w, "after-u")
 
 
-def test_an_oversized_result_via_watch_tasks_is_flagged_and_the_stream_goes_on(huge_worker):
+def test_one_output_over_one_message_is_resource_exhausted_for_that_request_alone(start_worker):
+    w = start_worker({"WORKER_GRPC_MAX_MESSAGE_BYTES": str(8 * MiB), "RESULT_RETENTION_MS": "60000",
+                      "CALL_DEADLINE_MS": "60000"})
+    w.submit_calls("one-big", [("add", [1, 2]), ("big", [10_000_000]), ("add", [3, 4])], rpc_timeout=30)
+    r = w.wait_terminal("one-big", timeout=120)
+    assert (outputs(r), r.outputs_total, r.outputs_truncated, r.failure_code) == ([3], 3, True, "")
+    assert list(w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id="one-big", outputs_offset=1),
+                                     timeout=30).result.outputs) == []
+    err = rpc_error(w.stub.GetTaskResult, pb.GetTaskResultRequest(task_id="one-big", outputs_offset=1,
+                                                                  outputs_limit=1), timeout=30)
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "the result of task 'one-big' is" in err.details()
+    assert "over the limit of 8388608 bytes of one gRPC message (grpcMaxMessageBytes " \
+           "(WORKER_GRPC_MAX_MESSAGE_BYTES))" in err.details()
+    assert err.details().endswith("(output 1 of its 3 alone; the other outputs page as usual, from outputs_offset 2)")
+    last = w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id="one-big", outputs_offset=2), timeout=30).result
+    assert (outputs(last), last.outputs_truncated) == ([7], False)
+    serves_a_normal_task(w, "after-big")
+
+
+def test_an_oversized_result_via_watch_tasks_is_paged_and_the_stream_goes_on(huge_worker):
     w = huge_worker
     w.submit_calls("huge-w", HUGE_CALLS, rpc_timeout=30)
     w.submit_calls("slow-w", [("sleep_ms", [1500])])
@@ -266,9 +303,8 @@ def test_an_oversized_result_via_watch_tasks_is_flagged_and_the_stream_goes_on(h
         if upd.is_terminal:
             got[upd.task_id] = upd
     assert set(got) == {"huge-w", "slow-w"}        # the stream ended OK after both
-    assert got["huge-w"].result.failure_code == "RESULT_TOO_LARGE" and not got["huge-w"].result.outputs
     assert got["huge-w"].state == pb.TASK_STATE_SUCCEEDED
-    assert "grpcMaxMessageBytes" in got["huge-w"].result.failure_message
+    first_page_of_huge(got["huge-w"].result)
     assert got["slow-w"].result.state == pb.TASK_STATE_SUCCEEDED and got["slow-w"].result.outputs
 
 

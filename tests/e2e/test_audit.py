@@ -1,4 +1,4 @@
-"""The audit gate (issue 14) on a real worker: AUDIT_MODE=enforce refuses code
+"""The audit gate on a real worker: AUDIT_MODE=enforce refuses code
 whose digest is not approved, runs approved code, and picks up an approval
 added while it runs; warn dispatches and logs once per digest."""
 import hashlib

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.e2e.conftest import make_functions_dir
-from tests.e2e.spawn_modes import SPAWN_MODES
+from tests.e2e.spawn_modes import SPAWN_MODES, spawn_env
 from tests.support.worker import WorkerProcess
 
 pytestmark = pytest.mark.e2e
@@ -24,11 +24,11 @@ def test_the_readme_example_is_the_shipped_file():
 
 @pytest.fixture(scope="module", params=SPAWN_MODES)
 def tour_worker(request, tmp_path_factory):
-    """The tour gives the same outputs in both spawn modes (issue 14)."""
+    """The tour gives the same outputs in both spawn modes."""
     if request.param == "process":
         yield request.getfixturevalue("worker")
         return
-    w = WorkerProcess({"TASK_SLOTS": "32", "RESULT_RETENTION_MS": "60000", "EXECUTOR_SPAWN_MODE": request.param},
+    w = WorkerProcess({"TASK_SLOTS": "32", "RESULT_RETENTION_MS": "60000", **spawn_env(request.param)},
                       functions_dir=make_functions_dir(tmp_path_factory.mktemp("fn-tour")))
     w.start()
     try:

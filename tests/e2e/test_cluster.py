@@ -217,3 +217,20 @@ async def test_an_id_submitted_without_waiting_goes_back_to_its_worker(etcd, fle
         assert again.worker == later.worker == first.worker
         assert again.outputs == later.outputs == [300]
         assert set(cluster.placed) == {first.worker}
+
+
+async def test_cancel_reaches_the_worker_that_holds_the_task_and_is_never_resubmitted(etcd, fleet):
+    fleet(2)
+    async with Cluster(etcd.endpoint, resubmit_retryable=True) as cluster:
+        await until(lambda: len(cluster.workers) == 2, 10, "two workers in the view")
+        waiting = asyncio.get_running_loop().create_task(
+            cluster.submit(calls=[("sleep_ms", [4_000])], task_id="cl-cancel"))
+        await until(lambda: "cl-cancel" in cluster._tasks and cluster._tasks["cl-cancel"].worker, 5, "placement")
+        where = cluster._tasks["cl-cancel"].worker
+        out = await cluster.cancel("cl-cancel", "cluster says stop")
+        assert (out.state, out.failure_code, out.worker, out.raw.cancelled) == ("FAILED", "CANCELLED", where, True)
+        final = await asyncio.wait_for(waiting, 10)        # the waiting submit ends with the cancel
+        assert final.failure_code == "CANCELLED" and final.attempts == 1 and cluster.resubmits == 0
+        assert sum(cluster.placed.values()) == 1
+        with pytest.raises(NotFound):
+            await cluster.cancel("never-submitted")

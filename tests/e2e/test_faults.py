@@ -10,6 +10,7 @@ import time
 import pytest
 
 from blockx.worker.v1 import worker_pb2 as pb
+from tests.e2e.spawn_modes import SPAWN_MODES, spawn_env
 from tests.support.worker import outputs
 
 pytestmark = pytest.mark.e2e
@@ -54,10 +55,12 @@ def test_executor_killed_mid_call_is_restarted_and_the_call_retried(start_worker
     assert _metric(w, "blockx_calls_dispatched_total") == _metric(w, "blockx_calls_completed_total") + failed
 
 
-def test_wedged_executor_is_killed(start_worker):
+@pytest.mark.parametrize("mode", SPAWN_MODES)
+def test_wedged_executor_is_killed(start_worker, mode):
     # An unlimited call budget (the executor would otherwise stop the spin itself)
-    # and an explicit 2 s scheduler stall timeout.
-    w = start_worker({"CALL_DEADLINE_MS": "0", "SCHEDULER_STALL_TIMEOUT_MS": "2000"})
+    # and an explicit 2 s scheduler stall timeout. In every spawn mode: a sandboxed
+    # executor's kill goes through bwrap or runc.
+    w = start_worker({"CALL_DEADLINE_MS": "0", "SCHEDULER_STALL_TIMEOUT_MS": "2000", **spawn_env(mode)})
     w.submit_calls("t-wedge", [("spin", [60])], retry=(1, 5, 0))
     res = w.wait_terminal("t-wedge", timeout=40)
     assert res.state == pb.TASK_STATE_FAILED and res.failure_code == "CALL_FAILED"

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from blockx.cli import main
-from blockx.cli_fleet import ETCD_MAX_REQUEST_BYTES
+from blockx.cli.fleet import ETCD_MAX_REQUEST_BYTES
 from tests.support.etcd import EtcdServer
 from tests.support.fleet import registry, start_workers
 from tests.support.worker import EXAMPLES, outputs

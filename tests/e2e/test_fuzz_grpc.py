@@ -180,12 +180,17 @@ SESSION_REQUEST = st.one_of(
               st.integers(0, 9), st.sampled_from(TASK_IDS)),
     st.builds(lambda rid, ids: pb.SessionRequest(request_id=rid, watch=pb.WatchTasksRequest(task_ids=ids)),
               st.integers(0, 9), IDS),
+    st.builds(lambda rid, i, why: pb.SessionRequest(request_id=rid, cancel=pb.CancelTaskRequest(task_id=i, reason=why)),
+              st.integers(0, 9), st.sampled_from(TASK_IDS), st.text(max_size=20)),
     st.just(pb.SessionRequest(request_id=1)))
 WELL_FORMED = {
     "SubmitTask": SUBMIT,
     "RequestTaskSlot": SLOT,
     "GetTaskResult": st.sampled_from(TASK_IDS).map(lambda i: pb.GetTaskResultRequest(task_id=i)),
     "GetTaskTrace": st.sampled_from(TASK_IDS).map(lambda i: pb.GetTaskTraceRequest(task_id=i)),
+    "CancelTask": st.sampled_from(TASK_IDS).map(lambda i: pb.CancelTaskRequest(task_id=i)),
+    "ListTasks": st.builds(lambda n, ph: pb.ListTasksRequest(page_size=n, phases=ph),
+                           st.integers(-2, 2000), st.lists(st.sampled_from(["CALLS", "TERMINAL", "x"]), max_size=2)),
     "WatchTasks": IDS.map(lambda ids: pb.WatchTasksRequest(task_ids=ids)),
     "TaskSession": st.lists(SESSION_REQUEST, max_size=5).map(lambda rs: pb.SessionRequestBatch(requests=rs)),
 }

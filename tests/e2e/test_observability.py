@@ -1,4 +1,5 @@
-"""Issue 15 parts 4 and 5 against a real worker with real executors:
+"""Executor resources, readiness, memory diagnostics and the shipped alert rules
+against a real worker with real executors:
 - the executor gauges appear with the right labels after the executors
   heartbeat, and their values are those processes' own RSS and CPU time;
 - the memory diagnostics line appears (interval shortened via WORKER_CONFIG);

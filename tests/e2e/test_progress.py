@@ -1,4 +1,4 @@
-"""Task progress against a real worker (issue 15 part 2): a long task's updates
+"""Task progress against a real worker: a long task's updates
 carry TaskProgress at most every 250 ms while its calls run, on WatchTasks and on
 sessions; the terminal update carries the final counts and nothing follows it."""
 from __future__ import annotations
@@ -60,10 +60,11 @@ def test_watch_tasks_streams_progress_until_the_terminal_update(slow_worker):
     dones = [p[1] for p in seen]
     assert dones == sorted(dones) and len(set(seen)) == len(seen)      # advancing, never repeated
     assert all(u.state == pb.TASK_STATE_RUNNING for _, u in running)
-    # At most one progress-only update per 250 ms tick (a little slack for scheduling).
-    progress_only = [t for t, u in running[1:]]
-    for a, b in zip(progress_only, progress_only[1:]):
-        assert b - a >= 0.2
+    # At most one progress-only update per 250 ms tick. Arrival gaps on the client
+    # can shrink when a loaded machine delays one update and not the next, so the
+    # bound is on the rate over the whole run: ticks that fit its span, plus one.
+    span = running[-1][0] - running[0][0]
+    assert len(running) - 1 <= span / 0.25 + 1, (len(running), span)
 
 
 async def test_session_watch_gets_progress_and_nothing_after_terminal(slow_worker):

@@ -1,4 +1,4 @@
-"""Runaway calls (issue 14): a call that computes past its budget without ever
+"""Runaway calls: a call that computes past its budget without ever
 yielding is stopped by the executor's budget preemption, on by default; the
 executor survives and serves the other calls it holds. The wedge backstop
 (stall timeout, 5.2 s here) is not what stops it."""
@@ -7,13 +7,13 @@ import time
 import pytest
 
 from blockx.worker.v1 import worker_pb2 as pb
-from tests.e2e.spawn_modes import SPAWN_MODES
+from tests.e2e.spawn_modes import SPAWN_MODES, spawn_env
 from tests.e2e.test_faults import _metric
 
 
 @pytest.mark.parametrize("mode", SPAWN_MODES)
 def test_a_spinning_call_fails_on_its_budget_and_its_executor_carries_on(start_worker, mode):
-    w = start_worker({"CALL_DEADLINE_MS": "200", "EXECUTOR_SPAWN_MODE": mode}, executors=1)
+    w = start_worker({"CALL_DEADLINE_MS": "200", **spawn_env(mode)}, executors=1)
     t0 = time.monotonic()
     w.submit_calls("t-spin", [("spin_forever", [])], retry=(1, 5, 0))
     w.submit_calls("t-others", [("add", [i, 1]) for i in range(5)])

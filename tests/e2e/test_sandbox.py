@@ -1,7 +1,8 @@
-"""EXECUTOR_SPAWN_MODE=sandbox with a real bubblewrap (issue 14): user functions
-try to break out; each attempt is refused or contained, the call fails with a
-clear message, and the Worker keeps serving. The same attacks in process mode
-show what the sandbox takes away (they succeed there)."""
+"""EXECUTOR_SPAWN_MODE=sandbox with a real bubblewrap and with a real
+runc container (EXECUTOR_SANDBOX_RUNTIME=oci): user functions try to break out;
+each attempt is refused or contained, the call fails with a clear message, and
+the Worker keeps serving. Every attack runs against both runtimes. The same
+attacks in process mode show what the sandbox takes away (they succeed there)."""
 import os
 import pathlib
 import signal
@@ -17,18 +18,34 @@ from tests.e2e.conftest import make_functions_dir
 from tests.support.worker import WorkerProcess, outputs
 
 LIMITS = {"EXECUTOR_MEMORY_LIMIT_MB": "256", "EXECUTOR_MAX_PROCESSES": "32", "EXECUTOR_MAX_OPEN_FILES": "256"}
+SECRET = "db-password-" + os.urandom(8).hex()      # in the Worker's environment only
+CPU_MILLICORES = 250                               # the oci runtime's CPU limit here
 
 
-def _worker(tmp_path_factory, mode):
-    fdir = make_functions_dir(tmp_path_factory.mktemp(f"fn-{mode}"))
-    w = WorkerProcess({"EXECUTOR_SPAWN_MODE": mode, "RESULT_RETENTION_MS": "60000", **LIMITS},
-                      functions_dir=fdir, executors=1)
-    return w.start()
+def _worker(tmp_path_factory, mode, runtime="bwrap"):
+    fdir = make_functions_dir(tmp_path_factory.mktemp(f"fn-{mode}-{runtime}"))
+    extra = {"EXECUTOR_SANDBOX_RUNTIME": runtime}
+    if runtime == "oci":
+        extra["EXECUTOR_CPU_MILLICORES"] = str(CPU_MILLICORES)
+    w = WorkerProcess({"EXECUTOR_SPAWN_MODE": mode, "RESULT_RETENTION_MS": "60000", "BLOCKX_TEST_DB_PASSWORD": SECRET,
+                       **LIMITS, **extra}, functions_dir=fdir, executors=1)
+    w.runtime = runtime
+    try:
+        w.start()
+    except BaseException:
+        w.stop()                                      # a Worker that never became ready
+        raise
+    if mode == "sandbox":
+        ev = w.find_event("executor_sandbox")
+        if ev is None or ev.get("runtime") != runtime:
+            w.stop()
+            raise AssertionError(f"the Worker did not run the {runtime} sandbox: {ev}")
+    return w
 
 
-@pytest.fixture(scope="module")
-def sandboxed(tmp_path_factory):
-    w = _worker(tmp_path_factory, "sandbox")
+@pytest.fixture(scope="module", params=("bwrap", "oci"))
+def sandboxed(request, tmp_path_factory):
+    w = _worker(tmp_path_factory, "sandbox", request.param)
     yield w
     w.stop()
 
@@ -86,6 +103,7 @@ class Listener:
 def test_the_sandbox_is_what_the_worker_reports(sandboxed):
     ev = sandboxed.find_event("executor_sandbox")
     assert ev is not None and "no network" in ev["sandbox"], ev
+    assert ev["runtime"] == sandboxed.runtime, ev
     assert sandboxed.find_event("worker_serving")["spawn_mode"] == "sandbox"
     seen = outputs(run(sandboxed, "whereami"))[0]
     assert seen["uid"] == 65534 and seen["hostname"] == "blockx-executor"
@@ -188,3 +206,78 @@ def test_filling_the_memory_backed_tmp_is_stopped_by_the_memory_limit(sandboxed)
             assert time.monotonic() < deadline, "the limit kill was not counted"
             time.sleep(0.02)
     still_serving(sandboxed)
+
+
+def test_the_workers_environment_and_proc_are_out_of_reach(sandboxed):
+    """User code runs as nobody in a PID namespace of its own: the Worker's
+    /proc entry is not there, and nothing of its environment leaks in."""
+    seen = outputs(run(sandboxed, "attack_environ", sandboxed.proc.pid))[0]
+    assert SECRET not in seen and "FileNotFoundError" in seen, seen
+    ns = outputs(run(sandboxed, "attack_environ", 1))[0]        # PID 1 is the sandbox's own
+    assert SECRET not in ns, ns
+    env = outputs(run(sandboxed, "whereami"))[0]["env"]
+    assert "BLOCKX_TEST_DB_PASSWORD" not in env, env
+    still_serving(sandboxed)
+
+
+def test_only_loopback_inside(sandboxed):
+    names = outputs(run(sandboxed, "netifs"))[0]
+    assert names == ["lo"], names
+
+
+def test_the_oci_cpu_limit_holds(sandboxed):
+    if sandboxed.runtime != "oci":
+        pytest.skip("EXECUTOR_CPU_MILLICORES is the oci runtime's")
+    # The executor's cgroup (runc's, under the Worker's own) carries the CFS quota ...
+    from blockx.adapters.executor.oci import own_cgroups
+    leaf = own_cgroups()["cpu"] / f"blockx-oci-{sandboxed.proc.pid}" / "exec-0"
+    assert (leaf / "cpu.cfs_quota_us").read_text().strip() == str(CPU_MILLICORES * 100)
+    assert (leaf / "cpu.cfs_period_us").read_text().strip() == "100000"
+    # ... and a call spinning for 1.5 s of wall time gets at most about a quarter of a core.
+    share = outputs(run(sandboxed, "cpu_share", 1.5))[0]
+    assert share < CPU_MILLICORES / 1000 + 0.1, share
+    still_serving(sandboxed)
+
+
+def test_an_executor_that_dies_after_its_process_limit_refused_forks_is_reported_so(sandboxed):
+    res = run(sandboxed, "fork_then_die", 1000)
+    failed_with(res, "EXECUTOR_LOST")
+    deadline = time.monotonic() + 10      # logged and counted when the exit is reaped
+    while not any("exited with code 3 by its process limit" in line for line in list(sandboxed.lines)):
+        assert time.monotonic() < deadline, "the executor's exit was not logged with its limit"
+        time.sleep(0.05)
+    while 'blockx_executor_limit_kills_total{limit="process"} 1.0' not in sandboxed.metrics_text():
+        assert time.monotonic() < deadline, "the process-limit exit was not counted"
+        time.sleep(0.05)
+    deadline = time.monotonic() + 15      # the pool starts a new executor
+    while True:
+        res = run(sandboxed, "add", 20, 22)
+        if res.state == pb.TASK_STATE_SUCCEEDED:
+            break
+        assert time.monotonic() < deadline, res
+        time.sleep(0.2)
+
+
+def test_what_a_killed_oci_worker_left_is_removed_by_the_next_one(tmp_path_factory):
+    from blockx.adapters.executor.oci import own_cgroups
+
+    first = _worker(tmp_path_factory, "sandbox", "oci")
+    pid = first.proc.pid
+    bundles = list(pathlib.Path(tempfile.gettempdir()).glob(f"blockx-oci-{pid}-*"))
+    group = own_cgroups()["pids"] / f"blockx-oci-{pid}"
+    assert len(bundles) == 1 and (group / "exec-0").is_dir(), (bundles, group)
+    first.proc.kill()                                   # no shutdown: nothing of it cleans up
+    first.proc.wait(10)
+    deadline = time.monotonic() + 15                    # its executor ends with its connection
+    while (group / "exec-0" / "cgroup.procs").exists() and \
+            (group / "exec-0" / "cgroup.procs").read_text().strip():
+        assert time.monotonic() < deadline, "the killed Worker's executor kept running"
+        time.sleep(0.1)
+    assert bundles[0].exists()
+    second = _worker(tmp_path_factory, "sandbox", "oci")
+    try:
+        assert not bundles[0].exists() and not group.exists()
+        still_serving(second)
+    finally:
+        second.stop()
+        first.stop()

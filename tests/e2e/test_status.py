@@ -1,4 +1,4 @@
-"""GetWorkerStatus against a real worker with real executors (issue 15 part 3):
+"""GetWorkerStatus against a real worker with real executors:
 what it reports at rest and under work, and a SIGKILLed executor seen as not
 healthy, then restarted."""
 from __future__ import annotations

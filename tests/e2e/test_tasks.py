@@ -206,7 +206,7 @@ def test_watch_reattach_within_grace_keeps_the_task(start_worker):
     assert res.state == pb.TASK_STATE_SUCCEEDED
 
 
-# What each production profile registers (builders, writers), as the spec lists them.
+# What each production profile registers (builders, writers), as README.md lists them.
 REGISTERED = {"block": ("bundleScan, callList, dbscan", "bundleWrite, tableUpserts"),
               "bundle": ("bundleScan, callList", "bundleWrite, tableUpserts")}
 

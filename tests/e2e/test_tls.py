@@ -1,4 +1,4 @@
-"""TLS and mutual TLS on the gRPC port (issue 14), with real certificates made
+"""TLS and mutual TLS on the gRPC port, with real certificates made
 by openssl in the test and a real worker process."""
 import asyncio
 import shutil

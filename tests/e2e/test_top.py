@@ -1,4 +1,4 @@
-"""`blockx top` as a person sees it (issue 15 part 3): a real Worker with real
+"""`blockx top` as a person sees it: a real Worker with real
 executors, `blockx top` running in tmux, the screen read with capture-pane until
 the executors show, work submitted until the rates move, `q` pressed, exit 0.
 Set BLOCKX_TOP_CAPTURE=FILE to keep the screen (with executors and rates)."""

@@ -1,7 +1,7 @@
 """A real etcd server for tests.
 
 `EtcdServer` runs the system `etcd` binary (Debian etcd-server 3.4) on free
-loopback ports with a private data dir, exactly as DESIGN §2 describes. It can be
+loopback ports with a private data dir. It can be
 stopped and started again on the same ports and data dir, which is what outage
 tests need. Nothing is mocked: clients talk gRPC to a real server.
 

@@ -1,4 +1,4 @@
-"""What the shipped dashboard and alert rules query (issue 15 part 5): their
+"""What the shipped dashboard and alert rules query: their
 PromQL expressions, and the metric names those expressions read.
 
 `metric_names` is deliberately small: it removes string literals, label

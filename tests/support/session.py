@@ -26,7 +26,7 @@ def submit(rid: int, task_id: str, calls, *, follow: bool = True, slot_id: str =
 
 
 def is_progress_only(ev: pb.SessionEvent) -> bool:
-    """A progress-only update (issue 15): a later update of a running task, in the
+    """A progress-only update: a later update of a running task, in the
     state already shown, that only brings new TaskProgress."""
     if ev.request_id or ev.WhichOneof("event") != "update":
         return False
@@ -38,9 +38,11 @@ class RawSession:
     """``keep_progress=False`` (the default) sets progress-only updates aside in
     ``progress`` so the protocol tests read the state changes they assert on."""
 
-    def __init__(self, port: int, *, keep_progress: bool = False, token: str | None = auth.HARNESS_TOKEN) -> None:
+    def __init__(self, port: int, *, keep_progress: bool = False, token: str | None = auth.HARNESS_TOKEN,
+                 extra_metadata: tuple[tuple[str, str], ...] = ()) -> None:
         self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-        self.call = pb_grpc.WorkerServiceStub(self.channel).TaskSession(metadata=auth.metadata(token))
+        self.call = pb_grpc.WorkerServiceStub(self.channel).TaskSession(
+            metadata=(*(auth.metadata(token) or ()), *extra_metadata) or None)
         self.batches = 0
         self._buf: collections.deque = collections.deque()
         self.ended = False

@@ -119,7 +119,7 @@ class ExecutorAdapter:
         # counted and the slot restarts; the default kills the peer pid.
         self.kill_hook: Callable[[str], bool] = self._kill_by_pid
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._server = None
+        self._server: asyncio.Server | None = None
         self._identity: tuple[int, int] | None = None
         self._conns: dict[str, ExecutorConnection] = {}  # attached, by executor id
         self._pending: set[ExecutorConnection] = set()  # connected, no Heartbeat yet
@@ -159,6 +159,7 @@ class ExecutorAdapter:
     async def _listen_private(self, executor_id: str) -> None:
         path = private_socket_path(self.socket_path, executor_id)
         sock, identity = bind_listener(path, 4)
+        assert self.loop is not None        # start() set it before any private listener
         try:
             server = await self.loop.create_unix_server(
                 lambda: ExecutorConnection(self, executor_id), sock=sock)
@@ -497,7 +498,7 @@ class ExecutorAdapter:
     def executor_ids(self) -> list[str]:
         return sorted(self._conns)
 
-    # ---- resource usage for /metrics and the memory diagnostics (issue 15) ----
+    # ---- resource usage for /metrics and the memory diagnostics ----
     def resource_usage(self) -> list[tuple[str, int, int, int]]:
         """(executor_id, memoryBytes, cpuUserMs, cpuSystemMs) of every attached
         executor, as its latest Heartbeat reported them: the connections own these

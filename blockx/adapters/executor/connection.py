@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+from typing import Any
 
 from blockx._fast import load
 from blockx._fast.errors import FrameError, OutboxClosed, OutboxFull, ProtocolError
@@ -84,8 +85,8 @@ class ExecutorConnection(asyncio.Protocol):
         self.counters = adapter.counters
         self.fixed_capacity = adapter.executor_contexts  # 0: estimate from heartbeats
         self.decoder = FrameDecoder()
-        self.transport = None
-        self.outbox = None
+        self.transport: Any = None       # set by connection_made, as asyncio hands it over
+        self.outbox: Any = None
         self.reservations = Reservations()
         self.closed = False
         self.executor_id = ""  # "" until the first valid Heartbeat

@@ -29,6 +29,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["ExecutorOutput", "RECORD_OVERHEAD_BYTES"]
 
@@ -76,7 +77,7 @@ class ExecutorOutput:
         self.clock = clock
         self._budgets: dict[str, _Budget] = {}
         self._streams: dict[int, _Stream] = {}
-        self._loop = None
+        self._loop: Any = None           # the event loop, from the first watch()
         self.lines_total = 0
         self.dropped_lines_total = 0
 

@@ -1,4 +1,4 @@
-"""PoolManager: keeps N executor processes running (spec "Executor Pool").
+"""PoolManager: keeps N executor processes running, restarting each that exits.
 
 Slot state machine, one slot per executor id exec-0 .. exec-(N-1):
 
@@ -193,12 +193,12 @@ class PoolManager:
         self.clock_ms = clock_ms
         self.log = logger or logging.getLogger("blockx.executor.pool")
         self.counters = counters_for(metrics)
-        # sandbox.Sandbox (EXECUTOR_SPAWN_MODE=sandbox): wraps each executor's argv
-        # in bwrap, and names the limit that killed one.
+        # sandbox.Sandbox or oci.OciSandbox (EXECUTOR_SPAWN_MODE=sandbox): wraps each
+        # executor's argv in bwrap or runc, and names the limit that killed one.
         self.sandbox = sandbox
         self.limit_kills: dict[str, int] = {}
         self._slots = {eid: _Slot(eid) for eid in executor_ids(executor_count)}
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None    # set by start()
         self._started = False
         self._stopping = False
 
@@ -271,12 +271,15 @@ class PoolManager:
         finally:
             os.close(write_fd)
         if self.sandbox is not None:
-            argv = self.argv_for(eid, socket_path=self.sandbox.executor_socket_path, secret_fd=read_fd)
-            argv = self.sandbox.argv(eid, argv, socket_path=private_socket_path(self.socket_path, eid))
+            argv = self.argv_for(eid, socket_path=self.sandbox.executor_socket_path,
+                                 secret_fd=self.sandbox.secret_fd(read_fd))
+            argv = self.sandbox.argv(eid, argv, socket_path=private_socket_path(self.socket_path, eid),
+                                     env=self.env, secret_fd=read_fd)
         else:
             argv = self.argv_for(eid, secret_fd=read_fd)
         piped = self.output is not None
         try:
+            assert self._loop is not None
             child = ChildProcess(argv, self.env, loop=self._loop, on_exit=self._on_exit,
                                  stdout=subprocess.PIPE if piped else self._stdout,
                                  stderr=subprocess.PIPE if piped else self._stderr, pass_fds=(read_fd,))
@@ -307,10 +310,10 @@ class PoolManager:
         self.credentials.revoke(slot.executor_id)     # an exited executor's secret attaches nobody
         slot.last_exit_code = rc
         how = f"killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
-        reason = self.sandbox.exit_reason(slot.executor_id) if self.sandbox is not None else None
+        reason = self.sandbox.exit_reason(slot.executor_id, rc) if self.sandbox is not None else None
         if reason:
             how += f" by its {reason}"
-            label = reason.removesuffix(" limit")        # "memory"
+            label = reason.removesuffix(" limit")        # "memory", "process"
             self.limit_kills[label] = self.limit_kills.get(label, 0) + 1
             self.counters.executor_limit_kills[label] = self.counters.executor_limit_kills.get(label, 0) + 1
         level = logging.INFO if self._stopping else logging.WARNING
@@ -327,6 +330,7 @@ class PoolManager:
         times = slot.restart_times
         while times and now - times[0] >= self.restart_window_ms:
             times.popleft()
+        assert self._loop is not None
         if len(times) >= self.max_restarts:
             slot.state = SlotState.BACKOFF
             slot.backoffs += 1

@@ -1,5 +1,5 @@
 """EXECUTOR_SPAWN_MODE=sandbox: each executor runs inside bubblewrap (bwrap), in
-place of the spec's containerd sandbox.
+place of a container runtime.
 
 What the executor gets (and nothing else):
 - new user, PID, IPC, UTS, cgroup and network namespaces: no network at all (a
@@ -39,6 +39,7 @@ import logging
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -97,43 +98,70 @@ def _inside(path: str, parents: list[str]) -> bool:
     return any(path == p or path.startswith(p.rstrip("/") + "/") for p in parents)
 
 
+def merged_usr_links() -> dict[str, str]:
+    """The top-level symlinks of a merged-/usr system (/bin -> usr/bin ...)."""
+    return {top: os.readlink(top) for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+            if os.path.islink(top)}
+
+
+def host_readonly_paths(extra: tuple[str, ...] = ()) -> list[str]:
+    """The host directories a sandboxed executor sees read-only, besides /usr:
+    the Python installation, the venv, the interpreter's directory, the blockx
+    and blockx_executor packages, then `extra`; each real path once, none inside
+    another (or /usr)."""
+    ro: list[str] = []
+    for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)),
+              _package_dir("blockx"), _package_dir("blockx_executor"), *extra):
+        real = os.path.realpath(p)
+        if not _inside(real, ro + ["/usr"]):
+            ro = [q for q in ro if not _inside(q, [real])]
+            ro.append(real)
+    return ro
+
+
 class Sandbox:
+    runtime = "bwrap"
+
     def __init__(self, socket_path: str, limits: SandboxLimits, *, functions_dir: str = "",
-                 bwrap: str | None = None, cgroups: bool = True) -> None:
-        self.bwrap = bwrap or bwrap_path()
-        if self.bwrap is None:
+                 bwrap: str | None = None, cgroups: bool = True, extra_readonly: tuple[str, ...] = ()) -> None:
+        found = bwrap or bwrap_path()
+        if found is None:
             raise RuntimeError(sandbox_problem() or "bwrap is missing")
+        self.bwrap: str = found
         self.socket_dir = os.path.dirname(os.path.abspath(socket_path))
         self.executor_socket_path = SANDBOX_SOCKET_PATH
         self.limits = limits
         self.functions_dir = os.path.realpath(functions_dir) if functions_dir else ""
+        self.extra_readonly = tuple(extra_readonly)
         self.cgroups = CgroupLimits.create(limits) if cgroups else None
 
     # ---- argv ----
     def _mounts(self) -> list[str]:
         args: list[str] = []
+        links = merged_usr_links()
         for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-            if os.path.islink(top):
-                args += ["--symlink", os.readlink(top), top]
+            if top in links:
+                args += ["--symlink", links[top], top]
             elif os.path.isdir(top):
                 args += ["--ro-bind", top, top]
         for f in ("/etc/ld.so.cache", "/etc/localtime"):
             args += ["--ro-bind-try", f, f]
-        ro = []
-        for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)),
-                  _package_dir("blockx"), _package_dir("blockx_executor")):
-            real = os.path.realpath(p)
-            if not _inside(real, ro + ["/usr"]):
-                ro.append(real)
+        ro = host_readonly_paths(self.extra_readonly)
         for p in ro:
             args += ["--ro-bind", p, p]
         if self.functions_dir and _inside(self.functions_dir, ro):
             args += ["--tmpfs", self.functions_dir]      # code only through the Worker
         return args
 
-    def argv(self, executor_id: str, executor_argv: list[str], *, socket_path: str) -> list[str]:
+    def secret_fd(self, host_fd: int) -> int:
+        """The fd number the executor reads its attach secret from (bwrap keeps it)."""
+        return host_fd
+
+    def argv(self, executor_id: str, executor_argv: list[str], *, socket_path: str,
+             env: dict[str, str] | None = None, secret_fd: int = 0) -> list[str]:
         """bwrap around `executor_argv` (which names SANDBOX_SOCKET_PATH); `socket_path`
-        is the executor's private socket on the host."""
+        is the executor's private socket on the host. bwrap passes on the
+        environment (`env`) and the secret's fd as they are."""
         lim = self.limits
         tmp_size = (lim.memory_mb or 256) * MiB
         argv = [self.bwrap,
@@ -162,12 +190,13 @@ class Sandbox:
             return None
         return "memory limit" if self.cgroups.new_oom_kills(executor_id) else None
 
-    def exit_reason(self, executor_id: str) -> str | None:
+    def exit_reason(self, executor_id: str, returncode: int = 0) -> str | None:
         """After an executor exited: "memory limit" when its cgroup's OOM killer
-        killed it; None otherwise. Removes its cgroup."""
+        killed it, "process limit" when it failed after its pids limit refused
+        forks; None otherwise. Removes its cgroup."""
         if self.cgroups is None:
             return None
-        return self.cgroups.finish(executor_id)
+        return self.cgroups.finish(executor_id, returncode)
 
     def close(self) -> None:
         if self.cgroups is not None:
@@ -189,6 +218,7 @@ class CgroupLimits:
         self.parents = parents          # controller -> this Worker's group ("" for v2)
         self.limits = limits
         self._oom_base: dict[str, int] = {}   # oom_kill count when the executor's process entered
+        self._forks_base: dict[str, int] = {}  # refused forks (pids.events max) then
 
     @classmethod
     def create(cls, limits: SandboxLimits, root: Path = Path("/sys/fs/cgroup")) -> CgroupLimits | None:
@@ -243,6 +273,7 @@ class CgroupLimits:
             log.warning("cannot set up the cgroup of %s (%s); it runs with rlimits only", executor_id, exc)
             return argv
         self._oom_base[executor_id] = self.oom_kills(executor_id)
+        self._forks_base[executor_id] = self.refused_forks(executor_id)
         script = " && ".join(f"echo $$ > {shlex.quote(p)}" for p in procs) + ' && exec "$@"'
         return ["/bin/sh", "-c", script, "blockx-sandbox", *argv]
 
@@ -262,8 +293,23 @@ class CgroupLimits:
     def new_oom_kills(self, executor_id: str) -> int:
         return self.oom_kills(executor_id) - self._oom_base.get(executor_id, 0)
 
-    def finish(self, executor_id: str) -> str | None:
+    def refused_forks(self, executor_id: str) -> int:
+        ctl = "" if self.kind == "cgroup v2" else "pids"
+        try:
+            text = (self._leaf(ctl, executor_id) / "pids.events").read_text()
+        except (OSError, KeyError):
+            return 0
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "max":
+                return int(value)
+        return 0
+
+    def finish(self, executor_id: str, returncode: int = 0) -> str | None:
         reason = "memory limit" if self.new_oom_kills(executor_id) else None
+        if reason is None and not stopped_normally(returncode) and \
+                self.refused_forks(executor_id) > self._forks_base.get(executor_id, 0):
+            reason = "process limit"
         for ctl in self.parents:
             try:
                 self._leaf(ctl, executor_id).rmdir()
@@ -285,6 +331,12 @@ class CgroupLimits:
                 parent.rmdir()
             except OSError:
                 pass
+
+
+def stopped_normally(returncode: int) -> bool:
+    """An executor's exit that no limit caused: 0, or SIGTERM (by the signal, or
+    143 from an executor that is PID 1 of a container, or runc's report of it)."""
+    return returncode in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
 
 
 def _try_write(path: Path, value: str) -> None:

@@ -34,7 +34,8 @@ and which event it feeds back:
   ``budget_used_ms``; once flushed feed ``handle_call_resumed(parent_call_id,
   now)``; if the send fails feed ``handle_call_failed(parent_call_id,
   parent_attempt_seq, "RESUME_SEND_FAILED", True, ...)``.
-- ``BatchSettled``: return one credit to the task's stream producer.
+- ``BatchSettled``: return one credit to the task's stream producer (with
+  hand_over, the batch's outputs go with it, for a writer that streams).
 - ``StopCallProduction``: stop the task's stream producer (no more batches).
 - ``ConvergeTaskCalls``: the call phase ended; hand the outcome to WorkerCore
   (``HandleTaskPhaseFinished(PhaseCalls)``). Sent once per task.
@@ -109,6 +110,9 @@ class SubcallDone:
 class BatchSettled:
     task_id: str
     batch_idx: int
+    # With hand_over (commit_call_stream): the batch's successful root outputs, in
+    # call order, which the dispatcher no longer keeps; None otherwise.
+    outputs: list | None = None
 
 
 @dataclass(slots=True)

@@ -123,11 +123,13 @@ class CallIntake:
 
     def commit_call_stream(self, task_id: str, policy: str = FAST_FAIL,
                            retry: RetryPolicy | tuple | None = None, instance_id: str = "",
-                           now: int = 0) -> list:
-        """Open a streaming call phase; batches follow via commit_call_batch."""
+                           now: int = 0, hand_over: bool = False) -> list:
+        """Open a streaming call phase; batches follow via commit_call_batch.
+        ``hand_over``: each BatchSettled carries the batch's outputs, and the core
+        keeps none of them (nor their cache entries) once the batch settled."""
         policy = _check_task(task_id, policy, instance_id)
         resolved = resolve_retry(retry, self.config)
-        self._tasks.new(task_id, policy == FAST_FAIL, resolved, instance_id, True)
+        self._tasks.new(task_id, policy == FAST_FAIL, resolved, instance_id, True, hand_over)
         return []
 
     def prepare_call_batch(self, task_id: str, batch_idx: int, calls: Iterable) -> PreparedCalls:

@@ -15,7 +15,13 @@ Rules and theory of operation:
        root (ready, backing off, or waiting on a singleflight leader) as
        CANCELLED; those are not counted in calls_failed;
     3. BatchSettled for each batch whose roots are all DONE (streaming only),
-       in batch order; the CallTable forgets the batch's calls;
+       in batch order; the CallTable forgets the batch's calls. A task opened
+       with hand_over gives the batch's outputs away with its BatchSettled
+       (a writer consumes them as the task runs): its outputs, their CallCache
+       entries and their bytes under maxCollectedOutputBytes are dropped, so
+       the core holds the outputs of unsettled batches only, and a later
+       batch reuses the settled one's output slots (roots are indexed into
+       them), so the outputs list stays as long as the credit window's batches;
     4. ConvergeTaskCalls, once, when every committed root is DONE and the
        producer is done (or the task stopped). ``ok`` is false when a failure
        was recorded (FAST_FAIL's first final root failure, or
@@ -70,13 +76,17 @@ class TaskCallTable:
         self._sched = scheduler
         self._ReadyQueue = ready_queue
         self._max_output = max_output_bytes
+        # Streaming tasks whose outputs leave with BatchSettled: their output slots
+        self._hand_over: dict[str, _OutputSlots] = {}
 
     # --- registration ------------------------------------------------------------------
 
     def new(self, task_id: str, fast_fail: bool, retry: tuple[int, int, int], instance_id: str,
-            streaming: bool) -> TaskCalls:
+            streaming: bool, hand_over: bool = False) -> TaskCalls:
         if task_id in self.by_id:
             raise ValueError(f"task {task_id} already has a call phase in the dispatcher")
+        if hand_over and streaming:
+            self._hand_over[task_id] = _OutputSlots()
         max_attempts, base, jitter = retry
         task = TaskCalls(task_id, fast_fail, max_attempts, base, jitter,
                          self._sched.attach(instance_id), streaming, self._ReadyQueue())
@@ -85,8 +95,14 @@ class TaskCallTable:
 
     def register_block(self, task: TaskCalls, block: Any, batch_idx: int) -> None:
         """Queue a committed call list (a CallBlock) in its task, compactly."""
-        offset = task.total
         n = len(block)
+        grow = n
+        slots = self._hand_over.get(task.task_id) if self._hand_over else None
+        if slots is None:
+            offset = task.total
+        else:   # a handed-over batch's outputs leave at its settle: its slots serve a later batch
+            offset = slots.take(batch_idx, n, len(task.outputs))
+            grow = max(0, offset + n - len(task.outputs))
         batch = Batch(batch_idx, [])
         batch.remaining = n
         block.base = offset
@@ -94,7 +110,7 @@ class TaskCallTable:
         if n:
             task.blocks.append(block)
             task.queued += n
-        self._add_batch(task, batch, n)
+        self._add_batch(task, batch, n, grow)
 
     def register(self, task: TaskCalls, calls: list[CallRecord], batch_idx: int) -> None:
         """Link a batch of ready-made contexts into its task and queue them (the
@@ -106,12 +122,13 @@ class TaskCallTable:
         _loop.link_calls(task, calls, self._calls.by_id)
         self._add_batch(task, Batch(batch_idx, calls), len(calls))
 
-    def _add_batch(self, task: TaskCalls, batch: Batch, n: int) -> None:
+    def _add_batch(self, task: TaskCalls, batch: Batch, n: int, grow: int | None = None) -> None:
         """The task's side of a new batch of n calls (queued or linked by the
-        caller): room for their outputs, the batch on the settle and credit
-        accounting, and a turn in the scheduler."""
+        caller): room for their outputs (``grow`` more slots; n unless slots are
+        reused), the batch on the settle and credit accounting, and a turn in
+        the scheduler."""
         task.total += n
-        task.outputs.extend([None] * n)
+        task.outputs.extend([None] * (n if grow is None else grow))
         task.batches[batch.idx] = batch
         task.unsettled += 1
         task.next_batch_idx = batch.idx + 1
@@ -200,12 +217,17 @@ class TaskCallTable:
             batches.sort(key=_idx)
         forget = self._calls.forget
         streaming = task.streaming
+        slots = self._hand_over.get(task.task_id) if streaming and self._hand_over else None
         for b in batches:
+            outputs = None
+            if slots is not None:
+                outputs = _take_outputs(task, b)
+                slots.release(b.idx)
             forget(b.calls)
             task.batches.pop(b.idx, None)
             task.unsettled -= 1
             if streaming:
-                out.append(BatchSettled(task.task_id, b.idx))
+                out.append(BatchSettled(task.task_id, b.idx, outputs))
 
     def _converge(self, task: TaskCalls, out: list) -> None:
         task.converged = True
@@ -231,6 +253,7 @@ class TaskCallTable:
         if task is None:
             return None
         task.removed = True
+        self._hand_over.pop(task_id, None)
         if task.streaming and task.production_open and not task.stop_sent and not task.converged:
             task.stop_sent = True
             out.append(StopCallProduction(task_id, reason))
@@ -307,3 +330,55 @@ class TaskCallTable:
 
     def __len__(self) -> int:
         return len(self.by_id)
+
+
+def _take_outputs(task: TaskCalls, batch: Batch) -> list:
+    """The successful outputs of a settled batch's roots, in call order, taken
+    out of the task (outputs, CallCache, collected bytes)."""
+    roots = sorted((c for c in batch.calls if c.parent is None), key=_index)
+    outputs = task.outputs
+    keep = not task.discard_outputs       # discarded (output cap): nothing to hand over
+    cache = task.cache
+    taken = []
+    size = 0
+    for c in roots:
+        if keep:
+            o = outputs[c.index]
+            if o is not None:
+                outputs[c.index] = None
+                taken.append(o)
+                size += len(o)
+        cache.pop(c.key, None)
+    task.output_bytes -= size
+    return taken
+
+
+_index = lambda c: c.index  # noqa: E731
+
+
+class _OutputSlots:
+    """Which output slots of a handed-over task each unsettled batch uses; a settled
+    batch's slots go to a later batch that fits in them."""
+
+    __slots__ = ("by_batch", "free")
+
+    def __init__(self) -> None:
+        self.by_batch: dict[int, tuple[int, int]] = {}   # batch idx -> (first slot, slots)
+        self.free: list[tuple[int, int]] = []
+
+    def take(self, batch_idx: int, n: int, end: int) -> int:
+        """The first slot of batch_idx's n outputs; ``end`` = slots so far (a new
+        region starts there)."""
+        free = self.free
+        for j, (base, size) in enumerate(free):
+            if size >= n:
+                del free[j]
+                self.by_batch[batch_idx] = (base, size)
+                return base
+        self.by_batch[batch_idx] = (end, n)
+        return end
+
+    def release(self, batch_idx: int) -> None:
+        region = self.by_batch.pop(batch_idx, None)
+        if region is not None and region[1]:
+            self.free.append(region)

@@ -62,7 +62,7 @@ class FileRows:
         self._src, self._root, self._files, self._pos = src, root, files, 0
 
     async def fetch(self, n: int) -> list[tuple]:
-        out = []
+        out: list[Any] = []
         while self._pos < len(self._files) and len(out) < n:
             path = self._files[self._pos]
             self._pos += 1

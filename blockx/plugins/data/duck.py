@@ -51,7 +51,7 @@ def check_select(query: object) -> str:
     return query
 
 
-def execute_one(cur: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> duckdb.DuckDBPyConnection:
+def execute_one(cur: Any, sql: str, params: Any = None) -> duckdb.DuckDBPyConnection:
     """Run `sql` if it is exactly one statement; DataSourceError otherwise."""
     try:
         n = len(duckdb.extract_statements(sql))
@@ -110,23 +110,57 @@ class DuckScan:
             await asyncio.to_thread(owner.close)
 
 
+class _WriteCancelled(Exception):
+    """The write was cancelled before its COMMIT: it rolls back."""
+
+
 class _StatementTimer:
     """A cursor whose statements are each interrupted once they have run for
     `timeout_ms` (0 = never): the IO timeout of one write statement. It stands in
-    for the cursor (execute, interrupt, close)."""
+    for the cursor (execute, interrupt, close).
 
-    __slots__ = ("_cur", "_timeout_s", "fired")
+    It also decides a cancel against the COMMIT, under one lock: ``cancel``
+    before ``commit`` began wins (every later statement, the COMMIT included,
+    raises and the write rolls back; DuckDB's interrupt alone is lost when it
+    lands between two statements, and the COMMIT would then go through);
+    ``cancel`` after it lost (returns False): the rows are being committed."""
+
+    __slots__ = ("_cur", "_timeout_s", "fired", "_lock", "_cancelled", "_committing")
 
     def __init__(self, cur: duckdb.DuckDBPyConnection, timeout_ms: int):
         self._cur = cur
         self._timeout_s = timeout_ms / 1000.0
         self.fired = False
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._committing = False
+
+    def cancel(self) -> bool:
+        """True: the write will not commit; False: its COMMIT already began."""
+        with self._lock:
+            if self._committing:
+                return False
+            self._cancelled = True
+        self._cur.interrupt()
+        return True
+
+    def commit(self) -> None:
+        with self._lock:
+            if self._cancelled:
+                raise _WriteCancelled()
+            self._committing = True
+        self._cur.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self._cur.execute("ROLLBACK")
 
     def _fire(self) -> None:
         self.fired = True
         self._cur.interrupt()
 
     def execute(self, *args):
+        if self._cancelled:
+            raise _WriteCancelled()
         if self._timeout_s <= 0:
             return self._cur.execute(*args)
         timer = threading.Timer(self._timeout_s, self._fire)
@@ -147,9 +181,13 @@ class DuckSource:
     kind = "duckdb"
 
     def __init__(self, name: str, path: str, *, allowed_paths: Sequence[str] | None = None,
-                 statement_timeout_ms: int = 0):
+                 statement_timeout_ms: int = 0, memory_limit_mb: int = 0):
         self.name = name
         self.path = path
+        # DuckDB's buffer pool, which runs inside the Worker (0 = DuckDB's own, 80% of
+        # the RAM); past it a file-backed database evicts and spills to its own
+        # temporary files. An in-memory database keeps DuckDB's own limit.
+        self._memory_limit_mb = memory_limit_mb if path != MEMORY else 0
         self._allowed = list(allowed_paths) if allowed_paths is not None else None
         self._timeout_ms = statement_timeout_ms     # phaseIoTimeoutMs per write statement; 0 = none
         self._db: duckdb.DuckDBPyConnection | None = None
@@ -166,8 +204,10 @@ class DuckSource:
                     os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
                 try:
                     if self._allowed is None:
-                        self._db = duckdb.connect(self.path, config={"enable_external_access": False,
-                                                                     "lock_configuration": True})
+                        config: dict[str, Any] = {"enable_external_access": False, "lock_configuration": True}
+                        if self._memory_limit_mb:
+                            config["memory_limit"] = f"{self._memory_limit_mb}MiB"
+                        self._db = duckdb.connect(self.path, config=config)
                     else:
                         # allowed_paths can only be set once the database runs, and
                         # before external access goes off; then nothing can change.
@@ -209,7 +249,11 @@ class DuckSource:
             # A timeout or the task's end: stop the query rather than let its
             # thread run on; the cursor goes once the thread has returned.
             cur.interrupt()
-            fut.add_done_callback(lambda f: (f.cancelled() or f.exception(), cur.close()))
+            def close_after(f: asyncio.Future) -> None:
+                if not f.cancelled():
+                    f.exception()       # retrieved, so an error of the interrupted query is not reported
+                cur.close()
+            fut.add_done_callback(close_after)
             raise
         except duckdb.Error as exc:
             cur.close()
@@ -246,59 +290,20 @@ class DuckSource:
                      groups: list[tuple[tuple[str, ...], list[list[Any]]]],
                      create: list[tuple[str, str]] | None = None, types: dict[str, str] | None = None) -> int:
         """Write every group (columns, column-major values) in one transaction."""
-        target = quoted_table(schema, table)
-        cur = watch = _StatementTimer(self.cursor(), self._timeout_ms)   # each statement bounded
+        tx = self.open_upsert(schema, table, key, create)
+        try:
+            written = await tx.write(groups)
+            await tx.commit()
+        finally:
+            await tx.rollback()       # a no-op once committed
+        return written
 
-        def run() -> int:
-            written = 0
-            try:
-                cur.execute("BEGIN TRANSACTION")
-                if create:
-                    cols = ", ".join(f"{quote(c)} {t}" for c, t in create)
-                    pk = ", ".join(quote(k) for k in key)
-                    execute_one(cur, f"CREATE TABLE IF NOT EXISTS {target} ({cols}, PRIMARY KEY ({pk}))")
-                for i, (cols, values) in enumerate(groups):
-                    tmp = quote(f"__blockx_upsert_{i}")
-                    qcols = ", ".join(quote(c) for c in cols)
-                    execute_one(cur, f"CREATE TEMP TABLE {tmp} AS SELECT {qcols} FROM {target} LIMIT 0")
-                    unnests = ", ".join(f"UNNEST(${j + 1})" for j in range(len(cols)))
-                    execute_one(cur, f"INSERT INTO {tmp} SELECT {unnests}", values)
-                    rest = [c for c in cols if c not in key]
-                    conflict = ", ".join(quote(k) for k in key)
-                    action = ("DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in rest)
-                              if rest else "DO NOTHING")
-                    execute_one(cur, f"INSERT INTO {target} ({qcols}) SELECT {qcols} FROM {tmp} "
-                                f"ON CONFLICT ({conflict}) {action}")
-                    execute_one(cur, f"DROP TABLE {tmp}")
-                    written += len(values[0]) if values else 0
-                cur.execute("COMMIT")
-                return written
-            except BaseException:
-                try:
-                    cur.execute("ROLLBACK")
-                except duckdb.Error:
-                    pass
-                raise
-            finally:
-                cur.close()
-
-        async with self.write_lock:
-            fut = asyncio.ensure_future(asyncio.to_thread(run))
-            try:
-                return await asyncio.shield(fut)
-            except asyncio.CancelledError:
-                # A cancelled writer (the task ended): stop the statement, and keep the write lock
-                # until its thread has rolled back, so the next writer starts clean.
-                cur.interrupt()
-                await asyncio.wait({fut})
-                if not fut.cancelled():
-                    fut.exception()
-                raise
-            except duckdb.Error as exc:
-                if watch.fired:
-                    raise DataSourceError(f"DuckDB: a statement ran longer than phaseIoTimeoutMs "
-                                          f"({self._timeout_ms} ms)", retryable=True) from None
-                raise _db_error(exc) from None
+    def open_upsert(self, schema: str | None, table: str, key: Sequence[str],
+                    create: list[tuple[str, str]] | None = None,
+                    types: dict[str, str] | None = None) -> DuckUpsert:
+        """One upsert transaction that takes its rows in several writes (a writer
+        consuming a task's batches as they settle) and commits once."""
+        return DuckUpsert(self, quoted_table(schema, table), key, create)
 
     def close(self) -> None:
         with self._open_lock:
@@ -308,3 +313,127 @@ class DuckSource:
 
     async def aclose(self) -> None:
         self.close()
+
+
+class DuckUpsert:
+    """An open upsert transaction on its own cursor: ``write`` runs the statements
+    of some groups in it (under the source's write lock, each statement bounded by
+    phaseIoTimeoutMs), ``commit`` makes every write visible at once, ``rollback``
+    (or a write that fails or is cancelled) leaves nothing. The transaction begins
+    with the first write; createTable's CREATE is its first statement."""
+
+    __slots__ = ("_src", "_target", "_key", "_create", "_cur", "_watch", "_n", "_state")
+
+    def __init__(self, src: DuckSource, target: str, key: Sequence[str],
+                 create: list[tuple[str, str]] | None) -> None:
+        self._src = src
+        self._target = target
+        self._key = list(key)
+        self._create = create
+        self._cur: _StatementTimer | None = None
+        self._watch: _StatementTimer | None = None
+        self._n = 0                   # temporary tables made so far (unique names)
+        self._state = "new"           # new -> open -> committed | rolled back
+
+    def _begin(self) -> None:
+        cur = self._cur = self._watch = _StatementTimer(self._src.cursor(), self._src._timeout_ms)
+        cur.execute("BEGIN TRANSACTION")
+        self._state = "open"
+        if self._create:
+            cols = ", ".join(f"{quote(c)} {t}" for c, t in self._create)
+            pk = ", ".join(quote(k) for k in self._key)
+            execute_one(cur, f"CREATE TABLE IF NOT EXISTS {self._target} ({cols}, PRIMARY KEY ({pk}))")
+
+    def _write(self, groups: list[tuple[tuple[str, ...], list[list[Any]]]]) -> int:
+        if self._state == "new":
+            self._begin()
+        cur = self._cur
+        target, key = self._target, self._key
+        written = 0
+        for cols, values in groups:
+            tmp = quote(f"__blockx_upsert_{self._n}")
+            self._n += 1
+            qcols = ", ".join(quote(c) for c in cols)
+            execute_one(cur, f"CREATE TEMP TABLE {tmp} AS SELECT {qcols} FROM {target} LIMIT 0")
+            unnests = ", ".join(f"UNNEST(${j + 1})" for j in range(len(cols)))
+            execute_one(cur, f"INSERT INTO {tmp} SELECT {unnests}", values)
+            rest = [c for c in cols if c not in key]
+            conflict = ", ".join(quote(k) for k in key)
+            action = ("DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in rest)
+                      if rest else "DO NOTHING")
+            execute_one(cur, f"INSERT INTO {target} ({qcols}) SELECT {qcols} FROM {tmp} "
+                        f"ON CONFLICT ({conflict}) {action}")
+            execute_one(cur, f"DROP TABLE {tmp}")
+            written += len(values[0]) if values else 0
+        return written
+
+    def _end(self, commit: bool) -> None:
+        cur, self._cur = self._cur, None
+        if cur is None:
+            return
+        try:
+            if commit:
+                cur.commit()       # refused (_WriteCancelled) when a cancel came first
+            else:
+                cur.rollback()
+        finally:
+            cur.close()
+
+    async def _run(self, fn, *args):
+        if self._state not in ("new", "open"):
+            raise DataSourceError(f"DuckDB: the upsert transaction is already {self._state}")
+        async with self._src.write_lock:
+            fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+            try:
+                return await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                # A cancelled writer (the task ended): stop the statement, and keep the write lock
+                # until its thread has returned and the transaction is rolled back, so the
+                # next writer starts clean. The cancel and the COMMIT are decided against each
+                # other (_StatementTimer): a cancel once the COMMIT began cannot undo it, and
+                # the write is then reported as done.
+                cur = self._cur if self._cur is not None else self._watch
+                won = cur.cancel() if cur is not None else True
+                await asyncio.wait({fut})
+                if won or fut.cancelled() or fut.exception() is not None:
+                    await asyncio.to_thread(self._rollback_now)
+                    raise
+                return fut.result()
+            except duckdb.Error as exc:
+                await asyncio.to_thread(self._rollback_now)
+                if self._watch is not None and self._watch.fired:
+                    raise DataSourceError(f"DuckDB: a statement ran longer than phaseIoTimeoutMs "
+                                          f"({self._src._timeout_ms} ms)", retryable=True) from None
+                raise _db_error(exc) from None
+            except BaseException:
+                await asyncio.to_thread(self._rollback_now)
+                raise
+
+    async def write(self, groups: list[tuple[tuple[str, ...], list[list[Any]]]]) -> int:
+        """Upsert the groups inside the transaction; the rows written."""
+        return await self._run(self._write, groups)
+
+    async def commit(self) -> None:
+        if self._state == "new":
+            self._state = "committed"     # nothing was written: nothing to commit
+            return
+        await self._run(self._end, True)
+        self._state = "committed"
+
+    def _rollback_now(self) -> None:
+        if self._state != "open":
+            return
+        self._state = "rolled back"
+        try:
+            self._end(False)
+        except duckdb.Error:
+            pass
+
+    async def rollback(self) -> None:
+        """Undo every write (no-op once committed or rolled back)."""
+        if self._state != "open":
+            if self._state == "new":
+                self._state = "rolled back"
+            return
+        async with self._src.write_lock:
+            await asyncio.to_thread(self._rollback_now)

@@ -9,6 +9,8 @@ the identifier early whatever reaches it."""
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import re
 
 MAX_IDENT = 63
@@ -17,7 +19,7 @@ RULE = f"letters, digits and '_', not starting with a digit, at most {MAX_IDENT}
 SHOWN_CHARS = 200
 
 
-def is_ident(name: object) -> bool:
+def is_ident(name: object) -> TypeGuard[str]:
     """True when `name` is a plain SQL identifier (the whole string, no trailing newline)."""
     return isinstance(name, str) and _IDENT.fullmatch(name) is not None
 

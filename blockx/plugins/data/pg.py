@@ -115,6 +115,7 @@ class PgSource:
         self._max_size = max_size
         self._pool: asyncpg.Pool | None = None
         self._opening: asyncio.Lock | None = None
+        self._cancels: set[asyncio.Task] = set()     # pg_cancel_backend requests in flight
 
     async def pool(self) -> asyncpg.Pool:
         if self._pool is not None:
@@ -176,7 +177,12 @@ class PgSource:
             first = [tuple(r) for r in await cur.fetch(PRIME_ROWS)]
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
-                conn.terminate()          # a query may still run: do not wait for it
+                # A query may still run: do not wait for it. Closing the socket alone
+                # leaves the server running it (it notices only when it next writes
+                # to the client), so the backend is also asked to cancel it, from a
+                # connection of its own, in the background.
+                self._cancel_backend_later(conn.get_server_pid())
+                conn.terminate()
             else:
                 try:
                     if not conn.is_closed():
@@ -197,6 +203,24 @@ class PgSource:
             await scan.aclose()
         return scan.columns, rows
 
+    def _cancel_backend_later(self, pid: int) -> None:
+        task = asyncio.get_running_loop().create_task(self._cancel_backend(pid))
+        self._cancels.add(task)
+        task.add_done_callback(self._cancels.discard)
+
+    async def _cancel_backend(self, pid: int) -> None:
+        """pg_cancel_backend(pid) on a fresh connection (the pool may be exhausted);
+        best effort: the statement timeout bounds the query anyway."""
+        try:
+            conn = await asyncpg.connect(self._dsn, timeout=CONNECT_TIMEOUT_S,
+                                         server_settings={"application_name": "blockx-worker"})
+            try:
+                await conn.execute("SELECT pg_cancel_backend($1)", pid)
+            finally:
+                await conn.close()
+        except Exception as exc:  # noqa: BLE001 - never echo the DSN
+            log.debug("source %r: cancelling backend %d failed: %s", self.name, pid, type(exc).__name__)
+
     # --- writes ---------------------------------------------------------------------
 
     async def table_columns(self, schema: str | None, table: str) -> dict[str, str] | None:
@@ -216,42 +240,23 @@ class PgSource:
                      types: dict[str, str] | None = None) -> int:
         """Write every group (columns, column-major values) in one transaction:
         COPY into a temporary table, then INSERT ... ON CONFLICT from it."""
-        target = quoted_table(schema, table)
+        tx = self.open_upsert(schema, table, key, create, types)
+        try:
+            written = await tx.write(groups)
+            await tx.commit()
+        finally:
+            await tx.rollback()       # a no-op once committed
+        return written
+
+    def open_upsert(self, schema: str | None, table: str, key: Sequence[str],
+                    create: list[tuple[str, str]] | None = None,
+                    types: dict[str, str] | None = None) -> PgUpsert:
+        """One upsert transaction that takes its rows in several writes (a writer
+        consuming a task's batches as they settle) and commits once."""
         types = dict(types or {})
         if create:
             types.update(create)
-        pool = await self.pool()
-        written = 0
-        try:
-            async with pool.acquire(timeout=CONNECT_TIMEOUT_S) as conn:
-                async with conn.transaction():
-                    if create:
-                        cols = ", ".join(f"{quote(c)} {t}" for c, t in create)
-                        pk = ", ".join(quote(k) for k in key)
-                        await _one(conn, f"CREATE TABLE IF NOT EXISTS {target} ({cols}, PRIMARY KEY ({pk}))")
-                    for i, (cols, values) in enumerate(groups):
-                        tmp = f"__blockx_upsert_{i}"
-                        # Values of families asyncpg encodes natively travel as such;
-                        # the rest arrive as text and PostgreSQL casts them.
-                        native = {c: family(types[c])[0] in (INTEGER, BOOLEAN, TEXT) or
-                                  (family(types[c])[0] == NUMBER and family(types[c])[1] == 0) for c in cols}
-                        defs = ", ".join(f"{quote(c)} {types[c] if native[c] else 'text'}" for c in cols)
-                        await _one(conn, f"CREATE TEMP TABLE {quote(tmp)} ({defs}) ON COMMIT DROP")
-                        await conn.copy_records_to_table(tmp, records=zip(*values), columns=list(cols))
-                        qcols = ", ".join(quote(c) for c in cols)
-                        sel = ", ".join(quote(c) if native[c] else f"{quote(c)}::{types[c]}" for c in cols)
-                        rest = [c for c in cols if c not in key]
-                        conflict = ", ".join(quote(k) for k in key)
-                        action = ("DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in rest)
-                                  if rest else "DO NOTHING")
-                        await _one(conn, f"INSERT INTO {target} ({qcols}) SELECT {sel} FROM {quote(tmp)} "
-                                           f"ON CONFLICT ({conflict}) {action}")
-                        written += len(values[0]) if values else 0
-        except DataSourceError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise _pg_error(exc) from None
-        return written
+        return PgUpsert(self, quoted_table(schema, table), key, create, types)
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
@@ -260,3 +265,137 @@ class PgSource:
                 await asyncio.wait_for(pool.close(), 5.0)
             except (asyncio.TimeoutError, Exception):  # noqa: BLE001
                 pool.terminate()
+
+
+
+class PgUpsert:
+    """An open upsert transaction on one pooled connection: ``write`` COPYs some
+    groups into a temporary table and upserts them from it (each statement bounded
+    by statement_timeout), ``commit`` makes every write visible at once,
+    ``rollback`` (or a write that fails or is cancelled) leaves nothing and gives
+    the connection back. The connection and the transaction are taken at the first
+    write; createTable's CREATE is its first statement."""
+
+    __slots__ = ("_src", "_target", "_key", "_create", "_types", "_pool", "_conn", "_tr", "_n", "_state")
+
+    def __init__(self, src: PgSource, target: str, key: Sequence[str], create: list[tuple[str, str]] | None,
+                 types: dict[str, str]) -> None:
+        self._src = src
+        self._target = target
+        self._key = list(key)
+        self._create = create
+        self._types = types
+        self._pool: Any = None        # asyncpg Pool, connection and transaction, from the first write
+        self._conn: Any = None
+        self._tr: Any = None
+        self._n = 0
+        self._state = "new"           # new -> open -> committed | rolled back
+
+    async def _begin(self) -> None:
+        self._pool = pool = await self._src.pool()
+        self._conn = conn = await pool.acquire(timeout=CONNECT_TIMEOUT_S)
+        self._state = "open"
+        self._tr = conn.transaction()
+        await self._tr.start()
+        if self._create:
+            cols = ", ".join(f"{quote(c)} {t}" for c, t in self._create)
+            pk = ", ".join(quote(k) for k in self._key)
+            await _one(conn, f"CREATE TABLE IF NOT EXISTS {self._target} ({cols}, PRIMARY KEY ({pk}))")
+
+    async def _write(self, groups) -> int:
+        if self._state == "new":
+            await self._begin()
+        conn, types, key, target = self._conn, self._types, self._key, self._target
+        written = 0
+        for cols, values in groups:
+            tmp = f"__blockx_upsert_{self._n}"
+            self._n += 1
+            # Values of families asyncpg encodes natively travel as such;
+            # the rest arrive as text and PostgreSQL casts them.
+            native = {c: family(types[c])[0] in (INTEGER, BOOLEAN, TEXT) or
+                      (family(types[c])[0] == NUMBER and family(types[c])[1] == 0) for c in cols}
+            defs = ", ".join(f"{quote(c)} {types[c] if native[c] else 'text'}" for c in cols)
+            await _one(conn, f"CREATE TEMP TABLE {quote(tmp)} ({defs}) ON COMMIT DROP")
+            await conn.copy_records_to_table(tmp, records=zip(*values), columns=list(cols))
+            qcols = ", ".join(quote(c) for c in cols)
+            sel = ", ".join(quote(c) if native[c] else f"{quote(c)}::{types[c]}" for c in cols)
+            rest = [c for c in cols if c not in key]
+            conflict = ", ".join(quote(k) for k in key)
+            action = ("DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in rest)
+                      if rest else "DO NOTHING")
+            await _one(conn, f"INSERT INTO {target} ({qcols}) SELECT {sel} FROM {quote(tmp)} "
+                             f"ON CONFLICT ({conflict}) {action}")
+            await _one(conn, f"DROP TABLE {quote(tmp)}")    # a long transaction keeps no pile of them
+            written += len(values[0]) if values else 0
+        return written
+
+    async def write(self, groups: list[tuple[tuple[str, ...], list[list[Any]]]]) -> int:
+        """Upsert the groups inside the transaction; the rows written."""
+        if self._state not in ("new", "open"):
+            raise DataSourceError(f"PostgreSQL: the upsert transaction is already {self._state}")
+        try:
+            return await self._write(groups)
+        except BaseException as exc:
+            await self._abandon(isinstance(exc, asyncio.CancelledError))
+            if isinstance(exc, DataSourceError) or not isinstance(exc, Exception):
+                raise
+            raise _pg_error(exc) from None
+
+    async def commit(self) -> None:
+        if self._state == "new":
+            self._state = "committed"     # nothing was written: nothing to commit
+            return
+        if self._state != "open":
+            raise DataSourceError(f"PostgreSQL: the upsert transaction is already {self._state}")
+        commit = asyncio.ensure_future(self._tr.commit())
+        try:
+            try:
+                await asyncio.shield(commit)
+            except asyncio.CancelledError:
+                # A cancel that comes once the COMMIT was sent cannot undo it: the
+                # write is reported as done (a cancel before it rolled back in write()).
+                await asyncio.wait({commit})
+                if commit.cancelled():
+                    raise
+                commit.result()
+        except BaseException as exc:
+            await self._abandon(isinstance(exc, asyncio.CancelledError))
+            if not isinstance(exc, Exception):
+                raise
+            raise _pg_error(exc) from None
+        self._state = "committed"
+        await self._release()
+
+    async def _abandon(self, cancelled: bool) -> None:
+        """Roll back and give the connection back; a cancelled statement may still
+        run on it, so then the connection is closed instead of waited for."""
+        if self._state != "open":
+            return
+        self._state = "rolled back"
+        conn = self._conn
+        if conn is None:
+            return
+        if cancelled:
+            conn.terminate()
+        else:
+            try:
+                if not conn.is_closed():
+                    await self._tr.rollback()
+            except Exception:  # noqa: BLE001 - a broken connection: the pool discards it
+                conn.terminate()
+        await self._release()
+
+    async def _release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await self._pool.release(conn)
+            except Exception:  # noqa: BLE001
+                conn.terminate()
+
+    async def rollback(self) -> None:
+        """Undo every write (no-op once committed or rolled back)."""
+        if self._state == "new":
+            self._state = "rolled back"
+            return
+        await self._abandon(False)

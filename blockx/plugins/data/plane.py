@@ -27,12 +27,13 @@ def default_sources(state_dir: str) -> dict[str, str]:
 class DataPlane:
     def __init__(self, sources: Mapping[str, str], *, bundle_root: str = "", statement_timeout_ms: int = 10_000,
                  scan_fetch_rows: int = 1_000, scan_max_row_bytes: int = 4 * 1024 * 1024,
-                 bundle_max_files: int = 100_000):
+                 bundle_max_files: int = 100_000, duckdb_memory_limit_mb: int = 0):
         self._sources: dict[str, Any] = {}
         for name, url in sources.items():
             u = parse_source_url(name, url)
             if u.kind == DUCKDB:
-                self._sources[name] = DuckSource(name, u.target, statement_timeout_ms=statement_timeout_ms)
+                self._sources[name] = DuckSource(name, u.target, statement_timeout_ms=statement_timeout_ms,
+                                                 memory_limit_mb=duckdb_memory_limit_mb)
             else:
                 self._sources[name] = PgSource(name, u.target, statement_timeout_ms=statement_timeout_ms)
         self.bundle_root = os.path.realpath(bundle_root) if bundle_root else ""
@@ -46,7 +47,8 @@ class DataPlane:
         sources = dict(cfg.data_sources) or default_sources(dp.state_dir)
         return cls(sources, bundle_root=dp.bundle_root or os.path.join(dp.state_dir, "bundles"),
                    statement_timeout_ms=cfg.phase_io_timeout_ms, scan_fetch_rows=dp.scan_fetch_rows,
-                   scan_max_row_bytes=dp.scan_max_row_bytes, bundle_max_files=dp.bundle_max_files)
+                   scan_max_row_bytes=dp.scan_max_row_bytes, bundle_max_files=dp.bundle_max_files,
+                   duckdb_memory_limit_mb=dp.duckdb_memory_limit_mb)
 
     def names(self) -> list[str]:
         return sorted(self._sources)

@@ -3,7 +3,7 @@ task; per-task caching and admission live in TaskIOScope, not here.
 
 A backend may also offer `request_now(request_json, body)`: the same answer
 when it needs no await, or None when it must await `request` (TaskIOScope
-then serves the wait without a Task: issue 12).
+then serves the wait without a Task).
 
 `request(request_json, body)` takes the call's raw JSON request bytes and an
 optional binary body (it travels in the BXB1 sidecar) and returns the JSON result

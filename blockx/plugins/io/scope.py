@@ -27,6 +27,7 @@ import asyncio
 import weakref
 from collections.abc import Mapping
 from functools import partial
+from typing import Any
 
 from blockx.plugins.io.backend import IOBackend
 from blockx.plugins.io.errors import IOBackendError, IOScopeClosed, TaskIOError, UnknownIOBackend
@@ -47,7 +48,8 @@ class TaskIOScope:
         self.task_id = task_id
         self._backends = backends
         self._admission = admission or {}
-        self._cache: dict[tuple[str, bytes, bytes | None], asyncio.Future[_Result]] = {}
+        # a request in flight (its Future), then its outcome
+        self._cache: dict[tuple[str, bytes, bytes | None], Any] = {}     # a Future in flight, or a _Result
         self._closed = False
         self._max_cache_bytes = max_cache_bytes
         self._cache_bytes = 0
@@ -185,7 +187,7 @@ class TaskIOScope:
         except TaskIOError:
             raise
         except asyncio.TimeoutError:
-            raise IOBackendError(f"{backend}: request timed out after {round(timeout_s * 1000)} ms",
+            raise IOBackendError(f"{backend}: request timed out after {round((timeout_s or 0) * 1000)} ms",
                                  retryable=True) from None
         except asyncio.CancelledError:
             raise

@@ -41,7 +41,7 @@ class SqlBackend:
         self.max_result_bytes = max_result_bytes
         self._admission: dict[str, asyncio.Semaphore] = {}
 
-    def _parse(self, request_json: bytes) -> tuple[str, str, list]:
+    def _parse(self, request_json: bytes) -> tuple[Any, str, list]:
         req = request_object("sql", request_json, _KEYS)
         query = req.get("query")
         if not isinstance(query, str) or not query.strip():

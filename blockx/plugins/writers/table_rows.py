@@ -40,9 +40,10 @@ def check_field(where: str, name: str) -> None:
                       "rename it in the function's output")
 
 
-def iter_rows(outputs: Sequence[bytes]) -> Iterator[tuple[int, dict]]:
-    """(output index, row) of every row, in order; BadRows for a bad output."""
-    for i, raw in enumerate(outputs):
+def iter_rows(outputs: Sequence[bytes], first: int = 0) -> Iterator[tuple[int, dict]]:
+    """(output index, row) of every row, in order; BadRows for a bad output.
+    ``first``: the index of outputs[0] in the task (a streamed batch)."""
+    for i, raw in enumerate(outputs, first):
         try:
             value = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -109,8 +110,9 @@ class _Group:
 
 
 def prepare(rows: Iterable[tuple[int, dict]], columns: dict[str, str], key: Sequence[str],
-            table: str) -> list[tuple[tuple[str, ...], list[list[Any]]]]:
-    """Check, coerce, merge by key and group; BadRows names the first bad row."""
+            table: str, first_row: int = 0) -> list[tuple[tuple[str, ...], list[list[Any]]]]:
+    """Check, coerce, merge by key and group; BadRows names the first bad row
+    (``first_row``: the task's number of the first row, for a streamed batch)."""
     # A column whose name breaks the identifier rule (made outside the Worker) is
     # never written: a field naming it fails as any other bad field name.
     fams = {c: family(t) for c, t in columns.items() if is_ident(c)}
@@ -120,7 +122,7 @@ def prepare(rows: Iterable[tuple[int, dict]], columns: dict[str, str], key: Sequ
     seen: dict[Any, int] = {}
     single = key[0] if len(key) == 1 else None
     mask = (1 << _GROUP_BITS) - 1
-    for n, (out_i, row) in enumerate(rows):
+    for n, (out_i, row) in enumerate(rows, first_row):
         where = f"row {n} (output {out_i})"
         clean: dict[str, Any] = {}
         for field, value in row.items():

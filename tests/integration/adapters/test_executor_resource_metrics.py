@@ -1,5 +1,5 @@
 """Executor RSS / CPU from real heartbeats over a real Unix socket reach
-/metrics through ExecutorAdapter.resource_usage (issue 15 part 4): the right
+/metrics through ExecutorAdapter.resource_usage: the right
 labels and values, a restarted executor with the same id (a new process whose
 CPU starts near 0) reads as a counter reset, and a lost executor has no series."""
 

@@ -1,4 +1,4 @@
-"""The shipped alert rules and Grafana dashboard (issue 15 part 5), checked by
+"""The shipped alert rules and Grafana dashboard, checked by
 the real promtool (Debian package `prometheus`; `make prometheus` installs it):
 the rules load, their unit tests pass (each alert fires and stays quiet where it
 should), and every dashboard expression is valid PromQL. That the metric names
@@ -50,7 +50,8 @@ def test_promtool_unit_tests_of_the_alerts_pass(promtool):
 def test_the_alerts_the_issue_names_exist_with_severity_and_text():
     rules = {r["alert"]: r for r in alert_rules()}
     assert set(rules) >= {"BlockxWorkerDown", "BlockxWorkerNotReady", "BlockxExecutorsRestartingInLoop",
-                          "BlockxExecutorWedgeKills", "BlockxEtcdRegistrationLost", "BlockxSlotsExhausted"}
+                          "BlockxExecutorWedgeKills", "BlockxEtcdRegistrationLost", "BlockxSlotsExhausted",
+                          "BlockxTaskFailureRatioHigh", "BlockxTasksTimingOut"}
     for name, r in rules.items():
         assert r["labels"]["severity"] in ("warning", "critical"), name
         assert r["annotations"]["summary"] and r["annotations"]["description"], name

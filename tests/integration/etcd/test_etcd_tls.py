@@ -1,4 +1,4 @@
-"""TLS towards etcd (issue 14): a real etcd that requires client certificates
+"""TLS towards etcd: a real etcd that requires client certificates
 (--client-cert-auth), certificates made by openssl in the test."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from blockx.adapters.etcd_publisher import EtcdPublisher, PublisherState
 from blockx.adapters.etcd_tls import etcd_client
-from blockx.client.tls import ClientTLS
+from blockx.tls.client_tls import ClientTLS
 from tests.integration.etcd.helpers import eventually, read_value
 from tests.support.certs import CertAuthority
 from tests.support.etcd import EtcdServer

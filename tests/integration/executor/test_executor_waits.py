@@ -156,7 +156,7 @@ def test_cpu_spin_is_preempted_when_its_budget_runs_out(make_worker):
 
 
 def test_cpu_spin_without_preemption_fails_when_it_finishes(make_worker):
-    w = make_worker({"spin": fn.SPIN})  # default: no preemption, as in the spec
+    w = make_worker({"spin": fn.SPIN})  # default: no preemption (the budget is checked when a call waits or ends)
     w.execute("c1", "spin", [300], budget_ms=100)
     p = w.expect(m.CALL_FAILED, "c1")[0]["payload"]
     assert p["errorKind"] == "BUDGET_EXCEEDED" and p["retryable"] is False

@@ -427,14 +427,15 @@ class Harness:
 
     def submit(self, task_id: str, calls: list[tuple[str, list]], *, policy: str = "FAST_FAIL",
                max_attempts: int = 3, backoff_ms: int = 10, timeout_ms: int = 0,
-               result_handler: ResultHandler | None = None, slot_id: str = "") -> TaskSnapshot:
+               result_handler: ResultHandler | None = None, slot_id: str = "",
+               trace_context=None) -> TaskSnapshot:
         payload = orjson.dumps({"calls": [{"functionId": f, "args": a} for f, a in calls]})
         req = SubmitTaskRequest(task_id=task_id, slot_id=slot_id,
                                 function_call=FunctionCall("callList", payload),
                                 result_handler=result_handler, task_timeout_ms=timeout_ms,
                                 call_failure_policy=policy,
                                 call_retry_policy=CallRetryPolicy(max_attempts, backoff_ms, 0))
-        return self.orch.submit_task(req)
+        return self.orch.submit_task(req, trace_context=trace_context)
 
     def state(self, task_id: str) -> TaskState:
         return self.orch.get_task_result(task_id).state
@@ -477,9 +478,11 @@ def outputs(snap: TaskSnapshot) -> list:
 
 async def build(tmp_path, *, env: dict[str, str] | None = None,
                 functions: dict[str, str] | None = None, tweak: Callable[[Any], None] | None = None,
-                executors: tuple[str, ...] = ("exec-1",), capacity: int = 4, traces=None) -> Harness:
+                executors: tuple[str, ...] = ("exec-1",), capacity: int = 4, traces=None,
+                spans=None) -> Harness:
     """An Orchestrator wired as blockx.app.run wires it, over a FakeAdapter
-    (``traces``: a TraceStore that records its tasks, as TRACE_ENABLED does)."""
+    (``traces``: a TraceStore that records its tasks, as TRACE_ENABLED does;
+    ``spans``: a TaskSpans, as OTEL_EXPORTER_OTLP_ENDPOINT wires one)."""
     functions = dict(DEFAULT_FUNCTIONS if functions is None else functions)
     fdir = tmp_path / "functions"
     fdir.mkdir(exist_ok=True)
@@ -506,7 +509,8 @@ async def build(tmp_path, *, env: dict[str, str] | None = None,
         plugins=PluginRegistry.from_names(DEV.plugins, data=data), io_factory=IOScopeFactory.from_config(cfg, data),
         admission=Admission.from_config(cfg.admission_config()), stream_cfg=cfg.stream_build,
         metrics=Metrics(process_metrics=False), stall_timeout_ms=dcfg.effective_stall_timeout_ms,
-        phase_io_timeout_ms=cfg.phase_io_timeout_ms, wall=clock.wall, mono=clock.mono, traces=traces)
+        phase_io_timeout_ms=cfg.phase_io_timeout_ms, wall=clock.wall, mono=clock.mono, traces=traces,
+        spans=spans)
     assert fake.handler is orch.executor_events
     for eid in executors:
         fake.attach(eid, capacity)

@@ -64,7 +64,7 @@ async def test_retries_exhausted_fail_the_task_with_the_last_error(make_harness)
 
 
 async def test_fast_fail_stops_dispatching_and_drains_the_queue(make_harness):
-    """FAST_FAIL (spec): the first final root failure stops dispatching; calls
+    """FAST_FAIL: the first final root failure stops dispatching; calls
     already in flight run to their end (no CancelCall), queued ones are cancelled
     once nothing is in flight, and the task fails without outputs."""
     h = await make_harness(capacity=2)

@@ -61,8 +61,8 @@ async def test_wedge_check_uses_the_pool_and_counts_only_real_kills(make_harness
 
 
 async def test_wedge_backstop_stays_on_with_an_unlimited_budget(make_harness):
-    # callDeadlineMs=0 (unlimited budget) derives the spec's 5,000 ms stall timeout
-    # rather than switching the backstop off (issue 14).
+    # callDeadlineMs=0 (unlimited budget) derives a 5,000 ms stall timeout
+    # rather than switching the backstop off.
     h = await make_harness(env={"CALL_DEADLINE_MS": "0"})
     assert h.orch.stall_timeout_ms == 5000
     ex = h.fake.executors["exec-1"]

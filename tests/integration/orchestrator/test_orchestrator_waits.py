@@ -259,7 +259,7 @@ async def test_stale_io_resume_does_not_touch_the_new_attempt(make_harness):
     assert res.result.statistic.call_retries == 1
 
 
-# ---- resumes by callback, without a Task each (issue 12) ----------------------------
+# ---- resumes by callback, without a Task each ----------------------------
 
 
 async def test_a_synchronous_io_is_resumed_without_a_task(make_harness):

@@ -1,4 +1,4 @@
-"""AuditGate and its allowlist file (issue 14)."""
+"""AuditGate and its allowlist file."""
 import logging
 import os
 

@@ -45,6 +45,12 @@ def test_cgroup_v1_limits_join_and_oom_reason(tmp_path):
     assert f"echo $$ > {mem / 'cgroup.procs'}" in argv[2] and 'exec "$@"' in argv[2]
     (mem / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
     assert cg.oom_kills("exec-0") == 0
+    (pids / "pids.events").write_text("max 2\n")
+    assert cg.finish("exec-0", -15) is None                  # stopped by the pool
+    cg.enter("exec-0", ["bwrap", "x"])                       # counts from here
+    assert cg.finish("exec-0", 1) is None
+    (pids / "pids.events").write_text("max 5\n")
+    assert cg.finish("exec-0", 1) == "process limit"
     (mem / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
     assert cg.finish("exec-0") == "memory limit"
 

@@ -2,8 +2,8 @@
 import pytest
 
 from blockx.cli import build_parser
-from blockx.cli_exit import CLIError
-from blockx.cli_fleet import collect_functions, workers_table
+from blockx.cli.exit import CLIError
+from blockx.cli.fleet import collect_functions, workers_table
 from blockx.client.registry import WorkerInfo
 
 

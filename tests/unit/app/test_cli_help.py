@@ -8,8 +8,9 @@ import subprocess
 import pytest
 
 from blockx import cli
-from blockx.cli_completion import SHELLS, cmd_completion
-from blockx.cli_help import EXIT_CODES, examples_of
+from blockx.cli.parser import SHELLS, cmd_completion
+from blockx.cli.help import EXIT_CODES, examples_of
+from blockx.cli.tasks import HEALTH_EXIT_CODES
 
 
 def _subparsers(parser: argparse.ArgumentParser, path=()):
@@ -28,11 +29,13 @@ def test_every_subcommand_has_a_description_examples_and_the_exit_codes():
     leaves = _leaves()
     names = {" ".join(p) for p, _ in leaves}
     assert {"serve", "submit", "watch", "result", "slot", "status", "top", "trace", "workers", "functions",
-            "functions push", "functions list", "completion"} <= names
+            "functions push", "functions list", "completion", "cancel", "tasks", "health"} <= names
     for path, sp in leaves:
         assert (sp.description or "").strip(), f"blockx {' '.join(path)} has no description"
         assert examples_of(sp), f"blockx {' '.join(path)} has no example"
-        assert EXIT_CODES in sp.format_help(), f"blockx {' '.join(path)} --help lacks the exit codes"
+        # `blockx health` exits by the worker's health (0 ready, 1 not, 2 no answer): its own codes
+        codes = HEALTH_EXIT_CODES if path == ("health",) else EXIT_CODES
+        assert codes in sp.format_help(), f"blockx {' '.join(path)} --help lacks the exit codes"
     top = cli.build_parser().format_help()
     assert EXIT_CODES in top and "completion" in top
 

@@ -6,9 +6,9 @@ import io
 import pytest
 
 from blockx.cli import build_parser
-from blockx.cli_client import response_to_json
-from blockx.cli_status import render_status, status_to_json
-from blockx.cli_top import Rates, rates_lines, render_top
+from blockx.cli.output import response_to_json
+from blockx.cli.status_render import render_status, status_to_json
+from blockx.cli.top import Rates, rates_lines, render_top
 from blockx.worker.v1 import worker_pb2 as pb
 
 
@@ -81,8 +81,8 @@ def test_status_and_top_take_worker_or_addr():
 
 
 def test_top_refuses_a_non_positive_interval():
-    from blockx.cli_exit import CLIError
-    from blockx.cli_top import cmd_top
+    from blockx.cli.exit import CLIError
+    from blockx.cli.top import cmd_top
 
     with pytest.raises(CLIError, match="--interval must be > 0"):
         cmd_top(build_parser().parse_args(["top", "--interval", "0"]))

@@ -9,11 +9,11 @@ import types
 import pytest
 
 from blockx.cli import main
-from blockx.cli_exit import CLIError
-from blockx.cli_fleet import workers_table
-from blockx.cli_status import render_status
-from blockx.cli_text import rich_safe, term_safe
-from blockx.cli_top import render_top
+from blockx.cli.exit import CLIError
+from blockx.cli.fleet import workers_table
+from blockx.cli.status_render import render_status
+from blockx.cli.text import rich_safe, term_safe
+from blockx.cli.top import render_top
 from blockx.client.registry import WorkerInfo
 from blockx.worker.v1 import worker_pb2 as pb
 

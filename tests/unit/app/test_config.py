@@ -28,6 +28,8 @@ SPEC_ENV_VARS = {
     "EXECUTOR_TASK_SLOTS": "admission.executorTaskSlots",
     "SCAN_SLOTS": "admission.scanSlots",
     "STREAM_BUILD_ENABLED": "streamBuild.enabled",
+    "WRITER_STREAM_ENABLED": "writerStream.enabled",
+    "WRITER_STREAM_KEEP_OUTPUTS": "writerStream.keepOutputs",
     "WORKER_HEARTBEAT_INTERVAL": "heartbeatIntervalMs",
     "DRAIN_TIMEOUT_MS": "drainTimeoutMs",
     "PHASE_IO_TIMEOUT_MS": "phaseIoTimeoutMs",
@@ -36,6 +38,10 @@ SPEC_ENV_VARS = {
     "EXECUTOR_RESTART_ENABLED": "executorRestartEnabled",
     "FUNCTION_SNAPSHOT_RETENTION_MS": "functionSnapshotRetentionMs",
     "EXECUTOR_SPAWN_MODE": "executorSpawnMode",
+    "EXECUTOR_SANDBOX_RUNTIME": "executorSandboxRuntime",
+    "EXECUTOR_CPU_MILLICORES": "executorCpuMillicores",
+    "EXECUTOR_PYTHON": "executorPython",
+    "EXECUTOR_SITE_PACKAGES": "executorSitePackages",
     "EXECUTOR_SELECTION_SAMPLE_SIZE": "dispatcher.executorSelectionSampleSize",
     "CALL_DEADLINE_MS": "dispatcher.callDeadlineMs",
     "SCHEDULER_STALL_TIMEOUT_MS": "dispatcher.schedulerStallTimeoutMs",
@@ -81,7 +87,8 @@ SPEC_ENV_VARS = {
     "MAX_TASK_SESSIONS": "maxTaskSessions",
     "MAX_WATCH_STREAMS": "maxWatchStreams",
     "WATCH_MAX_PENDING_UPDATES": "watchMaxPendingUpdates",
-    # isolation and trust (issue 14)
+    "RESULT_PAGE_BYTES": "resultPageBytes",              # results in pages
+    # isolation and trust
     "EXECUTOR_BUDGET_PREEMPT_MS": "executorBudgetPreemptMs",
     "EXECUTOR_CALL_BATCH": "executorCallBatch",
     "WORKER_TLS_CERT": "tlsCert", "WORKER_TLS_KEY": "tlsKey", "WORKER_TLS_CLIENT_CA": "tlsClientCa",
@@ -96,9 +103,10 @@ SPEC_ENV_VARS = {
     "AUDIT_ALLOWLIST_ETCD_PREFIX": "auditAllowlistEtcdPrefix",
     "WORKER_AUTH_MODE": "authMode", "WORKER_AUTH_TOKENS_FILE": "authTokensFile",
     "SHADOW_SUBMIT_TOKEN_FILE": "shadowSubmitTokenFile",
-    # task traces (issue 15)
+    # task traces
     "TRACE_ENABLED": "traceEnabled", "TRACE_MAX_EVENTS_PER_TASK": "traceMaxEventsPerTask",
     "TRACE_RETAINED_MAX_EVENTS": "traceRetainedMaxEvents",
+    "BLOCKX_OTEL_CALL_SPAN_RATE": "otelCallSpanRate",       # OpenTelemetry call spans
 }
 
 
@@ -197,7 +205,7 @@ def test_derived_values():
     assert cfg.effective_scheduler_stall_timeout_ms() == 20_000
     cfg.dispatcher.call_deadline_ms = 0
     cfg.dispatcher.scheduler_stall_timeout_ms = 0
-    # An unlimited budget still arms the backstop: the spec derives 0 + 5000 ms.
+    # An unlimited budget still arms the backstop: it derives 0 + 5000 ms.
     assert cfg.effective_scheduler_stall_timeout_ms() == 5_000
     assert cfg.effective_executor_heartbeat_timeout_ms() == 10_000
     assert cfg.log_level_number() == 20
@@ -284,6 +292,7 @@ ENV_CASES = [
     ("TRACE_ENABLED", "false", False),
     ("TRACE_MAX_EVENTS_PER_TASK", "500", 500),
     ("TRACE_RETAINED_MAX_EVENTS", "100000", 100000),
+    ("BLOCKX_OTEL_CALL_SPAN_RATE", "0.5", 0.5),
 ]
 
 
@@ -481,6 +490,15 @@ VIOLATIONS = [
      "'/blockx/bundle-workers/' does not match deployment 'block': its last segment must be 'workers'"),
     (dict(executor_count=0), "executorCount (EXECUTOR_COUNT) must be > 0 (got 0)"),
     (dict(executor_spawn_mode="thread"), "executorSpawnMode (EXECUTOR_SPAWN_MODE) must be \"process\""),
+    (dict(executor_sandbox_runtime="docker"),
+     "executorSandboxRuntime (EXECUTOR_SANDBOX_RUNTIME) must be \"bwrap\" or \"oci\" (got 'docker')"),
+    (dict(executor_python="python3"), "executorPython (EXECUTOR_PYTHON) must be an absolute path"),
+    (dict(executor_python="/nonexistent/bin/python"), "executorPython (EXECUTOR_PYTHON): cannot run"),
+    (dict(executor_site_packages=["/nonexistent/site"]),
+     "executorSitePackages (EXECUTOR_SITE_PACKAGES): '/nonexistent/site' is not an absolute path to a directory"),
+    (dict(executor_cpu_millicores=-1), "executorCpuMillicores (EXECUTOR_CPU_MILLICORES) must be 0 (no limit)"),
+    (dict(executor_cpu_millicores=500),
+     "executorCpuMillicores (EXECUTOR_CPU_MILLICORES) is a limit of the oci sandbox runtime"),
     (dict(worker__task_slots=0), "worker.taskSlots (TASK_SLOTS) must be > 0 (got 0)"),
     (dict(worker__default_ttl_ms=0), "worker.defaultTTLMs must be > 0"),
     (dict(worker__task_deadline_ms=0), "worker.taskDeadlineMs (TASK_DEADLINE_MS) must be > 0"),
@@ -532,6 +550,7 @@ VIOLATIONS = [
      "traceMaxEventsPerTask (TRACE_MAX_EVENTS_PER_TASK) must be >= 100 (events kept per task trace) (got 99)"),
     (dict(trace_retained_max_events=31),
      "traceRetainedMaxEvents (TRACE_RETAINED_MAX_EVENTS) must be >= 32 (one ended trace) (got 31)"),
+    (dict(otel_call_span_rate=1.5), "otelCallSpanRate (BLOCKX_OTEL_CALL_SPAN_RATE) must be between 0 and 1 (got 1.5)"),
     (dict(function_snapshot_retention_ms=1000),
      "functionSnapshotRetentionMs (FUNCTION_SNAPSHOT_RETENTION_MS) (1000) must be 0 (= maxTaskTimeoutMs + 10s) "
      "or >= worker.maxTaskTimeoutMs"),

@@ -1,4 +1,4 @@
-"""Config rules of the isolation and trust settings (issue 14)."""
+"""Config rules of the isolation and trust settings."""
 from blockx.app.config import load_config
 from blockx.app.profile import BLOCK
 
@@ -49,6 +49,42 @@ def test_sandbox_mode_where_namespaces_are_refused_stops_the_worker_at_start(mon
     problems = load({"EXECUTOR_SPAWN_MODE": "sandbox"}).violations()
     assert any("bubblewrap cannot create the executor's namespaces here (bwrap: No permissions to create "
                "new namespace); user namespaces are probably refused" in p for p in problems), problems
+
+
+OCI = {"EXECUTOR_SPAWN_MODE": "sandbox", "EXECUTOR_SANDBOX_RUNTIME": "oci"}
+
+
+def test_oci_runtime_without_runc_stops_the_worker_at_start(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    problems = load(OCI).violations()
+    assert any('executorSandboxRuntime (EXECUTOR_SANDBOX_RUNTIME) "oci" needs `runc`, and it is not on PATH: '
+               "install the Debian package `runc` (`make runc`)" in p for p in problems), problems
+
+
+def test_oci_runtime_needs_a_root_worker(monkeypatch, tmp_path):
+    fake = tmp_path / "runc"
+    fake.write_text("#!/bin/sh\necho 'runc version 1.1.5'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    problems = load(OCI).violations()
+    assert any('"oci": runc needs the Worker to run as root' in p for p in problems), problems
+
+
+def test_oci_runtime_needs_the_memory_and_pids_controllers(monkeypatch, tmp_path):
+    from blockx.adapters.executor import oci
+
+    fake = tmp_path / "bin" / "runc"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'runc version 1.1.5'\n")
+    fake.chmod(0o755)
+    cgroups = tmp_path / "cgroup"
+    (cgroups / "cpu").mkdir(parents=True)
+    monkeypatch.setenv("PATH", str(fake.parent))
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    monkeypatch.setattr(oci, "CGROUP_ROOT", cgroups)
+    problems = load(OCI).violations()
+    assert any("the cgroup controllers memory, pids are not available under" in p for p in problems), problems
 
 
 def test_auth_mode_defaults_to_token_and_is_checked(tmp_path):

@@ -1,5 +1,5 @@
 """The memory diagnostics sampler reads every figure from its owner at the
-moment it logs (issue 15 part 4): real cores, a real function code directory,
+moment it logs: real cores, a real function code directory,
 a real (idle) executor adapter."""
 import asyncio
 import logging

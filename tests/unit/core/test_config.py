@@ -16,7 +16,7 @@ def violations(cfg):
     return ei.value.violations
 
 
-def test_defaults_match_the_spec():
+def test_defaults_are_the_documented_ones():
     c = Config()
     assert (c.task_slots, c.default_ttl_ms, c.task_deadline_ms, c.max_task_timeout_ms,
             c.result_retention_ms, c.watch_disconnect_grace_ms, c.default_max_attempts,

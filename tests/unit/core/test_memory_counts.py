@@ -1,6 +1,5 @@
-"""The counts the memory diagnostics log line reads from the cores (issue 15
-part 4): retained results (WorkerCore) and calls queued for an executor
-(DispatcherCore). Virtual clock, exact instants."""
+"""The counts the memory diagnostics log line reads from the cores: retained
+results (WorkerCore) and calls queued for an executor (DispatcherCore). Virtual clock, exact instants."""
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.types import TaskPhase
 

@@ -56,7 +56,7 @@ def test_resolve_retry_defaults_and_overrides():
 
 
 def test_a_task_jitter_above_five_percent_never_reaches_the_dispatcher():
-    # With 100% a 1,000 ms backoff could become 1,999 ms; the spec allows 5%.
+    # With 100% a 1,000 ms backoff could become 1,999 ms; jitterPercent allows at most 5.
     h = Harness(DispatcherConfig(), rand=lambda: 0.999)
     with pytest.raises(ValueError, match="jitter_percent must be between 0 and 5, got 100"):
         h.submit("big", [spec("f", 1)], retry=RetryPolicy(2, 1000, 100))

@@ -484,7 +484,8 @@ def test_error_codes_and_grpc_mapping():
     assert errors.GRPC_STATUS_NAME == {
         "InvalidArgument": "INVALID_ARGUMENT", "NoSlot": "RESOURCE_EXHAUSTED",
         "Unavailable": "UNAVAILABLE", "InvalidSlot": "FAILED_PRECONDITION",
-        "NotFound": "NOT_FOUND", "SlotUncertain": "ABORTED", "AlreadyExists": "ALREADY_EXISTS"}
+        "NotFound": "NOT_FOUND", "SlotUncertain": "ABORTED", "AlreadyExists": "ALREADY_EXISTS",
+        "PermissionDenied": "PERMISSION_DENIED"}
     for code, cls in errors.BY_CODE.items():
         e = cls("msg")
         assert isinstance(e, WorkerError) and e.code == code and str(e) == f"{code}: msg"
@@ -497,7 +498,7 @@ def test_failure_codes_and_retryability():
     assert fcodes.is_retryable(fcodes.TIMED_OUT) and fcodes.is_retryable(fcodes.WORKER_SHUTDOWN)
     for code in fcodes.ALL - {fcodes.TIMED_OUT, fcodes.WORKER_SHUTDOWN}:
         assert not fcodes.is_retryable(code)
-    assert len(fcodes.ALL) == 11
+    assert len(fcodes.ALL) == 12
 
 
 def test_converge_command_shape():

@@ -1,56 +1,14 @@
-"""worker_timers: the lazily invalidated TimerHeap, and TaskTimers (task deadlines,
-Watch grace, and which due timer of a task wins). Virtual clock, exact instants."""
+"""worker_timers: TaskTimers (task deadlines, Watch grace, and which due timer of
+a task wins). Virtual clock, exact instants."""
 from blockx.core import failure_codes as fcodes
 from blockx.core.types import CallRetryPolicy, FunctionCall, TaskContext, TaskPhase
 from blockx.core.worker_slots import SlotTable
-from blockx.core.worker_timers import TaskTimers, TimerHeap
+from blockx.core.worker_timers import TaskTimers
 
 
 def ctx(task_id="t", slot=0, deadline=1000, accepted=0):
     return TaskContext(task_id, f"slot-{slot}", slot, deadline, accepted, FunctionCall("callList"),
                        None, "FAST_FAIL", CallRetryPolicy(3, 10, 5), "")
-
-
-# ---- TimerHeap ------------------------------------------------------------------------
-
-
-def test_due_reports_live_items_by_instant_then_arming_order_without_consuming():
-    live = {"a", "b", "c", "d"}
-    h = TimerHeap(lambda at, item, token: item in live)
-    for at, item in ((30, "c"), (10, "a"), (30, "d"), (10, "b"), (50, "late")):
-        h.push(at, item, None, 10)
-    assert h.due(9) == []
-    assert h.due(30) == ["a", "b", "c", "d"]
-    assert h.due(30) == ["a", "b", "c", "d"], "a due timer is reported until it goes stale"
-    live.discard("a")
-    assert h.due(30) == ["b", "c", "d"] and h.earliest() == 10
-
-
-def test_earliest_skips_stale_entries_and_is_none_when_nothing_is_live():
-    live = {"b"}
-    h = TimerHeap(lambda at, item, token: item in live)
-    h.push(5, "a", None, 10)
-    h.push(7, "b", None, 10)
-    assert h.earliest() == 7 and len(h) == 1, "the stale top was dropped"
-    live.clear()
-    assert h.earliest() is None and len(h) == 0
-
-
-def test_token_tells_a_rearmed_timer_from_the_old_one():
-    current = {"x": 2}
-    h = TimerHeap(lambda at, item, token: current[item] == token)
-    h.push(10, "x", 1, 1)
-    h.push(20, "x", 2, 1)
-    assert h.due(15) == [] and h.due(20) == ["x"] and h.earliest() == 20
-
-
-def test_push_compacts_once_stale_entries_exceed_twice_the_live_bound_plus_slack():
-    h = TimerHeap(lambda at, item, token: item >= 100)
-    for i in range(67):                    # stale as soon as pushed
-        h.push(i, i, None, 1)
-    assert len(h) == 67                    # 2 * 1 + 64 is not exceeded until now
-    h.push(1000, 100, None, 1)             # rebuilt first: only the new entry is left
-    assert len(h) == 1 and h.earliest() == 1000
 
 
 # ---- TaskTimers -----------------------------------------------------------------------

@@ -10,7 +10,8 @@ import re
 import orjson
 import pytest
 
-from blockx.app.logs import JsonFormatter, RateLimiter, log_event, parse_level, setup_logging
+from blockx.app.logs import JsonFormatter, RateLimiter, parse_level, setup_logging
+from blockx.log_event import log_event
 from blockx.worker.v1 import worker_pb2 as pb
 
 TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
@@ -221,3 +222,17 @@ def test_batched_handler_writes_at_once_without_a_loop():
         assert orjson.loads(stream.getvalue())["i"] == 1
     finally:
         logging.getLogger().removeHandler(handler)
+
+
+def test_ts_is_the_records_utc_time_to_the_millisecond_across_seconds():
+    # The second's text is reused while the seconds repeat: records that go
+    # forward, back and across a second (and a day) still get their own time.
+    fmt = JsonFormatter()
+    cases = [(1_700_000_000.999, "2023-11-14T22:13:20.999Z"), (1_700_000_001.0, "2023-11-14T22:13:21.000Z"),
+             (1_700_000_000.5, "2023-11-14T22:13:20.500Z"), (1_700_000_000.5, "2023-11-14T22:13:20.500Z"),
+             (1_700_006_399.25, "2023-11-14T23:59:59.250Z"), (1_700_006_400.0, "2023-11-15T00:00:00.000Z"),
+             (0.001, "1970-01-01T00:00:00.001Z")]
+    for created, want in cases:
+        rec = logging.LogRecord("x", logging.INFO, __file__, 1, "m", (), None)
+        rec.created = created
+        assert orjson.loads(fmt.format(rec))["ts"] == want, created

@@ -232,7 +232,7 @@ def test_parse_listen_addr_rejects(bad):
         parse_listen_addr(bad)
 
 
-# ---- executor resources and readiness (issue 15 part 4) ----
+# ---- executor resources and readiness ----
 
 def test_executor_memory_and_cpu_families_with_labels():
     m = Metrics(process_metrics=False)

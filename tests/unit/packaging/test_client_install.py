@@ -23,7 +23,7 @@ def _run(code: str) -> subprocess.CompletedProcess:
 
 
 def test_the_client_and_the_cli_import_without_the_worker_extra():
-    out = _run("import blockx.client, blockx.cli, blockx.cli_fleet, blockx.cli_status, blockx.cli_trace\n"
+    out = _run("import blockx.client, blockx.cli, blockx.cli.fleet, blockx.cli.status, blockx.cli.trace\n"
                "from blockx.client import Cluster, WorkerClient, connect\n"
                "blockx.cli.build_parser()\n"
                "print(sorted(m for m in sys.modules if m.split('.')[0] in BLOCKED))")

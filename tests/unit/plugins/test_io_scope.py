@@ -204,7 +204,7 @@ async def test_request_timeout_is_retryable():
 
 
 async def test_every_backend_request_has_a_timeout_from_the_config():
-    # ioBackends.<name>.timeoutMs, and phaseIoTimeoutMs when it is 0 (issue 14).
+    # ioBackends.<name>.timeoutMs, and phaseIoTimeoutMs when it is 0.
     cfg = WorkerFullConfig()
     cfg.io_backends.devstub.enabled = True
     cfg.phase_io_timeout_ms = 30
@@ -269,7 +269,7 @@ async def test_factory_from_config_and_shutdown():
     assert IOScopeFactory.from_config(cfg).backends == {}
 
 
-# --- handle_now: what needs no await is served without a Task (issue 12) ---------------------
+# --- handle_now: what needs no await is served without a Task ---------------------
 
 
 class SyncBackend(CountingBackend):

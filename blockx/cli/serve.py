@@ -1,0 +1,46 @@
+"""`blockx serve`: load the profile and the configuration (defaults -> profile ->
+WORKER_CONFIG JSON file or --config -> environment), refuse an invalid one with
+exit 2, and run the Worker (blockx.app.run) until SIGTERM / SIGINT. Needs the
+`worker` extra; without it, says what to install."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from blockx.cli.exit import EXIT_OK, EXIT_USAGE
+
+
+def cmd_serve(ns: argparse.Namespace) -> int:
+    from blockx.extras import MissingExtra, require
+
+    try:
+        require("worker", "`blockx serve`")
+    except MissingExtra as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from blockx.app.config import ConfigError, load_config
+    from blockx.app.profile import ProfileError, get_profile
+
+    try:
+        profile = get_profile(ns.profile)
+        profile.validate()
+    except ProfileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        cfg = load_config(profile, config_path=ns.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    problems = cfg.violations(profile)
+    if ns.print_config:
+        print(cfg.to_json())
+    if problems:
+        print(f"error: {ConfigError(problems)}", file=sys.stderr)
+        return EXIT_USAGE
+    if ns.print_config:
+        return EXIT_OK
+    from blockx.app.run import serve
+
+    return serve(cfg, profile)

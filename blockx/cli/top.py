@@ -1,0 +1,160 @@
+"""`blockx top`: one Worker's status, live on the terminal, like top.
+
+Every --interval seconds it reads GetWorkerStatus and redraws the screen (rich
+Live, alternate screen): the header of `blockx status`, the rates of tasks and
+calls per second computed from the deltas of the Worker's cumulative counters
+between two reads (``Rates``), and the executors table. It fits a plain 80x24
+terminal. `q` quits (exit 0), and so does Ctrl-C. When stdin is not a terminal
+only Ctrl-C (or SIGTERM) ends it. A failed read shows the error in place and
+the next refresh tries again. Every string the worker sends is shown escaped
+(blockx.cli.text): a control sequence in an executor id or an error message
+cannot move the cursor or repaint the screen."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import sys
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+from blockx.cli.exit import EXIT_OK, CLIError
+from blockx.cli.text import term_safe
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """Per-second rates between two WorkerStatus reads (None until two reads)."""
+    tasks_submitted: float
+    tasks_finished: float
+    tasks_failed: float
+    calls: float
+    calls_failed: float
+    calls_retried: float
+
+    @classmethod
+    def between(cls, prev, cur) -> "Rates | None":
+        if prev is None:
+            return None
+        dt = (cur.now_ms - prev.now_ms) / 1000.0
+        if dt <= 0:
+            return None
+        a, b = prev.counters, cur.counters
+
+        def rate(x: int, y: int) -> float:
+            return max(0, y - x) / dt
+
+        return cls(
+            tasks_submitted=rate(a.tasks_submitted, b.tasks_submitted),
+            tasks_finished=rate(a.tasks_succeeded + a.tasks_failed, b.tasks_succeeded + b.tasks_failed),
+            tasks_failed=rate(a.tasks_failed, b.tasks_failed),
+            calls=rate(a.calls_completed + a.calls_failed, b.calls_completed + b.calls_failed),
+            calls_failed=rate(a.calls_failed, b.calls_failed),
+            calls_retried=rate(a.calls_retried, b.calls_retried))
+
+
+def rates_lines(r: Rates | None) -> list[str]:
+    if r is None:
+        return ["tasks/s: (measuring...)", "calls/s: (measuring...)"]
+    return [f"tasks/s: {r.tasks_submitted:.1f} submitted, {r.tasks_finished:.1f} finished, "
+            f"{r.tasks_failed:.1f} failed",
+            f"calls/s: {r.calls:.1f} finished, {r.calls_failed:.1f} failed, {r.calls_retried:.1f} retried"]
+
+
+def render_top(st, rates: Rates | None, *, error: str = "", interval: float = 1.0):
+    from rich.console import Group
+    from rich.text import Text
+
+    from blockx.cli.status_render import executors_table, header_lines
+
+    parts = [Text(line) for line in header_lines(st)] if st is not None else [Text("worker: (no status yet)")]
+    parts.extend(Text(line) for line in rates_lines(rates))
+    if error:
+        parts.append(Text(f"error: {term_safe(error)}", style="red"))
+    parts.append(Text(""))
+    if st is not None:
+        parts.append(executors_table(st))
+    parts.append(Text(""))
+    parts.append(Text(f"q quit   refresh {interval:g}s", style="dim"))
+    return Group(*parts)
+
+
+class _Keys:
+    """Single keys from a terminal stdin (cbreak mode, restored on exit)."""
+
+    def __init__(self, stream) -> None:
+        self._fd = None
+        self._saved = None
+        try:
+            if stream.isatty():
+                import termios
+                import tty
+
+                self._fd = stream.fileno()
+                self._saved = termios.tcgetattr(self._fd)
+                tty.setcbreak(self._fd)
+        except (OSError, ValueError, AttributeError):
+            self._fd = None
+
+    def wait(self, timeout: float) -> str:
+        """A key pressed within timeout seconds, else ""."""
+        if self._fd is None:
+            time.sleep(timeout)
+            return ""
+        ready, _, _ = select.select([self._fd], [], [], max(0.0, timeout))
+        if not ready:
+            return ""
+        return os.read(self._fd, 1).decode(errors="replace")
+
+    def restore(self) -> None:
+        if self._fd is not None and self._saved is not None:
+            import termios
+
+            termios.tcsetattr(self._fd, termios.TCSADRAIN, self._saved)
+
+
+def cmd_top(ns: argparse.Namespace, out: TextIO | None = None) -> int:
+    if ns.interval <= 0:
+        raise CLIError("--interval must be > 0")
+    from blockx.extras import MissingExtra, require
+
+    try:
+        require("cli", "`blockx top`")
+    except MissingExtra as exc:
+        raise CLIError(str(exc)) from None
+    from blockx.cli.connection import client_command
+
+    return client_command(_top)(ns, out)
+
+
+def _top(ns: argparse.Namespace, client, out: TextIO) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    from blockx.client import BlockxError
+
+    console = Console(file=out, highlight=False)
+    keys = _Keys(sys.stdin)
+    prev = cur = None
+    try:
+        with Live(console=console, screen=console.is_terminal, auto_refresh=False,
+                  transient=False) as live:
+            while True:
+                started = time.monotonic()
+                error = ""
+                try:
+                    st = client.status(timeout_s=max(ns.rpc_timeout, ns.interval))
+                    prev, cur = cur, st
+                except BlockxError as exc:
+                    error = f"{exc.code.name}: {exc.message}"
+                live.update(render_top(cur, Rates.between(prev, cur) if cur is not None else None,
+                                       error=error, interval=ns.interval), refresh=True)
+                key = keys.wait(ns.interval - (time.monotonic() - started))
+                if key in ("q", "Q"):
+                    return EXIT_OK
+    except KeyboardInterrupt:
+        return EXIT_OK
+    finally:
+        keys.restore()
