@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(VPY) -m pytest
 ARGS    ?=
 
-.PHONY: build dist serve test typecheck test-compiled test-twins etcd redis bubblewrap runc postgres prometheus tmux ganache bench bench-instructions bench-peers bench-micro bench-micro-ci clean
+.PHONY: build dist image image-base podman kubernetes-validate serve test typecheck test-compiled test-twins etcd iproute2 redis bubblewrap runc postgres prometheus tmux ganache bench bench-instructions bench-peers bench-micro bench-micro-ci clean
 
 build: $(STAMP)
 	$(VPY) setup.py -q build_ext --inplace
@@ -28,6 +28,33 @@ dist: $(STAMP)
 	$(VPY) -m build --no-isolation --outdir dist .
 	@ls -l dist
 
+# ---- the OCI image (Containerfile). podman reads deploy/image/containers.conf (runc,
+# no default ulimits, cgroupfs: what a machine that is itself a container needs).
+# BASE is the base image; left empty, a local Debian base is built once
+# (debootstrap from the Debian archive, then `podman import`) and reused.
+comma := ,
+export CONTAINERS_CONF := $(CURDIR)/deploy/image/containers.conf
+IMAGE      ?= localhost/blockx-worker:latest
+LOCAL_BASE := localhost/blockx-debian-base:bookworm
+BASE       ?=
+# A CA bundle pip inside the build trusts (given as a build secret, never stored in the image).
+PIP_CA     ?= $(PIP_CERT)
+podman:
+	@command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap >/dev/null)
+	@command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 || { echo "podman, runc or debootstrap is missing and could not be installed" >&2; exit 1; }
+
+image-base: podman
+	@test -n "$(BASE)" || sh deploy/image/debian-base.sh $(LOCAL_BASE)
+
+image: image-base
+	podman build --format docker --network host $(if $(PIP_CA),--secret id=pip-ca$(comma)src=$(PIP_CA)) --build-arg BASE=$(or $(BASE),$(LOCAL_BASE)) -t $(IMAGE) -f Containerfile .
+	@podman image inspect $(IMAGE) --format 'image {{.RepoTags}} {{.Size}} bytes'
+
+# kubernetes-validate checks deploy/kubernetes/ against the Kubernetes API schemas it ships (tests/unit/deploy).
+kubernetes-validate: $(STAMP)
+	@$(VPY) -c "import kubernetes_validate" 2>/dev/null || $(PIP) install -q "kubernetes-validate>=1.30"
+# ---- end the OCI image ----
+
 serve: build
 	$(VENV)/bin/blockx serve $(ARGS)
 
@@ -35,6 +62,12 @@ serve: build
 etcd:
 	@command -v etcd >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null)
 	@command -v etcd >/dev/null 2>&1 || { echo "etcd is missing and could not be installed" >&2; exit 1; }
+
+# iproute2 (`ip`) builds the network namespaces, bridge and veth pairs of the
+# multi-host fault tests (tests/support/netns.py); they need root.
+iproute2:
+	@command -v ip >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null)
+	@command -v ip >/dev/null 2>&1 || { echo "iproute2 (ip) is missing and could not be installed" >&2; exit 1; }
 
 # redis-server is a test dependency of the FUNCTIONS_SOURCE=redis suites (a real Redis,
 # started by the tests on a free loopback port, without persistence).
@@ -76,7 +109,7 @@ ganache:
 	@test -x $(GANACHE) || npm install --prefix .npm-tools --no-audit --no-fund --silent ganache@7
 	@test -x $(GANACHE) || { echo "ganache is missing and could not be installed (npm install ganache@7)" >&2; exit 1; }
 
-test: build etcd redis bubblewrap runc postgres prometheus tmux ganache typecheck test-compiled test-twins bench-micro-ci
+test: build etcd redis bubblewrap runc postgres prometheus tmux ganache iproute2 podman image kubernetes-validate typecheck test-compiled test-twins bench-micro-ci
 
 # mypy over blockx/ (its settings: [tool.mypy] in pyproject.toml).
 typecheck: build

@@ -41,9 +41,18 @@ class MissingExtra(Exception):
     packages are missing and how to install them."""
 
 
+def _importable(mod: str) -> bool:
+    """``find_spec`` of a dotted name imports its parents, and raises when one is
+    missing (``opentelemetry.sdk`` without ``opentelemetry``): that is missing too."""
+    try:
+        return importlib.util.find_spec(mod) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def missing(extra: str) -> list[str]:
     """The distributions of ``extra`` whose module cannot be imported here."""
-    return [dist for mod, dist in EXTRAS[extra].items() if importlib.util.find_spec(mod) is None]
+    return [dist for mod, dist in EXTRAS[extra].items() if not _importable(mod)]
 
 
 def require(extra: str, what: str) -> None:

@@ -91,7 +91,7 @@ class EtcdAuditAllowlist:
     """Approved digest -> approval id, from the keys under an etcd prefix."""
 
     def __init__(self, client, prefix: str) -> None:
-        self.client = client            # an aetcd.Client (blockx.adapters.etcd_tls.etcd_client)
+        self.client = client            # an aetcd.Client made by blockx.etcd.connection.EtcdConnection
         self.prefix = prefix.encode()
         self.approved: dict[str, str] = {}
         self._task: asyncio.Task[bool] | None = None

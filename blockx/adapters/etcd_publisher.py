@@ -52,6 +52,7 @@ from typing import Any
 
 import orjson
 
+from blockx.etcd.connection import EtcdConnection, describe_etcd_error
 from blockx.etcd.endpoints import parse_endpoints
 
 __all__ = ["EtcdPublisher", "HEARTBEAT_FIELDS", "PublisherState", "parse_endpoints"]
@@ -61,6 +62,8 @@ HEARTBEAT_FIELDS = (
     "runningTasks", "executorsHealthy", "executorsTotal", "draining", "ready",
     "startedAtMs", "updatedAtMs", "seq",
 )
+# Also in the Worker's heartbeat (blockx.app.run): metricsAddr (host:port of /metrics, "" when
+# metricsListen is off), tls (off|on|mutual), authMode, etcdSecurity (plaintext|tls|mtls[,user=U]).
 
 
 class PublisherState:
@@ -79,7 +82,7 @@ class _LeaseLost(Exception):
 class EtcdPublisher:
     def __init__(
         self,
-        endpoints: str | Iterable[str] | None,
+        endpoints: EtcdConnection | str | Iterable[str] | None,
         key_prefix: str,
         worker_addr: str,
         heartbeat_fn: Callable[[], dict],
@@ -96,8 +99,11 @@ class EtcdPublisher:
         rand: Callable[[], float] = random.random,
         tls: Any = None,
     ) -> None:
-        self._endpoints = parse_endpoints(endpoints)
-        self._tls = tls      # blockx.tls.client_tls.ClientTLS: TLS towards etcd
+        # The Worker hands an EtcdConnection (TLS and the etcd user with it); bare
+        # endpoints with an optional ClientTLS are the same thing spelt out.
+        self.connection = (endpoints if isinstance(endpoints, EtcdConnection)
+                           else EtcdConnection(tuple(parse_endpoints(endpoints)), tls))
+        self._endpoints = list(self.connection.endpoints)
         if interval_ms <= 0:
             raise ValueError(f"heartbeat interval must be > 0 ms, got {interval_ms}")
         if lease_ttl_s < 1:
@@ -278,7 +284,7 @@ class EtcdPublisher:
 
     async def _on_failure(self, exc: BaseException) -> None:
         self._failures += 1
-        self.last_error = _describe(exc)
+        self.last_error = describe_etcd_error(exc, self.connection)
         self._count_error()
         self._set_state(PublisherState.RETRYING)
         delay = self._backoff(self._failures)
@@ -327,10 +333,8 @@ class EtcdPublisher:
     def _ensure_client(self) -> Any:
         if self._client is None:
             # imported lazily: a disabled publisher never loads the gRPC stubs
-            from blockx.adapters.etcd_tls import etcd_client
-            host, port = self._endpoints[self._endpoint_idx]
-            self._client = etcd_client(
-                host, port, tls=self._tls, timeout=self._call_timeout_s,
+            self._client = self.connection.client(
+                self._endpoint_idx, timeout=self._call_timeout_s,
                 options={
                     "grpc.initial_reconnect_backoff_ms": int(self._backoff_initial_s * 1000),
                     "grpc.min_reconnect_backoff_ms": int(self._backoff_initial_s * 1000),

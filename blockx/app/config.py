@@ -323,6 +323,11 @@ class WorkerFullConfig:
     etcd_ca_cert: str = _f("", env="ETCD_CA_CERT", doc="set: TLS towards etcd")
     etcd_cert: str = _f("", env="ETCD_CERT", doc="client certificate towards etcd")
     etcd_key: str = _f("", env="ETCD_KEY")
+    etcd_server_name: str = _f("", env="ETCD_SERVER_NAME",
+                               doc="with etcdCaCert: the name etcd's certificate is checked for (default: the host)")
+    etcd_user: str = _f("", env="ETCD_USER", doc="set: an etcd user (etcd auth), with etcdPassword(File)")
+    etcd_password: str = _f("", env="ETCD_PASSWORD", doc="the etcd user's password (never printed)")
+    etcd_password_file: str = _f("", env="ETCD_PASSWORD_FILE", doc="a file holding the etcd user's password")
     shadow_tls_ca: str = _f("", env="SHADOW_TLS_CA", doc="set: TLS towards the shadow target")
     shadow_tls_cert: str = _f("", env="SHADOW_TLS_CERT")
     shadow_tls_key: str = _f("", env="SHADOW_TLS_KEY")

@@ -350,11 +350,19 @@ def tls_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:
     for cert_path, cert, key_path, key in pairs:
         if bool(cert) != bool(key):
             out.append(f"{name(cert_path)} and {name(key_path)} must be set together")
+    if bool(cfg.etcd_user) != bool(cfg.etcd_password or cfg.etcd_password_file):
+        out.append(f"{name('etcdUser')} and {name('etcdPassword')} (or {name('etcdPasswordFile')}) "
+                   "must be set together")
+    if cfg.etcd_password and cfg.etcd_password_file:
+        out.append(f"{name('etcdPassword')} and {name('etcdPasswordFile')} both set: set one")
+    if cfg.etcd_server_name and not cfg.etcd_ca_cert:
+        out.append(f"{name('etcdServerName')} is a TLS setting: it needs {name('etcdCaCert')}")
     if cfg.tls_client_ca and not cfg.tls_cert:
         out.append(f"{name('tlsClientCa')} needs {name('tlsCert')} and {name('tlsKey')}: "
                    "mutual TLS is TLS first")
     for path, value in (("tlsCert", cfg.tls_cert), ("tlsKey", cfg.tls_key), ("tlsClientCa", cfg.tls_client_ca),
                         ("etcdCaCert", cfg.etcd_ca_cert), ("etcdCert", cfg.etcd_cert), ("etcdKey", cfg.etcd_key),
+                        ("etcdPasswordFile", cfg.etcd_password_file),
                         ("shadowTlsCa", cfg.shadow_tls_ca), ("shadowTlsCert", cfg.shadow_tls_cert),
                         ("shadowTlsKey", cfg.shadow_tls_key)):
         if value and not os.path.isfile(value):

@@ -57,6 +57,8 @@ def to_dict(obj) -> dict[str, Any]:
         if isinstance(value, dict):
             # dataSources, rpc endpoints: URLs may hold passwords, never printed
             value = {k: _redacted(v) for k, v in value.items()}
+        if f.name.endswith("password") and value:
+            value = "***"                     # etcdPassword: a secret, never printed
         out[json_name(f)] = to_dict(value) if is_dataclass(value) else (
             list(value) if isinstance(value, list) else value)
     return out

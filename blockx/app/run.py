@@ -56,6 +56,8 @@ from blockx.log_event import log_event
 from blockx.app.memory_diagnostics import MemoryDiagnostics
 from blockx.app.state_dir import ensure_state_dir
 from blockx.client.credentials import resolve_token
+from blockx.app.metrics_addr import advertised_metrics_addr
+from blockx.etcd.connection import EtcdConnection
 from blockx.tls.client_tls import ClientTLS
 from blockx.core.dispatch.dispatcher import DispatcherCore
 from blockx.core.worker import WorkerCore
@@ -162,6 +164,10 @@ def serve(cfg, profile) -> int:
 class Worker:
     def __init__(self, cfg, profile) -> None:
         self.cfg = cfg
+        # The one etcd connection (endpoints, TLS, etcd user): registration, the
+        # function-code watch and the audit allowlist are all made from it.
+        self.etcd = EtcdConnection.from_config(cfg)
+        self.metrics_port = 0
         self.profile = profile
         self.started_at_ms = wall_ms()
         self._stop = asyncio.Event()
@@ -176,6 +182,10 @@ class Worker:
             "service": self.profile.service, "version": __version__,
             "executorsHealthy": self.adapter.healthy_count(), "executorsTotal": self.cfg.executor_count,
             "startedAtMs": self.started_at_ms,
+            # the fleet at a glance: where to scrape, and how the Worker is reached
+            "metricsAddr": advertised_metrics_addr(self.cfg.metrics_listen, self.metrics_port, self.worker_addr),
+            "tls": "off" if self.tls is None else ("mutual" if self.tls.mutual else "on"),
+            "authMode": self.auth.mode, "etcdSecurity": self.etcd.describe(),
         })
         return hb
 
@@ -221,12 +231,7 @@ class Worker:
         allowlist = AuditAllowlist(cfg.audit_allowlist_file) if cfg.audit_allowlist_file else None
         etcd = None
         if cfg.audit_allowlist_etcd_prefix:
-            from blockx.adapters.etcd_publisher import parse_endpoints
-            from blockx.adapters.etcd_tls import etcd_client
-            host, port = parse_endpoints(cfg.etcd_endpoints)[0]
-            etcd = EtcdAuditAllowlist(etcd_client(host, port, timeout=5,
-                                                  tls=client_tls(cfg.etcd_ca_cert, cfg.etcd_cert, cfg.etcd_key)),
-                                      cfg.audit_allowlist_etcd_prefix)
+            etcd = EtcdAuditAllowlist(self.etcd.client(0, timeout=5), cfg.audit_allowlist_etcd_prefix)
         return AuditGate(cfg.audit_mode, allowlist, metrics, etcd=etcd)
 
     async def _ticker(self) -> None:
@@ -253,7 +258,7 @@ class Worker:
         if cfg.functions_source != "etcd":
             return FunctionCodeDirectory(cfg.functions_dir, cfg.effective_function_snapshot_retention_ms(),
                                          now_ms=wall_ms())
-        fcode = FunctionCodeEtcd(cfg.etcd_endpoints, cfg.functions_etcd_prefix,
+        fcode = FunctionCodeEtcd(self.etcd, cfg.functions_etcd_prefix,
                                  cfg.effective_function_snapshot_retention_ms(), now_ms=wall_ms())
         loaded = await fcode.start()
         log_event(log, "function_code_etcd", prefix=cfg.functions_etcd_prefix, loaded=loaded,
@@ -280,6 +285,7 @@ class Worker:
         metrics = self.metrics = Metrics()
         if cfg.metrics_listen:
             port = metrics.start_http(cfg.metrics_listen)
+            self.metrics_port = port
             log_event(log, "metrics_listening", addr=cfg.metrics_listen, port=port)
         dcfg = cfg.dispatcher_config()
         core = WorkerCore(cfg.core_config())
@@ -355,9 +361,8 @@ class Worker:
         await set_health(self.health, False)
         self.worker_addr = cfg.resolved_worker_addr(port)
         self.publisher = EtcdPublisher(
-            cfg.etcd_endpoints if cfg.etcd_enabled else None, cfg.worker_registry_prefix, self.worker_addr, self._heartbeat,
-            interval_ms=cfg.heartbeat_interval_ms, metrics=metrics,
-            tls=client_tls(cfg.etcd_ca_cert, cfg.etcd_cert, cfg.etcd_key))
+            self.etcd, cfg.worker_registry_prefix, self.worker_addr, self._heartbeat,
+            interval_ms=cfg.heartbeat_interval_ms, metrics=metrics)
         status.publisher, status.worker_addr = self.publisher, self.worker_addr
 
         if self.orch.actor.audit is not None and self.orch.actor.audit.etcd is not None:

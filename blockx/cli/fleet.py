@@ -52,11 +52,45 @@ def default_etcd() -> str:
     return os.environ.get("BLOCKX_ETCD") or DEFAULT_ETCD
 
 
+def add_etcd_security(p: argparse.ArgumentParser) -> None:
+    """TLS and the etcd user: the flags default to the Worker's own environment
+    variables, so one environment serves the Worker and the CLI alike."""
+    g = p.add_argument_group("etcd TLS and authentication (default: the ETCD_* environment variables)")
+    g.add_argument("--etcd-ca", default=None, metavar="PEM", help="CA of etcd's certificate: TLS on ($ETCD_CA_CERT)")
+    g.add_argument("--etcd-cert", default=None, metavar="PEM", help="client certificate ($ETCD_CERT)")
+    g.add_argument("--etcd-key", default=None, metavar="PEM", help="its key ($ETCD_KEY)")
+    g.add_argument("--etcd-server-name", default=None, metavar="NAME",
+                   help="name etcd's certificate is checked for ($ETCD_SERVER_NAME)")
+    g.add_argument("--etcd-user", default=None, metavar="USER", help="etcd user ($ETCD_USER)")
+    g.add_argument("--etcd-password-file", default=None, metavar="FILE",
+                   help="file holding the etcd user's password ($ETCD_PASSWORD_FILE, or $ETCD_PASSWORD)")
+
+
+def etcd_connection(ns: argparse.Namespace, endpoints: str | None = None):
+    """The EtcdConnection of the command line: flags over the ETCD_* environment."""
+    from blockx.etcd.connection import EtcdConnection
+
+    env = os.environ
+    def pick(flag: str, var: str) -> str:
+        v = getattr(ns, flag, None)
+        return env.get(var, "") if v is None else v
+    password_file = pick("etcd_password_file", "ETCD_PASSWORD_FILE")
+    try:
+        return EtcdConnection.create(
+            endpoints if endpoints is not None else ns.etcd, ca=pick("etcd_ca", "ETCD_CA_CERT"),
+            cert=pick("etcd_cert", "ETCD_CERT"), key=pick("etcd_key", "ETCD_KEY"),
+            server_name=pick("etcd_server_name", "ETCD_SERVER_NAME"), user=pick("etcd_user", "ETCD_USER"),
+            password="" if password_file else env.get("ETCD_PASSWORD", ""), password_file=password_file)
+    except ValueError as exc:
+        raise CLIError(f"etcd settings: {exc} (flags --etcd-*, or the ETCD_* environment variables)") from None
+
+
 def add_parsers(sub, client_parent: argparse.ArgumentParser) -> None:
     """The `workers` and `functions` subcommands (called by blockx.cli.build_parser)."""
     etcd = argparse.ArgumentParser(add_help=False)
     etcd.add_argument("--etcd", default=default_etcd(), metavar="ENDPOINTS",
                       help=f"etcd endpoints, comma-separated (default: $BLOCKX_ETCD or {DEFAULT_ETCD})")
+    add_etcd_security(etcd)
     etcd.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="etcd request deadline")
 
     from blockx.cli.completers import directory
@@ -69,6 +103,8 @@ def add_parsers(sub, client_parent: argparse.ArgumentParser) -> None:
     w.add_argument("--prefix", default=DEFAULT_WORKERS_PREFIX, help="registry prefix (default: %(default)s)")
     w.add_argument("--watch", action="store_true", help="keep the table on screen, refreshed in place")
     w.add_argument("--json", action="store_true", help="print the heartbeats as JSON")
+    w.add_argument("--prometheus-sd", action="store_true",
+                   help="print a Prometheus file_sd target list (JSON) of the workers' metricsAddr")
     w.set_defaults(func=cmd_workers)
 
     f = sub.add_parser("functions", help="function code in etcd or Redis (FUNCTIONS_SOURCE=etcd|redis)",
@@ -107,41 +143,39 @@ def add_parsers(sub, client_parent: argparse.ArgumentParser) -> None:
 # --- etcd plumbing ---------------------------------------------------------------------
 
 
-async def _kv(endpoints: str, fn, timeout: float):
-    """Run ``fn(kv_stub)`` against the first endpoint that answers."""
+async def _kv(conn, fn, timeout: float):
+    """Run ``fn(kv_stub, timeout, metadata)`` against the first endpoint of the
+    EtcdConnection ``conn`` that answers."""
     import grpc
     from aetcd import rpc
 
-    from blockx.etcd.endpoints import etcd_target, parse_endpoints
+    from blockx.etcd.connection import EtcdAuthError, describe_etcd_error
 
-    try:
-        eps = parse_endpoints(endpoints)
-    except ValueError as exc:
-        raise CLIError(f"--etcd: {exc}") from None
-    if not eps:
+    if not conn.endpoints:
         raise CLIError("--etcd: no endpoints given")
-    last: grpc.aio.AioRpcError | None = None
-    for ep in eps:
-        async with grpc.aio.insecure_channel(etcd_target(ep)) as ch:
+    last: Exception | None = None
+    for ep in conn.endpoints:
+        async with conn.channel(ep) as ch:
             try:
-                return await fn(rpc.KVStub(ch), timeout)
-            except grpc.aio.AioRpcError as exc:
+                md = await conn.metadata(ch, timeout)
+                return await fn(rpc.KVStub(ch), timeout, md)
+            except (grpc.aio.AioRpcError, EtcdAuthError) as exc:
                 last = exc
-    assert last is not None           # eps is not empty: each endpoint failed
-    raise CLIError(f"etcd {endpoints}: {last.code().name}: {last.details()}")
+    assert last is not None           # endpoints is not empty: each one failed
+    raise CLIError(f"etcd {','.join(conn.targets)}: {describe_etcd_error(last, conn)}")
 
 
-async def read_prefix(endpoints: str, prefix: str, timeout: float = 5.0):
+async def read_prefix(conn, prefix: str, timeout: float = 5.0):
     """(revision, [(key, value, mod_revision), ...]) of every key under ``prefix``."""
     from aetcd import rpc
 
     from blockx.etcd.prefix_watch import prefix_range_end
 
-    async def go(kv, t):
+    async def go(kv, t, md):
         r = await kv.Range(rpc.RangeRequest(key=prefix.encode(), range_end=prefix_range_end(prefix.encode())),
-                           timeout=t)
+                           timeout=t, metadata=md)
         return r.header.revision, [(x.key.decode(errors="replace"), x.value, x.mod_revision) for x in r.kvs]
-    return await _kv(endpoints, go, timeout)
+    return await _kv(conn, go, timeout)
 
 
 # --- blockx workers ----------------------------------------------------------------------
@@ -169,9 +203,12 @@ def cmd_workers(ns: argparse.Namespace, out: TextIO | None = None) -> int:
         return asyncio.run(_watch_workers(ns, out))
     from blockx.client.registry import WorkerInfo
 
-    _rev, kvs = asyncio.run(read_prefix(ns.etcd, ns.prefix, ns.timeout))
+    _rev, kvs = asyncio.run(read_prefix(etcd_connection(ns), ns.prefix, ns.timeout))
     infos = [WorkerInfo.parse(k[len(ns.prefix):], v, r, 0.0) for k, v, r in kvs]
-    if ns.json:
+    if ns.prometheus_sd:
+        from blockx.cli.prometheus_sd import prometheus_sd
+        out.write(json.dumps(prometheus_sd(infos), indent=2) + "\n")
+    elif ns.json:
         out.write(json.dumps({i.addr: i.heartbeat for i in infos}, indent=2, sort_keys=True) + "\n")
     else:
         out.write(workers_table(infos) + "\n")
@@ -181,9 +218,9 @@ def cmd_workers(ns: argparse.Namespace, out: TextIO | None = None) -> int:
 async def _watch_workers(ns: argparse.Namespace, out: TextIO) -> int:
     from blockx.client.registry import RegistryView
 
-    view = RegistryView(ns.etcd, ns.prefix)
+    view = RegistryView(etcd_connection(ns), ns.prefix)
     if not await view.start(ns.timeout):
-        raise CLIError(f"etcd {ns.etcd} did not answer within {ns.timeout:g} s")
+        raise CLIError(f"etcd {ns.etcd} did not answer within {ns.timeout:g} s ({view.last_error or 'no answer'})")
     try:
         while True:
             changed = view.changed
@@ -250,15 +287,15 @@ def collect_functions(directory: str, prefix: str, max_request_bytes: int | None
     return out
 
 
-async def push_functions(endpoints: str, items: list[tuple[str, bytes]], timeout: float = 5.0) -> int:
+async def push_functions(conn, items: list[tuple[str, bytes]], timeout: float = 5.0) -> int:
     """Write every (key, value) in one transaction; the transaction's revision."""
     from aetcd import rpc
 
-    async def go(kv, t):
+    async def go(kv, t, md):
         ops = [rpc.RequestOp(request_put=rpc.PutRequest(key=k.encode(), value=v)) for k, v in items]
-        r = await kv.Txn(rpc.TxnRequest(success=ops), timeout=t)
+        r = await kv.Txn(rpc.TxnRequest(success=ops), timeout=t, metadata=md)
         return r.header.revision
-    return await _kv(endpoints, go, timeout)
+    return await _kv(conn, go, timeout)
 
 
 def cmd_functions_push(ns: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -267,7 +304,7 @@ def cmd_functions_push(ns: argparse.Namespace, out: TextIO | None = None) -> int
         return _redis_push(ns, out)
     ns.prefix = ns.prefix or DEFAULT_FUNCTIONS_PREFIX
     items = collect_functions(ns.directory, ns.prefix, ns.max_request_bytes)
-    revision = asyncio.run(push_functions(ns.etcd, items, ns.timeout))
+    revision = asyncio.run(push_functions(etcd_connection(ns), items, ns.timeout))
     out.write(f"pushed {len(items)} function(s) to {ns.prefix} at revision {revision}\n")
     return EXIT_OK
 
@@ -277,7 +314,7 @@ def cmd_functions_list(ns: argparse.Namespace, out: TextIO | None = None) -> int
     if ns.redis is not None:
         return _redis_list(ns, out)
     ns.prefix = ns.prefix or DEFAULT_FUNCTIONS_PREFIX
-    revision, kvs = asyncio.run(read_prefix(ns.etcd, ns.prefix, ns.timeout))
+    revision, kvs = asyncio.run(read_prefix(etcd_connection(ns), ns.prefix, ns.timeout))
     rows = [{"functionId": k[len(ns.prefix):], "digest": hashlib.sha256(v).hexdigest(), "bytes": len(v),
              "modRevision": r} for k, v, r in kvs]
     if ns.json:
@@ -380,7 +417,7 @@ async def _submit_cluster(ns: argparse.Namespace, task, out: TextIO, dump) -> in
         return obj
 
     try:
-        async with Cluster(ns.etcd, ns.etcd_prefix, wait_for_worker_s=ns.rpc_timeout,
+        async with Cluster(etcd_connection(ns), ns.etcd_prefix, wait_for_worker_s=ns.rpc_timeout,
                            token=token_from_args(ns)) as cluster:
             if ns.no_wait or ns.watch:
                 first = await cluster.submit(task=task, wait=False)

@@ -107,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "instead of --addr; ENDPOINTS defaults to $BLOCKX_ETCD or 127.0.0.1:2379")
     sm.add_argument("--etcd-prefix", default="/blockx/workers/", metavar="PREFIX",
                     help="worker registry prefix with --etcd (default: %(default)s)")
+    from blockx.cli.fleet import add_etcd_security
+    add_etcd_security(sm)
     mode = sm.add_mutually_exclusive_group()
     mode.add_argument("--watch", action="store_true", help="print every TaskUpdate until terminal")
     mode.add_argument("--no-wait", action="store_true", help="print the SubmitTask response and exit")

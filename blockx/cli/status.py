@@ -29,6 +29,7 @@ def add_parsers(sub, client: argparse.ArgumentParser) -> None:
     st.add_argument("--worker", dest="addr", default=argparse.SUPPRESS, metavar="ADDR",
                     help="worker address host:port (same as --addr)")
     st.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_fleet_arguments(st)
     st.set_defaults(func=cmd_status)
 
     top = sub.add_parser("top", parents=[client], help="show a worker's status live, like top (q quits)",
@@ -40,15 +41,45 @@ def add_parsers(sub, client: argparse.ArgumentParser) -> None:
                      help="worker address host:port (same as --addr)")
     top.add_argument("--interval", type=float, default=1.0, metavar="S",
                      help="seconds between refreshes (default: %(default)s)")
-    from blockx.cli.top import cmd_top
-    top.set_defaults(func=cmd_top)
+    _add_fleet_arguments(top)
+    top.add_argument("--iterations", type=int, default=0, metavar="N",
+                     help="with --etcd: stop after N refreshes (default: until q / Ctrl-C)")
+    top.set_defaults(func=cmd_top_any)
+
+
+def _add_fleet_arguments(p: argparse.ArgumentParser) -> None:
+    """--etcd: every worker registered in etcd, one row each (blockx.cli.fleet_status)."""
+    import os
+
+    from blockx.cli.fleet import add_etcd_security
+
+    p.add_argument("--etcd", nargs="?", default=None, const=os.environ.get("BLOCKX_ETCD") or "127.0.0.1:2379",
+                   metavar="ENDPOINTS", help="every worker registered in etcd, one row each (GetWorkerStatus of "
+                   "each in parallel, bounded by --rpc-timeout; needs an admin --token / $BLOCKX_TOKEN); "
+                   "ENDPOINTS defaults to $BLOCKX_ETCD or 127.0.0.1:2379")
+    p.add_argument("--etcd-prefix", default="/blockx/workers/", metavar="PREFIX",
+                   help="worker registry prefix with --etcd (default: %(default)s)")
+    add_etcd_security(p)
 
 
 # --- the command ---------------------------------------------------------------------------------
 
 
+def cmd_top_any(ns: argparse.Namespace, out: TextIO | None = None) -> int:
+    """`blockx top`: one worker, or with --etcd the fleet (plain text, no rich needed)."""
+    if getattr(ns, "etcd", None):
+        from blockx.cli.fleet_status import cmd_top_fleet
+        return cmd_top_fleet(ns, out)
+    from blockx.cli.top import cmd_top
+    return cmd_top(ns, out)
+
+
 def cmd_status(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     from blockx.cli.connection import client_command
+
+    if getattr(ns, "etcd", None):
+        from blockx.cli.fleet_status import cmd_status_fleet
+        return cmd_status_fleet(ns, out)
 
     return client_command(_status)(ns, out)
 

@@ -81,7 +81,7 @@ def render_top(st, rates: Rates | None, *, error: str = "", interval: float = 1.
     return Group(*parts)
 
 
-class _Keys:
+class KeyReader:
     """Single keys from a terminal stdin (cbreak mode, restored on exit)."""
 
     def __init__(self, stream) -> None:
@@ -136,7 +136,7 @@ def _top(ns: argparse.Namespace, client, out: TextIO) -> int:
     from blockx.client import BlockxError
 
     console = Console(file=out, highlight=False)
-    keys = _Keys(sys.stdin)
+    keys = KeyReader(sys.stdin)
     prev = cur = None
     try:
         with Live(console=console, screen=console.is_terminal, auto_refresh=False,

@@ -49,6 +49,7 @@ from blockx.client.placement import Placement
 from blockx.client.registry import DEFAULT_PREFIX, RegistryView, WorkerInfo
 from blockx.client.tasks import build_task
 from blockx.client.worker_client import WorkerClient
+from blockx.etcd.connection import EtcdConnection
 from blockx.worker.v1 import worker_pb2 as pb
 
 log = logging.getLogger("blockx.client.cluster")
@@ -80,9 +81,14 @@ class _Task:
 
 
 class Cluster:
-    """``async with Cluster(etcd_endpoints) as c: await c.submit(calls=[("add", [1, 2])])``"""
+    """``async with Cluster(etcd_endpoints) as c: await c.submit(calls=[("add", [1, 2])])``
 
-    def __init__(self, etcd_endpoints: str | Iterable[str], prefix: str = DEFAULT_PREFIX, *,
+    ``etcd_endpoints``: "host:port,..." (TLS and the etcd user then come from the
+    ETCD_CA_CERT / ETCD_CERT / ETCD_KEY / ETCD_SERVER_NAME / ETCD_USER /
+    ETCD_PASSWORD(_FILE) environment, as the Worker reads them), or a
+    ``blockx.etcd.connection.EtcdConnection`` saying all of it."""
+
+    def __init__(self, etcd_endpoints: EtcdConnection | str | Iterable[str], prefix: str = DEFAULT_PREFIX, *,
                  max_resubmits: int = 2, resubmit_retryable: bool = False, connect_timeout_s: float = 3.0,
                  wait_for_worker_s: float = 30.0, etcd_wait_s: float = 5.0, probe_timeout_s: float = 3.0,
                  on_placement: Callable[[str, str], None] | None = None,
@@ -125,8 +131,8 @@ class Cluster:
         """Read the registry (waiting up to ``etcd_wait_s``); without etcd the client
         starts anyway and places tasks once the registry can be read."""
         if not await self.view.start(self._etcd_wait_s):
-            log.warning("cluster: etcd %s not reachable yet; tasks wait for the registry",
-                        ",".join(self.view._watch.endpoints))
+            log.warning("cluster: etcd %s not readable yet (%s); tasks wait for the registry",
+                        ",".join(self.view._watch.endpoints), self.view.last_error or "no answer")
 
     async def close(self) -> None:
         self._closed = True
@@ -265,7 +271,8 @@ class Cluster:
                     if now >= deadline:
                         raise last_err or Unavailable(
                             f"no ready worker under {self.prefix!r} in etcd within {self.wait_for_worker_s:g} s "
-                            f"({len(self.view.workers)} registered, etcd {'up' if self.view.connected else 'down'})")
+                            f"({len(self.view.workers)} registered, etcd "
+                            f"{'up' if self.view.connected else 'down: ' + (self.view.last_error or 'no answer')})")
                     if refused:
                         refused.clear()          # all refused: let slots free up, then try them all again
                         await asyncio.sleep(min(delay, max(0.0, deadline - now)))

@@ -22,6 +22,7 @@ from typing import Any
 
 import json
 
+from blockx.etcd.connection import EtcdConnection
 from blockx.etcd.prefix_watch import PrefixWatch
 
 DEFAULT_PREFIX = "/blockx/workers/"
@@ -78,7 +79,7 @@ class WorkerInfo:
 class RegistryView:
     """``async with RegistryView(endpoints) as view: view.workers`` -> {addr: WorkerInfo}."""
 
-    def __init__(self, etcd_endpoints: str | Iterable[str], prefix: str = DEFAULT_PREFIX, *,
+    def __init__(self, etcd_endpoints: EtcdConnection | str | Iterable[str], prefix: str = DEFAULT_PREFIX, *,
                  on_change: Callable[[str, WorkerInfo | None], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.prefix = prefix
@@ -96,6 +97,11 @@ class RegistryView:
     @property
     def outages(self) -> int:
         return self._watch.outages
+
+    @property
+    def last_error(self) -> str | None:
+        """Why etcd last failed, naming the setting that fixes it (TLS, etcd user)."""
+        return self._watch.last_error
 
     @property
     def revision(self) -> int:

@@ -26,7 +26,8 @@ from typing import Any
 
 import grpc
 
-from blockx.etcd.endpoints import etcd_target, parse_endpoints
+from blockx.etcd.connection import EtcdConnection, describe_etcd_error
+from blockx.etcd.endpoints import etcd_target
 from blockx.follower import Follower
 
 __all__ = ["PrefixWatch", "etcd_target", "prefix_range_end"]
@@ -55,11 +56,13 @@ def prefix_range_end(prefix: bytes) -> bytes:
 
 
 class PrefixWatch:
-    def __init__(self, endpoints: str | Iterable[str], prefix: str | bytes, on_reset: ResetFn,
+    def __init__(self, endpoints: EtcdConnection | str | Iterable[str], prefix: str | bytes, on_reset: ResetFn,
                  on_events: EventsFn, *, name: str = "etcd-watch", logger: logging.Logger | None = None,
                  call_timeout_s: float = 2.0, backoff_initial_s: float = 0.1, backoff_max_s: float = 2.0,
                  rand: Callable[[], float] = random.random) -> None:
-        self._endpoints = parse_endpoints(endpoints)
+        # endpoints alone: TLS and the etcd user from the environment (EtcdConnection.from_env)
+        self.connection = EtcdConnection.of(endpoints)
+        self._endpoints = list(self.connection.endpoints)
         if not self._endpoints:
             raise ValueError("PrefixWatch needs at least one etcd endpoint")
         self.prefix = prefix.encode() if isinstance(prefix, str) else bytes(prefix)
@@ -98,12 +101,13 @@ class PrefixWatch:
         failures = 0
         while True:
             target = etcd_target(self._endpoints[self._idx])
-            channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+            channel = self.connection.channel(self._endpoints[self._idx], _CHANNEL_OPTIONS)
             call = None
             try:
+                md = await self.connection.metadata(channel, self._call_timeout_s)
                 kv = rpc.KVStub(channel)
                 resp = await kv.Range(rpc.RangeRequest(key=self.prefix, range_end=self._range_end),
-                                      timeout=self._call_timeout_s)
+                                      timeout=self._call_timeout_s, metadata=md)
                 rev = resp.header.revision
                 self._on_reset(rev, {k.key: (k.value, k.mod_revision) for k in resp.kvs})
                 self.revision = rev
@@ -115,7 +119,7 @@ class PrefixWatch:
                                        self._name, target, len(resp.kvs), self.prefix.decode(errors="replace"),
                                        rev)
                 failures = 0
-                call = rpc.WatchStub(channel).Watch()
+                call = rpc.WatchStub(channel).Watch(metadata=md)
                 await call.write(rpc.WatchRequest(create_request=rpc.WatchCreateRequest(
                     key=self.prefix, range_end=self._range_end, start_revision=rev + 1)))
                 while True:
@@ -132,7 +136,7 @@ class PrefixWatch:
                 raise
             except Exception as exc:  # noqa: BLE001 - etcd trouble: keep the last view, retry
                 failures += 1
-                self.last_error = _describe(exc)
+                self.last_error = describe_etcd_error(exc, self.connection)
                 if self.connected or failures == 1:
                     self.outages += 1
                     self._log.warning("%s: etcd at %s unavailable (%s); keeping the last known view",
@@ -161,10 +165,3 @@ class PrefixWatch:
             self._on_events(rev, group)
             self.revision = rev
 
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, grpc.aio.AioRpcError):
-        return f"{exc.code().name}: {exc.details()}"
-    if isinstance(exc, asyncio.TimeoutError):
-        return "timed out"
-    return f"{type(exc).__name__}: {exc}"

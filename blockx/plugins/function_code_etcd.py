@@ -81,8 +81,8 @@ class FunctionCodeEtcd(KeyedCodeSource):
                                       name="function-code-etcd", logger=logger)
         loaded = await self._watch.start(wait_s)
         if not loaded:
-            logger.warning("function code: etcd %s not reachable yet; no functions until it answers",
-                           ",".join(self._watch.endpoints))
+            logger.warning("function code: etcd %s not readable yet (%s); no functions until it answers",
+                           ",".join(self._watch.endpoints), self._watch.last_error or "no answer")
         return loaded
 
     async def stop(self) -> None:

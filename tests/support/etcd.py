@@ -34,7 +34,7 @@ import pytest
 
 from tests.support.server_process import log_tail, terminate
 
-__all__ = ["EtcdServer", "EtcdUnavailable", "etcd_binary", "etcd_fixture", "free_port"]
+__all__ = ["EtcdServer", "EtcdUnavailable", "enable_auth", "etcd_binary", "etcd_fixture", "free_port"]
 
 HEALTH_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
@@ -240,3 +240,30 @@ def etcd_fixture(scope: str = "function", name: str = "etcd_server"):
             yield server
 
     return _fixture
+
+
+async def enable_auth(connection, root_password: str, users: dict[str, tuple[str, list[str]]]) -> None:
+    """Turn etcd's authentication on, through its Auth API over ``connection`` (a
+    blockx.etcd.connection.EtcdConnection, e.g. with the client certificate of a
+    --client-cert-auth server): a root user, then for each ``name: (password,
+    [key prefixes])`` a user with a role that may read and write those prefixes.
+    After it, every request needs a user's token (or a certificate naming a user)."""
+    from aetcd import rpc
+    from aetcd.rpc import auth_pb2
+
+    from blockx.etcd.prefix_watch import prefix_range_end
+
+    async with connection.channel(connection.endpoints[0]) as ch:
+        auth = rpc.AuthStub(ch)
+        await auth.UserAdd(rpc.AuthUserAddRequest(name="root", password=root_password), timeout=5)
+        await auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user="root", role="root"), timeout=5)
+        for name, (password, prefixes) in users.items():
+            role = f"{name}-role"
+            await auth.RoleAdd(rpc.AuthRoleAddRequest(name=role), timeout=5)
+            for prefix in prefixes:
+                perm = auth_pb2.Permission(permType=auth_pb2.Permission.READWRITE, key=prefix.encode(),
+                                           range_end=prefix_range_end(prefix.encode()))
+                await auth.RoleGrantPermission(rpc.AuthRoleGrantPermissionRequest(name=role, perm=perm), timeout=5)
+            await auth.UserAdd(rpc.AuthUserAddRequest(name=name, password=password), timeout=5)
+            await auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user=name, role=role), timeout=5)
+        await auth.AuthEnable(rpc.AuthEnableRequest(), timeout=5)

@@ -22,13 +22,14 @@ def worker_env(etcd, extra: dict | None = None) -> dict:
             "RESULT_RETENTION_MS": "60000", **(extra or {})}
 
 
-def start_workers(etcd, n: int, functions_dir, extra: dict | None = None, executors: int = 1) -> list[WorkerProcess]:
+def start_workers(etcd, n: int, functions_dir, extra: dict | None = None, executors: int = 1,
+                  connection=None) -> list[WorkerProcess]:
     ws = [WorkerProcess(worker_env(etcd, extra), functions_dir=functions_dir, executors=executors) for _ in range(n)]
     try:
         with ThreadPoolExecutor(n) as pool:
             list(pool.map(lambda w: w.start(), ws))
         for w in ws:
-            wait_registered(etcd, f"127.0.0.1:{w.port}")
+            wait_registered(etcd, f"127.0.0.1:{w.port}", connection=connection)
     except BaseException:
         for w in ws:          # leave no worker behind when the fleet does not come up
             try:
@@ -39,9 +40,10 @@ def start_workers(etcd, n: int, functions_dir, extra: dict | None = None, execut
     return ws
 
 
-def registry(etcd, prefix: str = PREFIX) -> dict[str, dict]:
+def registry(etcd, prefix: str = PREFIX, connection=None) -> dict[str, dict]:
+    """``connection``: a blockx.etcd.connection.EtcdConnection (TLS, etcd user) for a secured etcd."""
     async def go():
-        c = aetcd.Client(*etcd.host_port, timeout=2)
+        c = connection.client(0, timeout=2) if connection is not None else aetcd.Client(*etcd.host_port, timeout=2)
         try:
             r = await c.get_prefix(prefix.encode())
             return {kv.key.decode()[len(prefix):]: json.loads(kv.value) for kv in r}
@@ -52,11 +54,11 @@ def registry(etcd, prefix: str = PREFIX) -> dict[str, dict]:
         return pool.submit(asyncio.run, go()).result()
 
 
-def wait_registered(etcd, addr: str, timeout: float = 15.0) -> dict:
+def wait_registered(etcd, addr: str, timeout: float = 15.0, connection=None) -> dict:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            hb = registry(etcd).get(addr)
+            hb = registry(etcd, connection=connection).get(addr)
         except Exception:  # noqa: BLE001 - etcd restarting
             hb = None
         if hb and hb.get("ready"):

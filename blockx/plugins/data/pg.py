@@ -376,6 +376,10 @@ class PgUpsert:
         if conn is None:
             return
         if cancelled:
+            # A statement may still run (or wait on a lock): do not wait for it.
+            # Closing the socket alone leaves the server running it until it next
+            # writes to the client, so the backend is also asked to cancel it.
+            self._src._cancel_backend_later(conn.get_server_pid())
             conn.terminate()
         else:
             try:

@@ -93,6 +93,8 @@ SPEC_ENV_VARS = {
     "EXECUTOR_CALL_BATCH": "executorCallBatch",
     "WORKER_TLS_CERT": "tlsCert", "WORKER_TLS_KEY": "tlsKey", "WORKER_TLS_CLIENT_CA": "tlsClientCa",
     "ETCD_CA_CERT": "etcdCaCert", "ETCD_CERT": "etcdCert", "ETCD_KEY": "etcdKey",
+    "ETCD_SERVER_NAME": "etcdServerName", "ETCD_USER": "etcdUser", "ETCD_PASSWORD": "etcdPassword",
+    "ETCD_PASSWORD_FILE": "etcdPasswordFile",
     "SHADOW_TLS_CA": "shadowTlsCa", "SHADOW_TLS_CERT": "shadowTlsCert", "SHADOW_TLS_KEY": "shadowTlsKey",
     "EXECUTOR_MEMORY_LIMIT_MB": "executorMemoryLimitMb", "EXECUTOR_MAX_PROCESSES": "executorMaxProcesses",
     "EXECUTOR_MAX_OPEN_FILES": "executorMaxOpenFiles",

@@ -42,3 +42,14 @@ def test_blockx_serve_names_the_missing_packages_and_the_install_command():
     assert out.returncode == 2, out.stderr
     assert out.stderr.startswith("error: `blockx serve` needs the 'worker' extra of blockx-worker, and ")
     assert "uvloop" in out.stderr and "pip install 'blockx-worker[worker]'" in out.stderr
+
+
+def test_a_dotted_module_whose_parent_is_missing_counts_as_missing():
+    # find_spec("a.b") imports "a" and raises when it is not installed: the worker
+    # extra lists such names (opentelemetry.sdk), and a base install has no parent.
+    from blockx.extras import missing
+    EXTRAS["_probe"] = {"blockx_no_such_package.sub": "blockx-no-such-package"}
+    try:
+        assert missing("_probe") == ["blockx-no-such-package"]
+    finally:
+        del EXTRAS["_probe"]
