@@ -15,7 +15,7 @@ from time import perf_counter
 
 from bench.micro import register, sides
 
-REQUIRES = ("blockx/core/dispatcher.py", "blockx/_fast/dispatchloop_py.py")
+REQUIRES = ("blockx/core/dispatch/dispatcher.py", "blockx/_fast/dispatchloop_py.py")
 CALLS = 16
 EXECUTORS = 8
 DIGEST = "3f0a5c1e9b7d2a4c6e8f01234567890abcdef0123456789abcdef0123456789a"
@@ -23,15 +23,15 @@ DIGEST = "3f0a5c1e9b7d2a4c6e8f01234567890abcdef0123456789abcdef0123456789a"
 
 def setup():
     import blockx._fast as fast
-    from blockx.core.dispatcher import DispatcherCore
-    from blockx.core.dispatcher_commands import BindCall, ConvergeTaskCalls
-    from blockx.core.dispatcher_config import DispatcherConfig
-    from blockx.core.dispatcher_types import CallSpec, ExecutorSnapshot
+    from blockx.core.dispatch.dispatcher import DispatcherCore
+    from blockx.core.dispatch.commands import BindCall, ConvergeTaskCalls
+    from blockx.core.dispatch.config import DispatcherConfig
+    from blockx.core.dispatch.types import PinnedCall, ExecutorSnapshot
 
     core = DispatcherCore(DispatcherConfig(), lambda: 0.5)
     snaps = [ExecutorSnapshot(f"exec-{i}", True, 0, 64) for i in range(EXECUTORS)]
     core.handle_executor_snapshot_updated(snaps, 0)
-    calls = [CallSpec("transfer_summary", DIGEST, b'["0xabc%d",%d]' % (i, i)) for i in range(CALLS)]
+    calls = [PinnedCall("transfer_summary", DIGEST, b'["0xabc%d",%d]' % (i, i)) for i in range(CALLS)]
     return {"core": core, "calls": calls, "seq": [0], "Bind": BindCall,
             "Converge": ConvergeTaskCalls, "twins": fast.NO_EXTENSIONS}
 

@@ -10,7 +10,7 @@ N_IDS = 4096
 
 
 def setup():
-    from blockx.core.dispatcher_commands import DispatchCallCmd
+    from blockx.core.dispatch.commands import DispatchCallCmd
 
     cy, py = fast_pair("tracebuf")
     cmds = [DispatchCallCmd(f"t/{i}", "exec-0", "t", "f", "d", "main", b"[]", 0, 1, "") for i in range(N_IDS)]

@@ -56,7 +56,7 @@ def run(state, loops):
         seq += 1
         task_id = f"bench-{seq}"
         slot_id = request_slot(task_id, 5_000, now).snapshot.slot_id
-        submit(Submit(task_id, slot_id, fc), None, now)
+        submit(Submit(task_id, slot_id, fc), now)
         prepared(task_id, slot_id, 1, now)
         finished(task_id, BUILDER, builder, now)
         finished(task_id, CALLS, calls, now)

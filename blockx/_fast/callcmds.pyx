@@ -2,7 +2,7 @@
 # dataclasses, which states the rules). Made once or twice per call, so they are
 # cdef classes the dispatch loop builds in C (new_* below, no argument tuple);
 # equality, repr and unhashability follow the twin's dataclasses. They carry only
-# strings, bytes, ints and bools (dispatcher_commands' rule), so they can never be
+# strings, bytes, ints and bools (the rule of blockx/core/dispatch/commands.py), so they can never be
 # part of a reference cycle and stay out of the cyclic GC (no_gc): millions of
 # them per minute then cost the collector nothing.
 

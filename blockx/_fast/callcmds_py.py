@@ -2,7 +2,7 @@
 DispatchCallCmd, UnbindCall); pure-Python twin of callcmds.pyx.
 
 Rules: what each command asks of the adapter is documented in
-blockx/core/dispatcher_commands.py, which re-exports these. They are plain
+blockx/core/dispatch/commands.py, which re-exports these. They are plain
 records: positional or keyword construction, equality by type and fields,
 unhashable, a dataclass-style repr; both implementations behave the same."""
 from __future__ import annotations

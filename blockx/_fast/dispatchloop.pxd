@@ -1,8 +1,10 @@
 cimport cython
 
+from blockx._fast.readyqueue cimport ReadyQueue
+
 
 @cython.final
-cdef class CallContext:
+cdef class CallRecord:
     cdef public object call_id
     cdef public object task
     cdef public Py_ssize_t index
@@ -91,7 +93,7 @@ cdef class TaskCalls:
     cdef public object jitter_percent
     cdef public InstanceState instance
     cdef public bint streaming
-    cdef public object ready
+    cdef public ReadyQueue ready
     cdef public object blocks
     cdef public Py_ssize_t queued
     cdef public Py_ssize_t inflight
@@ -136,24 +138,22 @@ cdef class ExecutorRecord:
 
 
 @cython.final
-cdef class DispatchLoop:
+cdef class CallLifecycle:
     cdef public dict by_id
     cdef public object tasks
     cdef public TaskScheduler sched
     cdef public object ex
     cdef public object subcalls
+    cdef public object retry
     cdef public object deadline
     cdef public object max_output
     cdef public object on_terminal
-    cdef bint c_cmds            # the command classes are callcmds' cdef classes: build them in C
-    cdef object BindCall
-    cdef object UnbindCall
-    cdef object DispatchCallCmd
-    cdef object CompleteCallFromCache
-    cdef object SubcallDone
-    cdef object CALL_FAILED
-    cdef object ERR_SUBCALL_FAILED
 
-    cdef int _set_terminal(self, CallContext ctx, bint ok, object output, object kind,
+    cdef int _bind_failed(self, CallRecord ctx, now, list out) except -1
+    cdef int _cancel_subtree(self, CallRecord parent, reason, list out) except -1
+    cdef int _attempt_failed(self, CallRecord ctx, kind, bint retryable, message, budget_used_ms,
+                             now, list out) except -1
+    cdef int _drain(self, TaskCalls task, list out) except -1
+    cdef int _set_terminal(self, CallRecord ctx, bint ok, object output, object kind,
                            object message, object retryable, object budget_used_ms,
                            bint counted, list out, bint notify) except -1

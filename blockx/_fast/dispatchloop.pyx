@@ -16,23 +16,32 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from array import array
 from collections import deque
 
+from operator import attrgetter
+
 from blockx._fast.readyqueue cimport ReadyQueue
 from blockx._fast.scoring cimport ExecutorView, select_index
-from blockx._fast.scoring import select_executor as _compiled_select
 from blockx._fast.cachekey cimport cache_key_c
 from blockx._fast.cachekey import cache_key as _compiled_cache_key
-from blockx._fast.callcmds cimport (
-    BindCall as CBindCall, DispatchCallCmd as CDispatchCallCmd, UnbindCall as CUnbindCall,
-    new_bind_call, new_dispatch_call, new_unbind_call)
+from blockx._fast.callcmds cimport new_bind_call, new_dispatch_call, new_unbind_call
+from blockx.core.dispatch.commands import CancelCallCmd, CompleteCallFromCache, SubcallDone
+from blockx.core.dispatch import types as _types
+from blockx.core.dispatch.types import SubcallRejected
+
+# The failure codes the lifecycle sets, as C globals (not names of this module).
+cdef object CALL_FAILED = _types.CALL_FAILED
+cdef object ERR_CANCELLED = _types.ERR_CANCELLED
+cdef object ERR_EXECUTOR_LOST = _types.ERR_EXECUTOR_LOST
+cdef object ERR_SUBCALL_FAILED = _types.ERR_SUBCALL_FAILED
 
 READY = 0
 RUNNING = 1
 WAITING = 2
 DONE = 3
 STATE_NAMES = ("READY", "RUNNING", "WAITING", "DONE")
+_by_depth = attrgetter("depth")
 
-__all__ = ["CallContext", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
-           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop", "link_calls", "unlink_calls", "TaskScheduler",
+__all__ = ["CallRecord", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
+           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "CallLifecycle", "link_calls", "unlink_calls", "TaskScheduler",
            "CallBlock", "make_block", "take_call"]
 
 cdef enum:
@@ -42,40 +51,11 @@ cdef enum:
     _DONE = 3
 
 
-# The ready queue is the compiled ReadyQueue except in parity tests (its twin):
-# these read and change the compiled one in C.
-cdef inline Py_ssize_t _qlen(object q) except -1:
-    if type(q) is ReadyQueue:
-        return (<ReadyQueue>q)._count
-    return len(q)
-
-
-cdef inline object _qpop(object q):
-    if type(q) is ReadyQueue:
-        return (<ReadyQueue>q).pop_c()
-    return q.pop()
-
-
-cdef inline object _qpeek(object q):
-    cdef ReadyQueue rq
-    if type(q) is ReadyQueue:
-        rq = <ReadyQueue>q
-        return rq._buf[rq._head] if rq._count else None
-    return q.peek()
-
-
-cdef inline int _qpush(object q, object item) except -1:
-    if type(q) is ReadyQueue:
-        return (<ReadyQueue>q).push_c(item)
-    q.push(item)
-    return 0
-
-
 # A freelist: contexts come and go by the million; reusing their memory skips
 # the allocator on the per-call path.
 @cython.final
 @cython.freelist(256)
-cdef class CallContext:
+cdef class CallRecord:
 
     def __init__(self, call_id, function_id, digest, entry_selector, args_json, key,
                  Py_ssize_t index, Py_ssize_t batch_idx):
@@ -110,7 +90,7 @@ cdef class CallContext:
         self.budget_used_ms = 0
 
     def __repr__(self):
-        return (f"<CallContext {self.call_id} {STATE_NAMES[self.state]} "
+        return (f"<CallRecord {self.call_id} {STATE_NAMES[self.state]} "
                 f"attempt={self.attempt_count} executor={self.executor_id!r}>")
 
 
@@ -134,11 +114,11 @@ cdef tuple _check_spec(task_id, Py_ssize_t i, spec):
     return function_id, digest, args_json, entry_selector
 
 
-cdef inline CallContext _new_context(str call_id, function_id, digest, entry_selector, args_json, key,
+cdef inline CallRecord _new_context(str call_id, function_id, digest, entry_selector, args_json, key,
                                      Py_ssize_t index, Py_ssize_t batch_idx):
-    # CallContext.__init__ without a Python call: the one place a root's context is made
+    # CallRecord.__init__ without a Python call: the one place a root's context is made
     # (make_calls, and _take at admission); the twin calls its constructor.
-    cdef CallContext ctx = CallContext.__new__(CallContext)
+    cdef CallRecord ctx = CallRecord.__new__(CallRecord)
     ctx.call_id = call_id
     ctx.task = None
     ctx.index = index
@@ -233,7 +213,7 @@ def make_block(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
     cdef tuple spec_t
     last_fid = last_digest = last_entry = None
     for spec in calls:
-        # CallSpec is a NamedTuple: a tuple subclass, read as a tuple.
+        # PinnedCall is a NamedTuple: a tuple subclass, read as a tuple.
         if isinstance(spec, tuple) and len(<tuple>spec) == 4:
             spec_t = <tuple>spec
             function_id = spec_t[0]
@@ -266,7 +246,7 @@ def make_block(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
     return block
 
 
-cdef CallContext _take(TaskCalls task, dict by_id):
+cdef CallRecord _take(TaskCalls task, dict by_id):
     cdef CallBlock block = <CallBlock?>task.blocks[0]
     cdef Py_ssize_t i = block.pos
     block.pos = i + 1
@@ -279,7 +259,7 @@ cdef CallContext _take(TaskCalls task, dict by_id):
     cdef long long a = offs[i]
     args_json = PyBytes_FromStringAndSize(PyBytes_AS_STRING(block.args) + a, offs[i + 1] - a)
     call_id = f"{block.prefix}{i}"
-    cdef CallContext ctx = _new_context(call_id, function_id, digest, fn[2], args_json,
+    cdef CallRecord ctx = _new_context(call_id, function_id, digest, fn[2], args_json,
                                         cache_key_c(function_id, digest, args_json) if block.c_key
                                         else block.cache_key(function_id, digest, args_json),
                                         block.base + i, block.batch_idx)
@@ -318,7 +298,7 @@ cdef class InstanceState:
 
 @cython.final
 cdef class TaskScheduler:
-    # The rules are in blockx/core/dispatcher_fairness.py; the code is the twin's.
+    # The rules are in blockx/core/dispatch/fairness.py; the code is the twin's.
 
     def __init__(self, fair, Py_ssize_t quantum, Py_ssize_t window):
         self._fair = fair
@@ -373,7 +353,7 @@ cdef class TaskScheduler:
             ring = self._single.ring
             while ring:
                 t = <TaskCalls?>ring[0]
-                if (_qlen(t.ready) or t.queued) and not t.stop_dispatching and t.inflight < window:
+                if (t.ready._count or t.queued) and not t.stop_dispatching and t.inflight < window:
                     return t
                 ring.popleft()
                 t.in_ring = False
@@ -389,7 +369,7 @@ cdef class TaskScheduler:
             ring = inst.ring
             while ring:
                 t = <TaskCalls?>ring[0]
-                if (_qlen(t.ready) or t.queued) and not t.stop_dispatching and t.inflight < window:
+                if (t.ready._count or t.queued) and not t.stop_dispatching and t.inflight < window:
                     return t
                 ring.popleft()
                 t.in_ring = False
@@ -499,7 +479,7 @@ cdef class ExecutorRecord:
         self.attached = True
 
 
-cdef inline int _join(CallContext leader, CallContext waiter) except -1:
+cdef inline int _join(CallRecord leader, CallRecord waiter) except -1:
     waiter.leader = leader
     if leader.waiters is None:
         leader.waiters = [waiter]
@@ -510,113 +490,94 @@ cdef inline int _join(CallContext leader, CallContext waiter) except -1:
 
 
 def link_calls(TaskCalls task, list calls, dict by_id):
-    cdef CallContext ctx
+    cdef CallRecord ctx
     cdef dict pending = task.pending
-    ready = task.ready
-    cdef bint compiled_queue = type(ready) is ReadyQueue
-    push = ready.push
+    cdef ReadyQueue ready = task.ready
     for c in calls:
-        ctx = <CallContext?>c
+        ctx = <CallRecord?>c
         ctx.task = task
         pending[ctx.call_id] = ctx
-        if compiled_queue:
-            (<ReadyQueue>ready).push_c(ctx)
-        else:
-            push(ctx)
+        ready.push_c(ctx)
         by_id[ctx.call_id] = ctx
 
 
 def unlink_calls(list calls, dict by_id):
     for c in calls:
-        by_id.pop((<CallContext?>c).call_id, None)
+        by_id.pop((<CallRecord?>c).call_id, None)
 
 
-def join(CallContext leader, CallContext waiter):
+def join(CallRecord leader, CallRecord waiter):
     """Singleflight: waiter takes leader's result (roots of one task only)."""
     _join(leader, waiter)
 
 
 @cython.final
-cdef class DispatchLoop:
+cdef class CallLifecycle:
+    # Every call event and the one place a call becomes DONE (the twin documents
+    # each method; the rules are in blockx/core/dispatch/lifecycle.py).
 
-    def __init__(self, dict by_id, tasks, TaskScheduler sched, ex, subcalls, deadline, max_output,
-                 dict commands, dict texts):
+    def __init__(self, dict by_id, tasks, TaskScheduler sched, ex, subcalls, retry, deadline,
+                 max_output):
         self.by_id = by_id
         self.tasks = tasks
         self.sched = sched
         self.ex = ex
         self.subcalls = subcalls
+        self.retry = retry
         self.deadline = deadline
         self.max_output = max_output
         self.on_terminal = None
-        self.BindCall = commands["BindCall"]
-        self.UnbindCall = commands["UnbindCall"]
-        self.DispatchCallCmd = commands["DispatchCallCmd"]
-        self.CompleteCallFromCache = commands["CompleteCallFromCache"]
-        self.SubcallDone = commands["SubcallDone"]
-        self.CALL_FAILED = texts["CALL_FAILED"]
-        self.ERR_SUBCALL_FAILED = texts["ERR_SUBCALL_FAILED"]
-        self.c_cmds = (self.BindCall is CBindCall and self.UnbindCall is CUnbindCall
-                       and self.DispatchCallCmd is CDispatchCallCmd)
 
     # --- admission ---------------------------------------------------------------------
 
     def dispatch(self, now):
         cdef list out = []
-        cdef CallContext ctx, nxt
+        cdef CallRecord ctx, nxt
         cdef TaskCalls task
         cdef ExecutorRecord rec
-        cdef ExecutorView cview
+        cdef ExecutorView view
+        cdef ReadyQueue ready
         cdef Py_ssize_t i
         cdef TaskScheduler sched = self.sched
         ex = self.ex
         cdef list views = ex.views
         cdef list recs = ex.recs
-        select_fn = ex.select_fn
         sample, max_runnable, max_inflight, mem, stall = ex.select_params()
         # Sampling: each decision's scan starts at a random view (the core's rand).
         sample_start = ex.sample_start if sample > 0 else None
-        # The compiled scoring's views are ExecutorViews: select and count in C.
-        cdef bint c_sel = select_fn is _compiled_select
-        cdef long long c_now = 0, c_run = 0, c_inf = 0, c_mem = 0, c_stall = 0
-        cdef Py_ssize_t c_sample = 0, start = 0
-        if c_sel:
-            c_now, c_sample, c_run, c_inf, c_mem, c_stall = (now, sample, max_runnable,
-                                                              max_inflight, mem, stall)
+        cdef long long c_now = now, c_run = max_runnable, c_inf = max_inflight, c_mem = mem
+        cdef long long c_stall = stall
+        cdef Py_ssize_t c_sample = sample, start = 0
         deadline = self.deadline
-        BindCall = self.BindCall
         cdef dict by_id = self.by_id
         while True:
             t = sched.next_task_c()
             if t is None:
                 break
-            task = <TaskCalls?>t
+            task = <TaskCalls>t
             ready = task.ready
-            ctx = <CallContext?>_qpop(ready) if _qlen(ready) else _take(task, by_id)
+            ctx = <CallRecord?>ready.pop_c() if ready._count else _take(task, by_id)
             if ctx.state != _READY:
                 continue
             key = ctx.key
             cached = task.cache.get(key)
             if cached is not None:
                 task.cache_hits += 1
-                out.append(self.CompleteCallFromCache(ctx.call_id, task.task_id, False, ""))
+                out.append(CompleteCallFromCache(ctx.call_id, task.task_id, False, ""))
                 self._set_terminal(ctx, True, cached, "", "", False, 0, True, out, True)
                 continue
             leader = task.flights.get(key)
             if leader is not None and leader is not ctx:  # ctx itself leads while retrying
-                _join(<CallContext?>leader, ctx)
+                _join(<CallRecord?>leader, ctx)
                 continue
             if not views:
                 i = -1
             else:
                 if sample_start is not None:
                     start = sample_start(len(views))
-                if c_sel:
-                    i = select_index(views, c_now, c_sample, c_run, c_inf, c_mem, c_stall, start)
-                else:
-                    i = select_fn(views, now, sample, max_runnable, max_inflight, mem, stall, start)
+                i = select_index(views, c_now, c_sample, c_run, c_inf, c_mem, c_stall, start)
             if i < 0:
-                ready.push_front(ctx)
+                ready.push_front_c(ctx)
                 sched.unserved()
                 break
             rec = <ExecutorRecord?>recs[i]
@@ -624,35 +585,27 @@ cdef class DispatchLoop:
             ctx.attempt_count += 1
             ctx.bound = False
             ctx.budget_ms = deadline
-            view = rec.view
-            if c_sel:
-                cview = <ExecutorView?>view
-                cview.local_inflight += 1
-                eid = cview.executor_id
-            else:
-                view.local_inflight += 1
-                eid = view.executor_id
+            view = <ExecutorView?>rec.view
+            view.local_inflight += 1
+            eid = view.executor_id
             ctx.executor_id = eid
             rec.calls[ctx.call_id] = ctx
             ctx.exec = rec
             task.inflight += 1
             task.instance.inflight += 1
             task.flights[key] = ctx
-            if self.c_cmds:
-                out.append(new_bind_call(ctx.call_id, eid, task.task_id, False, ""))
-            else:
-                out.append(BindCall(ctx.call_id, eid, task.task_id, False, ""))
+            out.append(new_bind_call(ctx.call_id, eid, task.task_id, False, ""))
             while True:
-                if _qlen(ready):
-                    nxt = <CallContext?>_qpeek(ready)
+                if ready._count:
+                    nxt = <CallRecord?>ready._buf[ready._head]
                 elif task.queued:
                     nxt = _take(task, by_id)
-                    _qpush(ready, nxt)
+                    ready.push_c(nxt)
                 else:
                     break
                 if nxt.key != key:
                     break
-                _qpop(ready)
+                ready.pop_c()
                 if nxt.state == _READY:
                     _join(ctx, nxt)
             sched.served_c(task)
@@ -661,98 +614,156 @@ cdef class DispatchLoop:
     # --- binding -----------------------------------------------------------------------
 
     def executor_bound(self, call_id, now, executor_id=""):
-        cdef CallContext ctx
+        cdef CallRecord ctx
         c = self.by_id.get(call_id)
         if c is None:
             if executor_id:
-                return [self.UnbindCall(call_id, executor_id)]
+                return [new_unbind_call(call_id, executor_id)]
             return []
-        ctx = <CallContext?>c
+        ctx = <CallRecord?>c
         if (ctx.state != _RUNNING or ctx.bound
                 or (executor_id and ctx.executor_id != executor_id)):
             if executor_id and (ctx.state == _READY or ctx.state == _DONE
                                 or ctx.executor_id != executor_id):
-                return [self.UnbindCall(call_id, executor_id)]
+                return [new_unbind_call(call_id, executor_id)]
             return []
         ctx.bound = True
         parent = ctx.parent
         parent_id = parent.call_id if parent is not None else ""
         task_id = (<TaskCalls?>ctx.task).task_id
-        cdef list out
-        if self.c_cmds:
-            out = [new_dispatch_call(call_id, ctx.executor_id, task_id, ctx.function_id, ctx.digest,
-                                     ctx.entry_selector, ctx.args_json, ctx.budget_ms,
-                                     ctx.attempt_count, parent_id)]
-        else:
-            out = [self.DispatchCallCmd(call_id, ctx.executor_id, task_id, ctx.function_id, ctx.digest,
-                                        ctx.entry_selector, ctx.args_json, ctx.budget_ms,
-                                        ctx.attempt_count, parent_id)]
+        cdef list out = [new_dispatch_call(call_id, ctx.executor_id, task_id, ctx.function_id,
+                                           ctx.digest, ctx.entry_selector, ctx.args_json,
+                                           ctx.budget_ms, ctx.attempt_count, parent_id)]
         if ctx.children:
             self.subcalls.bind_children(ctx, out)
         return out
 
+    def bind_failed(self, call_id, now):
+        cdef CallRecord ctx
+        c = self.by_id.get(call_id)
+        if c is None:
+            return []
+        ctx = <CallRecord?>c
+        if ctx.state != _RUNNING or ctx.bound:
+            return []
+        cdef list out = []
+        self._bind_failed(ctx, now, out)
+        return out
+
+    cdef int _bind_failed(self, CallRecord ctx, now, list out) except -1:
+        rec = ctx.exec
+        self.tasks.release(ctx)
+        rec.view.healthy = False  # until the next snapshot says otherwise
+        ctx.attempt_count -= 1
+        ctx.state = _READY
+        if ctx.parent is not None:
+            self.subcalls.park(ctx)
+        else:
+            ctx.retry_armed = True
+            self.retry.requeue(ctx, now, out)
+        return 0
+
     # --- waits ----------------------------------------------------------------------------
 
     def call_waiting(self, call_id, attempt_seq, now):
-        cdef CallContext ctx
+        cdef CallRecord ctx
         c = self.by_id.get(call_id)
         if c is not None:
-            ctx = <CallContext?>c
+            ctx = <CallRecord?>c
             if ctx.state == _RUNNING and ctx.bound and ctx.attempt_count == attempt_seq:
                 ctx.state = _WAITING
         return []
 
     def call_resumed(self, call_id, now):
-        cdef CallContext ctx
+        cdef CallRecord ctx
         c = self.by_id.get(call_id)
         if c is not None:
-            ctx = <CallContext?>c
+            ctx = <CallRecord?>c
             if ctx.state == _WAITING:
                 ctx.state = _RUNNING
         return []
 
-    # --- completion --------------------------------------------------------------------
+    # --- subcalls ---------------------------------------------------------------------------
+
+    def add_subcall(self, parent_call_id, requesting_executor_id, request_id, function_id,
+                    digest, args_json, granted_budget_ms, now=0, entry_selector="main"):
+        cdef CallRecord child
+        cdef TaskCalls task
+        c = self.subcalls.new_child(parent_call_id, requesting_executor_id, request_id,
+                                    function_id, digest, args_json, granted_budget_ms,
+                                    entry_selector)
+        if type(c) is SubcallRejected:
+            return c, []
+        child = <CallRecord?>c
+        cdef list out = []
+        task = <TaskCalls?>child.task
+        cached = task.cache.get(child.key)
+        if cached is not None:
+            task.cache_hits += 1
+            out.append(CompleteCallFromCache(child.call_id, task.task_id, True, parent_call_id))
+            self._set_terminal(child, True, cached, "", "", False, 0, True, out, True)
+            return child.call_id, out
+        self.subcalls.attach(child, out)
+        return child.call_id, out
+
+    def cancel_subtree(self, CallRecord parent, reason, list out):
+        self._cancel_subtree(parent, reason, out)
+
+    cdef int _cancel_subtree(self, CallRecord parent, reason, list out) except -1:
+        cdef CallRecord child
+        cdef int st
+        children = parent.children
+        if not children:
+            return 0
+        parent.children = None
+        tasks = self.tasks
+        for c in list(children.values()):
+            child = <CallRecord?>c
+            st = child.state
+            if st == _DONE:
+                continue
+            if st == _RUNNING or st == _WAITING:
+                out.append(CancelCallCmd(child.call_id, child.executor_id, reason,
+                                         child.attempt_count))
+                tasks.release(child)
+            self._set_terminal(child, False, None, ERR_CANCELLED, reason, False, 0, False, out,
+                               False)
+        return 0
+
+    # --- completion and failure --------------------------------------------------------------
 
     def call_completed(self, call_id, attempt_seq, output_json, budget_used_ms, now):
-        cdef CallContext ctx
+        cdef CallRecord ctx
         cdef ExecutorRecord rec
+        cdef ExecutorView view
         cdef TaskCalls task
         c = self.by_id.get(call_id)
         if c is None:
             return []
-        ctx = <CallContext?>c
+        ctx = <CallRecord?>c
         cdef int st = ctx.state
         if (st != _RUNNING and st != _WAITING) or not ctx.bound or ctx.attempt_count != attempt_seq:
             return []
         if type(output_json) is not bytes:
             output_json = bytes(output_json)
         rec = <ExecutorRecord?>ctx.exec
-        cdef list out = [new_unbind_call(call_id, ctx.executor_id) if self.c_cmds
-                         else self.UnbindCall(call_id, ctx.executor_id)]
+        cdef list out = [new_unbind_call(call_id, ctx.executor_id)]
         rec.completions += 1
-        view = rec.view
-        cdef ExecutorView cview = None
-        if type(view) is ExecutorView:
-            cview = <ExecutorView>view
-            if cview.runnable > 0:
-                cview.runnable -= 1
-        elif view.runnable > 0:
+        view = <ExecutorView?>rec.view
+        if view.runnable > 0:
             view.runnable -= 1
         tasks = self.tasks
         if rec.attached:
-            # TaskTable.release inlined for the common case (an attached executor):
+            # TaskCallTable.release inlined for the common case (an attached executor):
             # ExecutorTable.unbind, and for a root the task window's accounting.
             ctx.exec = None
-            if cview is not None:
-                cview.local_inflight -= 1
-            else:
-                view.local_inflight -= 1
+            view.local_inflight -= 1
             del rec.calls[call_id]
             if ctx.parent is None:
                 task = <TaskCalls?>ctx.task
                 task.inflight -= 1
                 task.instance.inflight -= 1
-                if (_qlen(task.ready) or task.queued) and not task.in_ring:
+                if (task.ready._count or task.queued) and not task.in_ring:
                     self.sched.wake_c(task)
                 if task.stop_dispatching:
                     tasks.mark_dirty(task)
@@ -761,20 +772,168 @@ cdef class DispatchLoop:
         self._set_terminal(ctx, True, output_json, "", "", False, budget_used_ms, True, out, True)
         return out
 
-    # --- terminal accounting (TaskTable.set_terminal) -----------------------------------
+    def call_failed(self, call_id, attempt_seq, error_kind, retryable, message, now,
+                    budget_used_ms=0):
+        cdef CallRecord ctx
+        c = self.by_id.get(call_id)
+        if c is None:
+            return []
+        ctx = <CallRecord?>c
+        cdef int st = ctx.state
+        # Stale: DONE; READY (backing off, or rolled back); another attempt; not yet bound.
+        if (st != _RUNNING and st != _WAITING) or not ctx.bound or ctx.attempt_count != attempt_seq:
+            return []
+        cdef list out = [new_unbind_call(call_id, ctx.executor_id)]
+        self.ex.note_completion(ctx.exec)
+        self.tasks.release(ctx)
+        if ctx.children:
+            self._cancel_subtree(ctx, "parent call attempt failed", out)
+        self._attempt_failed(ctx, error_kind, bool(retryable), message, budget_used_ms, now, out)
+        return out
 
-    def set_terminal(self, CallContext ctx, ok, output, kind, message, retryable, budget_used_ms,
+    cdef int _attempt_failed(self, CallRecord ctx, kind, bint retryable, message, budget_used_ms,
+                             now, list out) except -1:
+        if self.retry.may_retry(ctx, retryable):
+            ctx.state = _READY
+            ctx.bound = False
+            ctx.retry_armed = True
+            self.retry.arm(ctx, now, out)
+        else:
+            self._set_terminal(ctx, False, None, kind, message, retryable, budget_used_ms, True,
+                               out, True)
+        return 0
+
+    def retry_ready(self, call_id, now):
+        cdef CallRecord ctx
+        cdef TaskCalls task
+        c = self.by_id.get(call_id)
+        if c is None:
+            return []
+        ctx = <CallRecord?>c
+        if ctx.state != _READY or not ctx.retry_armed:
+            return []
+        ctx.retry_armed = False
+        task = <TaskCalls?>ctx.task
+        task.ready.push_front_c(ctx)
+        self.sched.wake_c(task)
+        if task.stop_dispatching:
+            self.tasks.mark_dirty(task)
+        return []
+
+    # --- executors -----------------------------------------------------------------------
+
+    def executor_snapshot(self, snapshots, now):
+        self.ex.update(snapshots)
+        cdef list out = []
+        self.subcalls.retry_parked(out)
+        return out
+
+    def executor_lost(self, executor_id, now, detail=""):
+        cdef ExecutorRecord rec
+        cdef CallRecord ctx
+        r = self.ex.records.get(executor_id)
+        if r is None:
+            return []
+        rec = <ExecutorRecord?>r
+        rec.view.healthy = False
+        cdef list out = []
+        message = f"executor {executor_id} lost" + (f": {detail}" if detail else "")
+        for c in sorted(rec.calls.values(), key=_by_depth):
+            ctx = <CallRecord?>c
+            if ctx.exec is not rec:
+                continue  # released by an ancestor's subtree cancellation
+            if not ctx.bound:
+                self._bind_failed(ctx, now, out)
+                continue
+            out.append(new_unbind_call(ctx.call_id, executor_id))
+            self.tasks.release(ctx)
+            if ctx.children:
+                self._cancel_subtree(ctx, message, out)
+            self._attempt_failed(ctx, ERR_EXECUTOR_LOST, True, message, 0, now, out)
+        return out
+
+    # --- the epilogue ---------------------------------------------------------------------
+
+    def flush(self, now=0):
+        cdef list out = []
+        tasks = self.tasks
+        while True:
+            dirty = tasks.take_dirty()
+            if not dirty:
+                return out
+            for task in dirty:
+                if tasks.stop_production(task, out):
+                    self._drain(<TaskCalls?>task, out)
+                tasks.settle_and_converge(task, out)
+
+    cdef int _drain(self, TaskCalls task, list out) except -1:
+        cdef CallRecord ctx
+        task.ready.clear()
+        reason = f"task stopped dispatching: {task.stop_reason}"
+        for c in list(task.pending.values()):
+            ctx = <CallRecord?>c
+            if ctx.state != _DONE:
+                self._set_terminal(ctx, False, None, ERR_CANCELLED, reason, False, 0, False, out,
+                                   True)
+        cdef dict by_id = self.by_id
+        while task.queued:
+            self._set_terminal(_take(task, by_id), False, None, ERR_CANCELLED, reason, False, 0,
+                               False, out, True)
+        return 0
+
+    def epilogue(self, now):
+        cdef list out = self.dispatch(now)
+        out.extend(self.flush(now))
+        return out
+
+    # --- teardown ------------------------------------------------------------------------
+
+    def cancel_task(self, task_id, reason, now):
+        cdef TaskCalls task
+        cdef CallRecord ctx
+        cdef int st
+        tasks = self.tasks
+        cdef list out = []
+        t = tasks.remove(task_id, reason, out)
+        if t is None:
+            return out
+        task = <TaskCalls?>t
+        for c in list(task.pending.values()):
+            ctx = <CallRecord?>c
+            st = ctx.state
+            if st == _RUNNING or st == _WAITING:
+                out.append(CancelCallCmd(ctx.call_id, ctx.executor_id, reason, ctx.attempt_count))
+                tasks.release(ctx)
+            if ctx.children:
+                self._cancel_subtree(ctx, reason, out)
+            ctx.state = _DONE
+            ctx.retry_armed = False
+        task.pending.clear()
+        unpark = self.subcalls.unpark
+        for b in task.batches.values():
+            for c in (<Batch?>b).calls:
+                if (<CallRecord?>c).parked:
+                    unpark(c)
+        tasks.forget(task)
+        return out
+
+    def remove_task(self, task_id):
+        return self.cancel_task(task_id, "task removed", 0)
+
+    # --- terminal accounting ---------------------------------------------------------------
+
+    def set_terminal(self, CallRecord ctx, ok, output, kind, message, retryable, budget_used_ms,
                      counted, list out, notify=True):
         self._set_terminal(ctx, ok, output, kind, message, retryable, budget_used_ms, counted,
                            out, notify)
 
     @cython.boundscheck(True)
     @cython.wraparound(True)
-    cdef int _set_terminal(self, CallContext ctx, bint ok, object output, object kind,
+    cdef int _set_terminal(self, CallRecord ctx, bint ok, object output, object kind,
                            object message, object retryable, object budget_used_ms,
                            bint counted, list out, bint notify) except -1:
         cdef TaskCalls task
-        cdef CallContext parent, w
+        cdef CallRecord parent, w
         cdef Batch batch
         if ctx.state == _DONE:
             return 0
@@ -793,10 +952,10 @@ cdef class DispatchLoop:
         if ctx.parked:
             self.subcalls.unpark(ctx)
         if ctx.children:
-            self.subcalls.cancel_subtree(ctx, "parent call ended", out)
+            self._cancel_subtree(ctx, "parent call ended", out)
         task = <TaskCalls?>ctx.task
         if ctx.parent is not None:
-            parent = <CallContext?>ctx.parent
+            parent = <CallRecord?>ctx.parent
             siblings = parent.children
             if siblings:
                 siblings.pop(ctx.call_id, None)
@@ -804,13 +963,13 @@ cdef class DispatchLoop:
                 task.cache[ctx.key] = output
             if notify and (parent.state == _RUNNING or parent.state == _WAITING):
                 if ok:
-                    out.append(self.SubcallDone(ctx.call_id, parent.call_id, parent.executor_id,
-                                                ctx.request_id, True, output, "", "", False,
-                                                budget_used_ms, parent.attempt_count, ""))
+                    out.append(SubcallDone(ctx.call_id, parent.call_id, parent.executor_id,
+                                           ctx.request_id, True, output, "", "", False,
+                                           budget_used_ms, parent.attempt_count, ""))
                 else:
-                    out.append(self.SubcallDone(
+                    out.append(SubcallDone(
                         ctx.call_id, parent.call_id, parent.executor_id, ctx.request_id, False,
-                        None, self.ERR_SUBCALL_FAILED,
+                        None, ERR_SUBCALL_FAILED,
                         f"subcall {ctx.function_id} ({ctx.call_id}) failed: {kind}: {message}",
                         retryable, budget_used_ms, parent.attempt_count, kind))
             return 0
@@ -831,7 +990,7 @@ cdef class DispatchLoop:
                 task.first_failure = (f"call {ctx.call_id} (function {ctx.function_id}) failed "
                                       f"after {ctx.attempt_count} attempt(s): {kind}: {message}")
             if task.fast_fail and not task.failure_code:
-                task.failure_code = self.CALL_FAILED
+                task.failure_code = CALL_FAILED
                 task.failure_message = task.first_failure
                 task.failure_retryable = retryable
                 self.tasks.stop(task, "call failed")

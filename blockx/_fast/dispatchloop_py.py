@@ -1,21 +1,19 @@
-"""The DispatcherCore's per-call state and per-call loop; pure-Python twin of
+"""The DispatcherCore's per-call records and its call lifecycle; pure-Python twin of
 dispatchloop.pyx (test oracle and benchmark baseline).
 
 What it holds:
 - the records the core's parts keep per call, task, batch, instance and
-  executor (CallContext, TaskCalls, Batch, InstanceState, ExecutorRecord): plain
+  executor (CallRecord, TaskCalls, Batch, InstanceState, ExecutorRecord): plain
   state, owned and documented by the core module that uses each
-  (dispatcher_calls, dispatcher_tasks, dispatcher_fairness, dispatcher_select);
+  (blockx/core/dispatch: calls, tasks, fairness, executors);
 - ``make_calls``, which validates one call list and builds its contexts, and
   ``make_block``, which validates one call list into its compact queued form, a
   CallBlock (no side effects, so the core may run either off its actor);
 - ``take_call``, which turns a task's next never-admitted queued call into its
-  CallContext (the only place a queued call gets one);
-- ``DispatchLoop``, the per-call steps of the DispatcherCore (admission, bound,
-  completion, terminal accounting). It works on the core's parts, which it is
-  given at construction, and follows the rules stated in blockx/core/dispatcher.py
-  and dispatcher_tasks.py (it is that code, moved here so that it can be
-  compiled); anything off the per-call path stays in the parts.
+  CallRecord (the only place a queued call gets one);
+- ``CallLifecycle``, every call event of the DispatcherCore and its terminal
+  accounting, over the core's parts, which it is given at construction; the
+  events and their rules are stated in blockx/core/dispatch/lifecycle.py.
 Rules: Sans-IO like the core (no clock, no IO, randomness only from the core's
 injected ``rand``, through ExecutorTable.sample_start); both
 implementations take and return the same values and raise the same errors.
@@ -25,19 +23,26 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from typing import Any, Callable, Iterable
+from operator import attrgetter
+
+from blockx.core.dispatch.commands import (
+    BindCall, CancelCallCmd, CompleteCallFromCache, DispatchCallCmd, SubcallDone, UnbindCall)
+from blockx.core.dispatch.types import (
+    CALL_FAILED, ERR_CANCELLED, ERR_EXECUTOR_LOST, ERR_SUBCALL_FAILED, SubcallRejected)
 
 READY = 0
 RUNNING = 1
 WAITING = 2
 DONE = 3
 STATE_NAMES = ("READY", "RUNNING", "WAITING", "DONE")
+_by_depth = attrgetter("depth")
 
-__all__ = ["CallContext", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
-           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "DispatchLoop", "link_calls", "unlink_calls", "TaskScheduler",
+__all__ = ["CallRecord", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
+           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "CallLifecycle", "link_calls", "unlink_calls", "TaskScheduler",
            "CallBlock", "make_block", "take_call"]
 
 
-class CallContext:
+class CallRecord:
     __slots__ = (
         "call_id", "task", "index", "batch_idx", "function_id", "digest", "entry_selector",
         "args_json", "key", "state", "executor_id", "exec", "bound", "attempt_count",
@@ -63,12 +68,12 @@ class CallContext:
         self.bound = False
         self.attempt_count = 0
         self.budget_ms = 0
-        self.parent: CallContext | None = None
+        self.parent: CallRecord | None = None
         self.depth = 0
         self.request_id = ""
-        self.children: dict[str, CallContext] | None = None   # active subcalls
-        self.waiters: list[CallContext] | None = None         # singleflight waiters (leader only)
-        self.leader: CallContext | None = None                # set on a waiter
+        self.children: dict[str, CallRecord] | None = None   # active subcalls
+        self.waiters: list[CallRecord] | None = None         # singleflight waiters (leader only)
+        self.leader: CallRecord | None = None                # set on a waiter
         self.retry_armed = False
         self.parked = False
         self.ok = False
@@ -79,7 +84,7 @@ class CallContext:
         self.budget_used_ms = 0
 
     def __repr__(self) -> str:
-        return (f"<CallContext {self.call_id} {STATE_NAMES[self.state]} "
+        return (f"<CallRecord {self.call_id} {STATE_NAMES[self.state]} "
                 f"attempt={self.attempt_count} executor={self.executor_id!r}>")
 
 
@@ -88,11 +93,11 @@ def make_calls(task_id: str, prefix: str, calls: Iterable, batch_idx: int,
     """The contexts of one call list: ids ``prefix + str(i)``, cache keys by
     ``cache_key``. Each spec is (function_id, digest, args_json, entry_selector)
     with canonical args_json bytes; an invalid spec raises ValueError naming it."""
-    out: list[CallContext] = []
+    out: list[CallRecord] = []
     append = out.append
     for i, spec in enumerate(calls):
         function_id, digest, args_json, entry_selector = _check_spec(task_id, i, spec)
-        append(CallContext(f"{prefix}{i}", function_id, digest, entry_selector or "main",
+        append(CallRecord(f"{prefix}{i}", function_id, digest, entry_selector or "main",
                            args_json, cache_key(function_id, digest, args_json), i, batch_idx))
     return out
 
@@ -123,7 +128,7 @@ class CallBlock:
 
     Per call it keeps an index into ``fns`` (the distinct (function_id, digest,
     entry_selector) of the list), and its canonical args as a slice of one bytes
-    buffer (``offs[i]:offs[i+1]``). Its CallContext, call id
+    buffer (``offs[i]:offs[i+1]``). Its CallRecord, call id
     (``prefix + str(row)``) and cache key are made by ``take_call`` when the
     call is admitted; calls are taken in row order. ``base`` (the task index of
     row 0) and ``batch`` are set when the block is registered with its task."""
@@ -203,7 +208,7 @@ def take_call(task: Any, by_id: dict) -> Any:
     offs = block.offs
     args_json = block.args[offs[i]:offs[i + 1]]
     call_id = f"{block.prefix}{i}"
-    ctx = CallContext(call_id, function_id, digest, entry_selector, args_json,
+    ctx = CallRecord(call_id, function_id, digest, entry_selector, args_json,
                       block.cache_key(function_id, digest, args_json), block.base + i,
                       block.batch_idx)
     ctx.task = task
@@ -290,7 +295,7 @@ class InstanceState:
         self.tasks = 0               # registered tasks in the group
 
 
-# The TaskScheduler's rules are in blockx/core/dispatcher_fairness.py (it re-exports it).
+# The TaskScheduler's rules are in blockx/core/dispatch/fairness.py (it re-exports it).
 class TaskScheduler:
     __slots__ = ("_fair", "_quantum", "_window", "_instances", "_single", "_current", "_left",
                  "_seq")
@@ -409,46 +414,44 @@ class ExecutorRecord:
         self.heartbeat_seq = -1
         self.heartbeat_runnable = 0
         self.completions = 0                # completions seen since heartbeat_seq
-        self.calls: dict = {}               # call_id -> CallContext bound here
+        self.calls: dict = {}               # call_id -> CallRecord bound here
         self.attached = True
 
 
-class DispatchLoop:
-    """The DispatcherCore's per-call steps over its parts (see the module doc).
+class CallLifecycle:
+    """Every call event of the dispatcher, and the one place a call becomes DONE.
 
-    ``commands`` maps the command names the steps emit (BindCall, UnbindCall,
-    DispatchCallCmd, CompleteCallFromCache, SubcallDone) to their classes, and
-    ``texts`` the failure code and error kind strings they use (CALL_FAILED,
-    ERR_SUBCALL_FAILED): the core owns both, this module sits below it."""
+    Built last, over the parts built before it (the call table's ``by_id``, the
+    TaskCallTable, the TaskScheduler, the ExecutorTable, the SubcallBinder and the
+    RetryScheduler); none of them holds a reference back to it. Each event takes
+    ``now`` and returns the commands for the adapter, in order. The rules each
+    event follows are stated in blockx/core/dispatch/lifecycle.py."""
 
-    __slots__ = ("by_id", "tasks", "sched", "ex", "subcalls", "deadline", "max_output", "on_terminal",
-                 "BindCall", "UnbindCall", "DispatchCallCmd", "CompleteCallFromCache",
-                 "SubcallDone", "CALL_FAILED", "ERR_SUBCALL_FAILED")
+    __slots__ = ("by_id", "tasks", "sched", "ex", "subcalls", "retry", "deadline", "max_output",
+                 "on_terminal")
 
-    def __init__(self, by_id: dict, tasks: Any, sched: Any, ex: Any, subcalls: Any,
-                 deadline: int, max_output: int, commands: dict, texts: dict) -> None:
+    def __init__(self, by_id: dict, tasks: Any, sched: Any, ex: Any, subcalls: Any, retry: Any,
+                 deadline: int, max_output: int) -> None:
         self.by_id = by_id
         self.tasks = tasks
         self.sched = sched
         self.ex = ex
         self.subcalls = subcalls
+        self.retry = retry
         self.deadline = deadline
         self.max_output = max_output
         # Called with each context as it enters DONE, before its accounting (tests
         # count transitions with it); None in production.
         self.on_terminal: Any = None
-        self.BindCall = commands["BindCall"]
-        self.UnbindCall = commands["UnbindCall"]
-        self.DispatchCallCmd = commands["DispatchCallCmd"]
-        self.CompleteCallFromCache = commands["CompleteCallFromCache"]
-        self.SubcallDone = commands["SubcallDone"]
-        self.CALL_FAILED = texts["CALL_FAILED"]
-        self.ERR_SUBCALL_FAILED = texts["ERR_SUBCALL_FAILED"]
 
     # --- admission ---------------------------------------------------------------------
 
     def dispatch(self, now: int) -> list:
-        """TryDispatchNext until nothing more can be admitted."""
+        """Admit until nothing more can be: per task the TaskScheduler picks, pop
+        a READY root; a cached result completes it at once, a root whose key is
+        in flight joins that leader (singleflight); else select an executor
+        (Filter -> Score) and emit BindCall, joining the consecutive ready roots
+        with the same key."""
         out: list = []
         sched = self.sched
         next_task = sched.next_task
@@ -462,7 +465,6 @@ class DispatchLoop:
         sample_start = ex.sample_start if sample > 0 else None
         start = 0
         deadline = self.deadline
-        BindCall = self.BindCall
         by_id = self.by_id
         while True:
             task = next_task()
@@ -476,7 +478,7 @@ class DispatchLoop:
             cached = task.cache.get(key)
             if cached is not None:
                 task.cache_hits += 1
-                out.append(self.CompleteCallFromCache(ctx.call_id, task.task_id, False, ""))
+                out.append(CompleteCallFromCache(ctx.call_id, task.task_id, False, ""))
                 self.set_terminal(ctx, True, cached, "", "", False, 0, True, out)
                 continue
             leader = task.flights.get(key)
@@ -526,22 +528,48 @@ class DispatchLoop:
     # --- binding -----------------------------------------------------------------------
 
     def executor_bound(self, call_id: str, now: int, executor_id: str = "") -> list:
-        """handle_executor_bound (see DispatcherCore; same signature)."""
+        """The adapter reserved a context for call_id: send it (DispatchCallCmd).
+        With ``executor_id`` given, a bind the core no longer wants (the call was
+        cancelled meanwhile) is answered with UnbindCall so the reservation is
+        not leaked."""
         ctx = self.by_id.get(call_id)
         if (ctx is None or ctx.state != RUNNING or ctx.bound
                 or (executor_id and ctx.executor_id != executor_id)):
             if executor_id and (ctx is None or ctx.state == READY or ctx.state == DONE
                                 or ctx.executor_id != executor_id):
-                return [self.UnbindCall(call_id, executor_id)]
+                return [UnbindCall(call_id, executor_id)]
             return []
         ctx.bound = True
         parent = ctx.parent
-        out: list = [self.DispatchCallCmd(call_id, ctx.executor_id, ctx.task.task_id, ctx.function_id,
-                                          ctx.digest, ctx.entry_selector, ctx.args_json, ctx.budget_ms,
-                                          ctx.attempt_count, parent.call_id if parent is not None else "")]
+        out: list = [DispatchCallCmd(call_id, ctx.executor_id, ctx.task.task_id, ctx.function_id,
+                                     ctx.digest, ctx.entry_selector, ctx.args_json, ctx.budget_ms,
+                                     ctx.attempt_count, parent.call_id if parent is not None else "")]
         if ctx.children:
             self.subcalls.bind_children(ctx, out)
         return out
+
+    def bind_failed(self, call_id: str, now: int) -> list:
+        """The adapter could not reserve the context. A root is re-queued at once
+        (ArmCallRetry(now, is_retry=False)) without consuming an attempt; a
+        subcall is parked."""
+        ctx = self.by_id.get(call_id)
+        if ctx is None or ctx.state != RUNNING or ctx.bound:
+            return []
+        out: list = []
+        self._bind_failed(ctx, now, out)
+        return out
+
+    def _bind_failed(self, ctx: Any, now: int, out: list) -> None:
+        rec = ctx.exec
+        self.tasks.release(ctx)
+        rec.view.healthy = False  # until the next snapshot says otherwise
+        ctx.attempt_count -= 1
+        ctx.state = READY
+        if ctx.parent is not None:
+            self.subcalls.park(ctx)
+        else:
+            ctx.retry_armed = True
+            self.retry.requeue(ctx, now, out)
 
     # --- waits ----------------------------------------------------------------------------
 
@@ -560,11 +588,55 @@ class DispatchLoop:
             ctx.state = RUNNING
         return []
 
-    # --- completion --------------------------------------------------------------------
+    # --- subcalls ---------------------------------------------------------------------------
+
+    def add_subcall(self, parent_call_id: str, requesting_executor_id: str, request_id: str,
+                    function_id: str, digest: str, args_json: bytes, granted_budget_ms: int,
+                    now: int = 0, entry_selector: str = "main") -> tuple:
+        """Register a subcall of ``parent_call_id``: ``(child_call_id, commands)``,
+        or ``(SubcallRejected, [])`` when the SubcallBinder refuses it. A result
+        in the task's cache answers it at once (CompleteCallFromCache, then
+        SubcallDone); otherwise it binds beside its parent or is parked.
+        ``args_json`` must be canonical (cachekey.canonical_args_json)."""
+        child = self.subcalls.new_child(parent_call_id, requesting_executor_id, request_id,
+                                        function_id, digest, args_json, granted_budget_ms,
+                                        entry_selector)
+        if type(child) is SubcallRejected:
+            return child, []
+        out: list = []
+        task = child.task
+        cached = task.cache.get(child.key)
+        if cached is not None:
+            task.cache_hits += 1
+            out.append(CompleteCallFromCache(child.call_id, task.task_id, True, parent_call_id))
+            self.set_terminal(child, True, cached, "", "", False, 0, True, out)
+            return child.call_id, out
+        self.subcalls.attach(child, out)
+        return child.call_id, out
+
+    def cancel_subtree(self, parent: Any, reason: str, out: list) -> None:
+        """Cancel every active descendant of parent, without resuming it."""
+        children = parent.children
+        if not children:
+            return
+        parent.children = None
+        for child in list(children.values()):
+            st = child.state
+            if st == DONE:
+                continue
+            if st == RUNNING or st == WAITING:
+                out.append(CancelCallCmd(child.call_id, child.executor_id, reason,
+                                         child.attempt_count))
+                self.tasks.release(child)
+            self.set_terminal(child, False, None, ERR_CANCELLED, reason, False, 0, False, out,
+                              False)
+
+    # --- completion and failure --------------------------------------------------------------
 
     def call_completed(self, call_id: str, attempt_seq: int, output_json: bytes,
                        budget_used_ms: int, now: int) -> list:
-        """handle_call_completed (see DispatcherCore; same signature)."""
+        """A CallCompleted frame. Accepted (the current, bound attempt): the
+        commands start with UnbindCall(call_id). Stale or duplicated: []."""
         ctx = self.by_id.get(call_id)
         if ctx is None:
             return []
@@ -574,14 +646,14 @@ class DispatchLoop:
         if type(output_json) is not bytes:
             output_json = bytes(output_json)
         rec = ctx.exec
-        out: list = [self.UnbindCall(call_id, ctx.executor_id)]
+        out: list = [UnbindCall(call_id, ctx.executor_id)]
         rec.completions += 1
         view = rec.view
         if view.runnable > 0:
             view.runnable -= 1
         tasks = self.tasks
         if rec.attached:
-            # TaskTable.release inlined for the common case (an attached executor):
+            # TaskCallTable.release inlined for the common case (an attached executor):
             # ExecutorTable.unbind, and for a root the task window's accounting.
             ctx.exec = None
             view.local_inflight -= 1
@@ -599,11 +671,159 @@ class DispatchLoop:
         self.set_terminal(ctx, True, output_json, "", "", False, budget_used_ms, True, out)
         return out
 
-    # --- terminal accounting (TaskTable.set_terminal) -----------------------------------
+    def call_failed(self, call_id: str, attempt_seq: int, error_kind: str, retryable: bool,
+                    message: str, now: int, budget_used_ms: int = 0) -> list:
+        """A CallFailed frame (or a failure the adapter synthesized). Accepted:
+        the commands start with UnbindCall(call_id). Stale or duplicated: []."""
+        ctx = self.by_id.get(call_id)
+        if ctx is None:
+            return []
+        st = ctx.state
+        # Stale: DONE; READY (backing off, or rolled back); another attempt; not yet bound.
+        if (st != RUNNING and st != WAITING) or not ctx.bound or ctx.attempt_count != attempt_seq:
+            return []
+        out: list = [UnbindCall(call_id, ctx.executor_id)]
+        self.ex.note_completion(ctx.exec)
+        self.tasks.release(ctx)
+        if ctx.children:
+            self.cancel_subtree(ctx, "parent call attempt failed", out)
+        self._attempt_failed(ctx, error_kind, bool(retryable), message, budget_used_ms, now, out)
+        return out
+
+    def _attempt_failed(self, ctx: Any, kind: str, retryable: bool, message: str,
+                        budget_used_ms: int, now: int, out: list) -> None:
+        if self.retry.may_retry(ctx, retryable):
+            ctx.state = READY
+            ctx.bound = False
+            ctx.retry_armed = True
+            self.retry.arm(ctx, now, out)
+        else:
+            self.set_terminal(ctx, False, None, kind, message, retryable, budget_used_ms, True, out)
+
+    def retry_ready(self, call_id: str, now: int) -> list:
+        """A retry timer (ArmCallRetry) fired: the call goes back to the front of
+        its task's queue, unless it no longer waits for that timer."""
+        ctx = self.by_id.get(call_id)
+        if ctx is None or ctx.state != READY or not ctx.retry_armed:
+            return []
+        ctx.retry_armed = False
+        task = ctx.task
+        task.ready.push_front(ctx)
+        self.sched.wake(task)
+        if task.stop_dispatching:
+            self.tasks.mark_dirty(task)
+        return []
+
+    # --- executors -----------------------------------------------------------------------
+
+    def executor_snapshot(self, snapshots: Iterable, now: int) -> list:
+        """Refresh executor views; retry parked subcalls."""
+        self.ex.update(snapshots)
+        out: list = []
+        self.subcalls.retry_parked(out)
+        return out
+
+    def executor_lost(self, executor_id: str, now: int, detail: str = "") -> list:
+        """Transport lost: every call bound there fails retryably (EXECUTOR_LOST);
+        an unconfirmed bind is rolled back instead. Parents go first so their
+        subtrees are cancelled rather than failed one by one. ``detail`` (e.g. the
+        sandbox limit that killed it) is appended to the calls' message."""
+        rec = self.ex.records.get(executor_id)
+        if rec is None:
+            return []
+        rec.view.healthy = False
+        out: list = []
+        message = f"executor {executor_id} lost" + (f": {detail}" if detail else "")
+        for ctx in sorted(rec.calls.values(), key=_by_depth):
+            if ctx.exec is not rec:
+                continue  # released by an ancestor's subtree cancellation
+            if not ctx.bound:
+                self._bind_failed(ctx, now, out)
+                continue
+            out.append(UnbindCall(ctx.call_id, executor_id))
+            self.tasks.release(ctx)
+            if ctx.children:
+                self.cancel_subtree(ctx, message, out)
+            self._attempt_failed(ctx, ERR_EXECUTOR_LOST, True, message, 0, now, out)
+        return out
+
+    # --- the epilogue ---------------------------------------------------------------------
+
+    def flush(self, now: int = 0) -> list:
+        """Stop / drain / settle / converge every task changed since the last
+        flush (the TaskCallTable's steps; the drain's cancellations end here)."""
+        out: list = []
+        tasks = self.tasks
+        while True:
+            dirty = tasks.take_dirty()
+            if not dirty:
+                return out
+            for task in dirty:
+                if tasks.stop_production(task, out):
+                    self._drain(task, out)
+                tasks.settle_and_converge(task, out)
+
+    def _drain(self, task: Any, out: list) -> None:
+        """Nothing is in flight in a stopped task: cancel what is left."""
+        task.ready.clear()
+        reason = f"task stopped dispatching: {task.stop_reason}"
+        for ctx in list(task.pending.values()):
+            if ctx.state != DONE:
+                self.set_terminal(ctx, False, None, ERR_CANCELLED, reason, False, 0, False, out)
+        by_id = self.by_id
+        while task.queued:
+            self.set_terminal(take_call(task, by_id), False, None, ERR_CANCELLED, reason, False, 0,
+                              False, out)
+
+    def epilogue(self, now: int) -> list:
+        """dispatch(now) then flush(now): run after every event batch."""
+        out = self.dispatch(now)
+        out.extend(self.flush(now))
+        return out
+
+    # --- teardown ------------------------------------------------------------------------
+
+    def cancel_task(self, task_id: str, reason: str, now: int) -> list:
+        """The task ended (terminal elsewhere: timeout, watch loss, shutdown).
+        Every call still in flight is cancelled (CancelCallCmd), including whole
+        subcall subtrees, and the task's state is dropped. No ConvergeTaskCalls
+        follows. Unknown tasks are ignored."""
+        tasks = self.tasks
+        out: list = []
+        task = tasks.remove(task_id, reason, out)
+        if task is None:
+            return out
+        for ctx in list(task.pending.values()):
+            st = ctx.state
+            if st == RUNNING or st == WAITING:
+                out.append(CancelCallCmd(ctx.call_id, ctx.executor_id, reason, ctx.attempt_count))
+                tasks.release(ctx)
+            if ctx.children:
+                self.cancel_subtree(ctx, reason, out)
+            ctx.state = DONE
+            ctx.retry_armed = False
+        task.pending.clear()
+        unpark = self.subcalls.unpark
+        for b in task.batches.values():
+            for c in b.calls:
+                if c.parked:
+                    unpark(c)
+        tasks.forget(task)
+        return out
+
+    def remove_task(self, task_id: str) -> list:
+        """Forget a task (normally after it converged, when nothing is in flight;
+        anything still in flight is cancelled as by cancel_task)."""
+        return self.cancel_task(task_id, "task removed", 0)
+
+    # --- terminal accounting ---------------------------------------------------------------
 
     def set_terminal(self, ctx: Any, ok: bool, output: Any, kind: str, message: str,
                      retryable: Any, budget_used_ms: Any, counted: bool, out: list,
                      notify: bool = True) -> None:
+        """The single accounting point for DONE; idempotent. ``counted``: a real
+        failure (calls_failed, FAST_FAIL) rather than a drain or cancellation.
+        ``notify``: a subcall resumes its parent (SubcallDone)."""
         if ctx.state == DONE:
             return
         if self.on_terminal is not None:
@@ -621,7 +841,7 @@ class DispatchLoop:
         if ctx.parked:
             self.subcalls.unpark(ctx)
         if ctx.children:
-            self.subcalls.cancel_subtree(ctx, "parent call ended", out)
+            self.cancel_subtree(ctx, "parent call ended", out)
         task = ctx.task
         parent = ctx.parent
         if parent is not None:
@@ -632,13 +852,13 @@ class DispatchLoop:
                 task.cache[ctx.key] = output
             if notify and (parent.state == RUNNING or parent.state == WAITING):
                 if ok:
-                    out.append(self.SubcallDone(ctx.call_id, parent.call_id, parent.executor_id,
-                                                ctx.request_id, True, output, "", "", False,
-                                                budget_used_ms, parent.attempt_count, ""))
+                    out.append(SubcallDone(ctx.call_id, parent.call_id, parent.executor_id,
+                                           ctx.request_id, True, output, "", "", False,
+                                           budget_used_ms, parent.attempt_count, ""))
                 else:
-                    out.append(self.SubcallDone(
+                    out.append(SubcallDone(
                         ctx.call_id, parent.call_id, parent.executor_id, ctx.request_id, False,
-                        None, self.ERR_SUBCALL_FAILED,
+                        None, ERR_SUBCALL_FAILED,
                         f"subcall {ctx.function_id} ({ctx.call_id}) failed: {kind}: {message}",
                         retryable, budget_used_ms, parent.attempt_count, kind))
             return
@@ -659,7 +879,7 @@ class DispatchLoop:
                 task.first_failure = (f"call {ctx.call_id} (function {ctx.function_id}) failed "
                                       f"after {ctx.attempt_count} attempt(s): {kind}: {message}")
             if task.fast_fail and not task.failure_code:
-                task.failure_code = self.CALL_FAILED
+                task.failure_code = CALL_FAILED
                 task.failure_message = task.first_failure
                 task.failure_retryable = retryable
                 self.tasks.stop(task, "call failed")
@@ -679,7 +899,7 @@ class DispatchLoop:
 
 
 def link_calls(task: Any, calls: list, by_id: dict) -> None:
-    """TaskTable.register's per-call part: the committed calls join their task's
+    """TaskCallTable.register's per-call part: the committed calls join their task's
     pending roots and ready queue, and the call table."""
     pending = task.pending
     push = task.ready.push

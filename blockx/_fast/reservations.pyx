@@ -1,6 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Reservations, compiled (twin: reservations_py.py; the rules are in
-blockx/adapters/executor/reservations.py, which loads one of the two).
+"""Reservations, compiled (twin: reservations_py.py, which states the rules).
 
 Same code as the twin; what compiling buys: the adapter's per-call steps (reserve,
 check and record the dispatch, release on the terminal frame, unbind) are C

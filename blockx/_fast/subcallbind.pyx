@@ -1,23 +1,21 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """SubcallBinder, compiled (twin: subcallbind_py.py; the rules and theory of
-operation are in blockx/core/dispatcher_subcalls.py, which loads one of the two).
+operation are in blockx/core/dispatch/subcalls.py, which loads one of the two).
 
-Same code as the twin; what compiling buys: the CallContext fields of parent
+Same code as the twin; what compiling buys: the CallRecord fields of parent
 and child are read and written as C struct members (cimported from
-dispatchloop), the cache key is built through cachekey's C entry point when the
-core uses the compiled one, and BindCall through callcmds' C constructor."""
+dispatchloop), the cache key is built through cachekey's C entry point, and
+BindCall through callcmds' C constructor."""
 
 cimport cython
 
-from blockx._fast.dispatchloop cimport CallContext, ExecutorRecord
+from blockx._fast.dispatchloop cimport CallRecord, ExecutorRecord
 from blockx._fast.scoring cimport ExecutorView
 from blockx._fast.cachekey cimport cache_key_c
-from blockx._fast.cachekey import cache_key as _compiled_cache_key
-from blockx._fast.callcmds cimport BindCall as CBindCall, new_bind_call
+from blockx._fast.callcmds cimport new_bind_call
 
-from blockx.core.dispatcher_commands import BindCall, CancelCallCmd, CompleteCallFromCache
-from blockx.core.dispatcher_types import (
-    ERR_CANCELLED, REJECT_CYCLE, REJECT_DEPTH_EXCEEDED, REJECT_EXECUTOR_MISMATCH,
+from blockx.core.dispatch.types import (
+    REJECT_CYCLE, REJECT_DEPTH_EXCEEDED, REJECT_EXECUTOR_MISMATCH,
     REJECT_INVALID_BUDGET, REJECT_PARENT_NOT_ACTIVE, SubcallRejected)
 
 cdef enum:
@@ -26,27 +24,20 @@ cdef enum:
     _WAITING = 2
     _DONE = 3
 
-cdef bint _C_BIND = BindCall is CBindCall
-
 
 @cython.final
 cdef class SubcallBinder:
-    def __init__(self, calls, tasks, executors, cache_key, int max_depth):
+    def __init__(self, calls, executors, int max_depth):
         self.parked = {}
         self._seq = 0
-        self._calls = calls
         self._by_id = calls.by_id
-        self._tasks = tasks
         self._exec = executors
-        self._cache_key = cache_key
-        self._c_key = cache_key is _compiled_cache_key
         self._max_depth = max_depth
 
-    def add(self, parent_call_id, requesting_executor_id, request_id, function_id, digest,
-            args_json, granted_budget_ms, now=0, entry_selector="main"):
-        cdef CallContext parent, child, a
+    def new_child(self, parent_call_id, requesting_executor_id, request_id, function_id, digest,
+                  args_json, granted_budget_ms, entry_selector="main"):
+        cdef CallRecord parent, child, a
         cdef int depth
-        cdef list out = []
         if type(function_id) is not str or not function_id:
             raise TypeError(f"subcall function_id must be a non-empty str, got {function_id!r}")
         if type(digest) is not str:
@@ -56,20 +47,19 @@ cdef class SubcallBinder:
                             f"got {type(args_json).__name__}")
         p = self._by_id.get(parent_call_id)
         if p is None:
-            return self._not_active(parent_call_id), []
-        parent = <CallContext?>p
+            return self._not_active(parent_call_id)
+        parent = <CallRecord?>p
         if (parent.state != _RUNNING and parent.state != _WAITING) or not parent.bound:
-            return self._not_active(parent_call_id), []
+            return self._not_active(parent_call_id)
         if parent.executor_id != requesting_executor_id:
             return SubcallRejected(
                 REJECT_EXECUTOR_MISMATCH,
                 f"subcall request for {parent_call_id} came from executor {requesting_executor_id!r}"
-                f" but the call runs on {parent.executor_id!r}", stale=True), []
+                f" but the call runs on {parent.executor_id!r}", stale=True)
         if type(granted_budget_ms) is not int or granted_budget_ms < 0:
             return SubcallRejected(
                 REJECT_INVALID_BUDGET,
-                f"grantedBudgetMs must be an integer >= 0 (0 = unlimited), got {granted_budget_ms!r}"
-            ), []
+                f"grantedBudgetMs must be an integer >= 0 (0 = unlimited), got {granted_budget_ms!r}")
         # The child's ancestry (the requesting call and its ancestors, as the
         # executor sends it) holds `depth` calls: len(ancestry) < maxSubcallDepth.
         depth = parent.depth + 1
@@ -78,23 +68,20 @@ cdef class SubcallBinder:
                 REJECT_DEPTH_EXCEEDED,
                 f"subcall {function_id} would be at depth {depth}: its ancestry of {depth} calls must "
                 f"be shorter than maxSubcallDepth {self._max_depth} (dispatcher.maxSubcallDepth "
-                f"raises it)"), []
-        if self._c_key:
-            key = cache_key_c(function_id, digest, args_json)
-        else:
-            key = self._cache_key(function_id, digest, args_json)
+                f"raises it)")
+        key = cache_key_c(function_id, digest, args_json)
         a = parent
         while a is not None:
             if a.key == key:
                 return SubcallRejected(
                     REJECT_CYCLE,
                     f"subcall {function_id} with these arguments is already running as ancestor "
-                    f"{a.call_id}: the call would wait on itself"), []
+                    f"{a.call_id}: the call would wait on itself")
             a = a.parent
         self._seq += 1
         child_id = f"{parent_call_id}/sub-{self._seq}"
         task = parent.task
-        child = CallContext(child_id, function_id, digest, entry_selector or "main", args_json, key,
+        child = CallRecord(child_id, function_id, digest, entry_selector or "main", args_json, key,
                             -1, parent.batch_idx)
         child.task = task
         child.parent = parent
@@ -103,19 +90,18 @@ cdef class SubcallBinder:
         child.budget_ms = granted_budget_ms
         self._by_id[child_id] = child
         task.batches[parent.batch_idx].calls.append(child)
-        cached = task.cache.get(key)
-        if cached is not None:
-            task.cache_hits += 1
-            out.append(CompleteCallFromCache(child_id, task.task_id, True, parent_call_id))
-            self._tasks.set_terminal(child, True, cached, "", "", False, 0, True, out)
-            return child_id, out
+        return child
+
+    def attach(self, CallRecord child, list out):
+        """A new child the cache did not answer: list it under its parent and
+        bind it beside the parent, or park it."""
+        cdef CallRecord parent = <CallRecord?>child.parent
         children = parent.children
         if children is None:
-            parent.children = {child_id: child}
+            parent.children = {child.call_id: child}
         else:
-            (<dict?>children)[child_id] = child
+            (<dict?>children)[child.call_id] = child
         self._try_bind(child, out)
-        return child_id, out
 
     cdef object _not_active(self, parent_call_id):
         return SubcallRejected(
@@ -123,12 +109,12 @@ cdef class SubcallBinder:
             f"parent call {parent_call_id} is not running (finished, retried or unknown)",
             stale=True)
 
-    def try_bind(self, CallContext child, list out):
+    def try_bind(self, CallRecord child, list out):
         """Bind child to its parent's executor, or park it."""
         return self._try_bind(child, out)
 
-    cdef bint _try_bind(self, CallContext child, list out) except -1:
-        cdef CallContext parent = <CallContext?>child.parent
+    cdef bint _try_bind(self, CallRecord child, list out) except -1:
+        cdef CallRecord parent = <CallRecord?>child.parent
         rec = parent.exec
         cdef int pst = parent.state
         cdef ExecutorView view
@@ -139,68 +125,44 @@ cdef class SubcallBinder:
             child.state = _RUNNING
             child.attempt_count += 1
             child.bound = False
-            if type(rec) is ExecutorRecord and type((<ExecutorRecord>rec).view) is ExecutorView:
-                # ExecutorTable.bind inlined for the compiled records and views.
-                view = <ExecutorView>(<ExecutorRecord>rec).view
-                view.local_inflight += 1
-                (<ExecutorRecord>rec).calls[child.call_id] = child
-                child.exec = rec
-                child.executor_id = view.executor_id
-            else:
-                self._exec.bind(rec, child)
-            if _C_BIND:
-                out.append(new_bind_call(child.call_id, child.executor_id, child.task.task_id, True,
-                                         parent.call_id))
-            else:
-                out.append(BindCall(child.call_id, child.executor_id, child.task.task_id, True,
-                                    parent.call_id))
+            # ExecutorTable.bind, inlined.
+            view = <ExecutorView?>(<ExecutorRecord?>rec).view
+            view.local_inflight += 1
+            (<ExecutorRecord>rec).calls[child.call_id] = child
+            child.exec = rec
+            child.executor_id = view.executor_id
+            out.append(new_bind_call(child.call_id, child.executor_id, child.task.task_id, True,
+                                     parent.call_id))
             return True
         self.park(child)
         return False
 
-    def bind_children(self, CallContext parent, list out):
+    def bind_children(self, CallRecord parent, list out):
         """The parent was just bound: its parked children may follow it."""
-        cdef CallContext child
+        cdef CallRecord child
         for c in list(parent.children.values()):
-            child = <CallContext?>c
+            child = <CallRecord?>c
             if child.parked:
                 self._try_bind(child, out)
 
     def retry_parked(self, list out):
         """Executor views changed: try every parked child again."""
-        cdef CallContext child
+        cdef CallRecord child
         if self.parked:
             for c in list(self.parked.values()):
-                child = <CallContext?>c
+                child = <CallRecord?>c
                 if child.parked and child.state == _READY:
                     self._try_bind(child, out)
 
-    def park(self, CallContext child):
+    def park(self, CallRecord child):
         if not child.parked:
             child.parked = True
             self.parked[child.call_id] = child
 
-    def unpark(self, CallContext child):
+    def unpark(self, CallRecord child):
         child.parked = False
         self.parked.pop(child.call_id, None)
 
-    def cancel_subtree(self, CallContext parent, reason, list out):
-        """finalizeSubcallSubtree: cancel every active descendant of parent."""
-        cdef CallContext child
-        cdef int st
-        children = parent.children
-        if not children:
-            return
-        parent.children = None
-        tasks = self._tasks
-        for c in list(children.values()):
-            child = <CallContext?>c
-            st = child.state
-            if st == _DONE:
-                continue
-            if st == _RUNNING or st == _WAITING:
-                out.append(CancelCallCmd(child.call_id, child.executor_id, reason,
-                                         child.attempt_count))
-                tasks.release(child)
-            tasks.set_terminal(child, False, None, ERR_CANCELLED, reason, False, 0, False, out,
-                               notify=False)
+    def parked_ids(self):
+        """Ids of the subcalls parked, waiting to bind (introspection)."""
+        return list(self.parked)

@@ -1,32 +1,34 @@
 """SubcallBinder, pure-Python twin of subcallbind.pyx (the rules and theory of
-operation are in blockx/core/dispatcher_subcalls.py, which loads one of the two)."""
+operation are in blockx/core/dispatch/subcalls.py, which loads one of the two)."""
 from __future__ import annotations
 
 from typing import Any
 
-from blockx.core.dispatcher_calls import DONE, READY, RUNNING, WAITING, CallContext, CallTable
-from blockx.core.dispatcher_commands import BindCall, CancelCallCmd, CompleteCallFromCache
-from blockx.core.dispatcher_types import (
-    ERR_CANCELLED, REJECT_CYCLE, REJECT_DEPTH_EXCEEDED, REJECT_EXECUTOR_MISMATCH,
+from blockx._fast import load
+from blockx.core.dispatch.calls import READY, RUNNING, WAITING, CallRecord, CallTable
+from blockx.core.dispatch.commands import BindCall
+from blockx.core.dispatch.types import (
+    REJECT_CYCLE, REJECT_DEPTH_EXCEEDED, REJECT_EXECUTOR_MISMATCH,
     REJECT_INVALID_BUDGET, REJECT_PARENT_NOT_ACTIVE, SubcallRejected)
 
 
 class SubcallBinder:
-    __slots__ = ("parked", "_seq", "_calls", "_tasks", "_exec", "_cache_key", "_max_depth")
+    __slots__ = ("parked", "_seq", "_calls", "_exec", "_cache_key", "_max_depth")
 
-    def __init__(self, calls: CallTable, tasks: Any, executors: Any, cache_key: Any,
-                 max_depth: int) -> None:
-        self.parked: dict[str, CallContext] = {}   # PendingBindSubcalls, all tasks
+    def __init__(self, calls: CallTable, executors: Any, max_depth: int) -> None:
+        self.parked: dict[str, CallRecord] = {}   # subcalls waiting to bind, all tasks
         self._seq = 0
         self._calls = calls
-        self._tasks = tasks
         self._exec = executors
-        self._cache_key = cache_key
+        self._cache_key = load("cachekey").cache_key
         self._max_depth = max_depth
 
-    def add(self, parent_call_id: str, requesting_executor_id: str, request_id: str,
-            function_id: str, digest: str, args_json: bytes, granted_budget_ms: int,
-            now: int = 0, entry_selector: str = "main") -> tuple[str | SubcallRejected, list]:
+    def new_child(self, parent_call_id: str, requesting_executor_id: str, request_id: str,
+                  function_id: str, digest: str, args_json: bytes, granted_budget_ms: int,
+                  entry_selector: str = "main") -> CallRecord | SubcallRejected:
+        """Check a subcall request; on success the child's context, registered in
+        the call table and its parent's batch (READY, not yet bound: the
+        lifecycle answers it from the cache or calls ``attach``)."""
         if type(function_id) is not str or not function_id:
             raise TypeError(f"subcall function_id must be a non-empty str, got {function_id!r}")
         if type(digest) is not str:
@@ -39,17 +41,16 @@ class SubcallBinder:
             return SubcallRejected(
                 REJECT_PARENT_NOT_ACTIVE,
                 f"parent call {parent_call_id} is not running (finished, retried or unknown)",
-                stale=True), []
+                stale=True)
         if parent.executor_id != requesting_executor_id:
             return SubcallRejected(
                 REJECT_EXECUTOR_MISMATCH,
                 f"subcall request for {parent_call_id} came from executor {requesting_executor_id!r}"
-                f" but the call runs on {parent.executor_id!r}", stale=True), []
+                f" but the call runs on {parent.executor_id!r}", stale=True)
         if type(granted_budget_ms) is not int or granted_budget_ms < 0:
             return SubcallRejected(
                 REJECT_INVALID_BUDGET,
-                f"grantedBudgetMs must be an integer >= 0 (0 = unlimited), got {granted_budget_ms!r}"
-            ), []
+                f"grantedBudgetMs must be an integer >= 0 (0 = unlimited), got {granted_budget_ms!r}")
         # The child's ancestry (the requesting call and its ancestors, as the
         # executor sends it) holds `depth` calls: len(ancestry) < maxSubcallDepth.
         depth = parent.depth + 1
@@ -58,20 +59,20 @@ class SubcallBinder:
             return SubcallRejected(
                 REJECT_DEPTH_EXCEEDED,
                 f"subcall {function_id} would be at depth {depth}: its ancestry of {depth} calls must "
-                f"be shorter than maxSubcallDepth {limit} (dispatcher.maxSubcallDepth raises it)"), []
+                f"be shorter than maxSubcallDepth {limit} (dispatcher.maxSubcallDepth raises it)")
         key = self._cache_key(function_id, digest, args_json)
-        a: CallContext | None = parent
+        a: CallRecord | None = parent
         while a is not None:
             if a.key == key:
                 return SubcallRejected(
                     REJECT_CYCLE,
                     f"subcall {function_id} with these arguments is already running as ancestor "
-                    f"{a.call_id}: the call would wait on itself"), []
+                    f"{a.call_id}: the call would wait on itself")
             a = a.parent
         self._seq += 1
         child_id = f"{parent_call_id}/sub-{self._seq}"
         task = parent.task
-        child = CallContext(child_id, function_id, digest, entry_selector or "main", args_json, key,
+        child = CallRecord(child_id, function_id, digest, entry_selector or "main", args_json, key,
                             -1, parent.batch_idx)
         child.task = task
         child.parent = parent
@@ -80,22 +81,20 @@ class SubcallBinder:
         child.budget_ms = granted_budget_ms
         self._calls.add(child)
         task.batches[parent.batch_idx].calls.append(child)
-        out: list = []
-        cached = task.cache.get(key)
-        if cached is not None:
-            task.cache_hits += 1
-            out.append(CompleteCallFromCache(child_id, task.task_id, True, parent_call_id))
-            self._tasks.set_terminal(child, True, cached, "", "", False, 0, True, out)
-            return child_id, out
+        return child
+
+    def attach(self, child: CallRecord, out: list) -> None:
+        """A new child the cache did not answer: list it under its parent and
+        bind it beside the parent, or park it."""
+        parent = child.parent
         children = parent.children
         if children is None:
-            parent.children = {child_id: child}
+            parent.children = {child.call_id: child}
         else:
-            children[child_id] = child
+            children[child.call_id] = child
         self.try_bind(child, out)
-        return child_id, out
 
-    def try_bind(self, child: CallContext, out: list) -> bool:
+    def try_bind(self, child: CallRecord, out: list) -> bool:
         """Bind child to its parent's executor, or park it."""
         parent = child.parent
         rec = parent.exec
@@ -114,7 +113,7 @@ class SubcallBinder:
         self.park(child)
         return False
 
-    def bind_children(self, parent: CallContext, out: list) -> None:
+    def bind_children(self, parent: CallRecord, out: list) -> None:
         """The parent was just bound: its parked children may follow it."""
         for child in list(parent.children.values()):
             if child.parked:
@@ -127,29 +126,15 @@ class SubcallBinder:
                 if child.parked and child.state == READY:
                     self.try_bind(child, out)
 
-    def park(self, child: CallContext) -> None:
+    def park(self, child: CallRecord) -> None:
         if not child.parked:
             child.parked = True
             self.parked[child.call_id] = child
 
-    def unpark(self, child: CallContext) -> None:
+    def unpark(self, child: CallRecord) -> None:
         child.parked = False
         self.parked.pop(child.call_id, None)
 
-    def cancel_subtree(self, parent: CallContext, reason: str, out: list) -> None:
-        """finalizeSubcallSubtree: cancel every active descendant of parent."""
-        children = parent.children
-        if not children:
-            return
-        parent.children = None
-        tasks = self._tasks
-        for child in list(children.values()):
-            st = child.state
-            if st == DONE:
-                continue
-            if st == RUNNING or st == WAITING:
-                out.append(CancelCallCmd(child.call_id, child.executor_id, reason,
-                                         child.attempt_count))
-                tasks.release(child)
-            tasks.set_terminal(child, False, None, ERR_CANCELLED, reason, False, 0, False, out,
-                               notify=False)
+    def parked_ids(self):
+        """Ids of the subcalls parked, waiting to bind (introspection)."""
+        return list(self.parked)

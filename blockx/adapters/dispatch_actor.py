@@ -33,7 +33,7 @@ from typing import Callable, Mapping
 
 import orjson
 
-from blockx.core.dispatcher_commands import (
+from blockx.core.dispatch.commands import (
     ArmCallRetry, BatchSettled, BindCall, CancelCallCmd, CompleteCallFromCache, ConvergeTaskCalls,
     DispatchCallCmd, StopCallProduction, SubcallDone, UnbindCall,
 )

@@ -37,7 +37,7 @@ from blockx.adapters.subscriptions import SubscriptionManager
 from blockx.adapters.task_phases import TaskPhases
 from blockx.adapters.task_runtime import TaskRuntime
 from blockx.log_event import log_event
-from blockx.core.dispatcher_types import ExecutorSnapshot
+from blockx.core.dispatch.types import ExecutorSnapshot
 from blockx.core.types import ConvergeTask, PrepareTaskActivation, SubmitTaskRequest, TaskSnapshot
 
 log = logging.getLogger("blockx.orchestrator")
@@ -110,7 +110,7 @@ class Orchestrator:
     def submit_task(self, req: SubmitTaskRequest, *, shadow: bool = False, raw_request=None,
                     caller=None, trace_context=None) -> TaskSnapshot:
         """``trace_context``: the caller's checked W3C metadata (trace_context.py), or None."""
-        res = self.core.handle_submit_task(req, None, self._wall(), caller)
+        res = self.core.handle_submit_task(req, self._wall(), caller)
         accepted = False
         for cmd in res.commands:
             if type(cmd) is PrepareTaskActivation:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 
 from blockx._fast import load
 from blockx.core import failure_codes as fc
-from blockx.core.dispatcher_commands import ConvergeTaskCalls
+from blockx.core.dispatch.commands import ConvergeTaskCalls
 from blockx.core.types import (
     ConvergeTask, PhaseOutcome, PluginResult, StartBuilderPhase, StartCallPhase, StartWriterPhase,
     TaskPhase,

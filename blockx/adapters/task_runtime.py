@@ -13,7 +13,7 @@ from typing import Any, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from blockx.adapters.admission import PhaseGate
-    from blockx.core.dispatcher_commands import ConvergeTaskCalls
+    from blockx.core.dispatch.commands import ConvergeTaskCalls
     from blockx.plugins.builder_api import AsyncCallStream, CallStream
     from blockx.plugins.function_code_view import FunctionView
     from blockx.plugins.io.scope import TaskIOScope

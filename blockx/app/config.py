@@ -38,7 +38,7 @@ from blockx.app.config_sources import apply_env, apply_json, load_config_file
 from blockx.app.config_values import INT64_MAX, INT64_MIN, parse_bool, parse_float, parse_int
 from blockx.core.config import SNAPSHOT_RETENTION_SLACK_MS, AdmissionConfig, Config
 from blockx.core.config_error import ConfigError
-from blockx.core.dispatcher_config import DispatcherConfig, derive_stall_timeout_ms
+from blockx.core.dispatch.config import DispatcherConfig, derive_stall_timeout_ms
 
 if TYPE_CHECKING:
     from blockx.app.profile import Profile
@@ -432,7 +432,7 @@ class WorkerFullConfig:
         })
 
     def dispatcher_config(self) -> DispatcherConfig:
-        """blockx.core.dispatcher_config.DispatcherConfig, with the stall timeout
+        """blockx.core.dispatch.config.DispatcherConfig, with the stall timeout
         already derived (the core takes it as given)."""
         d = self.dispatcher
         return _build(DispatcherConfig, {

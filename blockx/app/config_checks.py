@@ -24,7 +24,7 @@ from blockx.app.addresses import split_host_port
 from blockx.app.config_fields import env_vars_of, json_name
 from blockx.core.config import ADMISSION_RULES, CONFIG_RULES, deadline_problem, retention_problem, ttl_problem
 from blockx.core.config_rules import Rule, Wording, check
-from blockx.core.dispatcher_config import DISPATCHER_RULES
+from blockx.core.dispatch.config import DISPATCHER_RULES
 from blockx.plugins.data.urls import parse_source_url
 
 if TYPE_CHECKING:

@@ -7,10 +7,8 @@ Rules:
 - ``TaskState`` values equal the proto enum numbers (ALLOCATED=1 .. FAILED=4),
   so the adapter can pass ``int(state)`` straight into a protobuf message.
 - Commands are the core's only output. The adapter executes each one and feeds
-  the outcome back as an event (``handle_*``). Every task command carries the
-  ``adapter_task_ctx`` the adapter handed to ``handle_submit_task`` so the
-  adapter needs no lookup of its own (and never keeps a second copy of slot or
-  phase truth).
+  the outcome back as an event (``handle_*``). Every task command names its
+  task and slot, so the adapter keeps no second copy of slot or phase truth.
 - Byte payloads (``FunctionCall.payload``, outputs, plugin details) are opaque
   to the core; ``calls`` produced by a builder are opaque too.
 """
@@ -175,7 +173,6 @@ class TaskContext:
     call_failure_policy: str
     call_retry_policy: CallRetryPolicy
     instance_id: str
-    adapter_task_ctx: Any = None
     task_code_epoch: Any = None
     phase: TaskPhase = TaskPhase.PREPARING
     watch_attached: int = 0
@@ -240,7 +237,6 @@ class PrepareTaskActivation:
     function_call: FunctionCall
     instance_id: str
     deadline_ms: int
-    adapter_task_ctx: Any
 
 
 @dataclass(slots=True)
@@ -251,7 +247,6 @@ class StartBuilderPhase:
     slot_id: str
     task_code_epoch: Any
     function_call: FunctionCall
-    adapter_task_ctx: Any
 
 
 @dataclass(slots=True)
@@ -268,7 +263,6 @@ class StartCallPhase:
     call_retry_policy: CallRetryPolicy
     instance_id: str
     deadline_ms: int
-    adapter_task_ctx: Any
 
 
 @dataclass(slots=True)
@@ -280,7 +274,6 @@ class StartWriterPhase:
     slot_id: str
     outputs: list[bytes]
     result_handler: ResultHandler | None
-    adapter_task_ctx: Any
 
 
 @dataclass(slots=True)
@@ -293,7 +286,6 @@ class ConvergeTask:
     state: TaskState
     result: TaskResult
     interrupted_phase: TaskPhase       # the phase the task was in when it converged
-    adapter_task_ctx: Any
 
 
 Command = Union[PrepareTaskActivation, StartBuilderPhase, StartCallPhase, StartWriterPhase, ConvergeTask]

@@ -78,7 +78,7 @@ Adapter API (all ``now`` in ms)
 -------------------------------
 RPCs (raise ``WorkerError``; return a result with ``snapshot`` + ``commands``):
   ``handle_request_task_slot(task_id, ttl_ms, now, caller=None) -> RequestTaskSlotResult``
-  ``handle_submit_task(req, adapter_task_ctx, now, caller=None) -> SubmitTaskResult``
+  ``handle_submit_task(req, now, caller=None) -> SubmitTaskResult``
   ``handle_get_task_result(task_id, caller=None) -> GetTaskResultOutput``
   ``handle_cancel_task(task_id, reason, now, caller=None) -> CancelTaskResult``
   (core.worker_cancel: FAILED / CANCELLED through ConvergeTask; PermissionDenied
@@ -225,8 +225,8 @@ class WorkerCore:
         entry = self._reserve(task_id, ttl, now, entry, owner_of(caller))
         return RequestTaskSlotResult(_snapshot(entry))
 
-    def handle_submit_task(self, req: SubmitTaskRequest, adapter_task_ctx: Any,
-                           now: int, caller: Caller | None = None) -> SubmitTaskResult:
+    def handle_submit_task(self, req: SubmitTaskRequest, now: int,
+                           caller: Caller | None = None) -> SubmitTaskResult:
         task_id = req.task_id
         require_task_id(task_id)
         tasks = self._tasks
@@ -253,10 +253,10 @@ class WorkerCore:
         assert entry is not None
         slot_id = entry.slot_id
         ctx = TaskContext(task_id, slot_id, entry.slot_index, now + timeout_ms, now, function_call,
-                          result_handler, policy, retry, instance_id, adapter_task_ctx)
+                          result_handler, policy, retry, instance_id)
         self._timers.arm_deadline(ctx, tasks.admit(entry, ctx))
         cmd = PrepareTaskActivation(task_id, slot_id, function_call, instance_id,
-                                    ctx.deadline_ms, adapter_task_ctx)
+                                    ctx.deadline_ms)
         return SubmitTaskResult(TaskSnapshot(task_id, slot_id, _RUNNING), [cmd])
 
     def handle_get_task_result(self, task_id: str, caller: Caller | None = None) -> GetTaskResultOutput:
@@ -303,7 +303,7 @@ class WorkerCore:
             self._slots.release(slot)
             self._tasks.cancel_reservation(entry, result, now)
             return CancelTaskResult(TaskSnapshot(task_id, entry.slot_id, _FAILED, result),
-                                    [ConvergeTask(task_id, entry.slot_id, _FAILED, result, _PREPARING, None)])
+                                    [ConvergeTask(task_id, entry.slot_id, _FAILED, result, _PREPARING)])
         due = self._timers.first_due(ctx, now)
         if due is not None:
             return self._converge_due(CancelTaskResult, ctx, due, now)
@@ -329,8 +329,7 @@ class WorkerCore:
         ctx.task_code_epoch = task_code_epoch
         ctx.phase = _BUILDER
         ctx.phase_started_at_ms = now
-        cmd = StartBuilderPhase(task_id, slot_id, task_code_epoch, ctx.function_call,
-                                ctx.adapter_task_ctx)
+        cmd = StartBuilderPhase(task_id, slot_id, task_code_epoch, ctx.function_call)
         return ActivationResult(TaskSnapshot(task_id, slot_id, _RUNNING), [cmd])
 
     def handle_task_activation_failed(self, task_id: str, failure_code: str, message: str,
@@ -372,7 +371,7 @@ class WorkerCore:
             calls = None if streaming else (outcome.calls if outcome.calls is not None else [])
             cmd = StartCallPhase(task_id, ctx.slot_id, ctx.task_code_epoch, calls, streaming,
                                  ctx.call_failure_policy, ctx.call_retry_policy, ctx.instance_id,
-                                 ctx.deadline_ms, ctx.adapter_task_ctx)
+                                 ctx.deadline_ms)
         elif phase is _CALLS:
             ctx.calls_ms = elapsed
             ctx.calls_outcome = outcome
@@ -382,8 +381,7 @@ class WorkerCore:
                                       outcome.failure_message, outcome.retryable, now, True)
             ctx.phase = _PLUGIN
             ctx.phase_started_at_ms = now
-            cmd = StartWriterPhase(task_id, ctx.slot_id, outcome.outputs, ctx.result_handler,
-                                   ctx.adapter_task_ctx)
+            cmd = StartWriterPhase(task_id, ctx.slot_id, outcome.outputs, ctx.result_handler)
         else:
             ctx.plugin_ms = elapsed
             ctx.plugin_outcome = outcome
@@ -540,7 +538,7 @@ class WorkerCore:
         self._tasks.retire(ctx, result, now)
         task_id, slot_id = ctx.task_id, ctx.slot_id
         return answer(TaskSnapshot(task_id, slot_id, state, result),
-                      [ConvergeTask(task_id, slot_id, state, result, phase, ctx.adapter_task_ctx)])
+                      [ConvergeTask(task_id, slot_id, state, result, phase)])
 
     def _maybe_snapshot(self, task_id: str) -> TaskSnapshot | None:
         entry = self._tasks.entry(task_id)

@@ -237,7 +237,7 @@ RUNTIME = import_graph(runtime_only=True)
 def test_the_scan_sees_every_kind_of_import():
     # A module of each tree, imports at the top, in a function, a dynamic load and a Cython cimport.
     assert "blockx.cli" in GRAPH and "blockx_executor.scheduler" in GRAPH
-    assert any(t.startswith("blockx._fast.") for t in GRAPH.get("blockx.core.dispatcher", {})) or \
+    assert any(t.startswith("blockx._fast.") for t in GRAPH.get("blockx.core.dispatch.dispatcher", {})) or \
         any(t.startswith("blockx._fast.") for m in GRAPH for t in GRAPH[m] if m.startswith("blockx.core"))
     assert "blockx.client.worker_client" in GRAPH["blockx.client"]
 

@@ -32,21 +32,14 @@ CITATION = re.compile(
     r"|\bper spec\b|\bin spec\b")
 
 # Files being rewritten elsewhere today, whose citations go with that rewrite:
-# the dispatcher's modules and its compiled parts, and the public proto. Each
+# the call list's and write notice's compiled parts, and the public proto. Each
 # entry goes once its rewrite lands; a file that no longer exists fails here.
 PENDING = (
-    "blockx/core/dispatcher.py", "blockx/core/dispatcher_calls.py", "blockx/core/dispatcher_commands.py",
-    "blockx/core/dispatcher_config.py", "blockx/core/dispatcher_fairness.py",
-    "blockx/core/dispatcher_intake.py", "blockx/core/dispatcher_retry.py", "blockx/core/dispatcher_select.py",
-    "blockx/core/dispatcher_subcalls.py", "blockx/core/dispatcher_tasks.py", "blockx/core/dispatcher_types.py",
-    "blockx/_fast/dispatchloop.pyx", "blockx/_fast/dispatchloop.pxd", "blockx/_fast/dispatchloop_py.py",
-    "blockx/_fast/subcallbind.pyx", "blockx/_fast/subcallbind_py.py",
-    "blockx/_fast/callcmds.pyx", "blockx/_fast/callcmds_py.py", "blockx/_fast/calllist.pyx",
-    "blockx/_fast/calllist_py.py", "blockx/_fast/reservations.pyx", "blockx/_fast/reservations_py.py",
+    "blockx/_fast/calllist.pyx", "blockx/_fast/calllist_py.py",
     "blockx/_fast/writenotice.pyx", "blockx/_fast/writenotice_py.py",
     "proto/blockx/worker/v1/worker.proto",
 )
-PENDING_DIRS = ("blockx/core/dispatch/", "tests/unit/core/test_dispatcher", "tests/unit/core/dispatch/")
+PENDING_DIRS: tuple[str, ...] = ()
 SELF = pathlib.Path(__file__).resolve()
 
 

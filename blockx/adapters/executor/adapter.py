@@ -20,7 +20,7 @@ Theory of operation:
   as that executor.
 - A call frame about a call not dispatched to the connection it came on is
   refused (connection.py): dropped, counted in refused_frames_total, logged.
-- Reservations (reservations.py) are the adapter's transport truth about which
+- Reservations (blockx/_fast/reservations) are the adapter's transport truth about which
   calls occupy a context; bind() refuses when none is free (snapshot.py states
   the capacity rule). Terminal frames release them before the orchestrator
   sees those frames; unbind is idempotent with that release.
@@ -42,13 +42,12 @@ from collections.abc import Callable
 
 from blockx.protocol import messages
 
-from .connection import ExecutorConnection, encode_execute_call, encode_frame, encode_resume_result
+from .connection import NOT_DISPATCHED, ExecutorConnection, encode_execute_call, encode_frame, encode_resume_result
 from .counters import counters_for
 from .credentials import ExecutorCredentials
 from .errors import BindError, CallNotBound, ExecutorGone, OutboxClosed
 from .listener import bind_listener, private_socket_path, unlink_if_ours
 from .outbox_limits import OUTBOX_DEPTH, OUTBOX_MAX_BATCH
-from .reservations import NOT_DISPATCHED
 from .snapshot import ExecutorSnapshotData
 
 __all__ = ["ExecutorAdapter", "monotonic_ms"]

@@ -45,10 +45,12 @@ from blockx._fast.errors import FrameError, OutboxClosed, OutboxFull, ProtocolEr
 from blockx.protocol import messages
 
 from .batch_sender import BatchSender
-from .reservations import NOT_DISPATCHED, Reservations
 
 _codec = load("codec")
 _Outbox = load("outbox").Outbox
+_reservations = load("reservations")
+Reservations = _reservations.Reservations
+NOT_DISPATCHED = _reservations.NOT_DISPATCHED
 FrameDecoder = _codec.FrameDecoder
 encode_frame = _codec.encode_frame
 encode_execute_call = _codec.encode_execute_call

@@ -31,7 +31,7 @@ from blockx.adapters.metrics import Metrics
 from blockx.adapters.orchestrator import Orchestrator
 from blockx.app.config import load_config
 from blockx.app.profile import DEV
-from blockx.core.dispatcher import DispatcherCore
+from blockx.core.dispatch.dispatcher import DispatcherCore
 from blockx.core.types import (
     CallRetryPolicy, FunctionCall, ResultHandler, SubmitTaskRequest, TaskSnapshot, TaskState,
 )

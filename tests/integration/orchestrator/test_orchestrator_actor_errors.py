@@ -12,7 +12,7 @@ import logging
 
 from blockx.adapters import dispatch_actor
 from blockx.adapters.executor.errors import BindError, ExecutorGone
-from blockx.core.dispatcher_commands import UnbindCall
+from blockx.core.dispatch.commands import UnbindCall
 
 from .harness import outputs, settle, until
 
@@ -53,12 +53,13 @@ async def test_an_epilogue_that_never_quiesces_is_cut_off_with_an_error(make_har
         rounds.append(now)
         return [UnbindCall("ghost", "exec-1")]
 
+    real = disp.epilogue          # the lifecycle's, exposed by the DispatcherCore
     disp.epilogue = endless
     try:
         with caplog.at_level(logging.ERROR, logger="blockx.dispatch"):
             h.orch.post(lambda n: [])
     finally:
-        del disp.epilogue
+        disp.epilogue = real
     assert len(rounds) == dispatch_actor.EPILOGUE_MAX_ROUNDS
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1

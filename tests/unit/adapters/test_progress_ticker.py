@@ -10,7 +10,7 @@ from blockx.adapters.subscriptions import Subscription, SubscriptionManager
 from blockx.core.types import TaskResult, TaskState, TaskStatistic
 from blockx.worker.v1 import worker_pb2 as pb
 
-from tests.unit.core.test_dispatcher_harness import Harness, spec
+from tests.unit.core.dispatch.harness import Harness, spec
 from tests.unit.core.test_worker_support import make, submit
 
 TICK = 0.02

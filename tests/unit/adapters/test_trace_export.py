@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from blockx.adapters.trace_export import PHASE_TID, chrome_trace
 from blockx.adapters.trace_recorder import TraceStore
-from blockx.core.dispatcher_commands import ArmCallRetry, DispatchCallCmd
+from blockx.core.dispatch.commands import ArmCallRetry, DispatchCallCmd
 from tests.support.trace_check import inside, validate
 from blockx.core.types import (
     CallRetryPolicy, FunctionCall, PluginResult, ResultHandler, StartBuilderPhase, StartCallPhase,
@@ -48,9 +48,9 @@ def build_task():
     clock.at(0)
     store.task_started("t")
     clock.at(100)
-    store.phase_started(StartBuilderPhase("t", "s", 1, FunctionCall("callList"), None))
+    store.phase_started(StartBuilderPhase("t", "s", 1, FunctionCall("callList")))
     clock.at(200)
-    store.phase_started(StartCallPhase("t", "s", 1, [], False, "FAST_FAIL", CallRetryPolicy(), "", 0, None))
+    store.phase_started(StartCallPhase("t", "s", 1, [], False, "FAST_FAIL", CallRetryPolicy(), "", 0))
     store.calls_queued("t", 2)
     send(store, clock, mono, 300, "t", "t/0", fn="sum_squares")
     store.call_sent(sent("t", "t/1", fn="flaky"))             # same batch: overlaps t/0 on exec-0
@@ -70,7 +70,7 @@ def build_task():
     send(store, clock, mono, 10_700, "t", "t/1", "exec-1", attempt=2, fn="flaky")
     done(store, clock, mono, 10_900, "t/1", "exec-1", attempt=2)
     clock.at(11_000)
-    store.phase_started(StartWriterPhase("t", "s", [], ResultHandler("log"), None))
+    store.phase_started(StartWriterPhase("t", "s", [], ResultHandler("log")))
     clock.at(11_500)
     store.task_ended("t", "SUCCEEDED", TaskResult(TaskState.SUCCEEDED, plugin_results=[PluginResult("log", True,
                                                                                                   "wrote 2")]))

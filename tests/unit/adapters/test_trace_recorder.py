@@ -9,7 +9,7 @@ from blockx._fast import compiled
 from blockx.adapters.trace_recorder import (
     DONE, IO_DONE, IO_WAIT, LOST, PHASE, QUEUED, RETRY, SENT, SUBCALL, TASK_END, TASK_START, TraceStore,
 )
-from blockx.core.dispatcher_commands import ArmCallRetry, DispatchCallCmd
+from blockx.core.dispatch.commands import ArmCallRetry, DispatchCallCmd
 from blockx.core.types import (
     CallRetryPolicy, FunctionCall, PluginResult, ResultHandler, StartBuilderPhase, StartCallPhase,
     StartWriterPhase, TaskResult, TaskState,
@@ -36,9 +36,9 @@ def frame(task_id, attempt=1, budget=0):
 
 
 def phases(task_id):
-    return [StartBuilderPhase(task_id, "s0", 1, FunctionCall("callList"), None),
-            StartCallPhase(task_id, "s0", 1, [], False, "FAST_FAIL", CallRetryPolicy(), "", 0, None),
-            StartWriterPhase(task_id, "s0", [], ResultHandler("log"), None)]
+    return [StartBuilderPhase(task_id, "s0", 1, FunctionCall("callList")),
+            StartCallPhase(task_id, "s0", 1, [], False, "FAST_FAIL", CallRetryPolicy(), "", 0),
+            StartWriterPhase(task_id, "s0", [], ResultHandler("log"))]
 
 
 def test_a_task_records_its_events_in_order_with_the_batch_stamp():

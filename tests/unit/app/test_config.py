@@ -9,7 +9,7 @@ from blockx.app.config import (ConfigError, WorkerFullConfig, apply_env, apply_j
                                split_host_port)
 from blockx.app.profile import BLOCK, BUNDLE, Profile, get_profile
 from blockx.core.config import Config
-from blockx.core.dispatcher_config import DispatcherConfig
+from blockx.core.dispatch.config import DispatcherConfig
 
 SPEC_ENV_VARS = {
     "WORKER_LISTEN": "listenAddr",

@@ -9,9 +9,9 @@ import pytest
 from blockx.adapters.executor import ExecutorAdapter
 from blockx.app.memory_diagnostics import MemoryDiagnostics, rss_bytes
 from blockx.core.config import Config
-from blockx.core.dispatcher import DispatcherCore
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_types import CallSpec
+from blockx.core.dispatch.dispatcher import DispatcherCore
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.types import PinnedCall
 from blockx.core.worker import WorkerCore
 from blockx.plugins.function_code import FunctionCodeDirectory
 
@@ -36,7 +36,7 @@ def test_sample_reads_the_owners_now(owners):
     assert s["executors_rss_bytes"] == {} and s["executors_rss_total_bytes"] == 0
     assert s["rss_bytes"] > 10 * 1024 * 1024 and len(s["gc_counts"]) == 3
     # The same sampler sees later changes: it holds references, not copies.
-    prepared = disp.prepare_call_phase("t", [CallSpec("add", "d" * 64, b"[1,2]", "") for _ in range(3)])
+    prepared = disp.prepare_call_phase("t", [PinnedCall("add", "d" * 64, b"[1,2]", "") for _ in range(3)])
     disp.commit_call_phase(prepared, 0)
     s = diag.sample()
     # Queued calls are kept compact: they get a call context only when admitted.

@@ -5,7 +5,7 @@ import pytest
 
 from blockx.core.config import (ADMISSION_JSON_KEYS, ADMISSION_RULES, CONFIG_RULES, JSON_KEYS, AdmissionConfig,
                                 Config, ConfigError)
-from blockx.core.dispatcher_config import DISPATCHER_RULES, DispatcherConfig
+from blockx.core.dispatch.config import DISPATCHER_RULES, DispatcherConfig
 from blockx.core.worker import WorkerCore
 
 

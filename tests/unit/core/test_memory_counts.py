@@ -1,9 +1,9 @@
 """The counts the memory diagnostics log line reads from the cores: retained
 results (WorkerCore) and calls queued for an executor (DispatcherCore). Virtual clock, exact instants."""
-from blockx.core.dispatcher_config import DispatcherConfig
+from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.types import TaskPhase
 
-from tests.unit.core.test_dispatcher_harness import Harness, spec
+from tests.unit.core.dispatch.harness import Harness, spec
 
 from .test_worker_support import finish, make, run_to, submit
 

@@ -4,6 +4,7 @@ Every module under blockx/core is parsed and its imports are checked, including
 imports nested in functions, `__import__` and `importlib` use."""
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -69,3 +70,34 @@ def test_twins_of_the_hot_modules_the_core_uses_are_pure(name):
     tree = ast.parse(path.read_text(), filename=str(path))
     bad = [(n, line) for n, line in _imports(tree) if n in FORBIDDEN or n == "__import__"]
     assert not bad, f"{path.name} imports {bad}: the core's hot modules must stay Sans-IO"
+
+
+_PYX_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+c?import|c?import\s+([\w.]+))", re.M)
+
+
+def _pyx_imports(text):
+    """(top-level package, line) of every import / cimport statement of a .pyx or .pxd
+    (Cython source is not Python: read its import lines, at any indentation)."""
+    for m in _PYX_IMPORT.finditer(text):
+        name = m.group(1) or m.group(2)
+        yield name.split(".")[0], text.count("\n", 0, m.start()) + 1
+
+
+def test_the_pyx_import_reader_catches_a_forbidden_import():
+    text = "cimport cython\nfrom time import monotonic\ncdef f():\n    import os\n"
+    assert {n for n, _ in _pyx_imports(text)} == {"cython", "time", "os"}
+
+
+@pytest.mark.parametrize("name", _loaded_hot_modules())
+def test_compiled_hot_modules_the_core_uses_are_pure(name):
+    """The compiled form the core runs by default: its .pyx (and .pxd) import
+    nothing the core may not import either."""
+    for suffix in (".pyx", ".pxd"):
+        path = FAST / f"{name}{suffix}"
+        if suffix == ".pyx":
+            assert path.exists(), f"the core loads blockx._fast.{name} but {path.name} is missing"
+        if not path.exists():
+            continue
+        bad = [(n, line) for n, line in _pyx_imports(path.read_text())
+               if n in FORBIDDEN or n == "__import__"]
+        assert not bad, f"{path.name} imports {bad}: the core's hot modules must stay Sans-IO"

@@ -2,12 +2,12 @@
 exact ArmCallRetry deadlines on a virtual clock, attempt accounting, caps."""
 import pytest
 
-from blockx.core.dispatcher_commands import ArmCallRetry, BindCall
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_retry import compute_backoff, resolve_retry
-from blockx.core.dispatcher_types import RetryPolicy
+from blockx.core.dispatch.commands import ArmCallRetry, BindCall
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.retry import compute_backoff, resolve_retry
+from blockx.core.dispatch.types import RetryPolicy
 
-from tests.unit.core.test_dispatcher_harness import Harness, of_type, spec
+from tests.unit.core.dispatch.harness import Harness, of_type, spec
 
 
 @pytest.mark.parametrize("attempt,expected", [(1, 10), (2, 20), (3, 40), (4, 80), (10, 5120)])

@@ -70,7 +70,7 @@ def test_negative_ttl_and_empty_task_id_are_invalid_argument():
     e = raises(errors.INVALID_ARGUMENT, w.handle_request_task_slot, "t", -1, 0, match="ttl_ms -1 is negative")
     assert isinstance(e, errors.InvalidArgumentError) and e.grpc_status_name == "INVALID_ARGUMENT"
     raises(errors.INVALID_ARGUMENT, w.handle_request_task_slot, "", 0, 0, match="task_id is required")
-    raises(errors.INVALID_ARGUMENT, w.handle_submit_task, req(""), None, 0, match="task_id is required")
+    raises(errors.INVALID_ARGUMENT, w.handle_submit_task, req(""), 0, match="task_id is required")
     raises(errors.INVALID_ARGUMENT, w.handle_get_task_result, "")
     assert w.free_capacity() == 50 and w._tasks._index == {}
 
@@ -93,7 +93,7 @@ def test_no_slot_when_every_slot_is_reserved_or_running():
     e = raises(errors.NO_SLOT, w.handle_request_task_slot, "c", 0, 2,
                match="all 2 slots are reserved (1) or running (1)")
     assert e.grpc_status_name == "RESOURCE_EXHAUSTED"
-    raises(errors.NO_SLOT, w.handle_submit_task, req("c"), None, 2)
+    raises(errors.NO_SLOT, w.handle_submit_task, req("c"), 2)
     assert "c" not in w._tasks._index
     # a known task still gets its snapshot when the worker is full
     assert reserve(w, "a", 3).snapshot.slot_id == "slot-0"
@@ -130,7 +130,7 @@ def test_lease_expiry_before_it_is_due_or_on_bad_slot_is_ignored_or_invalid():
 
 def test_submit_task_is_idempotent_while_active():
     w = make()
-    first = submit(w, "t", 0, ctx="CTX")
+    first = submit(w, "t", 0)
     assert first.applied and isinstance(first.commands[0], PrepareTaskActivation)
     dup = submit(w, "t", 5, slot_id="slot-9", task_timeout_ms=-1)
     assert not dup.applied and dup.commands == []
@@ -179,10 +179,10 @@ def test_submit_on_reserved_slot_uses_it_and_keeps_it_allocated_until_activation
     w = make()
     reserve(w, "other")
     reserve(w, "t", ttl=300)
-    r = submit(w, "t", 10, slot_id="slot-1", ctx="C")
+    r = submit(w, "t", 10, slot_id="slot-1")
     cmd = r.commands[0]
-    assert (cmd.task_id, cmd.slot_id, cmd.function_call, cmd.adapter_task_ctx, cmd.deadline_ms) == (
-        "t", "slot-1", FC, "C", 10 + 300_000)
+    assert (cmd.task_id, cmd.slot_id, cmd.function_call, cmd.deadline_ms) == (
+        "t", "slot-1", FC, 10 + 300_000)
     assert w.slots[1].state is SlotState.ALLOCATED and w.slots[1].lease_expires_at_ms == 300
     activate(w, "t", 20)
     assert w.slots[1].state is SlotState.RUNNING
@@ -193,7 +193,7 @@ def test_submit_on_reserved_slot_uses_it_and_keeps_it_allocated_until_activation
 def test_submit_with_a_slot_id_that_is_no_slot_is_invalid_argument(slot_id):
     w = make()
     reserve(w, "t")
-    raises(errors.INVALID_ARGUMENT, w.handle_submit_task, req("t", slot_id), None, 0,
+    raises(errors.INVALID_ARGUMENT, w.handle_submit_task, req("t", slot_id), 0,
            match="is not a slot of this worker (expected slot-0 .. slot-49")
     assert w.get_index_entry("t").state is TaskState.ALLOCATED
 
@@ -204,7 +204,7 @@ def test_submit_with_a_slot_n_outside_this_pool_is_invalid_slot(slot_id):
     # (the caller talks to the wrong worker), not a malformed request.
     w = make()
     reserve(w, "t")
-    e = raises(errors.INVALID_SLOT, w.handle_submit_task, req("t", slot_id), None, 0,
+    e = raises(errors.INVALID_SLOT, w.handle_submit_task, req("t", slot_id), 0,
                match=f"{slot_id} is not a slot of this worker, which has slot-0 .. slot-49")
     assert e.grpc_status_name == "FAILED_PRECONDITION"
     assert "lease a slot on this worker with RequestTaskSlot" in e.message
@@ -215,12 +215,12 @@ def test_submit_naming_a_slot_not_reserved_for_the_task_is_invalid_slot():
     w = make()
     reserve(w, "a")           # slot-0
     reserve(w, "b")           # slot-1
-    e = raises(errors.INVALID_SLOT, w.handle_submit_task, req("b", "slot-0"), None, 1,
+    e = raises(errors.INVALID_SLOT, w.handle_submit_task, req("b", "slot-0"), 1,
                match="slot-0 is not reserved for task 'b', which holds slot-1")
     assert e.grpc_status_name == "FAILED_PRECONDITION"
-    raises(errors.INVALID_SLOT, w.handle_submit_task, req("c", "slot-0"), None, 1,
+    raises(errors.INVALID_SLOT, w.handle_submit_task, req("c", "slot-0"), 1,
            match="call RequestTaskSlot first")
-    raises(errors.INVALID_SLOT, w.handle_submit_task, req("c", "slot-7"), None, 1)   # FREE slot
+    raises(errors.INVALID_SLOT, w.handle_submit_task, req("c", "slot-7"), 1)   # FREE slot
     check_invariants(w)
     assert w.active_task_count() == 0 and w.free_capacity() == 48
 
@@ -230,10 +230,10 @@ def test_submit_after_the_reservation_was_reclaimed_is_slot_uncertain():
     reserve(w, "t", ttl=100)
     w.tick(100)
     reserve(w, "u", 101)      # slot-0 now belongs to u
-    e = raises(errors.SLOT_UNCERTAIN, w.handle_submit_task, req("t", "slot-0"), None, 102,
+    e = raises(errors.SLOT_UNCERTAIN, w.handle_submit_task, req("t", "slot-0"), 102,
                match="reservation of slot-0 for task 't' expired at 100 ms and the slot was reclaimed")
     assert e.grpc_status_name == "ABORTED"
-    raises(errors.INVALID_SLOT, w.handle_submit_task, req("t", "slot-3"), None, 102,
+    raises(errors.INVALID_SLOT, w.handle_submit_task, req("t", "slot-3"), 102,
            match="its reservation of slot-0 expired")
     check_invariants(w)
     # without a slot id the task reserves a fresh slot inline
@@ -244,7 +244,7 @@ def test_submit_after_the_reservation_was_reclaimed_is_slot_uncertain():
 def test_submit_at_the_lease_instant_reclaims_first_then_is_slot_uncertain():
     w = make()
     reserve(w, "t", ttl=100)
-    raises(errors.SLOT_UNCERTAIN, w.handle_submit_task, req("t", "slot-0"), None, 100)
+    raises(errors.SLOT_UNCERTAIN, w.handle_submit_task, req("t", "slot-0"), 100)
     check_invariants(w)
     assert w.slots[0].state is SlotState.FREE and w.expired_slots(100) == []
     # one millisecond earlier the same submit is accepted
@@ -284,8 +284,8 @@ def test_submit_without_slot_id_reserves_inline_or_reuses_the_reservation():
 def test_invalid_submissions_are_rejected_without_side_effects(kw, match):
     w = make()
     reserve(w, "t")
-    raises(errors.INVALID_ARGUMENT, w.handle_submit_task, req("t", "slot-0", **kw), None, 0, match=match)
-    raises(errors.INVALID_ARGUMENT, w.handle_submit_task, req("fresh", **kw), None, 0, match=match)
+    raises(errors.INVALID_ARGUMENT, w.handle_submit_task, req("t", "slot-0", **kw), 0, match=match)
+    raises(errors.INVALID_ARGUMENT, w.handle_submit_task, req("fresh", **kw), 0, match=match)
     check_invariants(w)
     assert w.active_task_count() == 0 and w.free_capacity() == 49
     assert w.get_index_entry("t").state is TaskState.ALLOCATED and w.get_index_entry("fresh") is None
@@ -294,7 +294,7 @@ def test_invalid_submissions_are_rejected_without_side_effects(kw, match):
 def test_a_task_jitter_is_held_to_the_five_percent_the_retries_allow():
     w = make(default_retry_jitter_percent=3)
     with pytest.raises(errors.InvalidArgumentError) as e:
-        w.handle_submit_task(req("t", call_retry_policy=CallRetryPolicy(2, 1000, 100)), None, 0)
+        w.handle_submit_task(req("t", call_retry_policy=CallRetryPolicy(2, 1000, 100)), 0)
     assert e.value.code == errors.INVALID_ARGUMENT
     assert e.value.message == ("call_retry_policy.jitter_percent 100 is outside 0..5: a retry adds at most 5% "
                             "jitter to its backoff; use 0 for the worker default (3)")
@@ -339,8 +339,8 @@ def test_draining_refuses_new_work_but_answers_known_tasks():
     assert w.draining and w.derive_heartbeat(3)["draining"] is True
     e = raises(errors.UNAVAILABLE, w.handle_request_task_slot, "new", 0, 3, match="draining")
     assert e.grpc_status_name == "UNAVAILABLE"
-    raises(errors.UNAVAILABLE, w.handle_submit_task, req("new"), None, 3)
-    raises(errors.UNAVAILABLE, w.handle_submit_task, req("reserved", "slot-0"), None, 3)
+    raises(errors.UNAVAILABLE, w.handle_submit_task, req("new"), 3)
+    raises(errors.UNAVAILABLE, w.handle_submit_task, req("reserved", "slot-0"), 3)
     assert reserve(w, "reserved", 3).snapshot.state is TaskState.ALLOCATED
     assert submit(w, "pending", 3).snapshot.state is TaskState.RUNNING
     assert submit(w, "running", 3).snapshot.state is TaskState.RUNNING
@@ -503,11 +503,11 @@ def test_failure_codes_and_retryability():
 
 def test_converge_command_shape():
     w = make()
-    submit(w, "t", 0, ctx="RT")
+    submit(w, "t", 0)
     run_to(w, "t", TaskPhase.CALLS, 1)
     cmd = w.tick(300_001)[0]
     assert isinstance(cmd, ConvergeTask)
-    assert (cmd.task_id, cmd.slot_id, cmd.state, cmd.interrupted_phase, cmd.adapter_task_ctx) == (
-        "t", "slot-0", TaskState.FAILED, TaskPhase.CALLS, "RT")
+    assert (cmd.task_id, cmd.slot_id, cmd.state, cmd.interrupted_phase) == (
+        "t", "slot-0", TaskState.FAILED, TaskPhase.CALLS)
     assert cmd.result.statistic.calls_ms == 300_000
     assert PhaseOutcome().ok

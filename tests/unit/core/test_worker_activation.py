@@ -34,11 +34,11 @@ def converged(result, code=None, state=TaskState.FAILED):
 
 def test_activation_prepared_starts_the_builder_and_runs_the_slot():
     w = make()
-    submit(w, "t", 0, ctx="RT")
+    submit(w, "t", 0)
     r = activate(w, "t", 5, epoch="epoch-3")
     cmd = only(r, StartBuilderPhase)
-    assert (cmd.task_id, cmd.slot_id, cmd.task_code_epoch, cmd.function_call, cmd.adapter_task_ctx) == (
-        "t", "slot-0", "epoch-3", FC, "RT")
+    assert (cmd.task_id, cmd.slot_id, cmd.task_code_epoch, cmd.function_call) == (
+        "t", "slot-0", "epoch-3", FC)
     ctx = w.get_task_context("t")
     assert ctx.phase is B and ctx.task_code_epoch == "epoch-3"
     assert w.slots[0].state is SlotState.RUNNING
@@ -67,12 +67,12 @@ def test_activation_events_out_of_order_are_dropped():
 ])
 def test_activation_failure_converges_and_frees_the_slot(code, expected):
     w = make()
-    submit(w, "t", 0, ctx="RT")
+    submit(w, "t", 0)
     r = w.handle_task_activation_failed("t", code, "epoch resolver down", 7)
     check_invariants(w)
     cmd = converged(r, expected)
     assert cmd.result.failure_message == "epoch resolver down" and cmd.result.retryable is False
-    assert cmd.interrupted_phase is TaskPhase.PREPARING and cmd.adapter_task_ctx == "RT"
+    assert cmd.interrupted_phase is TaskPhase.PREPARING
     assert w.free_capacity() == 50 and w.active_task_count() == 0
     assert cmd.result.statistic == TaskStatistic(accepted_at_ms=0, finished_at_ms=7)
 
@@ -89,7 +89,7 @@ def test_activation_failure_can_be_marked_retryable():
 
 def test_lease_expiring_before_activation_fails_the_task_with_slot_lost():
     w = make(default_ttl_ms=100)
-    submit(w, "t", 0, ctx="RT")
+    submit(w, "t", 0)
     assert w.next_deadline() == 100
     assert w.expired_slots(100) == ["slot-0"]
     r = w.handle_slot_lease_expired("slot-0", 100)
@@ -146,7 +146,7 @@ def test_timer_precedence_follows_the_timeline():
 def test_full_success_path_and_statistics():
     w = make()
     rh = ResultHandler("log", b'{"level": "info"}')
-    submit(w, "t", 100, ctx="RT", result_handler=rh, call_failure_policy="CONTINUE",
+    submit(w, "t", 100, result_handler=rh, call_failure_policy="CONTINUE",
            call_retry_policy=CallRetryPolicy(5, 7, 2), instance_id="i-1", task_timeout_ms=9000)
     activate(w, "t", 110, epoch=4)
     calls = [{"functionId": "add", "args": [1, 2]}, {"functionId": "add", "args": [3, 4]}]
@@ -154,12 +154,11 @@ def test_full_success_path_and_statistics():
     assert (sc.task_id, sc.slot_id, sc.task_code_epoch, sc.calls, sc.streaming) == ("t", "slot-0", 4, calls, False)
     assert (sc.call_failure_policy, sc.call_retry_policy, sc.instance_id, sc.deadline_ms) == (
         "CONTINUE", CallRetryPolicy(5, 7, 2), "i-1", 9100)
-    assert sc.adapter_task_ctx == "RT"
     assert w.get_task_context("t").phase is C
     outputs = [b"3", b"7"]
     sw = only(finish(w, "t", C, 170, PhaseOutcome(outputs=outputs, call_count=2, calls_failed=1,
                                                    call_retries=3, cache_hits=1)), StartWriterPhase)
-    assert (sw.outputs, sw.result_handler, sw.adapter_task_ctx) == (outputs, rh, "RT")
+    assert (sw.outputs, sw.result_handler) == (outputs, rh)
     prs = [PluginResult("log", True, "wrote 2", b"{}")]
     cmd = converged(finish(w, "t", P, 175, PhaseOutcome(plugin_results=prs)), "", TaskState.SUCCEEDED)
     res = cmd.result
@@ -242,7 +241,7 @@ def test_plugin_failure_keeps_outputs_and_plugin_results():
 @pytest.mark.parametrize("phase", [TaskPhase.PREPARING, B, C, P])
 def test_timeout_in_any_phase_converges_timed_out_and_charges_the_phase(phase):
     w = make(default_ttl_ms=10_000)
-    submit(w, "t", 0, ctx="RT", task_timeout_ms=1000)
+    submit(w, "t", 0, task_timeout_ms=1000)
     run_to(w, "t", phase, 100)
     assert w.timed_out_tasks(999) == []
     cmd = w.tick(1000)

@@ -38,12 +38,11 @@ def _assert_converged(r, task_id, slot_id, phase, now, message):
 @pytest.mark.parametrize("phase", [TaskPhase.PREPARING, TaskPhase.BUILDER, TaskPhase.CALLS, TaskPhase.PLUGIN])
 def test_cancel_in_each_phase_converges_failed_cancelled_and_frees_the_slot(phase):
     w = make(task_slots=2)
-    submit(w, "t", 100, ctx="adapter-ctx")
+    submit(w, "t", 100)
     run_to(w, "t", phase, 200)
     assert w.free_capacity() == 1
     r = _cancelled(w, "t", 1_250)
     _assert_converged(r, "t", "slot-0", phase, 1_250, "the task was cancelled through CancelTask: stop it")
-    assert r.commands[0].adapter_task_ctx == "adapter-ctx"
     assert w.free_capacity() == 2 and w.slots[0].state is SlotState.FREE
     assert w.active_task_count() == 0 and w.get_task_context("t") is None
     st = r.commands[0].result.statistic
@@ -54,7 +53,7 @@ def test_cancel_in_each_phase_converges_failed_cancelled_and_frees_the_slot(phas
         assert ran[phase] == 1_050
     # the result is retained: GetTaskResult and a resubmit answer it
     assert w.handle_get_task_result("t").snapshot.result.failure_code == "CANCELLED"
-    again = w.handle_submit_task(req("t"), None, 1_300)
+    again = w.handle_submit_task(req("t"), 1_300)
     assert again.applied is False and again.snapshot.state is TaskState.FAILED and again.commands == []
 
 
@@ -106,10 +105,9 @@ def test_a_bare_reservation_is_cancelled_and_a_late_submit_gets_the_result():
     assert w.free_capacity() == 0
     r = _cancelled(w, "r", 50, ALICE, reason="")
     _assert_converged(r, "r", "slot-0", TaskPhase.PREPARING, 50, "the task was cancelled by 'alice'")
-    assert r.commands[0].adapter_task_ctx is None
     assert w.free_capacity() == 1
     assert w.next_deadline() == 50 + w.config.result_retention_ms     # no lease timer left: only the purge
-    late = w.handle_submit_task(req("r", "slot-0"), None, 60, ALICE)
+    late = w.handle_submit_task(req("r", "slot-0"), 60, ALICE)
     assert late.applied is False and late.snapshot.result.failure_code == "CANCELLED"
     assert w.free_capacity() == 1
     check_invariants(w)
@@ -117,8 +115,8 @@ def test_a_bare_reservation_is_cancelled_and_a_late_submit_gets_the_result():
 
 def test_only_the_owner_or_an_admin_may_cancel():
     w = make(task_slots=3)
-    w.handle_submit_task(req("a1"), None, 0, ALICE)
-    w.handle_submit_task(req("a2"), None, 0, ALICE)
+    w.handle_submit_task(req("a1"), 0, ALICE)
+    w.handle_submit_task(req("a2"), 0, ALICE)
     with pytest.raises(PermissionDeniedError, match="only its owner or an admin may cancel it .this call is 'bob'"):
         w.handle_cancel_task("a1", "mine now", 10, BOB)
     assert w.get_task_context("a1") is not None       # nothing changed

@@ -110,7 +110,7 @@ class WorkerMachine(RuleBasedStateMachine):
         if slot == "own":
             slot = entry.slot_id if entry is not None else ""
         known = entry is not None and (entry.ctx is not None or entry.result is not None)
-        r = self.call_rpc(self.w.handle_submit_task, req(task, slot, task_timeout_ms=timeout), task,
+        r = self.call_rpc(self.w.handle_submit_task, req(task, slot, task_timeout_ms=timeout),
                           self.now, allowed=(errors.NO_SLOT, errors.UNAVAILABLE, errors.INVALID_SLOT,
                                              errors.SLOT_UNCERTAIN, errors.INVALID_ARGUMENT))
         if known:

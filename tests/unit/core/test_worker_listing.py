@@ -17,16 +17,16 @@ def _fleet():
     """Six tasks, one in each listed phase, owned by alice (a*) or bob (b*)."""
     w = make(task_slots=8, result_retention_ms=60_000)
     w.handle_request_task_slot("a-reserved", 60_000, 5, ALICE)
-    w.handle_submit_task(req("a-preparing", instance_id="i1"), None, 10, ALICE)
-    w.handle_submit_task(req("b-builder", instance_id="i2"), None, 20, BOB)
+    w.handle_submit_task(req("a-preparing", instance_id="i1"), 10, ALICE)
+    w.handle_submit_task(req("b-builder", instance_id="i2"), 20, BOB)
     run_to(w, "b-builder", TaskPhase.BUILDER, 21)
-    w.handle_submit_task(req("a-calls", instance_id="i1"), None, 30, ALICE)
+    w.handle_submit_task(req("a-calls", instance_id="i1"), 30, ALICE)
     run_to(w, "a-calls", TaskPhase.CALLS, 31)
-    w.handle_submit_task(req("b-plugin", instance_id="i2"), None, 40, BOB)
+    w.handle_submit_task(req("b-plugin", instance_id="i2"), 40, BOB)
     w.handle_task_activation_prepared("b-plugin", w.get_task_context("b-plugin").slot_id, 1, 41)
     w.handle_task_phase_finished("b-plugin", TaskPhase.BUILDER, PhaseOutcome(calls=[]), 42)
     w.handle_task_phase_finished("b-plugin", TaskPhase.CALLS, PhaseOutcome(call_count=3), 43)
-    w.handle_submit_task(req("a-done", instance_id="i1"), None, 50, ALICE)
+    w.handle_submit_task(req("a-done", instance_id="i1"), 50, ALICE)
     run_to(w, "a-done", TaskPhase.CALLS, 51)
     w.handle_task_phase_finished("a-done", TaskPhase.CALLS, PhaseOutcome(call_count=2, calls_failed=1), 52)
     w.handle_task_phase_finished("a-done", TaskPhase.PLUGIN, PhaseOutcome.failure("PLUGIN_FAILED", "no"), 53)
@@ -82,7 +82,7 @@ def test_filters_by_state_phase_and_instance_combine():
 def test_pages_walk_every_task_once_in_id_order():
     w = make(task_slots=30)
     for i in range(25):
-        w.handle_submit_task(req(f"t{i:02d}"), None, i)
+        w.handle_submit_task(req(f"t{i:02d}"), i)
     seen, token, pages = [], "", 0
     while True:
         page = w.list_tasks(TaskListFilter(page_size=10, page_token=token), 100)
@@ -92,8 +92,8 @@ def test_pages_walk_every_task_once_in_id_order():
         if not token:
             break
         if pages == 1:      # a task that arrives before the cursor is not seen; one after it is
-            w.handle_submit_task(req("t05x"), None, 100)
-            w.handle_submit_task(req("t25y"), None, 100)
+            w.handle_submit_task(req("t05x"), 100)
+            w.handle_submit_task(req("t25y"), 100)
     assert pages == 3
     assert seen == sorted(seen) and len(seen) == len(set(seen))
     assert seen[:10] == [f"t{i:02d}" for i in range(10)]
@@ -103,7 +103,7 @@ def test_pages_walk_every_task_once_in_id_order():
 
 def test_page_size_defaults_and_caps_and_bad_input_is_refused():
     w = make(task_slots=2)
-    w.handle_submit_task(req("x"), None, 0)
+    w.handle_submit_task(req("x"), 0)
     assert len(w.list_tasks(TaskListFilter(page_size=10 ** 9), 0).tasks) == 1      # served as MAX_PAGE_SIZE
     with pytest.raises(InvalidArgumentError, match=f"page_size is -1.*at most {MAX_PAGE_SIZE}"):
         w.list_tasks(TaskListFilter(page_size=-1), 0)
@@ -117,7 +117,7 @@ def test_page_size_defaults_and_caps_and_bad_input_is_refused():
 def test_max_page_size_is_served_at_most():
     w = make(task_slots=MAX_PAGE_SIZE + 5)
     for i in range(MAX_PAGE_SIZE + 5):
-        w.handle_submit_task(req(f"t{i:05d}"), None, 0)
+        w.handle_submit_task(req(f"t{i:05d}"), 0)
     page = w.list_tasks(TaskListFilter(page_size=MAX_PAGE_SIZE + 5), 0)
     assert len(page.tasks) == MAX_PAGE_SIZE
     assert decode_token(page.next_page_token) == f"t{MAX_PAGE_SIZE - 1:05d}"

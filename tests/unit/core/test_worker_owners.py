@@ -34,18 +34,18 @@ def test_rules():
 
 def test_submitted_task_records_its_owner():
     w = make()
-    w.handle_submit_task(req("t"), None, 0, ALICE)
+    w.handle_submit_task(req("t"), 0, ALICE)
     assert w.get_index_entry("t").owner == "alice"
     w.handle_request_task_slot("r", 0, 0, BOB)
     assert w.get_index_entry("r").owner == "bob"
-    w.handle_submit_task(req("n"), None, 0)
+    w.handle_submit_task(req("n"), 0)
     assert w.get_index_entry("n").owner == ""
     check_invariants(w)
 
 
 def test_other_identity_reads_a_task_as_unknown():
     w = make()
-    w.handle_submit_task(req("t"), None, 0, ALICE)
+    w.handle_submit_task(req("t"), 0, ALICE)
     succeed(w, "t", 1)
     unknown = code_of(w.handle_get_task_result, "never-seen", BOB)
     err = code_of(w.handle_get_task_result, "t", BOB)
@@ -58,27 +58,27 @@ def test_other_identity_reads_a_task_as_unknown():
 
 def test_other_identity_cannot_resubmit_or_reserve_a_finished_task():
     w = make()
-    w.handle_submit_task(req("t"), None, 0, ALICE)
+    w.handle_submit_task(req("t"), 0, ALICE)
     succeed(w, "t", 1)
-    err = code_of(w.handle_submit_task, req("t"), None, 2, BOB)
+    err = code_of(w.handle_submit_task, req("t"), 2, BOB)
     assert err.code == "AlreadyExists" and err.grpc_status_name == "ALREADY_EXISTS"
     assert "another identity" in err.message and '"v"' not in err.message
     assert code_of(w.handle_request_task_slot, "t", 0, 2, BOB).code == "AlreadyExists"
     # the owner and admin get the idempotent answer with the outputs
-    assert w.handle_submit_task(req("t"), None, 2, ALICE).snapshot.result.outputs == [b'{"v": 1}']
-    assert w.handle_submit_task(req("t"), None, 2, ADMIN).snapshot.result.outputs == [b'{"v": 1}']
+    assert w.handle_submit_task(req("t"), 2, ALICE).snapshot.result.outputs == [b'{"v": 1}']
+    assert w.handle_submit_task(req("t"), 2, ADMIN).snapshot.result.outputs == [b'{"v": 1}']
     check_invariants(w)
 
 
 def test_other_identity_cannot_take_a_reservation_or_a_running_task():
     w = make(task_slots=2)
     w.handle_request_task_slot("r", 1_000, 0, ALICE)
-    assert code_of(w.handle_submit_task, req("r"), None, 1, BOB).code == "AlreadyExists"
-    assert code_of(w.handle_submit_task, req("r", "slot-0"), None, 1, BOB).code == "AlreadyExists"
+    assert code_of(w.handle_submit_task, req("r"), 1, BOB).code == "AlreadyExists"
+    assert code_of(w.handle_submit_task, req("r", "slot-0"), 1, BOB).code == "AlreadyExists"
     assert code_of(w.handle_request_task_slot, "r", 0, 1, BOB).code == "AlreadyExists"
     assert w.get_index_entry("r").state is TaskState.ALLOCATED and w.free_capacity() == 1   # untouched
-    w.handle_submit_task(req("r", "slot-0"), None, 2, ALICE)
-    assert code_of(w.handle_submit_task, req("r"), None, 3, BOB).code == "AlreadyExists"
+    w.handle_submit_task(req("r", "slot-0"), 2, ALICE)
+    assert code_of(w.handle_submit_task, req("r"), 3, BOB).code == "AlreadyExists"
     assert w.get_index_entry("r").owner == "alice"
     check_invariants(w)
 
@@ -88,8 +88,8 @@ def test_tombstone_keeps_its_owner():
     w.handle_request_task_slot("r", 100, 0, ALICE)
     w.tick(100)                                     # the lease runs out: a tombstone
     assert code_of(w.handle_request_task_slot, "r", 0, 101, BOB).code == "AlreadyExists"
-    assert code_of(w.handle_submit_task, req("r", "slot-0"), None, 101, BOB).code == "AlreadyExists"
-    assert code_of(w.handle_submit_task, req("r", "slot-0"), None, 101, ALICE).code == "SlotUncertain"
+    assert code_of(w.handle_submit_task, req("r", "slot-0"), 101, BOB).code == "AlreadyExists"
+    assert code_of(w.handle_submit_task, req("r", "slot-0"), 101, ALICE).code == "SlotUncertain"
     assert w.handle_request_task_slot("r", 0, 102, ALICE).snapshot.state is TaskState.ALLOCATED
     assert w.get_index_entry("r").owner == "alice"
     check_invariants(w)
@@ -97,9 +97,9 @@ def test_tombstone_keeps_its_owner():
 
 def test_refusal_changes_nothing():
     w = make(task_slots=1)
-    w.handle_submit_task(req("t"), None, 0, ALICE)
+    w.handle_submit_task(req("t"), 0, ALICE)
     before = (w.free_capacity(), w.active_task_count(), w.get_index_entry("t").state)
-    for fn, args in ((w.handle_submit_task, (req("t"), None, 1, BOB)),
+    for fn, args in ((w.handle_submit_task, (req("t"), 1, BOB)),
                      (w.handle_request_task_slot, ("t", 0, 1, BOB))):
         code_of(fn, *args)
     assert (w.free_capacity(), w.active_task_count(), w.get_index_entry("t").state) == before

@@ -42,7 +42,7 @@ def test_a_task_id_of_at_most_256_utf8_bytes_is_accepted_everywhere(task_id):
     w = make(task_slots=2)
     assert w.handle_request_task_slot(task_id, 0, 0).snapshot.state is TaskState.ALLOCATED
     assert w.handle_get_task_result(task_id).snapshot.task_id == task_id
-    assert w.handle_submit_task(req(task_id, "slot-0"), None, 1).snapshot.state is TaskState.RUNNING
+    assert w.handle_submit_task(req(task_id, "slot-0"), 1).snapshot.state is TaskState.RUNNING
     check_invariants(w)
 
 
@@ -52,7 +52,7 @@ def test_a_task_id_of_at_most_256_utf8_bytes_is_accepted_everywhere(task_id):
 def test_a_task_id_over_256_bytes_is_refused_by_every_request_naming_size_and_limit(task_id, size):
     w = make(task_slots=2)
     for fn, args in ((w.handle_request_task_slot, (task_id, 0, 0)),
-                     (w.handle_submit_task, (req(task_id), None, 0)),
+                     (w.handle_submit_task, (req(task_id), 0)),
                      (w.handle_get_task_result, (task_id,))):
         msg = refused(fn, *args)
         assert msg.startswith(f"task_id is {size} bytes, over the limit of 256 bytes (UTF-8) of a task id: ")
@@ -113,8 +113,8 @@ def test_the_default_ttl_may_not_exceed_the_cap():
 def test_payload_config_and_instance_id_at_their_caps_are_accepted():
     w = make(task_slots=3, max_payload_bytes=100, max_result_handler_config_bytes=50, max_instance_id_bytes=10)
     a = w.handle_submit_task(req("a", function_call=FunctionCall("callList", b"p" * 100),
-                                 result_handler=ResultHandler("log", b"c" * 50), instance_id="i" * 10), None, 0)
-    b = w.handle_submit_task(req("b", instance_id="é" * 5), None, 0)
+                                 result_handler=ResultHandler("log", b"c" * 50), instance_id="i" * 10), 0)
+    b = w.handle_submit_task(req("b", instance_id="é" * 5), 0)
     check_invariants(w)
     assert a.snapshot.state is TaskState.RUNNING and b.snapshot.state is TaskState.RUNNING
     assert w.get_task_context("a").instance_id == "i" * 10
@@ -139,7 +139,7 @@ def test_payload_config_and_instance_id_at_their_caps_are_accepted():
 ])
 def test_submit_fields_over_their_caps_are_refused_naming_field_size_and_setting(kw, expected):
     w = make(task_slots=1, max_payload_bytes=100, max_result_handler_config_bytes=50, max_instance_id_bytes=10)
-    msg = refused(w.handle_submit_task, req("x", **kw), None, 0)
+    msg = refused(w.handle_submit_task, req("x", **kw), 0)
     assert msg.startswith(expected), msg
     assert len(msg) < 300
     untouched(w)
@@ -148,7 +148,7 @@ def test_submit_fields_over_their_caps_are_refused_naming_field_size_and_setting
 def test_a_huge_slot_id_is_refused_without_echoing_it():
     w = make(task_slots=1)
     sid = "slot-" + "9" * 100_000
-    msg = refused(w.handle_submit_task, req("x", sid), None, 0)
+    msg = refused(w.handle_submit_task, req("x", sid), 0)
     assert msg.startswith("slot_id is 100005 bytes, over the limit of 64 bytes: 'slot-999")
     assert len(msg) < 300
     untouched(w)
@@ -158,6 +158,6 @@ def test_an_idempotent_resubmit_is_answered_before_the_bounds():
     """A repeat of an accepted task answers its snapshot, as before: the bounds only
     judge what a new task asks for."""
     w = make(task_slots=1, max_payload_bytes=100)
-    w.handle_submit_task(req("x"), None, 0)
-    r = w.handle_submit_task(req("x", function_call=FunctionCall("callList", b"p" * 101)), None, 1)
+    w.handle_submit_task(req("x"), 0)
+    r = w.handle_submit_task(req("x", function_call=FunctionCall("callList", b"p" * 101)), 1)
     assert r.snapshot.state is TaskState.RUNNING and not r.applied

@@ -21,8 +21,8 @@ def req(task_id: str, slot_id: str = "", **kw) -> SubmitTaskRequest:
     return SubmitTaskRequest(task_id, slot_id, **kw)
 
 
-def submit(w: WorkerCore, task_id: str, now: int = 0, slot_id: str = "", ctx=None, **kw):
-    r = w.handle_submit_task(req(task_id, slot_id, **kw), ctx, now)
+def submit(w: WorkerCore, task_id: str, now: int = 0, slot_id: str = "", **kw):
+    r = w.handle_submit_task(req(task_id, slot_id, **kw), now)
     check_invariants(w)
     return r
 

@@ -9,7 +9,7 @@ G = 1000
 
 def watched(grace=G, phase=TaskPhase.BUILDER, **cfg):
     w = make(watch_disconnect_grace_ms=grace, **cfg)
-    submit(w, "t", 0, ctx="RT")
+    submit(w, "t", 0)
     run_to(w, "t", phase, 0)
     return w
 
@@ -39,7 +39,7 @@ def test_last_detach_starts_grace_and_expiry_fails_the_task():
     res = cmd.result
     assert (res.state, res.failure_code, res.retryable) == (TaskState.FAILED, fcodes.WATCH_DISCONNECTED, False)
     assert f"watchDisconnectGraceMs ({G} ms)" in res.failure_message
-    assert cmd.interrupted_phase is TaskPhase.BUILDER and cmd.adapter_task_ctx == "RT"
+    assert cmd.interrupted_phase is TaskPhase.BUILDER
     assert w.free_capacity() == 50 and w.watch_disconnected_tasks(10**9) == []
 
 

@@ -1,4 +1,4 @@
-"""CallContext, make_calls and the compact queued form (make_block / take_call),
+"""CallRecord, make_calls and the compact queued form (make_block / take_call),
 run against the compiled module and its twin: the same defaults, the same ids,
 keys and indexes, the same errors."""
 
@@ -27,18 +27,18 @@ def test_constants_match_the_twin(mod):
 
 
 def test_a_new_context_has_the_documented_defaults(mod):
-    c = mod.CallContext("t/3", "f", D, "main", b"[1]", b"k", 3, 2)
+    c = mod.CallRecord("t/3", "f", D, "main", b"[1]", b"k", 3, 2)
     assert (c.call_id, c.function_id, c.digest, c.entry_selector, c.args_json, c.key) == (
         "t/3", "f", D, "main", b"[1]", b"k")
     assert (c.index, c.batch_idx, c.state, c.attempt_count, c.budget_ms, c.depth) == (3, 2, 0, 0, 0, 0)
     assert (c.bound, c.retry_armed, c.parked, c.ok, c.retryable) == (False,) * 5
     assert (c.task, c.exec, c.parent, c.children, c.waiters, c.leader, c.output) == (None,) * 7
     assert (c.executor_id, c.request_id, c.error_kind, c.error_message, c.budget_used_ms) == ("", "", "", "", 0)
-    assert repr(c) == "<CallContext t/3 READY attempt=0 executor=''>"
+    assert repr(c) == "<CallRecord t/3 READY attempt=0 executor=''>"
 
 
 def test_fields_are_writable_and_read_back(mod):
-    c = mod.CallContext("t/0", "f", D, "main", b"[]", b"k", 0, 0)
+    c = mod.CallRecord("t/0", "f", D, "main", b"[]", b"k", 0, 0)
     c.state, c.attempt_count, c.bound, c.index = 1, 2, True, 7
     c.budget_ms, c.budget_used_ms = 2 ** 70, 2 ** 70     # frame values: any int, no overflow
     c.retryable, c.children, c.executor_id = True, {}, "exec-1"
@@ -58,7 +58,7 @@ def test_make_calls_builds_ids_keys_and_indexes(mod):
     assert [c.index for c in ctxs] == [0, 1, 2] and {c.batch_idx for c in ctxs} == {4}
     assert [c.entry_selector for c in ctxs] == ["main", "main", "other"]
     assert [c.key for c in ctxs] == [cache_key(f, d, a) for f, d, a, _ in specs]
-    assert all(type(c) is mod.CallContext and c.state == mod.READY and c.task is None for c in ctxs)
+    assert all(type(c) is mod.CallRecord and c.state == mod.READY and c.task is None for c in ctxs)
     assert mod.make_calls("t", "t/", iter([]), 0, cache_key) == []
 
 
@@ -81,23 +81,23 @@ def test_make_calls_names_the_bad_spec(mod, spec, message):
 
 
 def test_make_block_reads_callspecs_and_tuple_subclasses_like_plain_tuples(mod):
-    # Builders hand over CallSpec (a NamedTuple): the compiled pack reads it as a
+    # Builders hand over PinnedCall (a NamedTuple): the compiled pack reads it as a
     # tuple, with the same checks and the same errors as the twin.
-    from blockx.core.dispatcher_types import CallSpec
-    specs = [CallSpec("f", D, b"[1]"), CallSpec("g", D, b"[2]", "other"), ("f", D, b"[3]", "main")]
+    from blockx.core.dispatch.types import PinnedCall
+    specs = [PinnedCall("f", D, b"[1]"), PinnedCall("g", D, b"[2]", "other"), ("f", D, b"[3]", "main")]
     block = mod.make_block("t", "t/", specs, 0, cache_key)
     assert block.fns == [("f", D, "main"), ("g", D, "other")]
     assert list(block.fidx) == [0, 1, 0] and block.args == b"[1][2][3]"
-    for bad, message in [(CallSpec("", D, b"[]"), "call 1 needs a non-empty function_id, got ''"),
-                         (CallSpec("f", D, "[]"), "call 1 args_json must be canonical JSON bytes, got str"),
-                         (CallSpec("f", D, b"[]", None), "call 1 entry_selector must be a str, got None")]:
+    for bad, message in [(PinnedCall("", D, b"[]"), "call 1 needs a non-empty function_id, got ''"),
+                         (PinnedCall("f", D, "[]"), "call 1 args_json must be canonical JSON bytes, got str"),
+                         (PinnedCall("f", D, b"[]", None), "call 1 entry_selector must be a str, got None")]:
         with pytest.raises(ValueError) as err:
             mod.make_block("t", "t/", [specs[0], bad], 0, cache_key)
         assert str(err.value) == f"task t: {message}"
 
 
 def _queued_task(mod, block, base=0, batch_idx=0):
-    """A task holding one registered block (what TaskTable.register_block does)."""
+    """A task holding one registered block (what TaskCallTable.register_block does)."""
     task = mod.TaskCalls("t", True, 3, 0, 0, mod.InstanceState(""), False, None)
     batch = mod.Batch(batch_idx, [])
     batch.remaining = len(block)
@@ -123,7 +123,7 @@ def test_take_call_builds_what_make_calls_builds(mod, key_fn):
               "state", "attempt_count", "executor_id", "budget_ms", "request_id", "error_kind",
               "error_message", "retryable", "budget_used_ms", "parent", "waiters")
     for got, exp in zip(taken, want):
-        assert type(got) is mod.CallContext and got.task is task
+        assert type(got) is mod.CallRecord and got.task is task
         assert [getattr(got, f) for f in fields] == [getattr(exp, f) for f in fields]
     assert [c.index for c in taken] == [10, 11, 12, 13]
     assert list(by_id) == list(task.pending) == ["t/4.0", "t/4.1", "t/4.2", "t/4.3"]
@@ -148,7 +148,7 @@ def test_a_context_cycle_is_collected(mod):
     class Task:
         pass
     task = Task()
-    c = mod.CallContext("t/0", "f", D, "main", b"[]", b"k", 0, 0)
+    c = mod.CallRecord("t/0", "f", D, "main", b"[]", b"k", 0, 0)
     c.task, task.calls = task, [c]
     ref = weakref.ref(task)
     del task, c

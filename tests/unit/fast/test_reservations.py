@@ -1,5 +1,5 @@
 """Reservations (one executor connection's table of calls holding a context):
-every rule of blockx/adapters/executor/reservations.py, against the compiled
+every rule stated in blockx/_fast/reservations_py.py, against the compiled
 table and its twin, and a hypothesis comparison of the two on random steps."""
 
 import pytest

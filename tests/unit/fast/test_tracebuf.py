@@ -4,7 +4,7 @@ events in, the same trace out)."""
 import pytest
 
 from blockx._fast import compiled, implementations, twin
-from blockx.core.dispatcher_commands import DispatchCallCmd
+from blockx.core.dispatch.commands import DispatchCallCmd
 
 IMPLS = implementations("tracebuf")
 

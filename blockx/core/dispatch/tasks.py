@@ -1,17 +1,14 @@
-"""The dispatcher's tasks: one TaskCalls record per task (spec
-TaskDispatchState), one Batch per committed batch, and the TaskTable that owns
-them, the dirty set, terminal accounting (spec setCallTerminal) and the
-convergence epilogue (spec FlushDirtyTasks).
+"""The dispatcher's tasks: one TaskCalls record per task, one Batch per
+committed batch, and the TaskCallTable that owns them, the dirty set and the steps
+of the convergence epilogue (the flush). Everything that decides when a task's
+call phase is finished lives here; how each call's result reaches its task
+(terminal accounting) is the CallLifecycle's.
 
 Rules and theory of operation:
-- ``set_terminal`` is the single point where a call becomes DONE; it is
-  idempotent (a DONE call is never re-accounted) and only ``cancel`` bypasses
-  it, by dropping a task's state wholesale. A root's result resolves its
-  singleflight waiters with the same result; a subcall's result resumes its
-  parent (SubcallDone) unless it was cancelled.
 - Every change that can decide whether a task is finished marks the task
-  dirty; convergence happens only in ``flush``, so a chunk of completions costs
-  one flush. Per dirty task, in this order:
+  dirty; convergence happens only in the flush (``CallLifecycle.flush`` runs
+  the steps below, the drain's cancellations included), so a chunk of
+  completions costs one flush. Per dirty task, in this order:
     1. StopCallProduction, once, if the task stopped dispatching while its
        stream producer was still open (FAST_FAIL failure, output cap);
     2. drain: a stopped task with nothing in flight cancels every remaining
@@ -35,7 +32,7 @@ Rules and theory of operation:
   undoes a bind's accounting and wakes the task in the TaskScheduler when it
   regains room.
 - A committed call list is queued compactly (a CallBlock in ``TaskCalls.blocks``,
-  counted in ``TaskCalls.queued``): a root gets its CallContext, call id and
+  counted in ``TaskCalls.queued``): a root gets its CallRecord, call id and
   cache key only when it is admitted (``take_call``), and from then on lives in
   ``TaskCalls.pending`` until DONE. Contexts in the ready queue (retries, a call
   put back when no executor could take it) go before the blocks. A root not yet
@@ -45,17 +42,17 @@ Rules and theory of operation:
   listed in its Batch so a settled batch frees all of them at once; the Batch
   counts its roots from the start, admitted or not.
 - A task stays registered after converging (late events for it are ignored)
-  until ``cancel`` (``remove_task`` / ``cancel_task``).
+  until the lifecycle's ``cancel_task`` / ``remove_task`` takes it out
+  (``remove``, then ``forget`` once its calls are cancelled).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from blockx._fast import load
-from blockx.core.dispatcher_calls import DONE, RUNNING, WAITING, CallContext, CallTable
-from blockx.core.dispatcher_commands import (
-    BatchSettled, CancelCallCmd, ConvergeTaskCalls, StopCallProduction)
-from blockx.core.dispatcher_types import CALL_FAILED, ERR_CANCELLED, OUTPUT_BYTES_EXCEEDED
+from blockx.core.dispatch.calls import CallRecord, CallTable
+from blockx.core.dispatch.commands import BatchSettled, ConvergeTaskCalls, StopCallProduction
+from blockx.core.dispatch.types import CALL_FAILED, OUTPUT_BYTES_EXCEEDED
 
 _loop = load("dispatchloop")
 _idx = lambda b: b.idx  # noqa: E731
@@ -67,11 +64,8 @@ Batch = _loop.Batch
 TaskCalls = _loop.TaskCalls
 
 
-class TaskTable:
-    """Tasks by id, the dirty set, terminal accounting and the flush epilogue.
-
-    ``subcalls`` (the SubcallBinder) is wired by the DispatcherCore after both
-    exist: ending a call cancels its subtree and unparks it."""
+class TaskCallTable:
+    """Tasks by id, the dirty set and the steps of the flush epilogue."""
 
     def __init__(self, calls: CallTable, executors: Any, scheduler: Any, ready_queue: Any,
                  max_output_bytes: int) -> None:
@@ -82,8 +76,6 @@ class TaskTable:
         self._sched = scheduler
         self._ReadyQueue = ready_queue
         self._max_output = max_output_bytes
-        self.subcalls: Any = None
-        self.loop: Any = None           # the DispatchLoop, wired by the DispatcherCore
         # Streaming tasks whose outputs leave with BatchSettled: their output slots
         self._hand_over: dict[str, _OutputSlots] = {}
 
@@ -120,7 +112,7 @@ class TaskTable:
             task.queued += n
         self._add_batch(task, batch, n, grow)
 
-    def register(self, task: TaskCalls, calls: list[CallContext], batch_idx: int) -> None:
+    def register(self, task: TaskCalls, calls: list[CallRecord], batch_idx: int) -> None:
         """Link a batch of ready-made contexts into its task and queue them (the
         intake queues call lists compactly with ``register_block``)."""
         offset = task.total
@@ -160,7 +152,7 @@ class TaskTable:
             task.stop_reason = reason
         self.mark_dirty(task)
 
-    def release(self, ctx: CallContext) -> None:
+    def release(self, ctx: CallRecord) -> None:
         """Undo a bind's accounting (executor local_inflight, task window)."""
         self._exec.unbind(ctx)
         if ctx.parent is None:
@@ -172,21 +164,7 @@ class TaskTable:
             if task.stop_dispatching:
                 self.mark_dirty(task)
 
-    # --- terminal accounting ---------------------------------------------------------------
-
-    def set_terminal(self, ctx: CallContext, ok: bool, output: bytes | None, kind: str,
-                     message: str, retryable: bool, budget_used_ms: int, counted: bool,
-                     out: list, notify: bool = True) -> None:
-        """The single accounting point for DONE (spec setCallTerminal); idempotent.
-
-        ``counted``: a real failure (calls_failed, FAST_FAIL) rather than a drain
-        or cancellation. ``notify``: a subcall resumes its parent (SubcallDone).
-        A subcall's result goes to its parent (SubcallDone) and the task's
-        CallCache; a root's updates the task's outputs, failure and singleflight
-        waiters (same result), its batch, and marks the task dirty. The steps
-        run in the DispatchLoop (blockx/_fast/dispatchloop), wired by the core."""
-        self.loop.set_terminal(ctx, ok, output, kind, message, retryable, budget_used_ms, counted,
-                               out, notify)
+    # --- limits ---------------------------------------------------------------------------
 
     def output_exceeded(self, task: TaskCalls) -> None:
         if not task.failure_code:
@@ -198,44 +176,39 @@ class TaskTable:
         task.outputs = []
         self.stop(task, "output bytes exceeded")
 
-    # --- the flush epilogue ----------------------------------------------------------------
+    # --- the flush epilogue (run by CallLifecycle.flush) -------------------------------------
 
-    def flush(self) -> list:
-        out: list = []
-        while self._dirty:
-            dirty = self._dirty
-            self._dirty = []
-            for task in dirty:
-                task.dirty = False
-                if not task.removed:
-                    self._flush_task(task, out)
+    def take_dirty(self) -> list:
+        """The tasks changed since the last call, no longer marked dirty (a
+        removed task is left out)."""
+        dirty = self._dirty
+        if not dirty:
+            return dirty
+        self._dirty = []
+        out = []
+        for task in dirty:
+            task.dirty = False
+            if not task.removed:
+                out.append(task)
         return out
 
-    def _flush_task(self, task: TaskCalls, out: list) -> None:
-        if task.stop_dispatching:
-            if task.production_open and not task.stop_sent:
-                task.stop_sent = True
-                out.append(StopCallProduction(task.task_id, task.stop_reason))
-            if task.inflight == 0 and (task.pending or task.queued):
-                self._drain(task, out)
+    def stop_production(self, task: TaskCalls, out: list) -> bool:
+        """Step 1 for a stopped task (StopCallProduction, once); True when step 2
+        (the drain) is due: nothing in flight and roots left."""
+        if not task.stop_dispatching:
+            return False
+        if task.production_open and not task.stop_sent:
+            task.stop_sent = True
+            out.append(StopCallProduction(task.task_id, task.stop_reason))
+        return task.inflight == 0 and bool(task.pending or task.queued)
+
+    def settle_and_converge(self, task: TaskCalls, out: list) -> None:
+        """Steps 3 and 4: BatchSettled for settled batches, ConvergeTaskCalls once."""
         if task.settle_ready:
             self._settle(task, out)
         if (not task.converged and not task.pending and not task.queued
                 and (not task.production_open or task.stop_dispatching)):
             self._converge(task, out)
-
-    def _drain(self, task: TaskCalls, out: list) -> None:
-        """drainCancelledCalls: nothing is in flight, so cancel what is left."""
-        task.ready.clear()
-        reason = f"task stopped dispatching: {task.stop_reason}"
-        for ctx in list(task.pending.values()):
-            if ctx.state != DONE:
-                self.set_terminal(ctx, False, None, ERR_CANCELLED, reason, False, 0, False, out)
-        by_id = self._calls.by_id
-        take = _loop.take_call
-        while task.queued:
-            self.set_terminal(take(task, by_id), False, None, ERR_CANCELLED, reason, False, 0,
-                              False, out)
 
     def _settle(self, task: TaskCalls, out: list) -> None:
         batches = task.settle_ready
@@ -271,41 +244,31 @@ class TaskTable:
                                      task.failure_retryable, outputs, task.total,
                                      task.calls_failed, task.call_retries, task.cache_hits))
 
-    # --- teardown --------------------------------------------------------------------------
+    # --- teardown (the per-task part of CallLifecycle.cancel_task) -----------------------
 
-    def cancel(self, task_id: str, reason: str) -> list:
-        """Drop a task: cancel what is in flight (whole subtrees), forget its calls."""
+    def remove(self, task_id: str, reason: str, out: list) -> TaskCalls | None:
+        """Take a task out of the table (None if unknown): it is ``removed`` from
+        now on, and its open stream producer is told to stop, once."""
         task = self.by_id.pop(task_id, None)
         if task is None:
-            return []
+            return None
         task.removed = True
         self._hand_over.pop(task_id, None)
-        out: list = []
         if task.streaming and task.production_open and not task.stop_sent and not task.converged:
             task.stop_sent = True
             out.append(StopCallProduction(task_id, reason))
-        subcalls = self.subcalls
-        for ctx in list(task.pending.values()):
-            st = ctx.state
-            if st == RUNNING or st == WAITING:
-                out.append(CancelCallCmd(ctx.call_id, ctx.executor_id, reason, ctx.attempt_count))
-                self.release(ctx)
-            if ctx.children:
-                subcalls.cancel_subtree(ctx, reason, out)
-            ctx.state = DONE
-            ctx.retry_armed = False
-        task.pending.clear()
+        return task
+
+    def forget(self, task: TaskCalls) -> None:
+        """A removed task whose calls the lifecycle cancelled: its batches' calls
+        leave the call table, its queues empty, it leaves the scheduler."""
         for b in task.batches.values():
             self._calls.forget(b.calls)
-            for c in b.calls:
-                if c.parked:
-                    subcalls.unpark(c)
         task.batches.clear()
         task.ready.clear()
         task.blocks.clear()
         task.queued = 0
         self._sched.detach(task)
-        return out
 
     # --- introspection ---------------------------------------------------------------------
 
@@ -326,6 +289,37 @@ class TaskTable:
                 if row.isdigit() and block.pos <= int(row) < block.n and str(int(row)) == row:
                     return True
         return False
+
+    def call_state(self, call_id: str) -> str | None:
+        """A call's state name; READY for a root queued compactly, never admitted;
+        None for a call the dispatcher does not hold."""
+        state = self._calls.state_name(call_id)
+        if state is None and self.is_queued(call_id):
+            return "READY"
+        return state
+
+    def call_attempts(self, call_id: str) -> int | None:
+        attempts = self._calls.attempts(call_id)
+        if attempts is None and self.is_queued(call_id):
+            return 0
+        return attempts
+
+    def progress(self, task_id: str) -> tuple[int, int, int, int] | None:
+        """``(total, done, failed, retried)`` of a task's root calls, None for a task
+        the dispatcher does not hold. ``total`` is 0 while a streaming producer may
+        still commit batches; ``done`` counts roots that reached DONE (succeeded,
+        failed or drained); ``failed`` the counted failures; ``retried`` the retry
+        attempts armed."""
+        t = self.by_id.get(task_id)
+        if t is None:
+            return None
+        total = t.total
+        return (0 if t.production_open else total, total - len(t.pending) - t.queued,
+                t.calls_failed, t.call_retries)
+
+    def queued_count(self) -> int:
+        """Roots READY and waiting for an executor, across tasks (O(tasks))."""
+        return sum(len(t.ready) + t.queued for t in self.by_id.values())
 
     def ready_count(self, task_id: str) -> int:
         t = self.by_id.get(task_id)

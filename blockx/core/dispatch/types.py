@@ -20,7 +20,7 @@ __all__ = [
     "ERR_CANCELLED", "ERR_EXECUTOR_LOST", "ERR_SUBCALL_FAILED",
     "REJECT_PARENT_NOT_ACTIVE", "REJECT_EXECUTOR_MISMATCH", "REJECT_DEPTH_EXCEEDED",
     "REJECT_CYCLE", "REJECT_INVALID_BUDGET",
-    "CallSpec", "RetryPolicy", "ExecutorSnapshot", "SubcallRejected",
+    "PinnedCall", "RetryPolicy", "ExecutorSnapshot", "SubcallRejected",
 ]
 
 # Call failure policy of a task (proto CallFailurePolicy; UNSPECIFIED = FAST_FAIL).
@@ -41,10 +41,11 @@ REJECT_CYCLE: Final = "CYCLE"                            # child's cache key equ
 REJECT_INVALID_BUDGET: Final = "INVALID_BUDGET"          # granted_budget_ms < 0
 
 
-class CallSpec(NamedTuple):
-    """One call of a call list. ``args_json`` is the canonical JSON array
+class PinnedCall(NamedTuple):
+    """One call of a call list, pinned to its function code (``digest``).
+    ``args_json`` is the canonical JSON array
     (cachekey.canonical_args_json); ``digest`` the pinned function code digest.
-    Plain 4-tuples in this order are accepted everywhere a CallSpec is."""
+    Plain 4-tuples in this order are accepted everywhere a PinnedCall is."""
 
     function_id: str
     digest: str
@@ -64,7 +65,7 @@ class RetryPolicy:
 
 @dataclass(slots=True)
 class ExecutorSnapshot:
-    """The adapter's view of one attached executor (spec ExecutorSnapshot).
+    """The adapter's view of one attached executor.
 
     ``runnable_count`` is the raw heartbeat value; the dispatcher compensates it
     with the completions it saw since that heartbeat (``heartbeat_seq`` tells a

@@ -1,6 +1,7 @@
-"""Subfunction calls (spec AddSubcallJSON / TryBindSubcallToParent /
-finalizeSubcallSubtree): the SubcallBinder validates requests, binds children
-beside their parent, parks those that cannot bind yet, and cancels subtrees.
+"""Subfunction calls: the SubcallBinder validates requests, makes the child's
+context, binds children beside their parent and parks those that cannot bind
+yet. Answering a child from the cache, ending it and cancelling a subtree are
+call events: the CallLifecycle's (``add_subcall``, ``cancel_subtree``).
 
 Rules and theory of operation:
 - A subcall is requested by a running call (its parent) through the executor
@@ -12,13 +13,13 @@ Rules and theory of operation:
   ``max_subcall_depth - 1``, and the child's cache key must differ
   from every ancestor's (a call that would wait on an identical call up its own
   chain can never finish).
-- The child gets its own CallContext with MaxAttempts = 1, the budget the
+- The child gets its own CallRecord with MaxAttempts = 1, the budget the
   parent granted, and the parent's batch; it is never counted in the task's
   TotalCount / outputs nor in the admission window, but it does occupy a
   context on the executor (local_inflight).
 - It is always bound to the parent's executor, bypassing Filter -> Score. If
   the parent is not bound yet or its executor is unhealthy, the child is
-  parked (PendingBindSubcalls, owned here) and retried when the parent is
+  parked (``parked``, owned here) and retried when the parent is
   bound and on every executor snapshot update.
 - A cached result (the task's CallCache) answers at once: CompleteCallFromCache
   then SubcallDone, no executor involved.

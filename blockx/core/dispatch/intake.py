@@ -1,13 +1,12 @@
 """The CallIntake: how a task's calls enter the dispatcher, as one-shot call
-phases or streaming batches (spec PrepareCallPhaseWithDigests /
-CommitCallPhase, CommitCallStream / PrepareCallBatchWithDigests /
-CommitCallBatch), and the batch credit window.
+phases (prepare, then commit) or streaming batches (open the stream, then
+prepare and commit each batch), and the batch credit window.
 
 Rules:
 - ``prepare_*`` has no side effects on the core (it reads only the config and
   the cachekey function), so the adapter may run it off the actor; it validates
   the input and packs it into its compact queued form (a CallBlock: per call a
-  function index and a slice of one args buffer; see dispatcher_tasks), so the
+  function index and a slice of one args buffer; see tasks), so the
   caller's call list is not kept. ``commit_*`` queues the prepared calls in the
   core and must run on the actor. A call's id and cache key are made when it is
   admitted.
@@ -21,7 +20,7 @@ Rules:
 - Every committed batch gets exactly one BatchSettled, including a batch
   committed after the task stopped producing (it is discarded at once).
   ``production_done`` says no batch follows; convergence waits for it.
-- The intake validates and builds; the TaskTable owns what is committed (the
+- The intake validates and builds; the TaskCallTable owns what is committed (the
   per-task credit counters live in TaskCalls), so the intake keeps no state of
   its own beyond its configuration.
 Call ids: roots of a one-shot call phase are ``f"{task_id}/{index}"``, roots
@@ -32,11 +31,11 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from blockx._fast import load
-from blockx.core.dispatcher_commands import BatchSettled
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_retry import resolve_retry
-from blockx.core.dispatcher_tasks import TaskTable
-from blockx.core.dispatcher_types import CONTINUE, FAST_FAIL, POLICIES, RetryPolicy
+from blockx.core.dispatch.commands import BatchSettled
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.retry import resolve_retry
+from blockx.core.dispatch.tasks import TaskCallTable
+from blockx.core.dispatch.types import CONTINUE, FAST_FAIL, POLICIES, RetryPolicy
 
 _loop = load("dispatchloop")
 
@@ -67,7 +66,7 @@ class PreparedCalls:
 class CallIntake:
     __slots__ = ("config", "_tasks", "_cache_key")
 
-    def __init__(self, config: DispatcherConfig, tasks: TaskTable, cache_key: Any) -> None:
+    def __init__(self, config: DispatcherConfig, tasks: TaskCallTable, cache_key: Any) -> None:
         self.config = config
         self._tasks = tasks
         self._cache_key = cache_key
@@ -125,7 +124,9 @@ class CallIntake:
     def commit_call_stream(self, task_id: str, policy: str = FAST_FAIL,
                            retry: RetryPolicy | tuple | None = None, instance_id: str = "",
                            now: int = 0, hand_over: bool = False) -> list:
-        """Open a streaming call phase; batches follow via commit_call_batch."""
+        """Open a streaming call phase; batches follow via commit_call_batch.
+        ``hand_over``: each BatchSettled carries the batch's outputs, and the core
+        keeps none of them (nor their cache entries) once the batch settled."""
         policy = _check_task(task_id, policy, instance_id)
         resolved = resolve_retry(retry, self.config)
         self._tasks.new(task_id, policy == FAST_FAIL, resolved, instance_id, True, hand_over)

@@ -1,4 +1,4 @@
-"""Commands the DispatcherCore returns (spec: the DispatchCommand family).
+"""Commands the DispatcherCore returns to the adapter that drives it.
 
 Rules: a command is a fact the adapter must act on, in list order; it never
 carries a reference into core state (only strings, ints and bytes), so the

@@ -1,10 +1,11 @@
-"""The calls the dispatcher knows: one CallContext per call for its whole life
-(spec DispatchCallContext), indexed by call id in the CallTable.
+"""The calls the dispatcher knows: one CallRecord per call for its whole life,
+indexed by call id in the CallTable.
 
 Rules and theory of operation:
 - A call's state is READY, RUNNING, WAITING or DONE. DONE is terminal and only
-  ``TaskTable.set_terminal`` enters it (``TaskTable.cancel`` drops a task's
-  calls wholesale). RUNNING starts when the core emits BindCall (``bound``
+  ``CallLifecycle.set_terminal`` enters it (``CallLifecycle.cancel_task`` drops
+  a task's calls wholesale); every state change is the lifecycle's
+  (blockx/core/dispatch/lifecycle.py states the events). RUNNING starts when the core emits BindCall (``bound``
   turns true on handle_executor_bound); a retry reuses the same context and
   call id and only increments ``attempt_count`` (the attempt seq the executor
   echoes), so late frames of an older attempt are told apart by that number.
@@ -13,12 +14,12 @@ Rules and theory of operation:
   (``retry_armed``), or, for subcalls, the SubcallBinder's parking
   (``parked``).
 - A root gets its context when it is admitted (``take_call`` makes it from the
-  task's compact queue, see dispatcher_tasks); the CallTable holds a call from
+  task's compact queue, see tasks); the CallTable holds a call from
   then until its batch settles (or its task is cancelled): a frame for a call
   not in the table (never admitted, or forgotten) is ignored.
   ``by_id`` is never rebound, so the facade may keep a direct reference to it
   for its per-call lookups.
-CallContext is created per call on the hot path and only the core touches it:
+CallRecord is created per call on the hot path and only the core touches it:
 it is a compiled cdef class (blockx/_fast/dispatchloop.pyx; its twin is a plain
 ``__slots__`` class), built one at a time by ``take_call`` as roots are admitted
 (``make_calls`` builds a whole list of them, for tests and tools).
@@ -30,14 +31,14 @@ from typing import Iterable
 from blockx._fast import load
 
 _loop = load("dispatchloop")
-# The state constants and CallContext live in the hot module (blockx/_fast/dispatchloop:
+# The state constants and CallRecord live in the hot module (blockx/_fast/dispatchloop:
 # a cdef class compiled, a __slots__ class in the twin); the core re-exports them.
 READY: int = _loop.READY
 RUNNING: int = _loop.RUNNING
 WAITING: int = _loop.WAITING
 DONE: int = _loop.DONE
 STATE_NAMES: tuple = _loop.STATE_NAMES
-CallContext = _loop.CallContext
+CallRecord = _loop.CallRecord
 make_calls = _loop.make_calls
 
 
@@ -45,12 +46,12 @@ class CallTable:
     __slots__ = ("by_id",)
 
     def __init__(self) -> None:
-        self.by_id: dict[str, CallContext] = {}
+        self.by_id: dict[str, CallRecord] = {}
 
-    def add(self, ctx: CallContext) -> None:
+    def add(self, ctx: CallRecord) -> None:
         self.by_id[ctx.call_id] = ctx
 
-    def add_all(self, calls: Iterable[CallContext]) -> None:
+    def add_all(self, calls: Iterable[CallRecord]) -> None:
         by_id = self.by_id
         for ctx in calls:
             by_id[ctx.call_id] = ctx

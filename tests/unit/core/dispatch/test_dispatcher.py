@@ -1,29 +1,85 @@
-"""Random schedules against the DispatcherCore through the fake adapter.
+"""The whole DispatcherCore through the fake adapter (harness.py): the harness
+itself, task_progress (the read-only (total, done, failed, retried) of a task's
+root calls that the adapters' progress updates carry), and random schedules.
 
-Tasks with duplicate keys (cache / singleflight), completions, retryable and
-final failures, bind failures, executor loss and return, capacity changes,
-subcalls, cancellations and time. Invariants after every step: no task has
-more root calls in flight than its window, no executor more root calls than
-executor_max_inflight, the core's local_inflight equals the reservations the
-adapter holds, a converged or cancelled task has nothing in flight, and a task
-converges at most once. At teardown everything is driven to quiescence and
-each surviving task must have converged exactly once with the outputs an
-independent oracle predicts (call-list order, failed roots skipped)."""
+The random schedules: tasks with duplicate keys (cache / singleflight),
+completions, retryable and final failures, bind failures, executor loss and
+return, capacity changes, subcalls, cancellations and time. Invariants after
+every step: no task has more root calls in flight than its window, no executor
+more root calls than executor_max_inflight, the core's local_inflight equals the
+reservations the adapter holds, a converged or cancelled task has nothing in
+flight, and a task converges at most once. At teardown everything is driven to
+quiescence and each surviving task must have converged exactly once with the
+outputs an independent oracle predicts (call-list order, failed roots skipped)."""
+from __future__ import annotations
+
 import orjson
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from blockx.core.dispatcher_commands import BindCall
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_calls import DONE
-from blockx.core.dispatcher_types import CallSpec, RetryPolicy
+from blockx.core.dispatch.types import RetryPolicy
+from blockx.core.dispatch.commands import BindCall
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.calls import DONE
+from blockx.core.dispatch.types import PinnedCall, RetryPolicy
+from blockx.core.dispatch.commands import BindCall
+from blockx.core.dispatch.types import PinnedCall
 
-from tests.unit.core.test_dispatcher_harness import Harness
+from tests.unit.core.dispatch.harness import Harness, spec
+from tests.unit.core.dispatch.harness import Harness
+
+
+def test_progress_of_a_call_list_counts_done_failed_and_retries():
+    h = Harness(contexts=8)
+    assert h.core.task_progress("t") is None
+    h.submit("t", [spec("f", i) for i in range(4)], policy="CONTINUE", retry=RetryPolicy(2, 10, 0))
+    assert h.core.task_progress("t") == (4, 0, 0, 0)
+    h.complete("t/0")
+    assert h.core.task_progress("t") == (4, 1, 0, 0)
+    h.fail("t/1", retryable=True)                 # first attempt: retried, not done
+    assert h.core.task_progress("t") == (4, 1, 0, 1)
+    h.advance(10)
+    h.fail("t/1", retryable=True)                 # second and last attempt: a failed root
+    assert h.core.task_progress("t") == (4, 2, 1, 1)
+    h.complete("t/2")
+    h.complete("t/3")
+    assert h.core.task_progress("t") == (4, 4, 1, 1)
+    assert "t" in h.converged
+    h.run(h.core.remove_task("t"))
+    assert h.core.task_progress("t") is None
+
+
+def test_progress_of_a_stream_has_no_total_until_production_ends():
+    h = Harness(contexts=8)
+    h.feed(h.core.commit_call_stream("s", "FAST_FAIL", None, "", h.now))
+    assert h.core.task_progress("s") == (0, 0, 0, 0)
+    h.feed(h.core.commit_call_batch(h.core.prepare_call_batch("s", 0, [spec("f", 0), spec("f", 1)]), h.now))
+    h.complete("s/0.0")
+    assert h.core.task_progress("s") == (0, 1, 0, 0)
+    h.feed(h.core.production_done("s", h.now))
+    assert h.core.task_progress("s") == (2, 1, 0, 0)
+    h.complete("s/0.1")
+    assert h.core.task_progress("s") == (2, 2, 0, 0)
+
+
+def test_fast_fail_drain_counts_cancelled_roots_as_done():
+    h = Harness(contexts=1)                        # one in flight at a time: the rest wait
+    h.submit("t", [spec("f", 0), spec("f", 1), spec("f", 2)])
+    h.fail("t/0")
+    total, done, failed, retried = h.core.task_progress("t")
+    assert (total, done, failed, retried) == (3, 3, 1, 0)
+
 
 WINDOW = 3
+
+
 MAX_INFLIGHT = 4
+
+
 EXECUTORS = ("e1", "e2")
+
+
 POISON = "p"   # a root of this function always fails with a user error
 
 
@@ -38,7 +94,7 @@ class DispatcherMachine(RuleBasedStateMachine):
                                           executor_max_inflight=MAX_INFLIGHT,
                                           base_backoff_ms=10, default_retry_jitter_percent=5),
                          rand=lambda: 0.5, executors=EXECUTORS, contexts=3)
-        self.tasks: dict[str, tuple[str, list[CallSpec]]] = {}
+        self.tasks: dict[str, tuple[str, list[PinnedCall]]] = {}
         self.cancelled: set[str] = set()
         self.lost: set[str] = set()
         self.hb = 1
@@ -49,12 +105,12 @@ class DispatcherMachine(RuleBasedStateMachine):
         self.done_counts: dict[str, int] = {}
         core = self.h.core
 
-        def counting(ctx):      # the DispatchLoop calls it as ctx enters DONE
+        def counting(ctx):      # the CallLifecycle calls it as ctx enters DONE
             assert ctx.state != DONE
             if ctx.parent is None:
                 self.done_counts[ctx.call_id] = self.done_counts.get(ctx.call_id, 0) + 1
 
-        core._loop.on_terminal = counting
+        core.lifecycle.on_terminal = counting
 
     # --- rules ---------------------------------------------------------------------
 
@@ -65,7 +121,7 @@ class DispatcherMachine(RuleBasedStateMachine):
     def add_task(self, keys, policy, instance):
         self.n += 1
         tid = f"t{self.n}"
-        calls = [CallSpec(fn, "d", orjson.dumps([a])) for fn, a in keys]
+        calls = [PinnedCall(fn, "d", orjson.dumps([a])) for fn, a in keys]
         self.tasks[tid] = (policy, calls)
         self.h.submit(tid, calls, policy, RetryPolicy(10_000, 0, 5), instance)
 
@@ -247,6 +303,30 @@ class DispatcherMachine(RuleBasedStateMachine):
 
 
 TestDispatcherMachine = DispatcherMachine.TestCase
+
+
 TestDispatcherMachine.settings = settings(
     max_examples=100, stateful_step_count=30, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_harness_runs_a_task_to_convergence():
+    h = Harness()
+    h.submit("t", [spec("f", i) for i in range(3)])
+    assert sorted(h.live) == ["t/0", "t/1", "t/2"]
+    for cid in list(h.live):
+        h.complete(cid)
+    c = h.converged["t"]
+    assert c.ok and c.outputs == [b'{"r":[0]}', b'{"r":[1]}', b'{"r":[2]}']
+    assert h.bound == {}
+
+
+def test_harness_fires_timers_exactly_at_their_deadline():
+    h = Harness(DispatcherConfig(base_backoff_ms=100, default_retry_jitter_percent=0))
+    h.submit("t", [spec("f", 1)])
+    h.fail("t/0", "EXECUTOR_LOST", True)
+    assert h.timers == [(100, 1, "t/0")]
+    h.advance(99)
+    assert "t/0" not in h.live
+    h.advance(1)
+    assert h.now == 100 and h.attempt("t/0") == 2

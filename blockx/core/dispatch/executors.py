@@ -28,8 +28,8 @@ from typing import Any, Callable, Iterable
 
 from blockx._fast import load
 
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_types import ExecutorSnapshot
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.types import ExecutorSnapshot
 
 
 # An executor's record (view, heartbeat compensation, calls bound there); kept in

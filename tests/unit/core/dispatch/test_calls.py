@@ -1,16 +1,16 @@
-"""CallTable: the calls by id, and CallContext's starting state."""
-from blockx.core.dispatcher_calls import DONE, READY, RUNNING, CallContext, CallTable
+"""CallTable: the calls by id, and CallRecord's starting state."""
+from blockx.core.dispatch.calls import DONE, READY, RUNNING, CallRecord, CallTable
 
 
-def _ctx(call_id: str) -> CallContext:
-    return CallContext(call_id, "f", "d", "main", b"[]", b"k-" + call_id.encode(), 0, 0)
+def _ctx(call_id: str) -> CallRecord:
+    return CallRecord(call_id, "f", "d", "main", b"[]", b"k-" + call_id.encode(), 0, 0)
 
 
 def test_a_new_call_is_ready_unbound_and_has_no_attempt():
     c = _ctx("t/0")
     assert (c.state, c.bound, c.attempt_count, c.exec, c.parent, c.parked, c.retry_armed) == (
         READY, False, 0, None, None, False, False)
-    assert repr(c) == "<CallContext t/0 READY attempt=0 executor=''>"
+    assert repr(c) == "<CallRecord t/0 READY attempt=0 executor=''>"
 
 
 def test_add_forget_and_lookups():

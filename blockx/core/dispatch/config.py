@@ -1,5 +1,5 @@
-"""DispatcherCore configuration (spec: ``core.DispatcherConfig`` plus the stream
-build window the dispatcher enforces).
+"""DispatcherCore configuration: the scheduler's limits plus the stream build
+window the dispatcher enforces.
 
 Rules: every field is a plain int (bools only where named), all times are int ms,
 0 means "disabled / unlimited" where the field says so. Each setting's constraint
@@ -13,7 +13,7 @@ The wedge threshold ``scheduler_stall_timeout_ms`` is derived from the call
 budget: a call that merely uses its whole budget must never look like a wedged
 executor, so an explicit value at or below ``call_deadline_ms + 1000`` is raised
 to ``call_deadline_ms + 5000``. The same formula holds for an unlimited budget
-(``call_deadline_ms = 0``): the spec derives 5,000 ms there, so a call that never
+(``call_deadline_ms = 0``): 5,000 ms there, so a call that never
 yields to its executor's scheduler is still stopped by the backstop (a call with
 no budget must yield now and then, e.g. through the SDK, to run longer). Deriving
 twice is idempotent, so the app may pass an already-derived value.

@@ -10,34 +10,23 @@ from __future__ import annotations
 from collections import deque
 
 import orjson
-import pytest
 
-from blockx._fast import implementations
-from blockx.core.dispatcher import DispatcherCore
-from blockx.core.dispatcher_commands import (
+from blockx.core.dispatch.dispatcher import DispatcherCore
+from blockx.core.dispatch.commands import (
     ArmCallRetry, BatchSettled, BindCall, CancelCallCmd, CompleteCallFromCache, ConvergeTaskCalls,
     DispatchCallCmd, StopCallProduction, SubcallDone, UnbindCall)
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_types import CallSpec, ExecutorSnapshot
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.types import PinnedCall, ExecutorSnapshot
 
 
-def impl_modules():
-    """[(label, {"readyqueue": m, "scoring": m, "cachekey": m})] per implementation."""
-    rq = dict(implementations("readyqueue"))
-    sc = dict(implementations("scoring"))
-    ck = dict(implementations("cachekey"))
-    return [(label, {"readyqueue": rq[label], "scoring": sc[label], "cachekey": ck[label]})
-            for label in rq]
-
-
-def spec(fn: str, *args, digest: str = "d0") -> CallSpec:
-    return CallSpec(fn, digest, orjson.dumps(list(args), option=orjson.OPT_SORT_KEYS))
+def spec(fn: str, *args, digest: str = "d0") -> PinnedCall:
+    return PinnedCall(fn, digest, orjson.dumps(list(args), option=orjson.OPT_SORT_KEYS))
 
 
 class Harness:
     def __init__(self, config: DispatcherConfig | None = None, rand=lambda: 0.0,
-                 executors=("e1",), contexts: int = 8, modules: dict | None = None) -> None:
-        self.core = DispatcherCore(config or DispatcherConfig(), rand, **(modules or {}))
+                 executors=("e1",), contexts: int = 8) -> None:
+        self.core = DispatcherCore(config or DispatcherConfig(), rand)
         self.now = 0
         self.log: list = []
         self.live: dict[str, DispatchCallCmd] = {}     # call_id -> current attempt on an executor
@@ -176,26 +165,3 @@ class Harness:
 
 def of_type(cmds, t) -> list:
     return [c for c in cmds if type(c) is t]
-
-
-@pytest.mark.parametrize("label,modules", impl_modules(), ids=[l for l, _ in impl_modules()])
-def test_harness_runs_a_task_to_convergence_on_each_implementation(label, modules):
-    h = Harness(modules=modules)
-    h.submit("t", [spec("f", i) for i in range(3)])
-    assert sorted(h.live) == ["t/0", "t/1", "t/2"]
-    for cid in list(h.live):
-        h.complete(cid)
-    c = h.converged["t"]
-    assert c.ok and c.outputs == [b'{"r":[0]}', b'{"r":[1]}', b'{"r":[2]}']
-    assert h.bound == {}
-
-
-def test_harness_fires_timers_exactly_at_their_deadline():
-    h = Harness(DispatcherConfig(base_backoff_ms=100, default_retry_jitter_percent=0))
-    h.submit("t", [spec("f", 1)])
-    h.fail("t/0", "EXECUTOR_LOST", True)
-    assert h.timers == [(100, 1, "t/0")]
-    h.advance(99)
-    assert "t/0" not in h.live
-    h.advance(1)
-    assert h.now == 100 and h.attempt("t/0") == 2

@@ -1,15 +1,15 @@
 """CallIntake on its own: prepare touches nothing, commit hands the calls to
-the TaskTable, and the stream's order and credit window are enforced."""
+the TaskCallTable, and the stream's order and credit window are enforced."""
 import pytest
 
 from blockx._fast import load
+from blockx.core.dispatch.commands import BatchSettled
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.intake import CallIntake
 
-from blockx.core.dispatcher_commands import BatchSettled
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_intake import CallIntake
+from tests.unit.core.dispatch.parts import Parts
+from tests.unit.core.dispatch.harness import spec
 
-from tests.unit.core.dispatcher_parts import Parts
-from tests.unit.core.test_dispatcher_harness import spec
 
 _loop = load("dispatchloop")
 

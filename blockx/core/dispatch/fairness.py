@@ -1,4 +1,4 @@
-"""Which task gets the next admission (spec TryDispatchNext / tryDispatchNextFair).
+"""Which task gets the next admission, with or without instance fairness.
 
 Theory of operation:
 - Tasks are grouped by instance (the Task's ``instance_id``). Without instance

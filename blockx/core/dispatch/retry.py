@@ -1,4 +1,4 @@
-"""Retries (spec computeBackoff, ArmCallRetry) and retry-policy resolution.
+"""Retries (the backoff delay, ArmCallRetry) and retry-policy resolution.
 
 The RetryScheduler decides when a call runs again and says why. After a
 retryable failure of attempt n the delay is ``base * 2^(n-1)``, capped at
@@ -10,19 +10,20 @@ that failed together (an executor loss fails all its calls at once). A call
 whose bind failed consumed no attempt: it is re-queued at once and that is not
 a retry (``ArmCallRetry.is_retry`` is false, call_retries unchanged).
 
-A READY call with ``retry_armed`` set is owned by the adapter's timer; only
-``fire`` hands it back, and only once (a timer of a call that ended or was
-re-armed meanwhile finds the flag cleared).
+The RetryScheduler only computes: the call's state (READY, ``retry_armed``)
+is set by the CallLifecycle before it asks for the timer. A READY call with
+``retry_armed`` set is owned by the adapter's timer; only the lifecycle's
+``retry_ready`` hands it back, and only once (a timer of a call that ended or
+was re-armed meanwhile finds the flag cleared).
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from blockx.core.config import MAX_RETRY_JITTER_PERCENT
-from blockx.core.dispatcher_calls import READY
-from blockx.core.dispatcher_commands import ArmCallRetry
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_types import RetryPolicy
+from blockx.core.dispatch.commands import ArmCallRetry
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.types import RetryPolicy
 
 _MAX_SHIFT = 40  # 2^40 ms is ~35 years: far beyond any cap, and keeps ints small
 
@@ -89,12 +90,10 @@ class RetryScheduler:
         return (retryable and ctx.parent is None and ctx.attempt_count < task.max_attempts
                 and not task.stop_dispatching)
 
-    def retry(self, ctx: Any, now: int, out: list) -> None:
-        """Back off after a retryably failed attempt: a retry, counted in the task."""
+    def arm(self, ctx: Any, now: int, out: list) -> None:
+        """The backoff after a retryably failed attempt (the lifecycle has put the
+        call back to READY): a retry, counted in the task, and its timer."""
         task = ctx.task
-        ctx.state = READY
-        ctx.bound = False
-        ctx.retry_armed = True
         task.call_retries += 1
         delay = compute_backoff(ctx.attempt_count, task.base_backoff_ms, task.jitter_percent,
                                 self._rand, self._max_backoff)
@@ -103,13 +102,4 @@ class RetryScheduler:
     @staticmethod
     def requeue(ctx: Any, now: int, out: list) -> None:
         """A failed bind: run again at once; no attempt was consumed."""
-        ctx.retry_armed = True
         out.append(ArmCallRetry(ctx.call_id, now, False))
-
-    @staticmethod
-    def fire(ctx: Any) -> bool:
-        """The timer fired: True when the call is still waiting for it."""
-        if ctx.state != READY or not ctx.retry_armed:
-            return False
-        ctx.retry_armed = False
-        return True

@@ -1,77 +1,36 @@
-"""DispatcherCore basics: config, registration, admission, outputs, cache,
-singleflight, failure policies, cancellation."""
+"""CallLifecycle, the call events, through the DispatcherCore and the fake
+adapter: registration, admission, outputs, cache, singleflight, failure
+policies, cancellation; what the core tells the adapter about a terminal frame
+and a retry; stale events; executor loss.
+
+Terminal frames: the adapter counts its call metrics from these answers, so
+they must be exact: an accepted CallCompleted / CallFailed frame is answered
+with commands that start with UnbindCall for that call; a stale or duplicated
+one with no command at all. ArmCallRetry says whether it arms a retry (an
+attempt failed retryably) or re-queues a call whose bind failed (no attempt
+consumed).
+
+Stale events: a failure for a READY call that already ran (backing off) or with
+another attempt seq is dropped; DONE ignores every late terminal event; nothing
+stale changes accounting.
+
+Executor loss: every in-flight call on it fails retryably (EXECUTOR_LOST),
+subtrees are cancelled, other executors are untouched."""
 import pytest
 
-from blockx.core.config import ConfigError
-from blockx.core.dispatcher import DispatcherCore
-from blockx.core.dispatcher_commands import (
+from blockx.core.dispatch.commands import (
     ArmCallRetry, BindCall, CancelCallCmd, CompleteCallFromCache, DispatchCallCmd, UnbindCall)
-from blockx.core.dispatcher_config import DispatcherConfig, derive_stall_timeout_ms
-from blockx.core.dispatcher_types import CallSpec, RetryPolicy
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.types import PinnedCall, RetryPolicy
+from blockx.core.dispatch.commands import ArmCallRetry, UnbindCall
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.types import RetryPolicy
+from blockx.core.dispatch.commands import ArmCallRetry
+from blockx.core.dispatch.commands import (
+    ArmCallRetry, BindCall, CancelCallCmd, SubcallDone, UnbindCall)
 
-from tests.unit.core.test_dispatcher_harness import Harness, of_type, spec
+from tests.unit.core.dispatch.harness import Harness, of_type, spec
 
-
-# --- config ------------------------------------------------------------------------
-
-def test_config_defaults_match_the_spec():
-    c = DispatcherConfig()
-    assert (c.executor_max_inflight, c.executor_max_runnable, c.executor_selection_sample_size,
-            c.executor_memory_high_watermark, c.task_max_inflight_calls, c.call_deadline_ms,
-            c.max_subcall_depth, c.base_backoff_ms, c.default_max_attempts,
-            c.default_retry_jitter_percent, c.instance_fairness, c.instance_fairness_quantum,
-            c.max_collected_output_bytes, c.max_outstanding_batches, c.batch_max_rows,
-            c.batch_max_args_bytes) == (128, 128, 0, 0, 1024, 5000, 8, 10, 3, 5, False, 0, 0, 2,
-                                        8192, 32 * 1024 * 1024)
-    assert c.effective_stall_timeout_ms == 10_000
-    assert c.validate() is c
-
-
-@pytest.mark.parametrize("deadline,explicit,expected", [
-    (5000, 0, 10_000),      # derived
-    (5000, 6000, 10_000),   # at deadline + 1000: raised
-    (5000, 6001, 6001),     # above: kept
-    (5000, 20_000, 20_000),
-    (0, 0, 5000),           # unlimited budget: the spec still derives 0 + 5000 (issue 14)
-    (0, 1000, 5000),        # at deadline + 1000: raised
-    (0, 1001, 1001),
-    (0, 7000, 7000),
-])
-def test_stall_timeout_derivation(deadline, explicit, expected):
-    assert derive_stall_timeout_ms(deadline, explicit) == expected
-    # Idempotent: the app may pass an already-derived value.
-    assert derive_stall_timeout_ms(deadline, expected) == expected
-
-
-def test_config_validate_lists_every_problem():
-    c = DispatcherConfig(executor_max_inflight=0, task_max_inflight_calls=-1,
-                         default_retry_jitter_percent=6, instance_fairness_quantum=-1)
-    with pytest.raises(ConfigError) as e:
-        c.validate()
-    msg = str(e.value)
-    assert "dispatcher.executorMaxInflight must be > 0, got 0" in msg
-    assert "dispatcher.taskMaxInflightCalls must be > 0, got -1" in msg
-    assert "defaultRetryJitterPercent must be between 0 and 5, got 6" in msg
-    assert "instanceFairnessQuantum must be >= 0, got -1" in msg
-    assert len(e.value.violations) == 4
-
-
-def test_config_rejects_non_integers_and_core_validates_on_construction():
-    with pytest.raises(ConfigError, match="callDeadlineMs must be an integer, got 1.5"):
-        DispatcherConfig(call_deadline_ms=1.5).validate()
-    with pytest.raises(ConfigError, match="instanceFairness must be true or false"):
-        DispatcherConfig(instance_fairness=1).validate()
-    with pytest.raises(ConfigError):
-        DispatcherCore(DispatcherConfig(batch_max_rows=0), lambda: 0.0)
-
-
-def test_quantum_effective_value():
-    assert DispatcherConfig(instance_fairness_quantum=0).effective_fairness_quantum == 1
-    assert DispatcherConfig(instance_fairness_quantum=1).effective_fairness_quantum == 1
-    assert DispatcherConfig(instance_fairness_quantum=7).effective_fairness_quantum == 7
-
-
-# --- registration --------------------------------------------------------------------
 
 def test_prepare_has_no_side_effects_and_commit_registers():
     h = Harness()
@@ -90,9 +49,9 @@ def test_bad_input_gets_a_clear_error():
     with pytest.raises(ValueError, match="FAST_FAIL or CONTINUE, got 'SOMETIMES'"):
         core.prepare_call_phase("t", [], "SOMETIMES")
     with pytest.raises(ValueError, match="call 1 args_json must be canonical JSON bytes, got str"):
-        core.prepare_call_phase("t", [spec("f"), CallSpec("f", "d", "[1]")])
+        core.prepare_call_phase("t", [spec("f"), PinnedCall("f", "d", "[1]")])
     with pytest.raises(ValueError, match="call 0 needs a non-empty function_id"):
-        core.prepare_call_phase("t", [CallSpec("", "d", b"[]")])
+        core.prepare_call_phase("t", [PinnedCall("", "d", b"[]")])
     with pytest.raises(ValueError, match=r"call 0 must be \(function_id, digest, args_json"):
         core.prepare_call_phase("t", [("f", b"[]")])
     with pytest.raises(ValueError, match="max_attempts must be >= 0"):
@@ -117,11 +76,9 @@ def test_empty_call_list_converges_at_once():
     assert c.ok and c.outputs == [] and c.call_count == 0
 
 
-# --- admission and dispatch ----------------------------------------------------------
-
 def test_bind_then_dispatch_carries_the_call():
     h = Harness()
-    cmds = h.submit("t", [CallSpec("add", "sha", b"[1,2]", "entry")])
+    cmds = h.submit("t", [PinnedCall("add", "sha", b"[1,2]", "entry")])
     bind, disp = cmds[0], cmds[1]
     assert bind == BindCall("t/0", "e1", "t", False, "")
     assert disp == DispatchCallCmd("t/0", "e1", "t", "add", "sha", "entry", b"[1,2]", 5000, 1, "")
@@ -191,8 +148,6 @@ def test_round_robin_across_tasks_from_a_cold_start():
     assert [c.call_id for c in of_type(h.log, BindCall)] == ["a/0", "b/0", "a/1", "b/1", "a/2", "b/2"]
 
 
-# --- cache and singleflight --------------------------------------------------------
-
 def test_cache_hit_completes_without_an_executor():
     h = Harness(contexts=1)
     h.submit("t", [spec("f", 1), spec("g", 0), spec("f", 1)])
@@ -246,8 +201,6 @@ def test_a_failed_key_is_not_cached_and_runs_again():
     h.complete("t/2", output=b"ok")
     assert h.converged["t"].outputs == [b'{"r":[1]}', b"ok"]
 
-
-# --- failure policies ----------------------------------------------------------------
 
 def test_fast_fail_stops_dispatching_and_drains_once_inflight_reaches_zero():
     h = Harness(DispatcherConfig(task_max_inflight_calls=2))
@@ -320,8 +273,6 @@ def test_continue_all_failed_is_retryable_when_every_failure_was():
     h.fail("t/0", "EXECUTOR_LOST", True)
     assert h.converged["t"].retryable
 
-
-# --- waiting / resume, cancellation, removal -----------------------------------------
 
 def test_waiting_and_resumed_transitions():
     h = Harness()
@@ -397,3 +348,242 @@ def test_epilogue_is_quiet_when_nothing_changed():
     h = Harness()
     h.submit("t", [spec("f", 1)])
     assert h.core.epilogue(h.now) == []
+
+
+def test_an_accepted_completion_starts_with_unbind_and_a_duplicate_gets_nothing():
+    h = Harness()
+    h.submit("t", [spec("f", 1), spec("f", 2)])
+    attempt = h.attempt("t/0")
+    first = h.core.handle_call_completed("t/0", attempt, b"1", 0, h.now)
+    assert first[0] == UnbindCall("t/0", "e1")
+    assert h.core.handle_call_completed("t/0", attempt, b"1", 0, h.now) == []
+
+
+def test_an_accepted_failure_starts_with_unbind_and_a_duplicate_gets_nothing():
+    h = Harness()
+    h.submit("t", [spec("f", 1), spec("f", 2)], "CONTINUE")
+    attempt = h.attempt("t/0")
+    first = h.core.handle_call_failed("t/0", attempt, "USER_ERROR", False, "boom", h.now)
+    assert first[0] == UnbindCall("t/0", "e1")
+    assert h.core.handle_call_failed("t/0", attempt, "USER_ERROR", False, "boom", h.now) == []
+
+
+def test_frames_of_an_attempt_that_was_retried_get_nothing():
+    h = Harness(DispatcherConfig(base_backoff_ms=100, default_retry_jitter_percent=0))
+    h.submit("t", [spec("f", 1)])
+    h.fail("t/0", "IO_ERROR", True)
+    h.advance(100)
+    assert h.attempt("t/0") == 2
+    assert h.core.handle_call_failed("t/0", 1, "IO_ERROR", True, "late", h.now) == []
+    assert h.core.handle_call_completed("t/0", 1, b"1", 0, h.now) == []
+    assert h.core.call_state("t/0") == "RUNNING"
+
+
+def test_a_retry_after_a_failed_attempt_is_flagged_as_a_retry():
+    h = Harness(DispatcherConfig(base_backoff_ms=100, default_retry_jitter_percent=0))
+    h.submit("t", [spec("f", 1)])
+    cmds = h.fail("t/0", "IO_ERROR", True)
+    assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 100, True)]
+
+
+def test_a_retry_without_backoff_is_still_flagged_as_a_retry():
+    h = Harness(DispatcherConfig(base_backoff_ms=0, default_retry_jitter_percent=0))
+    h.submit("t", [spec("f", 1)], retry=RetryPolicy(3, 0, 0))
+    cmds = h.fail("t/0", "IO_ERROR", True)
+    assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 0, True)]
+
+
+def test_a_re_arm_after_a_failed_bind_is_not_a_retry():
+    h = Harness(executors=("e1", "e2"))
+    h.fail_binds.add("e1")
+    h.set_executor("e2", usable_contexts=0)
+    cmds = h.submit("t", [spec("f", 1)])
+    assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 0, False)]
+
+
+def _retrying_harness():
+    h = Harness(DispatcherConfig(default_retry_jitter_percent=0, base_backoff_ms=100))
+    h.submit("t", [spec("f", 1)])
+    h.fail("t/0", "EXECUTOR_LOST", True)
+    return h
+
+
+def test_failure_while_backing_off_is_stale():
+    h = _retrying_harness()
+    assert h.core.call_state("t/0") == "READY" and h.core.call_attempts("t/0") == 1
+    # A duplicate failure report for attempt 1 (e.g. executor lost after CallFailed).
+    assert h.core.handle_call_failed("t/0", 1, "EXECUTOR_LOST", True, "dup", h.now) == []
+    assert len(h.timers) == 1
+    h.advance(100)
+    assert h.attempt("t/0") == 2
+
+
+def test_failure_with_an_old_attempt_seq_is_stale():
+    h = _retrying_harness()
+    h.advance(100)
+    assert h.core.handle_call_failed("t/0", 1, "USER_ERROR", False, "old", h.now) == []
+    assert h.core.call_state("t/0") == "RUNNING"
+    assert h.core.handle_call_failed("t/0", 3, "USER_ERROR", False, "future", h.now) == []
+    h.complete("t/0", output=b"ok")
+    assert h.converged["t"].ok and h.converged["t"].calls_failed == 0
+
+
+def test_completion_of_an_old_attempt_is_ignored():
+    h = _retrying_harness()
+    h.advance(100)
+    assert h.core.handle_call_completed("t/0", 1, b"old", 0, h.now) == []
+    assert h.core.call_state("t/0") == "RUNNING"
+    h.complete("t/0", output=b"new")
+    assert h.converged["t"].outputs == [b"new"]
+
+
+def test_completion_while_backing_off_is_ignored():
+    h = _retrying_harness()
+    assert h.core.handle_call_completed("t/0", 1, b"late", 0, h.now) == []
+    assert h.core.call_state("t/0") == "READY"
+
+
+def test_done_ignores_every_late_event():
+    h = Harness(DispatcherConfig(task_max_inflight_calls=1))
+    h.submit("t", [spec("f", 1), spec("f", 2)])
+    h.complete("t/0", output=b"first")
+    core = h.core
+    assert core.call_state("t/0") == "DONE"
+    assert core.handle_call_completed("t/0", 1, b"again", 0, h.now) == []
+    assert core.handle_call_failed("t/0", 1, "USER_ERROR", False, "late", h.now) == []
+    assert core.handle_call_waiting("t/0", 1, h.now) == []
+    assert core.handle_call_resumed("t/0", h.now) == []
+    assert core.handle_retry_ready("t/0", h.now) == []
+    assert core.call_state("t/0") == "DONE"
+    h.complete("t/1", output=b"second")
+    c = h.converged["t"]
+    assert c.outputs == [b"first", b"second"] and c.calls_failed == 0
+
+
+def test_events_for_unknown_calls_are_ignored():
+    core = Harness().core
+    assert core.handle_call_completed("nope/0", 1, b"1", 0, 0) == []
+    assert core.handle_call_failed("nope/0", 1, "USER_ERROR", False, "", 0) == []
+    assert core.handle_call_waiting("nope/0", 1, 0) == []
+    assert core.handle_call_resumed("nope/0", 0) == []
+    assert core.handle_retry_ready("nope/0", 0) == []
+    assert core.handle_bind_failed("nope/0", 0) == []
+    assert core.handle_executor_bound("nope/0", 0) == []
+
+
+def test_terminal_events_before_the_bind_is_confirmed_are_stale():
+    h = Harness()
+    p = h.core.prepare_call_phase("t", [spec("f", 1)])
+    h.core.commit_call_phase(p, 0)
+    h.core.dispatch(0)   # BindCall emitted, not yet confirmed
+    assert h.core.handle_call_failed("t/0", 1, "USER_ERROR", False, "", 0) == []
+    assert h.core.handle_call_completed("t/0", 1, b"1", 0, 0) == []
+    assert h.core.call_state("t/0") == "RUNNING"
+
+
+def test_stale_failure_does_not_arm_a_second_timer():
+    h = _retrying_harness()
+    cmds = h.core.handle_call_failed("t/0", 1, "OUTBOX_FULL", True, "", h.now)
+    assert of_type(cmds, ArmCallRetry) == [] and len(h.timers) == 1
+    # A duplicate retry-ready event (timer fired twice) queues the call once.
+    h.advance(100)
+    assert h.core.handle_retry_ready("t/0", h.now) == []
+    assert h.core.task_ready("t") == 0
+
+
+def _two_executors(**cfg):
+    cfg.setdefault("default_retry_jitter_percent", 0)
+    return Harness(DispatcherConfig(**cfg), executors=("a", "b"), contexts=10)
+
+
+def test_inflight_calls_on_the_lost_executor_are_retried_elsewhere():
+    h = _two_executors()
+    h.submit("t", [spec("f", i) for i in range(4)])
+    on_a = sorted(c for c, cmd in h.live.items() if cmd.executor_id == "a")
+    on_b = sorted(c for c, cmd in h.live.items() if cmd.executor_id == "b")
+    assert on_a and on_b
+    cmds = h.lose("a")
+    assert sorted(c.call_id for c in of_type(cmds, UnbindCall)) == on_a
+    assert sorted((c.call_id, c.fire_at_ms) for c in of_type(cmds, ArmCallRetry)) == [
+        (c, 10) for c in on_a]
+    assert h.core.executor_view("a").healthy is False
+    assert h.core.executor_view("a").local_inflight == 0
+    assert sorted(h.live) == on_b                 # b's calls untouched
+    h.advance(10)
+    for c in on_a:
+        assert h.live[c].executor_id == "b" and h.live[c].attempt_seq == 2
+    for c in list(h.live):
+        h.complete(c)
+    t = h.converged["t"]
+    assert t.ok and len(t.outputs) == 4 and t.call_retries == len(on_a)
+
+
+def test_late_frames_from_the_lost_executor_are_stale():
+    h = _two_executors()
+    h.submit("t", [spec("f", 1)])
+    eid = h.live["t/0"].executor_id
+    h.lose(eid)
+    assert h.core.handle_call_completed("t/0", 1, b"late", 0, h.now) == []
+    assert h.core.handle_call_failed("t/0", 1, "EXECUTOR_LOST", True, "", h.now) == []
+    h.advance(10)
+    assert h.attempt("t/0") == 2
+
+
+def test_losing_every_attempt_fails_the_task_retryably():
+    h = Harness(DispatcherConfig(default_retry_jitter_percent=0), executors=("a",))
+    h.submit("t", [spec("f", 1)])
+    for _ in range(2):
+        h.lose("a")
+        h.set_executor("a", usable_contexts=8)
+        h.advance(1000)
+    h.lose("a")
+    c = h.converged["t"]
+    assert not c.ok and c.retryable and "EXECUTOR_LOST" in c.failure_message
+
+
+def test_subtree_on_the_lost_executor_is_cancelled_not_resumed():
+    h = _two_executors()
+    h.submit("t", [spec("f", 1)])
+    eid = h.live["t/0"].executor_id
+    child, _ = h.subcall("t/0", "g", 1)
+    grand, _ = h.subcall(child, "k", 1)
+    assert h.core.executor_calls(eid) == ["t/0", child, grand]
+    cmds = h.lose(eid)
+    assert sorted(c.call_id for c in of_type(cmds, CancelCallCmd)) == sorted([child, grand])
+    assert of_type(cmds, SubcallDone) == []
+    assert h.core.executor_calls(eid) == []
+    assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 10, True)]
+
+
+def test_an_unconfirmed_bind_on_the_lost_executor_is_rolled_back():
+    h = Harness(executors=("a",))
+    p = h.core.prepare_call_phase("t", [spec("f", 1)])
+    h.core.commit_call_phase(p, 0)
+    assert of_type(h.core.dispatch(0), BindCall)
+    cmds = h.core.handle_executor_lost("a", 0)
+    assert cmds == [ArmCallRetry("t/0", 0, False)]
+    assert h.core.call_attempts("t/0") == 0
+
+
+def test_unknown_executor_loss_is_ignored():
+    h = Harness()
+    assert h.core.handle_executor_lost("ghost", 0) == []
+
+
+def test_lost_executor_is_not_selected_until_a_snapshot_restores_it():
+    h = Harness(executors=("a",))
+    h.lose("a")
+    h.submit("t", [spec("f", 1)])
+    assert h.live == {}
+    h.set_executor("a", usable_contexts=8, heartbeat_seq=1)
+    assert list(h.live) == ["t/0"]
+
+
+def test_a_loss_detail_reaches_the_failure_message():
+    # The sandbox names the limit that killed an executor.
+    h = Harness(DispatcherConfig(default_retry_jitter_percent=0), executors=("a",))
+    h.submit("t", [spec("f", 1)], retry=(1, 0, 0))
+    h.core.handle_executor_lost("a", h.now, "killed by its memory limit")
+    h.advance(0)
+    c = h.converged["t"]
+    assert "EXECUTOR_LOST: executor a lost: killed by its memory limit" in c.failure_message, c.failure_message

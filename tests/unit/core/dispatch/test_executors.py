@@ -2,11 +2,11 @@
 compensation."""
 import pytest
 
-from blockx.core.dispatcher_commands import BindCall
-from blockx.core.dispatcher_config import DispatcherConfig
-from blockx.core.dispatcher_types import ExecutorSnapshot
+from blockx.core.dispatch.commands import BindCall
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.types import ExecutorSnapshot
 
-from tests.unit.core.test_dispatcher_harness import Harness, of_type, spec
+from tests.unit.core.dispatch.harness import Harness, of_type, spec
 
 
 def _first_bind(h, now=0):
@@ -162,12 +162,12 @@ def test_runnable_threshold_reopens_after_completions():
 def test_views_are_kept_sorted_and_updated_in_place():
     h = Harness(executors=("c", "a", "b"))
     core = h.core
-    views = core._exec.views
+    views = core.executors.views
     assert [v.executor_id for v in views] == ["a", "b", "c"]
     va = core.executor_view("a")
     h.set_executor("a", memory_bytes=123)
     assert core.executor_view("a") is va and va.memory_bytes == 123
-    assert core._exec.views is views
+    assert core.executors.views is views
 
 
 def test_executor_missing_from_a_snapshot_is_detached():

@@ -1,0 +1,22 @@
+"""The Worker-global call dispatcher: a Sans-IO scheduler of function calls
+over the attached executors.
+
+One module per part, each opening with the rules of the state it owns;
+``dispatcher.DispatcherCore`` builds them in dependency order:
+
+  types      inputs (call specs, retry policy, executor snapshots) and the
+             error-kind / rejection strings shared with the adapter
+  config     DispatcherConfig and its validation rules
+  commands   the commands the dispatcher returns to the adapter
+  calls      the call record's states and the CallTable (calls by id)
+  fairness   TaskScheduler: which task admits next (instance fairness)
+  executors  ExecutorTable: executor views and records, Filter -> Score
+  tasks      TaskCallTable: per-task call state, batches, dirty set,
+             flush/settle/converge, cancel
+  subcalls   SubcallBinder: subcall checks, binding beside the parent, parking
+  retry      RetryScheduler: backoff with jitter, ArmCallRetry
+  intake     CallIntake: prepare/commit of call phases and stream batches
+  dispatcher DispatcherCore: builds the parts and exposes the call events
+
+This package imports nothing itself, so a part can be imported alone.
+"""

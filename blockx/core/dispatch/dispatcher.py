@@ -1,0 +1,145 @@
+"""DispatcherCore: the Worker-global, Sans-IO call scheduler. It builds the
+dispatcher's parts in dependency order and exposes them; it owns no state and
+runs no logic of its own.
+
+Rules: single writer (the adapter's dispatch actor); every input is a method
+call carrying ``now`` (int ms); every output is a list of commands
+(``commands``) that the adapter executes in order, feeding results back as
+events. The core never reads a clock, sleeps, or picks a random number (retry
+jitter and the start of a sampled executor scan come from the injected
+``rand``). Command lists never alias core state.
+
+Driving it (the adapter's loop):
+  1. register work through the CallIntake: ``prepare_call_phase`` (pure, may
+     run off-actor) then ``commit_call_phase``; or ``commit_call_stream`` + per
+     batch ``prepare_call_batch`` / ``commit_call_batch`` + ``production_done``;
+  2. feed events to the CallLifecycle: ``handle_executor_bound`` /
+     ``handle_bind_failed`` (right after executing a BindCall),
+     ``handle_call_waiting``, ``handle_call_resumed``, ``handle_call_completed``,
+     ``handle_call_failed``, ``handle_retry_ready``,
+     ``handle_executor_snapshot_updated``, ``handle_executor_lost``,
+     ``add_subcall``, ``cancel_task`` / ``remove_task``;
+  3. after each event or batch of events run ``epilogue(now)``: ``dispatch``
+     (admit as much as possible) then ``flush_dirty_tasks`` (stop / drain /
+     settle / converge). Handlers never admit new work themselves, so a chunk of
+     completions costs one epilogue.
+Those names are the owning part's bound methods, set once here (no frame of
+this class on any path); ``lifecycle``, ``intake``, ``tasks`` ... are the parts.
+
+Parts, in the order they are built (each takes only parts built before it):
+  calls      CallTable: calls by id (the CallRecord record and its states)
+  scheduler  TaskScheduler (fairness): which task admits next
+  executors  ExecutorTable: executor views and records, Filter -> Score
+  tasks      TaskCallTable: TaskCalls per task, batches, the dirty set, the
+             flush's stop / settle / converge steps
+  subcalls   SubcallBinder: subcall checks, binding beside the parent, parking
+  retry      RetryScheduler: backoff with jitter, ArmCallRetry
+  intake     CallIntake: prepare/commit of call phases and stream batches
+  lifecycle  CallLifecycle: every call event, terminal accounting, the drain,
+             cancellation of subtrees and tasks
+
+Call ids: roots of a one-shot call phase are ``f"{task_id}/{index}"``; roots
+of a streaming batch ``f"{task_id}/{batch_idx}.{row}"``; subcalls
+``f"{parent_call_id}/sub-{n}"`` with ``n`` from the SubcallBinder's counter.
+The last path segment tells the forms apart, so ids are unique across tasks.
+
+Theory of operation: per-task ReadyQueue, admission window
+(``task_max_inflight_calls`` root calls RUNNING/WAITING), a per-task cache of
+successful outputs and singleflight (a second call with the key of an
+in-flight root waits for it) keyed by ``cachekey.cache_key``; Filter -> Score
+executor selection; retries ``base * 2^(attempt-1)`` + jitter via
+ArmCallRetry; stale events dropped; FAST_FAIL stops dispatching on the first
+final root failure and drain-cancels the rest once nothing is in flight; DONE
+is entered only in ``CallLifecycle.set_terminal``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from blockx._fast import load
+from blockx.core.dispatch.calls import CallTable
+from blockx.core.dispatch.config import DispatcherConfig
+from blockx.core.dispatch.executors import ExecutorTable
+from blockx.core.dispatch.fairness import TaskScheduler
+from blockx.core.dispatch.intake import CallIntake
+from blockx.core.dispatch.lifecycle import CallLifecycle
+from blockx.core.dispatch.retry import RetryScheduler
+from blockx.core.dispatch.subcalls import SubcallBinder
+from blockx.core.dispatch.tasks import TaskCallTable
+
+__all__ = ["DispatcherCore"]
+
+
+class DispatcherCore:
+    def __init__(self, config: DispatcherConfig, rand: Callable[[], float]) -> None:
+        config.validate()
+        if not callable(rand):
+            raise TypeError("rand must be a callable returning a float in [0, 1)")
+        self.config = config
+        cache_key = load("cachekey").cache_key
+        self.calls = calls = CallTable()
+        self.scheduler = sched = TaskScheduler(config.instance_fairness,
+                                               config.effective_fairness_quantum,
+                                               config.task_max_inflight_calls)
+        self.executors = ex = ExecutorTable(load("scoring"), config, rand)
+        self.tasks = tasks = TaskCallTable(calls, ex, sched, load("readyqueue").ReadyQueue,
+                                       config.max_collected_output_bytes)
+        self.subcalls = subcalls = SubcallBinder(calls, ex, config.max_subcall_depth)
+        self.retry = retry = RetryScheduler(rand, config.max_backoff_ms)
+        self.intake = intake = CallIntake(config, tasks, cache_key)
+        self.lifecycle = life = CallLifecycle(calls.by_id, tasks, sched, ex, subcalls, retry,
+                                              config.call_deadline_ms,
+                                              config.max_collected_output_bytes)
+
+        # Registering calls (CallIntake).
+        self.prepare_call_phase = intake.prepare_call_phase
+        self.prepare_packed_call_phase = intake.prepare_packed_call_phase
+        self.commit_call_phase = intake.commit_call_phase
+        self.commit_call_stream = intake.commit_call_stream
+        self.prepare_call_batch = intake.prepare_call_batch
+        self.commit_call_batch = intake.commit_call_batch
+        self.production_done = intake.production_done
+        self.batch_credits = intake.batch_credits
+        # Call events (CallLifecycle).
+        self.dispatch = life.dispatch
+        self.flush_dirty_tasks = life.flush
+        self.epilogue = life.epilogue
+        self.handle_executor_bound = life.executor_bound
+        self.handle_bind_failed = life.bind_failed
+        self.handle_call_waiting = life.call_waiting
+        self.handle_call_resumed = life.call_resumed
+        self.add_subcall = life.add_subcall
+        self.handle_call_completed = life.call_completed
+        self.handle_call_failed = life.call_failed
+        self.handle_retry_ready = life.retry_ready
+        self.handle_executor_snapshot_updated = life.executor_snapshot
+        self.handle_executor_lost = life.executor_lost
+        self.cancel_task = life.cancel_task
+        self.remove_task = life.remove_task
+        # Introspection (tests, metrics, debugging; read-only).
+        self.call_state = tasks.call_state
+        self.call_attempts = tasks.call_attempts
+        self.has_task = tasks.__contains__
+        self.task_inflight = tasks.inflight
+        self.task_ready = tasks.ready_count
+        self.task_progress = tasks.progress
+        self.executor_view = ex.view
+        self.executor_calls = ex.call_ids
+        self.filter_reasons = ex.filter_reasons
+        self.instance_inflight = sched.instance_inflight
+        self.pending_bind_subcalls = subcalls.parked_ids
+
+    @property
+    def call_count(self) -> int:
+        """Call contexts held (roots and subcalls not yet settled)."""
+        return len(self.calls)
+
+    @property
+    def queued_call_count(self) -> int:
+        """Roots READY and waiting for an executor, across tasks (memory
+        diagnostics; O(tasks), never on the hot path)."""
+        return self.tasks.queued_count()
+
+    @property
+    def task_count(self) -> int:
+        return len(self.tasks)
