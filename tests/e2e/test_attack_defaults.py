@@ -188,7 +188,7 @@ def test_top_on_a_real_terminal_shows_the_workers_strings_escaped(start_worker, 
 
 def _readme_sh_blocks(after: str) -> list[str]:
     readme = (ROOT / "README.md").read_text()
-    return re.findall(r"```sh\n(.*?)```", readme.split(after, 1)[1], re.S)
+    return re.findall(r"```sh[^\n]*\n(.*?)```", readme.split(after, 1)[1], re.S)
 
 
 def _cli(w, args: list[str]) -> subprocess.CompletedProcess:
@@ -202,7 +202,7 @@ def test_the_readme_tour_submits_run_on_the_dev_profile_without_functions_dir():
     w = _without_function_source("dev")
     try:
         w.start()
-        submits = [shlex.split(line, comments=True) for line in (first + more).splitlines()
+        submits = [shlex.split(line.split(" || ")[0], comments=True) for line in (first + more).splitlines()
                    if line.startswith(".venv/bin/blockx submit") and "--slot" not in line]
         assert len(submits) >= 4
         for cmd in submits:

@@ -1,4 +1,4 @@
-"""The README's client example is examples/client_tour.py, and it runs against a real worker."""
+"""docs/client.md's client example is examples/client_tour.py, and it runs against a real worker."""
 import os
 import pathlib
 import re
@@ -15,10 +15,10 @@ pytestmark = pytest.mark.e2e
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def test_the_readme_example_is_the_shipped_file():
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_example_is_the_shipped_file():
+    readme = (ROOT / "docs" / "client.md").read_text()
     block = re.search(r"```python\n(# examples/client_tour.py.*?)```", readme, re.S)
-    assert block is not None, "the README lost its client example"
+    assert block is not None, "docs/client.md lost its client example"
     assert block.group(1) == (ROOT / "examples" / "client_tour.py").read_text()
 
 

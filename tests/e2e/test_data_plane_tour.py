@@ -1,4 +1,4 @@
-"""The README's bundle tour, run as written against a real bundle Worker (DuckDB
+"""docs/data-plane.md's bundle tour, run as written against a real bundle Worker (DuckDB
 only): the Parquet file, the bundleScan -> tableUpserts submit (twice) and the
 sql_query check."""
 import json
@@ -16,9 +16,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def tour_blocks() -> list[str]:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### A bundle tour (DuckDB only)", 1)[1]
-    return re.findall(r"```sh\n(.*?)```", section, re.S)[:2]
+    page = (ROOT / "docs" / "data-plane.md").read_text()
+    section = page.split("## A bundle tour (DuckDB only)", 1)[1]
+    return re.findall(r"```sh[^\n]*\n(.*?)```", section, re.S)[:2]
 
 
 def commands(block: str) -> list[list[str]]:
@@ -26,7 +26,7 @@ def commands(block: str) -> list[list[str]]:
     return [shlex.split(line, comments=True) for line in text.splitlines() if line.strip()]
 
 
-def test_the_readme_bundle_tour_runs(start_worker, tmp_path):
+def test_the_docs_bundle_tour_runs(start_worker, tmp_path):
     setup, client = tour_blocks()
     setup_cmds = commands(setup.replace("/tmp/blockx-tour", str(tmp_path)))
     subprocess.run(setup_cmds[0], check=True)                                         # mkdir

@@ -208,8 +208,8 @@ def test_push_and_list_without_redis_fail_clearly(tmp_path, capsys):
     server.close()
 
 
-def test_the_readme_redis_example_runs(redis, capsys):
-    """The README's commands, against this test's Redis instead of 127.0.0.1:6379."""
+def test_the_docs_redis_example_runs(redis, capsys):
+    """docs/fleet.md's commands, against this test's Redis instead of 127.0.0.1:6379."""
     import re
     import shlex
     import subprocess
@@ -217,8 +217,8 @@ def test_the_readme_redis_example_runs(redis, capsys):
 
     from tests.support.worker import ROOT
 
-    readme = (ROOT / "README.md").read_text().split("### Function code from Redis", 1)[1]
-    block = re.findall(r"```sh\n(.*?)```", readme, re.S)[0].replace("redis://127.0.0.1:6379/0", redis.url)
+    page = (ROOT / "docs" / "fleet.md").read_text().split("## Function code from Redis", 1)[1]
+    block = re.findall(r"```sh[^\n]*\n(.*?)```", page, re.S)[0].replace("redis://127.0.0.1:6379/0", redis.url)
     lines = [ln for ln in block.replace("\\\n", " ").splitlines() if ln and not ln.lstrip().startswith("#")]
     pushes = [shlex.split(ln, comments=True) for ln in lines if "functions push" in ln]
     serve = next(shlex.split(ln, comments=True) for ln in lines if "blockx serve" in ln)

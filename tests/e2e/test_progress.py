@@ -141,7 +141,7 @@ def test_cli_submit_draws_a_progress_bar_on_a_terminal(slow_worker, tmp_path):
         tmux.kill()
 
 
-def test_the_readme_progress_example_is_the_shipped_file_and_runs(start_worker):
+def test_the_docs_progress_example_is_the_shipped_file_and_runs(start_worker):
     import os
     import pathlib
     import re
@@ -149,8 +149,8 @@ def test_the_readme_progress_example_is_the_shipped_file_and_runs(start_worker):
     import sys
 
     root = pathlib.Path(__file__).resolve().parents[2]
-    block = re.search(r"```python\n(# examples/progress_tour.py.*?)```", (root / "README.md").read_text(), re.S)
-    assert block is not None, "the README lost its progress example"
+    block = re.search(r"```python\n(# examples/progress_tour.py.*?)```", (root / "docs" / "operating.md").read_text(), re.S)
+    assert block is not None, "docs/operating.md lost its progress example"
     assert block.group(1) == (root / "examples" / "progress_tour.py").read_text()
     w = start_worker(executors=2)
     env = {**os.environ, "BLOCKX_ADDR": f"127.0.0.1:{w.port}",

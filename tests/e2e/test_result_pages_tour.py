@@ -1,4 +1,4 @@
-"""The README's paging example is examples/result_pages_tour.py, and it runs against a real worker."""
+"""docs/grpc.md's paging example is examples/result_pages_tour.py, and it runs against a real worker."""
 import os
 import pathlib
 import re
@@ -11,10 +11,10 @@ pytestmark = pytest.mark.e2e
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def test_the_readme_example_is_the_shipped_file():
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_example_is_the_shipped_file():
+    readme = (ROOT / "docs" / "grpc.md").read_text()
     block = re.search(r"```python\n(# examples/result_pages_tour.py.*?)```", readme, re.S)
-    assert block is not None, "the README lost its paging example"
+    assert block is not None, "docs/grpc.md lost its paging example"
     assert block.group(1) == (ROOT / "examples" / "result_pages_tour.py").read_text()
 
 

@@ -1,4 +1,4 @@
-"""The README's rpc tour, run as written: the ganache command line (on a free
+"""docs/functions.md's rpc tour, run as written: the ganache command line (on a free
 port instead of 8545), the Worker's environment, and the submit with its two
 outputs."""
 import json
@@ -19,9 +19,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def tour() -> tuple[str, list[str]]:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### The rpc IO backend", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
+    page = (ROOT / "docs" / "functions.md").read_text()
+    section = page.split("## The rpc IO backend", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh[^\n]*\n(.*?)```", section, re.S)
     outputs = re.findall(r"^The outputs are `(.*?)` \(1000 ETH in wei\) and\n`(.*?)`$", section, re.M | re.S)
     return blocks, list(outputs[0])
 
@@ -31,14 +31,14 @@ def commands(block: str) -> list[list[str]]:
     return [shlex.split(line, comments=True) for line in text.splitlines() if line.strip()]
 
 
-def test_the_readme_rpc_tour_runs(start_worker):
+def test_the_docs_rpc_tour_runs(start_worker):
     (setup, client), want = tour()
     node_cmd, serve = commands(setup)
     assert node_cmd[0] == ".npm-tools/node_modules/.bin/ganache" and node_cmd[-1] == "&"
     port = free_port()
     node = GanacheNode()
     node.port = port
-    # the README's own flags, on a free port, started and waited for by the harness
+    # the page's own flags, on a free port, started and waited for by the harness
     flags = [a if a != "8545" else str(port) for a in node_cmd[1:-1]]
     assert flags[:1] == ["--wallet.deterministic"] and "--server.port" in flags
     proc = subprocess.Popen([node.bin, *flags], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

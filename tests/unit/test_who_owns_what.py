@@ -1,12 +1,12 @@
-"""README.md's "Who owns what" lists every module of blockx/ and of the executor,
+"""docs/architecture.md's "Who owns what" lists every module of blockx/ and of the executor,
 each with the first sentence of its own header (the module docstring; in a
 Cython .pyx the docstring or the comment block it opens with). The header is the
-one source: change it, and the README follows with
+one source: change it, and the page follows with
 
     .venv/bin/python tests/unit/test_who_owns_what.py --write
 
 which rewrites that block in place. A module with no header fails here too, and
-so does a README entry for a module that no longer exists."""
+so does an entry for a module that no longer exists."""
 from __future__ import annotations
 
 import ast
@@ -16,10 +16,10 @@ import sys
 import textwrap
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "architecture.md"
 TREES = ("blockx", "executor/blockx_executor")
 GENERATED = re.compile(r"_pb2(_grpc)?\.py$")       # protoc's output, not committed
-HEADING = "### Who owns what"
+HEADING = "## Who owns what"
 PATH_WIDTH = 44
 WIDTH = 110
 
@@ -81,7 +81,7 @@ def block(items: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def readme_block(text: str) -> tuple[int, int]:
+def page_block(text: str) -> tuple[int, int]:
     """The [start, end) offsets of the code block under the heading."""
     at = text.index(HEADING)
     start = text.index("```\n", at) + 4
@@ -89,16 +89,16 @@ def readme_block(text: str) -> tuple[int, int]:
     return start, end
 
 
-def test_every_module_has_a_header_and_the_readme_lists_it():
-    text = README.read_text()
-    start, end = readme_block(text)
+def test_every_module_has_a_header_and_the_page_lists_it():
+    text = PAGE.read_text()
+    start, end = page_block(text)
     want = block(entries()) + "\n"
     got = text[start:end]
     if got != want:
         listed = {line.split()[0] for line in got.splitlines() if line and not line.startswith(" ")}
         known = {p for p, _ in entries()}
         raise AssertionError(
-            "README.md's 'Who owns what' differs from the modules' headers "
+            "docs/architecture.md's 'Who owns what' differs from the modules' headers "
             f"(missing: {sorted(known - listed)[:10]}, gone: {sorted(listed - known)[:10]}); "
             "rewrite it with: .venv/bin/python tests/unit/test_who_owns_what.py --write")
 
@@ -125,6 +125,6 @@ def test_a_module_without_a_header_is_refused(tmp_path, monkeypatch):
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
         sys.exit("usage: tests/unit/test_who_owns_what.py --write")
-    text = README.read_text()
-    start, end = readme_block(text)
-    README.write_text(text[:start] + block(entries()) + "\n" + text[end:])
+    text = PAGE.read_text()
+    start, end = page_block(text)
+    PAGE.write_text(text[:start] + block(entries()) + "\n" + text[end:])
