@@ -6,9 +6,10 @@ loopback up), so the docs' own addresses (the Worker on 127.0.0.1:8081, its
 metrics on 127.0.0.1:9464, etcd on 2379, Redis on 6379) are the real ones and
 collide with nothing else on the machine. A block is a bash script run with
 `set -e` from the repository root: any command that fails fails the block (a
-pipeline is judged by its last command, so `cmd | grep TEXT` checks cmd's output;
-a command meant to fail says with which code: `cmd || test $? -eq 3`). Every worker it reaches accepts the harness's admin token, which the
-block finds in BLOCKX_TOKEN, as a reader's shell would hold it.
+pipeline is judged by its last command, so `cmd | grep TEXT` checks cmd's
+output, that of a command meant to fail included). Every worker it reaches
+accepts the harness's admin token, which the block finds in BLOCKX_TOKEN, as a
+reader's shell would hold it.
 
 The block's info string says how it runs:
 
@@ -19,9 +20,9 @@ The block's info string says how it runs:
                           the test runs it in the background, waits for its
                           worker_ready, runs the section's next blocks against it,
                           and stops it with SIGTERM at the section's end
-    ```sh self-contained  starts (with `&`) and uses its own servers; no worker
-                          of the test's runs meanwhile, and whatever it left
-                          running is stopped when it ends
+    ```sh self-contained  starts (with `&`) and uses its own servers: no worker
+                          of the test's runs for it or for the rest of its
+                          section
     ```sh run-by PATH     a test of its own runs it (PATH, which must exist and
                           name the page)
     ```sh no-run: REASON  cannot run in a test (the test suite itself, a package
