@@ -1,4 +1,4 @@
-"""The load scenarios (README.md, "Performance"). Each returns a dict of figures.
+"""The load scenarios (docs/performance.md). Each returns a dict of figures.
 
 (a) call throughput: one callList task of N trivial calls, submit -> terminal.
 (b) task throughput: many one-call tasks, a fixed number of SubmitTask RPCs in

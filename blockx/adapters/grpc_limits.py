@@ -1,7 +1,7 @@
 """The bounds of the gRPC side, as one value the server is built with.
 
 Each field is a setting of WorkerFullConfig (the same name in camelCase; see
-README's config table) and each bound refuses what is past it with a status the
+docs/configuration.md) and each bound refuses what is past it with a status the
 API defines:
 
 - ``max_message_bytes``: the largest message sent or received. A request over it

@@ -1,4 +1,4 @@
-"""One TaskSession stream: many tasks on one gRPC stream (README.md, "TaskSession").
+"""One TaskSession stream: many tasks on one gRPC stream (docs/grpc.md, "TaskSession").
 
 A Session answers each request of a SessionRequestBatch in order, synchronously
 (the orchestrator runs on this loop), and collects the replies and the updates

@@ -1,6 +1,6 @@
 """WorkerFullConfig: every knob of a running Worker, and how it is loaded.
 
-Load order (README.md, "Configuration"): built-in defaults -> the Profile's
+Load order (docs/configuration.md): built-in defaults -> the Profile's
 registry prefix and `tune_defaults` -> the JSON file named by WORKER_CONFIG (only the
 keys present override; unknown keys and wrong JSON types are errors) -> environment
 variables. A value written explicitly in the file or the environment always wins,

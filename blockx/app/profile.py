@@ -92,7 +92,7 @@ def _dev_defaults(cfg: WorkerFullConfig) -> None:
     cfg.io_backends.devstub.enabled = True
 
 
-# Production profiles register only real builders and writers (README.md lists them:
+# Production profiles register only real builders and writers (docs/grpc.md lists them:
 # block has dbscan, callList, bundleScan and every writer; bundle has bundleScan and
 # callList with bundleWrite and tableUpserts). The dev stubs (builders static,
 # payload and rangeScan, a stand-in for a streaming scan; writers log and test,

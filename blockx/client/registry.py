@@ -1,6 +1,6 @@
 """The registry view: the Workers registered under an etcd prefix, as their heartbeats say.
 
-Each Worker keeps ``prefix + workerAddr`` = heartbeat JSON (README.md, "etcd registration") alive with
+Each Worker keeps ``prefix + workerAddr`` = heartbeat JSON (docs/fleet.md, "etcd registration") alive with
 a lease. ``RegistryView`` reads the prefix once and then follows it with an etcd
 watch (blockx.etcd.prefix_watch.PrefixWatch): a put updates a worker, a delete
 (deregistration, or its lease expiring) removes it. While etcd is unreachable the

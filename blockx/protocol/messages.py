@@ -1,4 +1,4 @@
-"""UDS messages between the Worker and its Executors (README.md, "Frames on the executor socket").
+"""UDS messages between the Worker and its Executors (docs/architecture.md, "Frames on the executor socket").
 
 Envelope: {"messageType": str, "callId": str, "requestId": str, "payload": {...}}.
 The constructors below are used on hot paths: they build the envelope dict
