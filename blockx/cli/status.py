@@ -43,7 +43,7 @@ def add_parsers(sub, client: argparse.ArgumentParser) -> None:
                      help="seconds between refreshes (default: %(default)s)")
     _add_fleet_arguments(top)
     top.add_argument("--iterations", type=int, default=0, metavar="N",
-                     help="with --etcd: stop after N refreshes (default: until q / Ctrl-C)")
+                     help="stop after N refreshes (default: until q / Ctrl-C)")
     top.set_defaults(func=cmd_top_any)
 
 

@@ -138,11 +138,13 @@ def _top(ns: argparse.Namespace, client, out: TextIO) -> int:
     console = Console(file=out, highlight=False)
     keys = KeyReader(sys.stdin)
     prev = cur = None
+    refreshes = 0
     try:
         with Live(console=console, screen=console.is_terminal, auto_refresh=False,
                   transient=False) as live:
             while True:
                 started = time.monotonic()
+                refreshes += 1
                 error = ""
                 try:
                     st = client.status(timeout_s=max(ns.rpc_timeout, ns.interval))
@@ -151,6 +153,8 @@ def _top(ns: argparse.Namespace, client, out: TextIO) -> int:
                     error = f"{exc.code.name}: {exc.message}"
                 live.update(render_top(cur, Rates.between(prev, cur) if cur is not None else None,
                                        error=error, interval=ns.interval), refresh=True)
+                if ns.iterations and refreshes >= ns.iterations:
+                    return EXIT_OK
                 key = keys.wait(ns.interval - (time.monotonic() - started))
                 if key in ("q", "Q"):
                     return EXIT_OK

@@ -120,3 +120,14 @@ def test_top_fits_a_plain_80x24_terminal_and_quits_on_q(start_worker, tmp_path):
         assert _wait_rc(rc) == "0"
     finally:
         tmux.kill()
+
+
+def test_top_without_a_terminal_stops_after_its_iterations(start_worker):
+    # --iterations ends a single-worker top as it ends the fleet view: a script or a
+    # pipe has no q to press, and without it top never returned.
+    w = start_worker(executors=1)
+    r = subprocess.run([BLOCKX, "top", "--worker", f"127.0.0.1:{w.port}", "--interval", "0.2",
+                        "--iterations", "3"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "exec-0" in r.stdout
