@@ -35,6 +35,7 @@ def result_to_json(r) -> dict[str, Any]:
         "retryable": r.retryable,
         "outputs": [decode_json_bytes(o) for o in r.outputs],
         "outputsTotal": r.outputs_total, "outputsTruncated": r.outputs_truncated,
+        "outputsWritten": r.outputs_written,
         "pluginResults": [{"plugin": p.plugin, "ok": p.ok, "message": p.message,
                            "details": decode_json_bytes(p.details) if p.details else None}
                           for p in r.plugin_results],

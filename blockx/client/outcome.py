@@ -57,6 +57,7 @@ class TaskOutcome:
     raw: Any = field(default=None, repr=False)     # the pb message this outcome was read from
     outputs_total: int = 0                         # the task's outputs, of which ``outputs`` holds a page
     outputs_truncated: bool = False                # more outputs are on the Worker than ``outputs`` holds
+    outputs_written: int = 0                       # outputs a streaming writer consumed as their batches settled
 
     @property
     def ok(self) -> bool:
@@ -79,7 +80,7 @@ class TaskOutcome:
                    result.failure_message, result.retryable, statistic_dict(result.statistic), worker,
                    plugin_results=[(p.plugin, p.ok, p.message) for p in result.plugin_results], raw=raw,
                    outputs_total=max(result.outputs_total, len(outputs)),
-                   outputs_truncated=result.outputs_truncated)
+                   outputs_truncated=result.outputs_truncated, outputs_written=result.outputs_written)
 
 
 @dataclass(slots=True)

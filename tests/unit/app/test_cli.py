@@ -354,3 +354,14 @@ def test_serve_accepts_every_profile_by_name(monkeypatch, capsys):
     code, out, err = run(capsys, "serve", "--profile", "dev", "--print-config")
     assert code == 0, err
     assert json.loads(out)["streamBuild"]["enabled"] is True
+
+
+def test_a_streamed_writers_count_of_written_outputs_is_printed_and_kept():
+    # A task whose writer consumed its outputs as they settled keeps few or none in
+    # its result: outputsWritten is how a user sees what was written.
+    from blockx.client.outcome import TaskOutcome
+
+    r = pb.TaskResult(state=pb.TASK_STATE_SUCCEEDED, outputs_total=0, outputs_written=1200)
+    out = cli.response_to_json(pb.GetTaskResultResponse(task_id="t", state=pb.TASK_STATE_SUCCEEDED, result=r))
+    assert out["result"]["outputsWritten"] == 1200
+    assert TaskOutcome.from_pb("t", pb.TASK_STATE_SUCCEEDED, r, "w").outputs_written == 1200
