@@ -41,11 +41,14 @@ from zlib import crc32
 
 from blockx.adapters.trace_context import TRACESTATE, TraceContext
 from blockx.core.call_ids import task_id_of_call
+from blockx.core.config_rules import Rule
 from blockx.core.types import StartBuilderPhase, StartCallPhase, StartWriterPhase
 
 _CRC_RANGE = 1 << 32
 _time_ns = time.time_ns
 CUT_SHORT = "cut short: the task ended"
+# The rule of the setting TaskSpans takes (otelCallSpanRate).
+OTEL_RULES = (Rule("otel_call_span_rate", 0, 1, kind=float),)
 
 
 def _span_id() -> str:

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Callable
 
 from blockx._fast import load
 from blockx.core.call_ids import task_id_of_call
+from blockx.core.config_rules import Rule
 
 # The per-call part is a hot path (blockx/_fast/tracebuf.pyx, twin tracebuf_py.py).
 _tb = load("tracebuf")
@@ -67,6 +68,9 @@ MIN_MAX_EVENTS = 100
 # the size of ~32 event rows (64 bytes each).
 RETAINED_FLOOR_EVENTS = 32
 DEFAULT_RETAINED_MAX_EVENTS = 2_000_000     # ~128 MB of rows: ~60k short tasks or 200 full 10k-event traces
+# The rules of the settings TraceStore takes (traceMaxEventsPerTask, traceRetainedMaxEvents).
+TRACE_RULES = (Rule("trace_max_events_per_task", MIN_MAX_EVENTS, note="events kept per task trace"),
+               Rule("trace_retained_max_events", RETAINED_FLOOR_EVENTS, note="one ended trace"))
 
 _monotonic_ns = time.monotonic_ns
 
