@@ -42,7 +42,7 @@ from zlib import crc32
 from blockx.adapters.trace_context import TRACESTATE, TraceContext
 from blockx.core.call_ids import task_id_of_call
 from blockx.core.config_rules import Rule
-from blockx.core.types import StartBuilderPhase, StartCallPhase, StartWriterPhase
+from blockx.core.types import StartBuilderPhase, StartCallPhase, StartPluginPhase
 
 _CRC_RANGE = 1 << 32
 _time_ns = time.time_ns
@@ -110,7 +110,7 @@ class TaskSpans:
             ph = ["builder", "blockx.builder", cmd.function_call.type]
         elif kind is StartCallPhase:
             ph = ["calls", "blockx.calls.streaming", bool(cmd.streaming)]
-        elif kind is StartWriterPhase:
+        elif kind is StartPluginPhase:
             rh = cmd.result_handler
             if rh is None:           # no writer runs: the calls phase is the last one
                 return

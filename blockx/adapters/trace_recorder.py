@@ -195,7 +195,7 @@ class TraceStore:
     # ---- hooks: task phases (task_phases.py, orchestrator.py) ----------------------------
 
     def phase_started(self, cmd) -> None:
-        """A Start*Phase command of the core (StartBuilderPhase, StartCallPhase, StartWriterPhase)."""
+        """A Start*Phase command of the core (StartBuilderPhase, StartCallPhase, StartPluginPhase)."""
         tr = self._tasks.get(cmd.task_id)
         if tr is None:
             return

@@ -1,6 +1,6 @@
 """StreamedWrite: one task's writer consuming its settled batches as the task runs.
 
-When the builder streams and the writer can (blockx.plugins.writer_api), the
+When the builder streams and the writer can (blockx.plugins.plugin_api), the
 dispatcher hands each settled batch's outputs over with its BatchSettled and keeps
 none of them. They come here, and the batch's credit with them:
 

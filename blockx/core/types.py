@@ -266,7 +266,7 @@ class StartCallPhase:
 
 
 @dataclass(slots=True)
-class StartWriterPhase:
+class StartPluginPhase:
     """Run the writer plugin named by ``result_handler.type`` over ``outputs``
     (under pluginSem); with no result_handler report success at once. Report
     handle_task_phase_finished(task_id, TaskPhase.PLUGIN, outcome)."""
@@ -288,7 +288,7 @@ class ConvergeTask:
     interrupted_phase: TaskPhase       # the phase the task was in when it converged
 
 
-Command = Union[PrepareTaskActivation, StartBuilderPhase, StartCallPhase, StartWriterPhase, ConvergeTask]
+Command = Union[PrepareTaskActivation, StartBuilderPhase, StartCallPhase, StartPluginPhase, ConvergeTask]
 
 
 # ---- handler results -------------------------------------------------------

@@ -33,7 +33,7 @@ Lifecycle of a task::
     handle_submit_task              -> PrepareTaskActivation, state RUNNING (phase PREPARING)
     handle_task_activation_prepared -> slot RUNNING, StartBuilderPhase       (phase BUILDER)
     handle_task_phase_finished(BUILDER, ok)  -> StartCallPhase               (phase CALLS)
-    handle_task_phase_finished(CALLS, ok)    -> StartWriterPhase             (phase PLUGIN)
+    handle_task_phase_finished(CALLS, ok)    -> StartPluginPhase             (phase PLUGIN)
     handle_task_phase_finished(PLUGIN, any)  -> ConvergeTask SUCCEEDED/FAILED (slot FREE)
 
 Any failure after SubmitTask accepted the task converges it (ConvergeTask with
@@ -118,7 +118,7 @@ from .owners import Caller, may_use, owner_of
 from .types import (ActivationResult, CancelTaskResult, Command, ConvergeTask, CoreResult, GetTaskResultOutput,
                     LeaseExpiredResult, PhaseOutcome, PhaseTransitionResult,
                     PrepareTaskActivation, RequestTaskSlotResult, SlotEntry, SlotState,
-                    StartBuilderPhase, StartCallPhase, StartWriterPhase, SubmitTaskRequest,
+                    StartBuilderPhase, StartCallPhase, StartPluginPhase, SubmitTaskRequest,
                     SubmitTaskResult, TaskContext, TaskIndexEntry, TaskPhase, TaskSnapshot,
                     TaskState)
 from .worker_cancel import cancel_message, check_reason, refuse_other, reservation_result
@@ -381,7 +381,7 @@ class WorkerCore:
                                       outcome.failure_message, outcome.retryable, now, True)
             ctx.phase = _PLUGIN
             ctx.phase_started_at_ms = now
-            cmd = StartWriterPhase(task_id, ctx.slot_id, outcome.outputs, ctx.result_handler)
+            cmd = StartPluginPhase(task_id, ctx.slot_id, outcome.outputs, ctx.result_handler)
         else:
             ctx.plugin_ms = elapsed
             ctx.plugin_outcome = outcome

@@ -12,7 +12,7 @@ from blockx.adapters.trace_recorder import (
 from blockx.core.dispatch.commands import ArmCallRetry, DispatchCallCmd
 from blockx.core.types import (
     CallRetryPolicy, FunctionCall, PluginResult, ResultHandler, StartBuilderPhase, StartCallPhase,
-    StartWriterPhase, TaskResult, TaskState,
+    StartPluginPhase, TaskResult, TaskState,
 )
 
 
@@ -38,7 +38,7 @@ def frame(task_id, attempt=1, budget=0):
 def phases(task_id):
     return [StartBuilderPhase(task_id, "s0", 1, FunctionCall("callList")),
             StartCallPhase(task_id, "s0", 1, [], False, "FAST_FAIL", CallRetryPolicy(), "", 0),
-            StartWriterPhase(task_id, "s0", [], ResultHandler("log"))]
+            StartPluginPhase(task_id, "s0", [], ResultHandler("log"))]
 
 
 def test_a_task_records_its_events_in_order_with_the_batch_stamp():

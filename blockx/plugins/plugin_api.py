@@ -55,7 +55,7 @@ class PluginContext:
 
 
 @runtime_checkable
-class WriterPlugin(Protocol):
+class Plugin(Protocol):
     name: str
 
     async def execute(self, config: bytes, outputs: list[bytes], ctx: Any) -> PluginResult:
