@@ -121,7 +121,7 @@ class TaskPhases:
     def _inline_phase(self, rt, cmd):
         """Run phase ``cmd`` now if nothing in it has to wait: its outcome, or
         _CALLS_STARTED (a Calls phase is running; its end calls back), or
-        _MUST_WAIT (a full gate, an async builder, a writer plugin)."""
+        _MUST_WAIT (a full gate, an async builder, a plugin)."""
         t = type(cmd)
         if t is StartBuilderPhase:
             builder = self.builders.get(cmd.function_call.type)

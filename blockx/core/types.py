@@ -267,7 +267,7 @@ class StartCallPhase:
 
 @dataclass(slots=True)
 class StartPluginPhase:
-    """Run the writer plugin named by ``result_handler.type`` over ``outputs``
+    """Run the plugin named by ``result_handler.type`` over ``outputs``
     (under pluginSem); with no result_handler report success at once. Report
     handle_task_phase_finished(task_id, TaskPhase.PLUGIN, outcome)."""
     task_id: str

@@ -1,4 +1,19 @@
-"""The Writer Plugin contract: a task's collected outputs -> a side effect + a report.
+"""The plugin contract: a task's collected outputs -> a side effect + a report.
+
+Names (the one place they are decided; code, docstrings and comments follow):
+- **plugin** is the last phase of a task (the Plugin phase: TaskPhase.PLUGIN,
+  StartPluginPhase, pluginSlots, plugin_ms) and the thing a task's
+  ResultHandler names and that phase runs (``Plugin``, registered by name in
+  blockx.plugins.writers.PluginRegistry, reporting a ``PluginResult``);
+- **writer** is only a plugin that writes data (tableUpserts, bundleWrite) and
+  what exists for writers alone: a streamed write (``StreamingWriterPlugin``,
+  ``WriterStream``, blockx.adapters.writer_stream, the writerStream settings);
+- **result handler** is only the wire and config name of the task's plugin
+  choice (the proto's ``ResultHandler`` / ``result_handler``,
+  maxResultHandlerConfigBytes, the CLI's ``--result-handler``).
+Text a client or an operator already reads keeps its words: the failure
+messages "no writer plugin named ..." / "unknown writer plugin ..." and the
+OpenTelemetry phase span ``writer`` with its ``blockx.writer`` attribute.
 
 The Plugin phase runs once per task, after the Calls phase, with the task's
 ResultHandler config (JSON bytes) and the outputs (JSON bytes of each successful
