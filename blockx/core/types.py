@@ -89,10 +89,12 @@ class SubmitTaskRequest:
 
 @dataclass(slots=True)
 class PluginResult:
+    """A plugin's report: what it returns, and what the task's result carries."""
     plugin: str
     ok: bool
     message: str = ""
     details: bytes = b""
+    retryable: bool = False     # a failure that may pass on a retry (a transient database error)
 
 
 @dataclass(slots=True)

@@ -17,7 +17,8 @@ OpenTelemetry phase span ``writer`` with its ``blockx.writer`` attribute.
 
 The Plugin phase runs once per task, after the Calls phase, with the task's
 ResultHandler config (JSON bytes) and the outputs (JSON bytes of each successful
-root call, in call-list order). A plugin reports with a PluginResult; ok=False
+root call, in call-list order). A plugin reports with a PluginResult (the
+core's record, which the task's result carries, re-exported here); ok=False
 fails the task with PLUGIN_FAILED and the message (retryable when the result
 says so). ``ctx.io_timeout_ms`` (phaseIoTimeoutMs) bounds each IO operation the
 plugin makes; nothing bounds the plugin as a whole but the task deadline, whose
@@ -43,14 +44,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
+from blockx.core.types import PluginResult
 
-@dataclass(slots=True, frozen=True)
-class PluginResult:
-    plugin: str
-    ok: bool
-    message: str = ""
-    details: bytes = b""
-    retryable: bool = False     # a failure that may pass on a retry (a transient database error)
+__all__ = ["STREAM_KEYS", "Plugin", "PluginContext", "PluginError", "PluginResult", "StreamingWriterPlugin",
+           "WriterStream", "can_stream", "parse_config", "stream_options"]
 
 
 class PluginError(RuntimeError):
