@@ -265,13 +265,13 @@ def test_retained_traces_leave_nothing_for_the_cyclic_gc_to_scan(monkeypatch):
     # Thousands of ended traces are retained at once: each tracked object they kept
     # (an event tuple, a (trace, weight) pair) counted towards the next collection
     # and was scanned by it. With the compiled buffers they keep none. (The store
-    # runs on the compiled buffers in both test runs: the twin's TaskTrace is a
+    # runs on the compiled buffers in both test runs: the twin's TraceBuffer is a
     # plain object, tracked by design.)
     import gc
 
     from blockx.adapters import trace_recorder
     tb = compiled("tracebuf")
-    monkeypatch.setattr(trace_recorder, "TaskTrace", tb.TaskTrace)
+    monkeypatch.setattr(trace_recorder, "TraceBuffer", tb.TraceBuffer)
     monkeypatch.setattr(trace_recorder, "CallRecorder", tb.CallRecorder)
     store = TraceStore(10_000, Clock())
     gc.collect()
