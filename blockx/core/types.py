@@ -48,7 +48,6 @@ class TaskState(enum.IntEnum):
 # Call failure policies (proto CallFailurePolicy; UNSPECIFIED means FAST_FAIL).
 FAST_FAIL: Final = "FAST_FAIL"
 CONTINUE: Final = "CONTINUE"
-CALL_FAILURE_POLICIES: Final = (FAST_FAIL, CONTINUE)
 
 
 @dataclass(slots=True)

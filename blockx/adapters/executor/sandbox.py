@@ -128,7 +128,6 @@ class Sandbox:
         if found is None:
             raise RuntimeError(sandbox_problem() or "bwrap is missing")
         self.bwrap: str = found
-        self.socket_dir = os.path.dirname(os.path.abspath(socket_path))
         self.executor_socket_path = SANDBOX_SOCKET_PATH
         self.limits = limits
         self.functions_dir = os.path.realpath(functions_dir) if functions_dir else ""
