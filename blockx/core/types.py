@@ -59,7 +59,7 @@ class FunctionCall:
 
 @dataclass(slots=True)
 class ResultHandler:
-    """Writer plugin name (``type``) and its JSON config."""
+    """The task's plugin: its name (``type``) and its JSON config."""
     type: str
     config: bytes = b""
 
