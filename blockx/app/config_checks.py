@@ -9,13 +9,13 @@ only collects them and words them for the operator: the cores' (blockx.core.conf
 blockx.core.dispatch.config: CONFIG_RULES, ADMISSION_RULES, DISPATCHER_RULES,
 deadline_problem, retention_problem, ttl_problem) and those of the adapters and
 plugins a setting feeds (a `*_RULES` table of Rule, or a `*_problem(s)` function
-that takes the values and a function naming each setting: traces, OpenTelemetry,
-the executor outbox, the writer stream, the IO backends, the data plane, the
+that takes the values and a function naming each setting: the gRPC bounds,
+result pages, traces, OpenTelemetry, the executor outbox, the writer stream, the IO backends, the data plane, the
 function code sources, authentication, audit, the sandbox). From an adapter or a
 plugin it imports nothing else (tests/unit/app/test_config_rule_owners.py).
 The rules written below are for the settings only the app wires (addresses,
-etcd, executor counts and timers, gRPC and session bounds, shadow traffic, TLS
-files, logging), including the heartbeat that must stay below the etcd lease
+etcd, executor counts and timers, gRPC keepalive, session queues, shadow
+traffic, TLS files, logging), including the heartbeat that must stay below the etcd lease
 TTL. The config is passed in, never imported, so this module does not depend on
 blockx.app.config."""
 
@@ -26,6 +26,7 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from blockx.adapters.executor.outbox_limits import inflight_problem
+from blockx.adapters.grpc_limits import GRPC_RULES
 from blockx.adapters.otel_spans import OTEL_RULES
 from blockx.adapters.trace_recorder import TRACE_RULES
 from blockx.adapters.writer_stream import WRITER_STREAM_RULES
@@ -51,8 +52,6 @@ SANDBOX_RUNTIMES = ("bwrap", "oci")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
 BLOCK_REGISTRY_SEGMENT = "workers"
 BUNDLE_REGISTRY_SEGMENT = "bundle-workers"
-# resultPageBytes stays this far under grpcMaxMessageBytes (blockx.adapters.result_delivery.ENVELOPE_BYTES).
-PAGE_HEADROOM_BYTES = 16 * 1024
 
 # Settings only the app has (top level of the config).
 APP_RULES = (
@@ -64,14 +63,6 @@ APP_RULES = (
     Rule("grpc_keepalive_timeout_ms", 1),
     Rule("session_max_pending_events", 1),
     Rule("session_max_pending_bytes", 1),
-    Rule("grpc_max_message_bytes", 64 * 1024, 2**31 - 1, note="grpc takes a 32-bit size"),
-    Rule("result_page_bytes", 16 * 1024, 2**31 - 1),
-    Rule("grpc_max_concurrent_streams", 1),
-    Rule("grpc_max_concurrent_rpcs", 1),
-    Rule("grpc_max_connections", 1),
-    Rule("max_task_sessions", 1),
-    Rule("max_watch_streams", 1),
-    Rule("watch_max_pending_updates", 1),
     Rule("executor_restart_delay_ms", 0),
     Rule("executor_max_restarts", 0),
     Rule("executor_restart_window_ms", 1),
@@ -86,8 +77,6 @@ APP_RULES = (
     Rule("shadow_submit_sample_rate", 0, 1, kind=float),
     Rule("memory_diagnostics_interval_ms", 0, note="0 disables the memory diagnostics log line"),
 )
-# The top-level settings, with those of their owners (task traces, OpenTelemetry) after the app's own.
-TOP_LEVEL_RULES = APP_RULES + TRACE_RULES + OTEL_RULES
 
 
 def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
@@ -185,13 +174,13 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
         out.append(problem)
 
     # The settings only the app has.
-    if check(cfg, TOP_LEVEL_RULES, top, out):
-        room = cfg.grpc_max_message_bytes - PAGE_HEADROOM_BYTES
-        if cfg.result_page_bytes > room:
-            out.append(f"{name('resultPageBytes')} ({cfg.result_page_bytes}) must be at most "
-                       f"{name('grpcMaxMessageBytes')} ({cfg.grpc_max_message_bytes}) - {PAGE_HEADROOM_BYTES} "
-                       f"= {room}: a page of a result must fit one gRPC message; lower the first or raise "
-                       "the second")
+    # The top-level settings: the app's own, then those their owners rule (the gRPC
+    # bounds, result pages, task traces, OpenTelemetry). result_pages brings
+    # protobuf with it: imported only when a config is judged.
+    from blockx.adapters.result_pages import PAGE_RULES, page_bytes_problem
+    if check(cfg, APP_RULES + GRPC_RULES + PAGE_RULES + TRACE_RULES + OTEL_RULES, top, out) and \
+            (problem := page_bytes_problem(cfg.result_page_bytes, cfg.grpc_max_message_bytes, name)):
+        out.append(problem)
     if cfg.etcd_enabled and cfg.heartbeat_interval_ms >= ETCD_LEASE_TTL_MS:
         out.append(f"{name('heartbeatIntervalMs')} ({cfg.heartbeat_interval_ms}) must be below the "
                    f"{ETCD_LEASE_TTL_MS // 1000} s etcd lease TTL, or the registration expires "

@@ -84,6 +84,8 @@ def test_the_owners_tables_are_found():
     owners = owner_rule_fields()
     for field, module in (("trace_max_events_per_task", "blockx/adapters/trace_recorder.py"),
                           ("max_result_bytes", "blockx/plugins/io/sql.py"),
+                          ("grpc_max_message_bytes", "blockx/adapters/grpc_limits.py"),
+                          ("result_page_bytes", "blockx/adapters/result_pages.py"),
                           ("executor_max_inflight", "blockx/core/dispatch/config.py")):
         assert owners.get(field) == module
 
@@ -112,3 +114,65 @@ def test_a_rule_import_is_not_flagged(line):
 def test_a_section_rule_written_in_the_app_is_found():
     src = 'IO = (Rule("concurrency", 1), Rule("timeout_ms", 0, note="0 = phaseIoTimeoutMs"))\n'
     assert rule_fields(src) - {f.name for f in fields(WorkerFullConfig)} == {"concurrency", "timeout_ms"}
+
+
+# The rules that moved to their owners and that no other config test words in
+# full: each message is the one app/config_checks gave when it held the rule.
+MOVED = [
+    (dict(grpc_max_message_bytes=1000), "grpcMaxMessageBytes (WORKER_GRPC_MAX_MESSAGE_BYTES) must be between "
+                                        "65536 and 2147483647 (grpc takes a 32-bit size) (got 1000)"),
+    (dict(grpc_max_concurrent_streams=0),
+     "grpcMaxConcurrentStreams (WORKER_GRPC_MAX_CONCURRENT_STREAMS) must be > 0 (got 0)"),
+    (dict(grpc_max_concurrent_rpcs=0), "grpcMaxConcurrentRpcs (WORKER_GRPC_MAX_CONCURRENT_RPCS) must be > 0 (got 0)"),
+    (dict(grpc_max_connections=0), "grpcMaxConnections (WORKER_GRPC_MAX_CONNECTIONS) must be > 0 (got 0)"),
+    (dict(max_task_sessions=0), "maxTaskSessions (MAX_TASK_SESSIONS) must be > 0 (got 0)"),
+    (dict(max_watch_streams=0), "maxWatchStreams (MAX_WATCH_STREAMS) must be > 0 (got 0)"),
+    (dict(watch_max_pending_updates=0), "watchMaxPendingUpdates (WATCH_MAX_PENDING_UPDATES) must be > 0 (got 0)"),
+    (dict(result_page_bytes=1024), "resultPageBytes (RESULT_PAGE_BYTES) must be between 16384 and 2147483647 "
+                                   "(got 1024)"),
+    (dict(result_page_bytes=64 * 1024 * 1024),
+     "resultPageBytes (RESULT_PAGE_BYTES) (67108864) must be at most grpcMaxMessageBytes "
+     "(WORKER_GRPC_MAX_MESSAGE_BYTES) (67108864) - 16384 = 67092480: a page of a result must fit one gRPC "
+     "message; lower the first or raise the second"),
+    (dict(dispatcher__executor_max_inflight=257),
+     "dispatcher.executorMaxInflight (257) must not exceed the executor outbox depth (256 frames): it is how many "
+     "calls one executor may be sent at once; set it to at most 256 (more executors, executorCount, carry more "
+     "calls in flight)"),
+    (dict(writer_stream__keep_outputs=-1),
+     "writerStream.keepOutputs (WRITER_STREAM_KEEP_OUTPUTS) must be >= 0 (0 keeps none) (got -1)"),
+    (dict(writer_stream__buffer_bytes=0), "writerStream.bufferBytes must be > 0 (got 0)"),
+    (dict(io_backends__devstub__timeout_ms=-1),
+     "ioBackends.devstub.timeoutMs must be >= 0 (0 = phaseIoTimeoutMs) (got -1)"),
+    (dict(io_backends__sql__max_result_bytes=16 * 1024 * 1024),
+     "ioBackends.sql.maxResultBytes (SQL_IO_MAX_RESULT_BYTES) must be between 1 and 15728640 "
+     "(a result travels in one 16 MiB frame) (got 16777216)"),
+    (dict(io_backends__rpc__max_batch=0), "ioBackends.rpc.maxBatch must be between 1 and 10000 (got 0)"),
+    (dict(data_plane__scan_fetch_rows=0), "dataPlane.scanFetchRows must be between 1 and 1000000 (got 0)"),
+    (dict(data_plane__duckdb_memory_limit_mb=-1),
+     "dataPlane.duckdbMemoryLimitMb must be >= 0 (0 = DuckDB's own) (got -1)"),
+    (dict(data_sources={"bad name": "duckdb://:memory:"}), "dataSources (BLOCKX_DATA_SOURCES): "),
+    (dict(data_plane__state_dir=""),
+     "dataPlane.stateDir (STATE_DIR) must not be empty when no dataSources are configured "
+     "(it holds the default `local` DuckDB file)"),
+    (dict(audit_mode="loud"), "auditMode (AUDIT_MODE) must be one of off, warn, enforce (got 'loud')"),
+    (dict(audit_mode="warn"), "auditMode (AUDIT_MODE) is 'warn' but auditAllowlistFile (AUDIT_ALLOWLIST_FILE) is "
+                              "empty: name the file of approved code digests (or set auditAllowlistEtcdPrefix "
+                              "(AUDIT_ALLOWLIST_ETCD_PREFIX))"),
+    (dict(audit_allowlist_etcd_prefix="audit"),
+     "auditAllowlistEtcdPrefix (AUDIT_ALLOWLIST_ETCD_PREFIX) 'audit' must start and end with '/' "
+     "(e.g. \"/blockx/audit/\")"),
+    (dict(auth_mode="open"), "authMode (WORKER_AUTH_MODE) must be one of token, mtls, none (got 'open')"),
+    (dict(auth_mode="mtls"), "authMode (WORKER_AUTH_MODE) is mtls but tlsClientCa (WORKER_TLS_CLIENT_CA) is not "
+                             "set: the identity is the subject of a client certificate, so set tlsCert "
+                             "(WORKER_TLS_CERT), tlsKey (WORKER_TLS_KEY) and tlsClientCa (WORKER_TLS_CLIENT_CA) "
+                             "(the CA that signs the clients' certificates)"),
+    (dict(shadow_submit_token_file="/nonexistent/token"),
+     "shadowSubmitTokenFile (SHADOW_SUBMIT_TOKEN_FILE) '/nonexistent/token' is not a readable file"),
+]
+
+
+@pytest.mark.parametrize("changes,message", MOVED, ids=[next(iter(c)) for c, _ in MOVED])
+def test_a_moved_rule_words_its_violation_as_before(changes, message):
+    from tests.unit.app.test_config import broken
+    problems = broken(**changes).violations()
+    assert any(message in p for p in problems), problems
