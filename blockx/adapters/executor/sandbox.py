@@ -122,7 +122,7 @@ def host_readonly_paths(extra: tuple[str, ...] = ()) -> list[str]:
 class Sandbox:
     runtime = "bwrap"
 
-    def __init__(self, socket_path: str, limits: SandboxLimits, *, functions_dir: str = "",
+    def __init__(self, limits: SandboxLimits, *, functions_dir: str = "",
                  bwrap: str | None = None, cgroups: bool = True, extra_readonly: tuple[str, ...] = ()) -> None:
         found = bwrap or bwrap_path()
         if found is None:
