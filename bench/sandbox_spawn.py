@@ -34,8 +34,8 @@ def main(argv=None) -> int:
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(private)
     limits = SandboxLimits(256, 32, 0)
-    bwrap = Sandbox(os.path.join(d, "w.sock"), limits)
-    oci = OciSandbox(os.path.join(d, "w.sock"), limits)
+    bwrap = Sandbox(limits)
+    oci = OciSandbox(limits)
     env = {"PATH": "/usr/bin:/bin"}
     ctr = ["ctr", "--address", ns.containerd, "run", "--rm", "--env", "PATH=/usr/bin:/bin",
            "--memory-limit", str(limits.memory_mb << 20),

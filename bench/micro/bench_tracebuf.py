@@ -20,7 +20,7 @@ def setup():
     for label, mod in (("cython", cy), ("python", py)):
         tasks = {}
         rec = mod.CallRecorder(tasks)
-        sampled = tasks["t"] = mod.TaskTrace("t", 1000)
+        sampled = tasks["t"] = mod.TraceBuffer("t", 1000)
         for c, cid in zip(cmds, ids):          # past the cap: sampled
             rec.call_sent(c)
             rec.call_done(payload, cid, "exec-0", "")
@@ -33,7 +33,7 @@ def _pair(label, sampled):
         st, cmds, ids, payload = state
         mod, rec, tasks = st[label]
         if not sampled:
-            tasks["t"] = mod.TaskTrace("t", 1 << 40)    # never reaches its cap
+            tasks["t"] = mod.TraceBuffer("t", 1 << 40)    # never reaches its cap
         sent, done = rec.call_sent, rec.call_done
         n = len(cmds)
         t0 = perf_counter()

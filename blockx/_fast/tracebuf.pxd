@@ -3,7 +3,7 @@ cimport cython
 
 @cython.final
 @cython.no_gc
-cdef class TaskTrace:
+cdef class TraceBuffer:
     cdef public str task_id
     cdef public Py_ssize_t limit
     cdef public long long sample_every
@@ -36,4 +36,4 @@ cdef class CallRecorder:
     cdef public dict tasks
     cdef public long long now_us
 
-    cdef TaskTrace _recording(self, object task_id, str call_id)
+    cdef TraceBuffer _recording(self, object task_id, str call_id)

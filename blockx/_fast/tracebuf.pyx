@@ -178,7 +178,7 @@ cdef inline long long _int_or_zero(object v):
 
 @cython.final
 @cython.no_gc
-cdef class TaskTrace:
+cdef class TraceBuffer:
 
     def __cinit__(self):
         self._rows = NULL
@@ -458,13 +458,13 @@ cdef class CallRecorder:
         self.tasks = tasks
         self.now_us = 0
 
-    cdef TaskTrace _recording(self, object task_id, str call_id):
+    cdef TraceBuffer _recording(self, object task_id, str call_id):
         # The trace that records an event of call_id now; None for an unknown
         # task or a call out of the sample (counted as dropped).
         cdef PyObject* found = PyDict_GetItem(self.tasks, task_id)
         if found is NULL:
             return None
-        cdef TaskTrace tr = <TaskTrace>found
+        cdef TraceBuffer tr = <TraceBuffer>found
         if tr.sample_every != 1 and not tr.keeps_c(call_id):
             tr.dropped += 1
             return None
@@ -472,7 +472,7 @@ cdef class CallRecorder:
 
     def call_sent(self, cmd):
         cdef str call_id = cmd.call_id
-        cdef TaskTrace tr = self._recording(cmd.task_id, call_id)
+        cdef TraceBuffer tr = self._recording(cmd.task_id, call_id)
         if tr is None:
             return
         tr.append_c(_SENT, self.now_us, tr.key_c(call_id), tr.str_c(cmd.executor_id),
@@ -482,7 +482,7 @@ cdef class CallRecorder:
         task_id = p.get("taskId")
         if type(task_id) is not str or type(call_id) is not str:
             return
-        cdef TaskTrace tr = self._recording(task_id, call_id)
+        cdef TraceBuffer tr = self._recording(task_id, call_id)
         if tr is None:
             return
         tr.append_c(_DONE, self.now_us, tr.key_c(call_id), tr.str_c(executor_id), _int_or_zero(p.get("attemptSeq")),
@@ -491,7 +491,7 @@ cdef class CallRecorder:
     def subcall(self, task_id, parent_call_id, child_call_id):
         if type(task_id) is not str or type(parent_call_id) is not str or type(child_call_id) is not str:
             return
-        cdef TaskTrace tr = self._recording(task_id, parent_call_id)
+        cdef TraceBuffer tr = self._recording(task_id, parent_call_id)
         if tr is None:
             return
         tr.append_c(_SUBCALL, self.now_us, tr.key_c(parent_call_id), tr.key_c(child_call_id), 0, 0, 0)

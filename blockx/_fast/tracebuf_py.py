@@ -1,7 +1,7 @@
 """Task trace buffers, the per-call part (twin of tracebuf.pyx; the recorder and
 store around them: blockx/adapters/trace_recorder.py).
 
-``TaskTrace`` is one task's bounded event buffer; ``CallRecorder`` holds the two
+``TraceBuffer`` is one task's bounded event buffer; ``CallRecorder`` holds the two
 hooks that run for every call (ExecuteCall sent, CallCompleted / CallFailed
 accepted), which is why this is a hot path.
 
@@ -120,7 +120,7 @@ def _int_or_zero(v) -> int:
     return v if type(v) is int and -(1 << 62) < v < (1 << 62) else 0
 
 
-class TaskTrace:
+class TraceBuffer:
     """One task's events, bounded. Owned by the TraceStore; read by trace_export."""
 
     __slots__ = ("task_id", "limit", "sample_every", "dropped", "truncated", "ended", "retained_weight",
@@ -379,7 +379,7 @@ def _task_decoded(rows, base: int, strings) -> tuple:
 
 
 class CallRecorder:
-    """The per-call hooks over the store's ``tasks`` (task id -> TaskTrace).
+    """The per-call hooks over the store's ``tasks`` (task id -> TraceBuffer).
     ``now_us`` is the trace clock, stamped once per dispatch-actor batch."""
 
     __slots__ = ("tasks", "now_us")
@@ -388,7 +388,7 @@ class CallRecorder:
         self.tasks = tasks
         self.now_us = 0
 
-    def _recording(self, task_id, call_id: str) -> TaskTrace | None:
+    def _recording(self, task_id, call_id: str) -> TraceBuffer | None:
         """The trace that records an event of ``call_id`` now; None for an unknown
         task or a call out of the sample (counted as dropped)."""
         tr = self.tasks.get(task_id)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -41,6 +42,30 @@ AUDIT_REJECTED = "AUDIT_REJECTED"
 
 class AuditAllowlistError(ValueError):
     pass
+
+
+def audit_problems(mode: str, allowlist_file: str, etcd_prefix: str, etcd_enabled: bool,
+                   name: Callable[[str], str]) -> list[str]:
+    """The rules of auditMode, auditAllowlistFile and auditAllowlistEtcdPrefix
+    (`name` words each setting for the operator): a known mode, an allowlist for
+    warn and enforce, a prefix that is an etcd key directory, a file that parses."""
+    out: list[str] = []
+    if mode not in AUDIT_MODES:
+        out.append(f"{name('auditMode')} must be one of off, warn, enforce (got {mode!r})")
+    elif mode != "off" and not (allowlist_file or etcd_prefix):
+        out.append(f"{name('auditMode')} is {mode!r} but {name('auditAllowlistFile')} is empty: "
+                   f"name the file of approved code digests (or set {name('auditAllowlistEtcdPrefix')})")
+    if etcd_prefix and (not etcd_prefix.startswith("/") or not etcd_prefix.endswith("/")):
+        out.append(f"{name('auditAllowlistEtcdPrefix')} {etcd_prefix!r} must start and end with '/' "
+                   "(e.g. \"/blockx/audit/\")")
+    elif etcd_prefix and not etcd_enabled:
+        out.append(f"{name('auditAllowlistEtcdPrefix')} needs etcd: {name('etcdEndpoints')} is \"none\"")
+    if allowlist_file:
+        try:
+            AuditAllowlist(allowlist_file)
+        except AuditAllowlistError as exc:
+            out.append(f"{name('auditAllowlistFile')}: {exc}")
+    return out
 
 
 def parse_allowlist(text: str, source: str) -> dict[str, str]:

@@ -17,11 +17,12 @@ reflection is (``GuardedReflection``)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import grpc
 from grpc_reflection.v1alpha import reflection
 
-from blockx.adapters.auth_tokens import ADMIN, TokenStore
+from blockx.adapters.auth_tokens import ADMIN, TokenFileError, TokenStore, local_token_problem, read_tokens
 from blockx.client.credentials import is_local_address
 from blockx.core.owners import Caller
 
@@ -29,6 +30,29 @@ log = logging.getLogger("blockx.auth")
 
 MODES = ("token", "mtls", "none")
 _BEARER = "Bearer "
+
+
+def auth_problems(mode: str, tokens_file: str, state_dir: str, *, tls_cert: str, tls_client_ca: str,
+                  name: Callable[[str], str]) -> list[str]:
+    """The rules of authMode and authTokensFile (`name` words each setting for the
+    operator): a known mode; mtls needs a client CA (the subject of a certificate
+    it signed is the identity); a tokens file must parse, and without one the
+    generated local token must be usable."""
+    out: list[str] = []
+    if mode not in MODES:
+        out.append(f"{name('authMode')} must be one of {', '.join(MODES)} (got {mode!r})")
+    elif mode == "mtls" and not (tls_cert and tls_client_ca):
+        out.append(f"{name('authMode')} is mtls but {name('tlsClientCa')} is not set: the identity is the "
+                   f"subject of a client certificate, so set {name('tlsCert')}, {name('tlsKey')} and "
+                   f"{name('tlsClientCa')} (the CA that signs the clients' certificates)")
+    if tokens_file and mode == "token":
+        try:
+            read_tokens(tokens_file)
+        except TokenFileError as exc:
+            out.append(f"{name('authTokensFile')}: {exc}")
+    elif mode == "token" and (problem := local_token_problem(state_dir)):
+        out.append(f"{name('authMode')} is token without {name('authTokensFile')}: {problem}")
+    return out
 
 
 class Unauthenticated(Exception):

@@ -2,7 +2,7 @@
 
 The decision is WorkerCore's (``handle_cancel_task``); the orchestrator runs the
 ConvergeTask it returns through the task terminal path (calls cancelled through
-the dispatcher, runner and writer cancelled, IO scope closed, watchers told).
+the dispatcher, runner and plugin cancelled, IO scope closed, watchers told).
 The unary RPC and the TaskSession ``cancel`` op share these two functions."""
 from __future__ import annotations
 

@@ -26,8 +26,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from blockx.adapters.subscriptions import DEFAULT_MAX_PENDING
+from blockx.core.config_rules import Rule
 
 MiB = 1024 * 1024
+# The rules of the settings GrpcLimits is built from, under their WorkerFullConfig
+# names (from_config); resultPageBytes' rules are result_pages'.
+GRPC_RULES = (
+    Rule("grpc_max_message_bytes", 64 * 1024, 2**31 - 1, note="grpc takes a 32-bit size"),
+    Rule("grpc_max_concurrent_streams", 1),
+    Rule("grpc_max_concurrent_rpcs", 1),
+    Rule("grpc_max_connections", 1),
+    Rule("max_task_sessions", 1),
+    Rule("max_watch_streams", 1),
+    Rule("watch_max_pending_updates", 1),
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,9 @@ One span per task (``task``, kind SERVER), from its activation to its terminal
 update, whose parent is the caller's W3C trace context (trace_context.py: the
 traceparent of the SubmitTask metadata or of the TaskSession stream) or, with
 none, a new root. Its phases are its children, one after the other:
-``builder``, ``calls``, and ``writer`` when the task has a result handler. A task that ends FAILED gets an ERROR
-status with its failure code and message on the task span and on the phase it
-ended in.
+``builder``, ``calls``, and ``writer`` (the Plugin phase, under its established span
+name) when the task has a plugin. A task that ends FAILED gets an ERROR status
+with its failure code and message on the task span and on the phase it ended in.
 
 Per-call spans (``call <function>``, children of the calls phase; a subcall's
 is the child of its parent call's span when that one is recorded) are made for
@@ -41,11 +41,14 @@ from zlib import crc32
 
 from blockx.adapters.trace_context import TRACESTATE, TraceContext
 from blockx.core.call_ids import task_id_of_call
-from blockx.core.types import StartBuilderPhase, StartCallPhase, StartWriterPhase
+from blockx.core.config_rules import Rule
+from blockx.core.types import StartBuilderPhase, StartCallPhase, StartPluginPhase
 
 _CRC_RANGE = 1 << 32
 _time_ns = time.time_ns
 CUT_SHORT = "cut short: the task ended"
+# The rule of the setting TaskSpans takes (otelCallSpanRate).
+OTEL_RULES = (Rule("otel_call_span_rate", 0, 1, kind=float),)
 
 
 def _span_id() -> str:
@@ -107,9 +110,9 @@ class TaskSpans:
             ph = ["builder", "blockx.builder", cmd.function_call.type]
         elif kind is StartCallPhase:
             ph = ["calls", "blockx.calls.streaming", bool(cmd.streaming)]
-        elif kind is StartWriterPhase:
+        elif kind is StartPluginPhase:
             rh = cmd.result_handler
-            if rh is None:           # no writer runs: the calls phase is the last one
+            if rh is None:           # no plugin runs: the calls phase is the last one
                 return
             ph = ["writer", "blockx.writer", rh.type]
         else:

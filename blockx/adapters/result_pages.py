@@ -33,16 +33,20 @@ small results is unchanged.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from functools import partial
 
 from blockx.adapters import wire
 from blockx.adapters.result_delivery import ENVELOPE_BYTES, RESULT_TOO_LARGE, WRAP_BYTES, ResultDelivery
+from blockx.core.config_rules import Rule
 from blockx.core.errors import InvalidArgumentError
 from blockx.worker.v1 import worker_pb2 as pb
 
 MiB = 1024 * 1024
 DEFAULT_PAGE_BYTES = MiB
 SETTING = "resultPageBytes (RESULT_PAGE_BYTES)"
+# The rule of resultPageBytes alone; page_bytes_problem couples it to grpcMaxMessageBytes.
+PAGE_RULES = (Rule("result_page_bytes", 16 * 1024, 2**31 - 1),)
 # The length prefix of a message's result field grows by at most this much as outputs are added.
 _GROWTH = 5
 # An output's tag and length prefix take at most this many bytes (outputs under 256 MiB).
@@ -154,6 +158,17 @@ _REPLIES = {
     "submit": (wire.submit_response, _submit_shell),
     "result": (wire.result_response, _result_shell),
 }
+
+
+def page_bytes_problem(page_bytes: int, max_message_bytes: int, name: Callable[[str], str]) -> str | None:
+    """resultPageBytes must leave ENVELOPE_BYTES of one gRPC message for the rest of
+    the reply (`name` words each setting for the operator)."""
+    room = max_message_bytes - ENVELOPE_BYTES
+    if page_bytes > room:
+        return (f"{name('resultPageBytes')} ({page_bytes}) must be at most {name('grpcMaxMessageBytes')} "
+                f"({max_message_bytes}) - {ENVELOPE_BYTES} = {room}: a page of a result must fit one gRPC "
+                "message; lower the first or raise the second")
+    return None
 
 
 class ResultPages:

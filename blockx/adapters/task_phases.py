@@ -17,19 +17,19 @@ from blockx._fast import load
 from blockx.core import failure_codes as fc
 from blockx.core.dispatch.commands import ConvergeTaskCalls
 from blockx.core.types import (
-    ConvergeTask, PhaseOutcome, PluginResult, StartBuilderPhase, StartCallPhase, StartWriterPhase,
+    ConvergeTask, PhaseOutcome, PluginResult, StartBuilderPhase, StartCallPhase, StartPluginPhase,
     TaskPhase,
 )
 from blockx.plugins.builder_api import (MAX_EAGER_CALLS, BuildContext, BuilderError, is_async_streaming,
                                         is_streaming)
 from blockx.adapters.writer_stream import StreamedWrite
-from blockx.plugins.writer_api import PluginContext, can_stream, parse_config, stream_options
+from blockx.plugins.plugin_api import PluginContext, can_stream, parse_config, stream_options
 
 PackedCalls = load("calllist").PackedCalls   # the callList builder's packed call list
 log = logging.getLogger("blockx.phases")
 
 _PHASE_OF = {StartBuilderPhase: TaskPhase.BUILDER, StartCallPhase: TaskPhase.CALLS,
-             StartWriterPhase: TaskPhase.PLUGIN}
+             StartPluginPhase: TaskPhase.PLUGIN}
 _CALLS_STARTED = object()    # _inline_phase: the Calls phase runs; its end calls back
 _MUST_WAIT = object()        # _inline_phase: the phase has to wait; it is awaited in a Task
 
@@ -121,7 +121,7 @@ class TaskPhases:
     def _inline_phase(self, rt, cmd):
         """Run phase ``cmd`` now if nothing in it has to wait: its outcome, or
         _CALLS_STARTED (a Calls phase is running; its end calls back), or
-        _MUST_WAIT (a full gate, an async builder, a writer plugin)."""
+        _MUST_WAIT (a full gate, an async builder, a plugin)."""
         t = type(cmd)
         if t is StartBuilderPhase:
             builder = self.builders.get(cmd.function_call.type)
@@ -140,9 +140,9 @@ class TaskPhases:
                 return _CALLS_STARTED
             self.leave_calls(rt)
             return failed
-        if t is StartWriterPhase and cmd.result_handler is None:
+        if t is StartPluginPhase and cmd.result_handler is None:
             return PhaseOutcome(ok=True)
-        if t is StartWriterPhase:
+        if t is StartPluginPhase:
             return _MUST_WAIT
         raise TypeError(f"task {rt.task_id}: unexpected phase command {cmd!r}")
 
@@ -165,7 +165,7 @@ class TaskPhases:
             elif t is StartCallPhase:
                 outcome = await self._calls_phase(rt, cmd)
             else:
-                outcome = await self._writer_phase(rt, cmd)
+                outcome = await self._plugin_phase(rt, cmd)
         except asyncio.CancelledError:
             return
         except Exception:  # noqa: BLE001 - a bug here must still converge the task
@@ -468,7 +468,7 @@ class TaskPhases:
 
     # ---- Plugin ------------------------------------------------------------------
 
-    async def _writer_phase(self, rt, cmd: StartWriterPhase) -> PhaseOutcome:
+    async def _plugin_phase(self, rt, cmd: StartPluginPhase) -> PhaseOutcome:
         rh = cmd.result_handler
         if rh is None:
             return PhaseOutcome(ok=True)

@@ -1,4 +1,4 @@
-"""A TaskTrace in the Chrome trace-event format (what Perfetto and chrome://tracing open).
+"""A TraceBuffer in the Chrome trace-event format (what Perfetto and chrome://tracing open).
 
 Only run when a trace is asked for (GetTaskTrace): the recorder keeps raw tuples,
 this turns them into a JSON object ``{"traceEvents": [...], ...}``:
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from blockx.protocol.messages import EXECUTOR_LOST
 from blockx.adapters.trace_recorder import (DONE, IO_DONE, IO_WAIT, LOST, PHASE, QUEUED, RETRY, SENT, SUBCALL,
-                                            TASK_END, TASK_START, TaskTrace)
+                                            TASK_END, TASK_START, TraceBuffer)
 
 PID = 1
 PHASE_TID = 1
@@ -55,7 +55,7 @@ class _Span:
         self.children: list[_Span] = []
 
 
-def chrome_trace(tr: TaskTrace, now_us: int) -> dict:
+def chrome_trace(tr: TraceBuffer, now_us: int) -> dict:
     """The trace-event JSON object of ``tr``, taken at ``now_us`` (the trace clock)."""
     events = tr.events
     t0 = events[0][1] if events else now_us

@@ -7,7 +7,7 @@ calls are stamped with ``now_us``, which the dispatch actor's clock refreshes
 once per event batch (``stamping(mono)`` wraps that clock); the rare events born
 outside the actor (phases, IO resumes, executor loss) read the clock themselves.
 Formatting happens only when a trace is asked for (trace_export.py turns a
-``TaskTrace`` into the Chrome trace-event format).
+``TraceBuffer`` into the Chrome trace-event format).
 
 Bound. A task records at most ``max_events`` events. When it reaches the cap its
 calls are sampled: a call (with its subcalls, retries and waits) is kept when
@@ -28,7 +28,7 @@ each counts its events, at least RETAINED_FLOOR_EVENTS for its fixed overhead
 in ``evicted``) - otherwise thousands of short tasks a second, retained for the
 default 300 s, would hold gigabytes. A running task's trace is never evicted.
 
-Events as ``TaskTrace.events`` decodes them, by kind (index 0) and time in us (index 1):
+Events as ``TraceBuffer.events`` decodes them, by kind (index 0) and time in us (index 1):
 
 - TASK_START ``(k, t)``; TASK_END ``(k, t, state, failure_code, failure_message, plugin_results)``
 - PHASE ``(k, t, name, detail)``: a phase starts ("builder", "calls", "plugin");
@@ -49,13 +49,14 @@ from typing import TYPE_CHECKING, Callable
 
 from blockx._fast import load
 from blockx.core.call_ids import task_id_of_call
+from blockx.core.config_rules import Rule
 
 # The per-call part is a hot path (blockx/_fast/tracebuf.pyx, twin tracebuf_py.py).
 _tb = load("tracebuf")
 if TYPE_CHECKING:           # both forms have the same API (tracebuf.pyi is the twin's)
-    from blockx._fast.tracebuf_py import CallRecorder, TaskTrace
+    from blockx._fast.tracebuf_py import CallRecorder, TraceBuffer
 else:
-    TaskTrace = _tb.TaskTrace
+    TraceBuffer = _tb.TraceBuffer
     CallRecorder = _tb.CallRecorder
 TASK_START, TASK_END, PHASE, QUEUED, SENT, DONE = _tb.TASK_START, _tb.TASK_END, _tb.PHASE, _tb.QUEUED, _tb.SENT, _tb.DONE
 IO_WAIT, IO_DONE, SUBCALL, RETRY, LOST = _tb.IO_WAIT, _tb.IO_DONE, _tb.SUBCALL, _tb.RETRY, _tb.LOST
@@ -63,10 +64,13 @@ CALL_KINDS, PINNED_KINDS, PINNED_RESERVE = _tb.CALL_KINDS, _tb.PINNED_KINDS, _tb
 DEFAULT_MAX_EVENTS = 10_000
 MIN_MAX_EVENTS = 100
 # An ended trace weighs at least this many events in the retained budget: its
-# TaskTrace, string table and buffer cost about 2 KB even for a one-call task,
+# TraceBuffer, string table and buffer cost about 2 KB even for a one-call task,
 # the size of ~32 event rows (64 bytes each).
 RETAINED_FLOOR_EVENTS = 32
 DEFAULT_RETAINED_MAX_EVENTS = 2_000_000     # ~128 MB of rows: ~60k short tasks or 200 full 10k-event traces
+# The rules of the settings TraceStore takes (traceMaxEventsPerTask, traceRetainedMaxEvents).
+TRACE_RULES = (Rule("trace_max_events_per_task", MIN_MAX_EVENTS, note="events kept per task trace"),
+               Rule("trace_retained_max_events", RETAINED_FLOOR_EVENTS, note="one ended trace"))
 
 _monotonic_ns = time.monotonic_ns
 
@@ -88,10 +92,10 @@ class TraceStore:
         self.max_events = max_events
         self.retained_max_events = retained_max_events
         self._clock_ns = clock_ns
-        self._tasks: dict[str, TaskTrace] = {}
+        self._tasks: dict[str, TraceBuffer] = {}
         # ended tasks' traces with their weight in the budget, in end order
         # (retention and eviction are both FIFO)
-        self._ended: deque[TaskTrace] = deque()   # ended traces, oldest first (weight: tr.retained_weight)
+        self._ended: deque[TraceBuffer] = deque()   # ended traces, oldest first (weight: tr.retained_weight)
         self.retained_events = 0        # the weights of the traces in _ended
         self.evicted = 0                # ended traces dropped to stay within the budget
         # The hooks every call (and every subcall) goes through, compiled: bound
@@ -126,7 +130,7 @@ class TraceStore:
 
     # ---- lookup and lifetime ---------------------------------------------------------
 
-    def get(self, task_id: str) -> TaskTrace | None:
+    def get(self, task_id: str) -> TraceBuffer | None:
         return self._tasks.get(task_id)
 
     def __len__(self) -> int:
@@ -137,7 +141,7 @@ class TraceStore:
         return self._clock_ns() // 1000
 
     def task_started(self, task_id: str) -> None:
-        tr = TaskTrace(task_id, self.max_events)
+        tr = TraceBuffer(task_id, self.max_events)
         tr.add_task_event((TASK_START, self._now()))
         self._tasks[task_id] = tr
 
@@ -182,7 +186,7 @@ class TraceStore:
             self.retained_events -= tr.retained_weight
         return n
 
-    def _task_of_call(self, call_id: str) -> TaskTrace | None:
+    def _task_of_call(self, call_id: str) -> TraceBuffer | None:
         """The trace of the task a call id belongs to (read exactly, never a guessed
         prefix: core.call_ids), so a task's events never land in another's trace."""
         tid = task_id_of_call(call_id)
@@ -191,7 +195,7 @@ class TraceStore:
     # ---- hooks: task phases (task_phases.py, orchestrator.py) ----------------------------
 
     def phase_started(self, cmd) -> None:
-        """A Start*Phase command of the core (StartBuilderPhase, StartCallPhase, StartWriterPhase)."""
+        """A Start*Phase command of the core (StartBuilderPhase, StartCallPhase, StartPluginPhase)."""
         tr = self._tasks.get(cmd.task_id)
         if tr is None:
             return
@@ -221,7 +225,7 @@ class TraceStore:
         if tr is not None:
             tr.add_call_event((RETRY, self._calls.now_us, call_id, max(0, cmd.fire_at_ms - now_ms), cmd.is_retry))
 
-    def _task(self, task_id) -> TaskTrace | None:
+    def _task(self, task_id) -> TraceBuffer | None:
         """The trace of ``task_id`` as an executor frame gave it (maybe not a string)."""
         return self._tasks.get(task_id) if type(task_id) is str else None
 

@@ -1,6 +1,6 @@
 """StreamedWrite: one task's writer consuming its settled batches as the task runs.
 
-When the builder streams and the writer can (blockx.plugins.writer_api), the
+When the builder streams and the writer can (blockx.plugins.plugin_api), the
 dispatcher hands each settled batch's outputs over with its BatchSettled and keeps
 none of them. They come here, and the batch's credit with them:
 
@@ -31,6 +31,7 @@ from collections import deque
 from itertools import chain
 from typing import Any, Callable
 
+from blockx.core.config_rules import Rule
 from blockx.core.types import PluginResult
 
 log = logging.getLogger("blockx.phases")
@@ -38,6 +39,9 @@ log = logging.getLogger("blockx.phases")
 # What one output costs in memory beyond its bytes (the bytes object's header and
 # its list slot): the buffer's bounds count outputs as len + OUTPUT_OVERHEAD.
 OUTPUT_OVERHEAD = 64
+# The rules of the writerStream settings a StreamedWrite is built from.
+WRITER_STREAM_RULES = (Rule("enabled", kind=bool), Rule("keep_outputs", 0, note="0 keeps none"),
+                       Rule("keep_output_bytes", 0), Rule("buffer_bytes", 1), Rule("write_bytes", 1))
 
 
 class StreamedWrite:

@@ -119,7 +119,7 @@ class StreamBuildSection:
 class WriterStreamSection:
     """A streaming builder's writer, when it can (tableUpserts), consumes each
     settled batch as the task runs, inside one transaction that becomes visible
-    only when the task succeeds (blockx.plugins.writer_api)."""
+    only when the task succeeds (blockx.plugins.plugin_api)."""
     enabled: bool = _f(True, env="WRITER_STREAM_ENABLED",
                        doc="false: every writer runs after the Calls phase over every output")
     keep_outputs: int = _f(1_000, env="WRITER_STREAM_KEEP_OUTPUTS",

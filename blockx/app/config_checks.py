@@ -4,13 +4,20 @@ Every broken rule is collected, not just the first, and each message names the
 JSON path with its environment variable, e.g. "worker.taskSlots (TASK_SLOTS) must
 be > 0 (got 0)", so an operator sees the whole list in one round.
 
-A setting that a core config carries is checked by the core's rule for it
-(blockx.core.config / dispatcher_config: CONFIG_RULES, ADMISSION_RULES,
-DISPATCHER_RULES, deadline_problem, retention_problem), here worded for the
-operator; the rules below are for the settings only the app has (addresses,
-etcd, executors, timers, shadow traffic, IO backends, data sources, logging), including the
-heartbeat that must stay below the etcd lease TTL. The config is passed in, never
-imported, so this module does not depend on blockx.app.config."""
+A setting's rule sits with the module that uses the setting, and this module
+only collects them and words them for the operator: the cores' (blockx.core.config,
+blockx.core.dispatch.config: CONFIG_RULES, ADMISSION_RULES, DISPATCHER_RULES,
+deadline_problem, retention_problem, ttl_problem) and those of the adapters and
+plugins a setting feeds (a `*_RULES` table of Rule, or a `*_problem(s)` function
+that takes the values and a function naming each setting: the gRPC bounds,
+result pages, traces, OpenTelemetry, the executor outbox, the writer stream, the IO backends, the data plane, the
+function code sources, authentication, audit, the sandbox). From an adapter or a
+plugin it imports nothing else (tests/unit/app/test_config_rule_owners.py).
+The rules written below are for the settings only the app wires (addresses,
+etcd, executor counts and timers, gRPC keepalive, session queues, shadow
+traffic, TLS files, logging), including the heartbeat that must stay below the etcd lease
+TTL. The config is passed in, never imported, so this module does not depend on
+blockx.app.config."""
 
 from __future__ import annotations
 
@@ -18,14 +25,20 @@ import os
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from blockx.adapters.executor.outbox_limits import OUTBOX_DEPTH
-from blockx.adapters.trace_recorder import MIN_MAX_EVENTS as MIN_TRACE_EVENTS, RETAINED_FLOOR_EVENTS
+from blockx.adapters.executor.outbox_limits import inflight_problem
+from blockx.adapters.grpc_limits import GRPC_RULES
+from blockx.adapters.otel_spans import OTEL_RULES
+from blockx.adapters.trace_recorder import TRACE_RULES
+from blockx.adapters.writer_stream import WRITER_STREAM_RULES
 from blockx.app.addresses import split_host_port
 from blockx.app.config_fields import env_vars_of, json_name
 from blockx.core.config import ADMISSION_RULES, CONFIG_RULES, deadline_problem, retention_problem, ttl_problem
 from blockx.core.config_rules import Rule, Wording, check
 from blockx.core.dispatch.config import DISPATCHER_RULES
-from blockx.plugins.data.urls import parse_source_url
+from blockx.plugins.data.urls import data_source_problems
+from blockx.plugins.io.devstub import DEVSTUB_RULES
+from blockx.plugins.io.rpc_endpoints import RPC_RULES, endpoint_problems
+from blockx.plugins.io.sql import SQL_RULES
 
 if TYPE_CHECKING:
     from blockx.app.config import WorkerFullConfig
@@ -39,8 +52,6 @@ SANDBOX_RUNTIMES = ("bwrap", "oci")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
 BLOCK_REGISTRY_SEGMENT = "workers"
 BUNDLE_REGISTRY_SEGMENT = "bundle-workers"
-# resultPageBytes stays this far under grpcMaxMessageBytes (blockx.adapters.result_delivery.ENVELOPE_BYTES).
-PAGE_HEADROOM_BYTES = 16 * 1024
 
 # Settings only the app has (top level of the config).
 APP_RULES = (
@@ -52,14 +63,6 @@ APP_RULES = (
     Rule("grpc_keepalive_timeout_ms", 1),
     Rule("session_max_pending_events", 1),
     Rule("session_max_pending_bytes", 1),
-    Rule("grpc_max_message_bytes", 64 * 1024, 2**31 - 1, note="grpc takes a 32-bit size"),
-    Rule("result_page_bytes", 16 * 1024, 2**31 - 1),
-    Rule("grpc_max_concurrent_streams", 1),
-    Rule("grpc_max_concurrent_rpcs", 1),
-    Rule("grpc_max_connections", 1),
-    Rule("max_task_sessions", 1),
-    Rule("max_watch_streams", 1),
-    Rule("watch_max_pending_updates", 1),
     Rule("executor_restart_delay_ms", 0),
     Rule("executor_max_restarts", 0),
     Rule("executor_restart_window_ms", 1),
@@ -73,21 +76,7 @@ APP_RULES = (
     Rule("executor_output_bytes_per_s", 1),
     Rule("shadow_submit_sample_rate", 0, 1, kind=float),
     Rule("memory_diagnostics_interval_ms", 0, note="0 disables the memory diagnostics log line"),
-    Rule("trace_max_events_per_task", MIN_TRACE_EVENTS, note="events kept per task trace"),   # task traces
-    Rule("trace_retained_max_events", RETAINED_FLOOR_EVENTS, note="one ended trace"),            # task traces
-    Rule("otel_call_span_rate", 0, 1, kind=float),                                                # OpenTelemetry
 )
-IO_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 0, note="0 = phaseIoTimeoutMs"))
-SQL_BACKEND_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 1), Rule("max_rows", 1),
-                     Rule("max_result_bytes", 1, 15 * 1024 * 1024, note="a result travels in one 16 MiB frame"))
-RPC_BACKEND_RULES = (Rule("timeout_ms", 1), Rule("concurrency", 1), Rule("max_queue", 1),
-                     Rule("max_batch", 1, 10_000),
-                     Rule("max_response_bytes", 1, 15 * 1024 * 1024, note="a result travels in one 16 MiB frame"),
-                     Rule("retries", 0, 10), Rule("retry_backoff_ms", 0, 60_000))
-WRITER_STREAM_RULES = (Rule("enabled", kind=bool), Rule("keep_outputs", 0, note="0 keeps none"),
-                       Rule("keep_output_bytes", 0), Rule("buffer_bytes", 1), Rule("write_bytes", 1))
-DATA_PLANE_RULES = (Rule("scan_fetch_rows", 1, 1_000_000), Rule("scan_max_row_bytes", 1),
-                    Rule("bundle_max_files", 1), Rule("duckdb_memory_limit_mb", 0, note="0 = DuckDB's own"))
 
 
 def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
@@ -181,21 +170,17 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     check(cfg.stream_build, DISPATCHER_RULES, section((cfg.stream_build, "streamBuild.")), out)
     check(cfg.writer_stream, WRITER_STREAM_RULES, section((cfg.writer_stream, "writerStream.")), out)
     check(cfg.dispatcher, DISPATCHER_RULES, section((cfg.dispatcher, "dispatcher.")), out)
-    inflight = cfg.dispatcher.executor_max_inflight
-    if type(inflight) is int and inflight > OUTBOX_DEPTH:
-        out.append(f"{name('dispatcher.executorMaxInflight')} ({inflight}) must not exceed the executor "
-                   f"outbox depth ({OUTBOX_DEPTH} frames): it is how many calls one executor may be sent "
-                   f"at once; set it to at most {OUTBOX_DEPTH} (more executors, executorCount, carry more "
-                   "calls in flight)")
+    if problem := inflight_problem(cfg.dispatcher.executor_max_inflight, name("dispatcher.executorMaxInflight")):
+        out.append(problem)
 
     # The settings only the app has.
-    if check(cfg, APP_RULES, top, out):
-        room = cfg.grpc_max_message_bytes - PAGE_HEADROOM_BYTES
-        if cfg.result_page_bytes > room:
-            out.append(f"{name('resultPageBytes')} ({cfg.result_page_bytes}) must be at most "
-                       f"{name('grpcMaxMessageBytes')} ({cfg.grpc_max_message_bytes}) - {PAGE_HEADROOM_BYTES} "
-                       f"= {room}: a page of a result must fit one gRPC message; lower the first or raise "
-                       "the second")
+    # The top-level settings: the app's own, then those their owners rule (the gRPC
+    # bounds, result pages, task traces, OpenTelemetry). result_pages brings
+    # protobuf with it: imported only when a config is judged.
+    from blockx.adapters.result_pages import PAGE_RULES, page_bytes_problem
+    if check(cfg, APP_RULES + GRPC_RULES + PAGE_RULES + TRACE_RULES + OTEL_RULES, top, out) and \
+            (problem := page_bytes_problem(cfg.result_page_bytes, cfg.grpc_max_message_bytes, name)):
+        out.append(problem)
     if cfg.etcd_enabled and cfg.heartbeat_interval_ms >= ETCD_LEASE_TTL_MS:
         out.append(f"{name('heartbeatIntervalMs')} ({cfg.heartbeat_interval_ms}) must be below the "
                    f"{ETCD_LEASE_TTL_MS // 1000} s etcd lease TTL, or the registration expires "
@@ -225,27 +210,25 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
                    "would loop back")
 
     dev = cfg.io_backends.devstub
-    check(dev, IO_BACKEND_RULES, section((dev, "ioBackends.devstub.")), out)
+    check(dev, DEVSTUB_RULES, section((dev, "ioBackends.devstub.")), out)
     sql = cfg.io_backends.sql
-    check(sql, SQL_BACKEND_RULES, section((sql, "ioBackends.sql.")), out)
+    check(sql, SQL_RULES, section((sql, "ioBackends.sql.")), out)
     rpc = cfg.io_backends.rpc
-    if check(rpc, RPC_BACKEND_RULES, section((rpc, "ioBackends.rpc.")), out):
-        from blockx.plugins.io.rpc_endpoints import parse_endpoints
-        out.extend(parse_endpoints(rpc.endpoints, timeout_ms=rpc.timeout_ms, concurrency=rpc.concurrency,
-                                   environ=os.environ)[1])
+    if check(rpc, RPC_RULES, section((rpc, "ioBackends.rpc.")), out):
+        out.extend(endpoint_problems(rpc.endpoints, timeout_ms=rpc.timeout_ms, concurrency=rpc.concurrency,
+                                     environ=os.environ))
+    # The data plane's rules import DuckDB with it: only when a config is judged.
+    from blockx.plugins.data.plane import DATA_PLANE_RULES, default_source_problem
     check(cfg.data_plane, DATA_PLANE_RULES, section((cfg.data_plane, "dataPlane.")), out)
-    for src, url in cfg.data_sources.items():
-        try:
-            parse_source_url(src, url)
-        except ValueError as exc:
-            out.append(f"{name('dataSources')}: {exc}")
-    if not cfg.data_sources and not cfg.data_plane.state_dir:
-        out.append(f"{name('dataPlane.stateDir')} must not be empty when no dataSources are configured "
-                   "(it holds the default `local` DuckDB file)")
+    out.extend(data_source_problems(cfg.data_sources, name("dataSources")))
+    if problem := default_source_problem(cfg.data_sources, cfg.data_plane.state_dir, name("dataPlane.stateDir")):
+        out.append(problem)
 
     tls_problems(cfg, name, out)
     auth_problems(cfg, name, out)
-    audit_problems(cfg, name, out)
+    from blockx.adapters.audit import audit_problems
+    out.extend(audit_problems(cfg.audit_mode, cfg.audit_allowlist_file, cfg.audit_allowlist_etcd_prefix,
+                              cfg.etcd_enabled, name))
 
     if cfg.log_level.strip().upper() not in LOG_LEVELS:
         out.append(f"{name('logLevel')} must be one of debug, info, warning, error, critical "
@@ -254,7 +237,6 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
 
 
 FUNCTION_SOURCES = ("dir", "etcd", "redis")
-REDIS_URL_SCHEMES = ("redis", "rediss", "unix")
 
 
 def _function_source_violations(cfg: WorkerFullConfig, name) -> list[str]:
@@ -269,76 +251,21 @@ def _function_source_violations(cfg: WorkerFullConfig, name) -> list[str]:
     if not (p.startswith("/") and p.endswith("/") and len(p) > 1):
         out.append(f"{name('functionsEtcdPrefix')} must start and end with '/' (got {p!r})")
     if cfg.functions_source == "redis":
-        _redis_source_violations(cfg, name, out)
+        from blockx.plugins.function_code_redis_store import redis_source_problems
+        out.extend(redis_source_problems(cfg.functions_redis_url, cfg.functions_redis_prefix,
+                                         cfg.functions_redis_check_interval_ms, name))
     return out
 
 
-def _redis_source_violations(cfg: WorkerFullConfig, name, out: list[str]) -> None:
-    from urllib.parse import urlsplit
-
-    from blockx.plugins.function_code_redis import RedisCodeKeys, redacted_url
-
-    url = cfg.functions_redis_url
-    try:
-        parts = urlsplit(url)
-        parts.port                                  # noqa: B018 - raises on a port that is not a number
-    except ValueError as exc:
-        out.append(f"{name('functionsRedisUrl')} {redacted_url(url)!r} is not a URL ({exc})")
-    else:
-        if parts.scheme not in REDIS_URL_SCHEMES or not (parts.hostname or parts.path):
-            out.append(f"{name('functionsRedisUrl')} must be redis://host:port/db, rediss://host:port/db "
-                       f"or unix:///path (got {redacted_url(url)!r})")
-    try:
-        RedisCodeKeys(cfg.functions_redis_prefix)
-    except ValueError as exc:
-        out.append(f"{name('functionsRedisPrefix')}: {exc}")
-    if not 10 <= cfg.functions_redis_check_interval_ms <= 3_600_000:
-        out.append(f"{name('functionsRedisCheckIntervalMs')} must be between 10 and 3600000 "
-                   f"(got {cfg.functions_redis_check_interval_ms})")
-
-
-def audit_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:
-    from blockx.adapters.audit import AUDIT_MODES, AuditAllowlist, AuditAllowlistError
-
-    if cfg.audit_mode not in AUDIT_MODES:
-        out.append(f"{name('auditMode')} must be one of off, warn, enforce (got {cfg.audit_mode!r})")
-    elif cfg.audit_mode != "off" and not (cfg.audit_allowlist_file or cfg.audit_allowlist_etcd_prefix):
-        out.append(f"{name('auditMode')} is {cfg.audit_mode!r} but {name('auditAllowlistFile')} is empty: "
-                   f"name the file of approved code digests (or set {name('auditAllowlistEtcdPrefix')})")
-    prefix = cfg.audit_allowlist_etcd_prefix
-    if prefix and (not prefix.startswith("/") or not prefix.endswith("/")):
-        out.append(f"{name('auditAllowlistEtcdPrefix')} {prefix!r} must start and end with '/' "
-                   "(e.g. \"/blockx/audit/\")")
-    elif prefix and not cfg.etcd_enabled:
-        out.append(f"{name('auditAllowlistEtcdPrefix')} needs etcd: {name('etcdEndpoints')} is \"none\"")
-    if cfg.audit_allowlist_file:
-        try:
-            AuditAllowlist(cfg.audit_allowlist_file)
-        except AuditAllowlistError as exc:
-            out.append(f"{name('auditAllowlistFile')}: {exc}")
-
-
 def auth_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:
-    """The API's authentication: a known mode; mtls needs a client CA (the subject
-    of a certificate it signed is the identity); a tokens file must parse."""
-    from blockx.adapters.auth import MODES
-    from blockx.adapters.auth_tokens import TokenFileError, local_token_problem, read_tokens
+    """The API's authentication (adapters.auth's rules), then the shadow target's
+    token file, which only has to be a file."""
+    from blockx.adapters.auth import auth_problems as api_auth_problems
 
-    if cfg.auth_mode not in MODES:
-        out.append(f"{name('authMode')} must be one of {', '.join(MODES)} (got {cfg.auth_mode!r})")
-    elif cfg.auth_mode == "mtls" and not (cfg.tls_cert and cfg.tls_client_ca):
-        out.append(f"{name('authMode')} is mtls but {name('tlsClientCa')} is not set: the identity is the "
-                   f"subject of a client certificate, so set {name('tlsCert')}, {name('tlsKey')} and "
-                   f"{name('tlsClientCa')} (the CA that signs the clients' certificates)")
+    out.extend(api_auth_problems(cfg.auth_mode, cfg.auth_tokens_file, cfg.data_plane.state_dir,
+                                 tls_cert=cfg.tls_cert, tls_client_ca=cfg.tls_client_ca, name=name))
     if cfg.shadow_submit_token_file and not os.path.isfile(cfg.shadow_submit_token_file):
         out.append(f"{name('shadowSubmitTokenFile')} {cfg.shadow_submit_token_file!r} is not a readable file")
-    if cfg.auth_tokens_file and cfg.auth_mode == "token":
-        try:
-            read_tokens(cfg.auth_tokens_file)
-        except TokenFileError as exc:
-            out.append(f"{name('authTokensFile')}: {exc}")
-    elif cfg.auth_mode == "token" and (problem := local_token_problem(cfg.data_plane.state_dir)):
-        out.append(f"{name('authMode')} is token without {name('authTokensFile')}: {problem}")
 
 
 def tls_problems(cfg: WorkerFullConfig, name, out: list[str]) -> None:

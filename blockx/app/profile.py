@@ -2,7 +2,7 @@
 
 An entry point declares a Profile and hands it to `run.serve`; it never wires
 anything itself. A Profile only selects: which
-builders and writer plugins are registered (a builder not listed is not registered,
+builders and plugins are registered (a builder not listed is not registered,
 and tasks naming it fail with BUILDER_NOT_FOUND), the etcd registry prefix, the
 service label, and `tune_defaults`, which may change built-in defaults but never
 an explicitly configured value (it runs before the WORKER_CONFIG file and env).
@@ -92,10 +92,10 @@ def _dev_defaults(cfg: WorkerFullConfig) -> None:
     cfg.io_backends.devstub.enabled = True
 
 
-# Production profiles register only real builders and writers (docs/grpc.md lists them:
-# block has dbscan, callList, bundleScan and every writer; bundle has bundleScan and
+# Production profiles register only real builders and plugins (docs/grpc.md lists them:
+# block has dbscan, callList, bundleScan and every plugin; bundle has bundleScan and
 # callList with bundleWrite and tableUpserts). The dev stubs (builders static,
-# payload and rangeScan, a stand-in for a streaming scan; writers log and test,
+# payload and rangeScan, a stand-in for a streaming scan; plugins log and test,
 # which a client can make sleep for minutes) live in DEV only.
 BLOCK = Profile(
     deployment="block",

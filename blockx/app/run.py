@@ -135,10 +135,10 @@ def executor_sandbox(cfg, extra_readonly: tuple[str, ...] = ()) -> Sandbox | Oci
     limits = SandboxLimits(cfg.executor_memory_limit_mb, cfg.executor_max_processes, cfg.executor_max_open_files)
     sandbox: Sandbox | OciSandbox
     if cfg.executor_sandbox_runtime == "oci":
-        sandbox = OciSandbox(cfg.socket_path, limits, functions_dir=cfg.functions_dir,
+        sandbox = OciSandbox(limits, functions_dir=cfg.functions_dir,
                              cpu_millicores=cfg.executor_cpu_millicores, extra_readonly=extra_readonly)
     else:
-        sandbox = Sandbox(cfg.socket_path, limits, functions_dir=cfg.functions_dir, extra_readonly=extra_readonly)
+        sandbox = Sandbox(limits, functions_dir=cfg.functions_dir, extra_readonly=extra_readonly)
     log_event(log, "executor_sandbox", mode="sandbox", runtime=sandbox.runtime, sandbox=sandbox.describe())
     return sandbox
 

@@ -23,7 +23,7 @@ import asyncio
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from blockx.cli.exit import EXIT_OK, CLIError
@@ -41,7 +41,6 @@ class FleetRow:
     error: str = ""
     gone: bool = False
     rates: tuple[float, float] | None = None      # (tasks finished/s, calls finished/s)
-    history: list = field(default_factory=list)
 
 
 async def _one_status(addr: str, ns: argparse.Namespace, timeout: float):

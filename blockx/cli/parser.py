@@ -89,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--calls", action="append", default=None, metavar="FN:ARGS",
                     help="a callList call, e.g. 'add:1,2' or 'echo:{\"k\":1}' (repeatable)")
     sm.add_argument("--payload", default=None, metavar="JSON|@FILE", help="builder payload (JSON)")
-    sm.add_argument("--result-handler", default=None, metavar="PLUGIN", help="writer plugin, e.g. log or test")
-    sm.add_argument("--result-config", default=None, metavar="JSON|@FILE", help="writer plugin config (JSON)")
+    sm.add_argument("--result-handler", default=None, metavar="PLUGIN", help="the task's plugin, e.g. log or test")
+    sm.add_argument("--result-config", default=None, metavar="JSON|@FILE", help="the plugin's config (JSON)")
     sm.add_argument("--timeout-ms", type=int, default=None, help="task timeout (0: the worker's default)")
     sm.add_argument("--policy", default=None, choices=tuple(POLICIES),
                     help="call failure policy: fast-fail (a call that fails for good, retries spent, stops "

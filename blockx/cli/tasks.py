@@ -1,7 +1,7 @@
 """`blockx cancel`, `blockx tasks` and `blockx health`: an operator's verbs on one Worker.
 
 - `blockx cancel TASK_ID [--reason TEXT]`: CancelTask over a session. The task
-  ends FAILED / CANCELLED (its calls are cancelled, its writer writes nothing);
+  ends FAILED / CANCELLED (its calls are cancelled, its plugin writes nothing);
   prints the task as `blockx result` does. Exit 0 when this command cancelled it,
   3 when it was already FAILED, 0 when it had SUCCEEDED (nothing changed), 1 on
   a refusal (NOT_FOUND, PERMISSION_DENIED: only the owner or an admin cancels).
@@ -37,7 +37,7 @@ HEALTH_EXIT_CODES = """exit codes:
 def add_parsers(sub, client: argparse.ArgumentParser) -> None:
     c = sub.add_parser("cancel", parents=[client], help="cancel a task", description=(
         "Cancel a task: it ends FAILED with failure code CANCELLED (not retryable); its calls are "
-        "cancelled, its writer writes nothing, its watchers get the terminal update. A task that "
+        "cancelled, its plugin writes nothing, its watchers get the terminal update. A task that "
         "already ended is printed as it is. Only the task's owner or an admin may cancel it."),
         epilog=epilog("blockx cancel t1 --reason 'wrong input'"), **RAW)
     c.add_argument("task_id", metavar="TASK_ID")

@@ -365,7 +365,7 @@ class WorkerClient:
 
     async def cancel(self, task_id: str, reason: str = "") -> TaskOutcome:
         """CancelTask over this session: the task ends FAILED / CANCELLED (its calls
-        are cancelled, its writer writes nothing) and its outcome is returned; a task
+        are cancelled, its plugin writes nothing) and its outcome is returned; a task
         already terminal is returned as it is (``outcome.raw.cancelled`` is False).
         NotFound for an unknown task, PermissionDenied for another identity's."""
         r = (await self._request(pb.SessionRequest(

@@ -48,7 +48,6 @@ class TaskState(enum.IntEnum):
 # Call failure policies (proto CallFailurePolicy; UNSPECIFIED means FAST_FAIL).
 FAST_FAIL: Final = "FAST_FAIL"
 CONTINUE: Final = "CONTINUE"
-CALL_FAILURE_POLICIES: Final = (FAST_FAIL, CONTINUE)
 
 
 @dataclass(slots=True)
@@ -60,7 +59,7 @@ class FunctionCall:
 
 @dataclass(slots=True)
 class ResultHandler:
-    """Writer plugin name (``type``) and its JSON config."""
+    """The task's plugin: its name (``type``) and its JSON config."""
     type: str
     config: bytes = b""
 
@@ -89,10 +88,12 @@ class SubmitTaskRequest:
 
 @dataclass(slots=True)
 class PluginResult:
+    """A plugin's report: what it returns, and what the task's result carries."""
     plugin: str
     ok: bool
     message: str = ""
     details: bytes = b""
+    retryable: bool = False     # a failure that may pass on a retry (a transient database error)
 
 
 @dataclass(slots=True)
@@ -266,8 +267,8 @@ class StartCallPhase:
 
 
 @dataclass(slots=True)
-class StartWriterPhase:
-    """Run the writer plugin named by ``result_handler.type`` over ``outputs``
+class StartPluginPhase:
+    """Run the plugin named by ``result_handler.type`` over ``outputs``
     (under pluginSem); with no result_handler report success at once. Report
     handle_task_phase_finished(task_id, TaskPhase.PLUGIN, outcome)."""
     task_id: str
@@ -288,7 +289,7 @@ class ConvergeTask:
     interrupted_phase: TaskPhase       # the phase the task was in when it converged
 
 
-Command = Union[PrepareTaskActivation, StartBuilderPhase, StartCallPhase, StartWriterPhase, ConvergeTask]
+Command = Union[PrepareTaskActivation, StartBuilderPhase, StartCallPhase, StartPluginPhase, ConvergeTask]
 
 
 # ---- handler results -------------------------------------------------------

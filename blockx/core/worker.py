@@ -14,7 +14,7 @@ Parts (each owns its state; WorkerCore composes them and owns only the
 ``ready`` / ``draining`` flags):
 
 - ``worker_slots.SlotTable``: the slots, capacity counters and slot leases.
-- ``worker_tasks.TaskTable``: the task index (reservations, submitted tasks,
+- ``worker_tasks.TaskIndex``: the task index (reservations, submitted tasks,
   retained results, tombstones), the contexts of active tasks, the retention
   FIFO and the Watch stream counts.
 - ``worker_timers.TaskTimers``: task deadlines and Watch grace timers, and the
@@ -22,7 +22,7 @@ Parts (each owns its state; WorkerCore composes them and owns only the
 - ``worker_requests``: request validation and defaults (no state);
   ``worker_results``: the terminal result of a converging task (no state).
 
-Every handler changes slot table and task table inside the same call, through
+Every handler changes slot table and task index inside the same call, through
 four transitions: reserve (slot ALLOCATED + new entry), tombstone (lease lost
 before SubmitTask: slot FREE), admit (SubmitTask: context + deadline) and
 converge (terminal result, slot FREE, retention armed). There is no torn state.
@@ -33,7 +33,7 @@ Lifecycle of a task::
     handle_submit_task              -> PrepareTaskActivation, state RUNNING (phase PREPARING)
     handle_task_activation_prepared -> slot RUNNING, StartBuilderPhase       (phase BUILDER)
     handle_task_phase_finished(BUILDER, ok)  -> StartCallPhase               (phase CALLS)
-    handle_task_phase_finished(CALLS, ok)    -> StartWriterPhase             (phase PLUGIN)
+    handle_task_phase_finished(CALLS, ok)    -> StartPluginPhase             (phase PLUGIN)
     handle_task_phase_finished(PLUGIN, any)  -> ConvergeTask SUCCEEDED/FAILED (slot FREE)
 
 Any failure after SubmitTask accepted the task converges it (ConvergeTask with
@@ -118,7 +118,7 @@ from .owners import Caller, may_use, owner_of
 from .types import (ActivationResult, CancelTaskResult, Command, ConvergeTask, CoreResult, GetTaskResultOutput,
                     LeaseExpiredResult, PhaseOutcome, PhaseTransitionResult,
                     PrepareTaskActivation, RequestTaskSlotResult, SlotEntry, SlotState,
-                    StartBuilderPhase, StartCallPhase, StartWriterPhase, SubmitTaskRequest,
+                    StartBuilderPhase, StartCallPhase, StartPluginPhase, SubmitTaskRequest,
                     SubmitTaskResult, TaskContext, TaskIndexEntry, TaskPhase, TaskSnapshot,
                     TaskState)
 from .worker_cancel import cancel_message, check_reason, refuse_other, reservation_result
@@ -126,7 +126,7 @@ from .worker_listing import TaskListFilter, TaskListPage, list_tasks
 from .worker_requests import check_reserved_slot, require_task_id, resolve_submit, resolve_ttl
 from .worker_results import terminal_result
 from .worker_slots import SlotTable
-from .worker_tasks import TaskTable
+from .worker_tasks import TaskIndex
 from .worker_timers import DueFailure, TaskTimers
 
 _PREPARING = TaskPhase.PREPARING
@@ -151,7 +151,7 @@ class WorkerCore:
         # Config must not change the core's view of it.
         self.config = cfg = replace(config if config is not None else Config()).validate()
         self._slots = SlotTable(cfg.task_slots)
-        self._tasks = TaskTable(cfg.result_retention_ms)
+        self._tasks = TaskIndex(cfg.result_retention_ms)
         self._timers = TaskTimers(cfg.watch_disconnect_grace_ms, self._slots)
         self._ready = False
         self._draining = False
@@ -381,7 +381,7 @@ class WorkerCore:
                                       outcome.failure_message, outcome.retryable, now, True)
             ctx.phase = _PLUGIN
             ctx.phase_started_at_ms = now
-            cmd = StartWriterPhase(task_id, ctx.slot_id, outcome.outputs, ctx.result_handler)
+            cmd = StartPluginPhase(task_id, ctx.slot_id, outcome.outputs, ctx.result_handler)
         else:
             ctx.plugin_ms = elapsed
             ctx.plugin_outcome = outcome

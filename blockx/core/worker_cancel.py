@@ -8,7 +8,7 @@ Rules:
 - A submitted task converges FAILED / ``CANCELLED`` (not retryable) in the
   phase it is in: queued for activation or an admission gate, in its Builder,
   its Calls (in-flight calls get CancelCall, subcall subtrees included, through
-  the dispatcher's cancel_task), or its writer (cancelled: it rolls back and
+  the dispatcher's cancel_task), or its plugin (cancelled: a writer rolls back and
   writes nothing, unless its COMMIT was already sent). The terminal path of the adapter does that work; the core frees the
   slot in the same call. A timer of the task already due at ``now`` wins, as for
   every task event (the deadline passed first: TIMED_OUT).

@@ -9,7 +9,7 @@ A value of 0 means "use the Config default" wherever proto3 cannot tell unset
 from zero (task_timeout_ms, call_retry_policy fields, ttl_ms).
 
 Sizes are bounded here too: a task id is at most MAX_TASK_ID_BYTES of UTF-8, a
-slot id MAX_SLOT_ID_BYTES, a builder or writer name MAX_PLUGIN_NAME_BYTES; the
+slot id MAX_SLOT_ID_BYTES, a builder or plugin name MAX_PLUGIN_NAME_BYTES; the
 payload, the ResultHandler config, the instance id and ttl_ms are capped by
 Config settings. A refusal names the field, its size and the limit (with the
 setting that raises it), and shows at most SHOWN_CHARS characters of a value

@@ -2,7 +2,7 @@
 
 Rules: a result is built once, in the call that makes the task terminal, from
 what the context recorded: the outputs and call counters of the Calls phase,
-the plugin results of the writer phase, and the time each phase ran. A phase
+the plugin results of the Plugin phase, and the time each phase ran. A phase
 cut short (timeout, lost slot, Watch grace) is charged with the time it ran up
 to ``now``; a phase that reported its own outcome was charged when it did.
 Outputs appear only when the Calls phase reported (in call-list order, as the

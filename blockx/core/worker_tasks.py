@@ -1,4 +1,4 @@
-"""The task table: every task id WorkerCore knows, and what it knows of it.
+"""The task index: every task id WorkerCore knows, and what it knows of it.
 
 Rules:
 - One ``TaskIndexEntry`` per known task id, in one of four forms: a bare
@@ -32,7 +32,7 @@ _ALLOCATED = TaskState.ALLOCATED
 _RUNNING = TaskState.RUNNING
 
 
-class TaskTable:
+class TaskIndex:
     __slots__ = ("entry", "context", "active", "_index", "_retention", "_retention_ms")
 
     def __init__(self, result_retention_ms: int) -> None:

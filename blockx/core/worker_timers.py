@@ -8,7 +8,7 @@ event applies it before anything else. The heaps hold the TaskContext itself;
 a converged task (phase TERMINAL) or a cancelled grace (its
 ``watch_disconnect_deadline_ms`` cleared, or a newer ``watch_seq``) is stale.
 Slot leases belong to the slot table (they are invalidated by slot generation),
-retained results to the task table (their FIFO is checked against the index).
+retained results to the task index (their FIFO is checked against the index).
 """
 from __future__ import annotations
 

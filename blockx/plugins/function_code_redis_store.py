@@ -16,6 +16,7 @@ base install (redis-py is imported only when a command talks to Redis)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 from blockx.plugins.function_code_view import FunctionCodeError
@@ -24,6 +25,7 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_REDIS_PREFIX = "blockx:functions:"
 DEFAULT_CHECK_INTERVAL_MS = 1000
 PUSH_WATCH_RETRIES = 10
+REDIS_URL_SCHEMES = ("redis", "rediss", "unix")
 
 
 class RedisCodeError(FunctionCodeError):
@@ -116,3 +118,26 @@ async def push_sources(client, keys: RedisCodeKeys, items: list[tuple[str, bytes
             except WatchError:
                 continue            # another push in between: check again and retry
     raise RedisCodeError(f"the push lost {PUSH_WATCH_RETRIES} races for {keys.epoch!r} in a row; try again")
+
+
+def redis_source_problems(url: str, prefix: str, check_interval_ms: int, name: Callable[[str], str]) -> list[str]:
+    """The rules of functionsRedisUrl, functionsRedisPrefix and
+    functionsRedisCheckIntervalMs (`name` words each setting for the operator)."""
+    out: list[str] = []
+    try:
+        parts = urlsplit(url)
+        parts.port                                  # noqa: B018 - raises on a port that is not a number
+    except ValueError as exc:
+        out.append(f"{name('functionsRedisUrl')} {redacted_url(url)!r} is not a URL ({exc})")
+    else:
+        if parts.scheme not in REDIS_URL_SCHEMES or not (parts.hostname or parts.path):
+            out.append(f"{name('functionsRedisUrl')} must be redis://host:port/db, rediss://host:port/db "
+                       f"or unix:///path (got {redacted_url(url)!r})")
+    try:
+        RedisCodeKeys(prefix)
+    except ValueError as exc:
+        out.append(f"{name('functionsRedisPrefix')}: {exc}")
+    if not 10 <= check_interval_ms <= 3_600_000:
+        out.append(f"{name('functionsRedisCheckIntervalMs')} must be between 10 and 3600000 "
+                   f"(got {check_interval_ms})")
+    return out

@@ -1,4 +1,4 @@
-"""A registry of named plugins (call builders, writer plugins) for one Worker.
+"""A registry of named plugins (call builders, the plugins a ResultHandler names) for one Worker.
 
 A Profile lists names; `from_names` instantiates each from the kind's factory
 table, so a name the profile does not list is simply absent (`get` returns None

@@ -113,7 +113,7 @@ def test_a_killed_executor_mid_task_leaves_the_table_consistent(bundle_worker, e
     while not os.path.exists(marker):
         assert time.monotonic() < deadline, "the first attempt never started"
         time.sleep(0.05)
-    # Mid-task: nothing is written before the writer phase.
+    # Mid-task: nothing is written before the Plugin phase.
     assert sql(w, "mid", "main", "SELECT count(*) AS n FROM pg_tables WHERE tablename = 'crashed'") == [{"n": 0}]
     os.kill(int(open(marker).read()), signal.SIGKILL)
     res = w.wait_terminal("crash")

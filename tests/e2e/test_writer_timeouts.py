@@ -1,5 +1,5 @@
 """phaseIoTimeoutMs end to end: it bounds each IO operation of the writer (a
-statement), not the writer phase, whose whole is bounded by the task deadline;
+statement), not the Plugin phase, whose whole is bounded by the task deadline;
 a transient database failure leaves the task retryable. A real worker with real
 executors and a real PostgreSQL."""
 from __future__ import annotations

@@ -170,7 +170,7 @@ class OciSandbox:
 
     runtime = "oci"
 
-    def __init__(self, socket_path: str, limits: SandboxLimits, *, functions_dir: str = "",
+    def __init__(self, limits: SandboxLimits, *, functions_dir: str = "",
                  cpu_millicores: int = 0, runc: str | None = None, extra_readonly: tuple[str, ...] = (),
                  state_dir: str | None = None, cgroup_root: Path = CGROUP_ROOT) -> None:
         found = runc or runc_path()

@@ -13,3 +13,13 @@ from typing import Final
 
 OUTBOX_DEPTH: Final = 256
 OUTBOX_MAX_BATCH: Final = 64
+
+
+def inflight_problem(inflight: object, setting: str) -> str | None:
+    """The rule of dispatcher.executorMaxInflight (named `setting` in the message):
+    at most OUTBOX_DEPTH calls sent to one executor at once."""
+    if type(inflight) is int and inflight > OUTBOX_DEPTH:
+        return (f"{setting} ({inflight}) must not exceed the executor outbox depth ({OUTBOX_DEPTH} frames): "
+                f"it is how many calls one executor may be sent at once; set it to at most {OUTBOX_DEPTH} "
+                "(more executors, executorCount, carry more calls in flight)")
+    return None

@@ -78,7 +78,6 @@ class ExecutorOutput:
         self._budgets: dict[str, _Budget] = {}
         self._streams: dict[int, _Stream] = {}
         self._loop: Any = None           # the event loop, from the first watch()
-        self.lines_total = 0
         self.dropped_lines_total = 0
 
     def watch(self, loop, executor_id: str, name: str, pipe) -> None:
@@ -181,7 +180,6 @@ class ExecutorOutput:
             self.dropped_lines_total += 1
             return
         budget.tokens -= cost
-        self.lines_total += 1
         text = raw.decode("utf-8", "backslashreplace").removesuffix("\r")
         self.log.info("executor output", extra={"event": "executor_output", "fields": {
             "executor": stream.executor_id, "stream": stream.name, "text": text, "truncated": truncated}})

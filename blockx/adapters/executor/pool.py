@@ -50,7 +50,7 @@ from .credentials import ExecutorCredentials
 from .listener import private_socket_path
 from .spawn import ChildProcess
 
-__all__ = ["DEFAULT_ENV_ALLOWLIST", "ENV_PREFIX", "PoolManager", "SlotInfo", "SlotState",
+__all__ = ["DEFAULT_ENV_ALLOWLIST", "ENV_PREFIX", "PoolManager", "SlotInfo", "ExecutorSlotState",
            "build_child_env", "executor_ids"]
 
 # What an executor may see of the Worker's environment: locale, time zone,
@@ -74,7 +74,7 @@ def executor_ids(count: int) -> list[str]:
     return [f"exec-{i}" for i in range(count)]
 
 
-class SlotState(str, enum.Enum):
+class ExecutorSlotState(str, enum.Enum):
     RUNNING = "RUNNING"
     WAITING = "WAITING"
     BACKOFF = "BACKOFF"
@@ -84,7 +84,7 @@ class SlotState(str, enum.Enum):
 @dataclass(slots=True)
 class SlotInfo:
     executor_id: str
-    state: SlotState
+    state: ExecutorSlotState
     pid: int | None
     starts: int
     restarts: int
@@ -100,7 +100,7 @@ class _Slot:
 
     def __init__(self, executor_id: str) -> None:
         self.executor_id = executor_id
-        self.state = SlotState.STOPPED
+        self.state = ExecutorSlotState.STOPPED
         self.child: ChildProcess | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.restart_times: deque[int] = deque()
@@ -238,7 +238,7 @@ class PoolManager:
             if slot.child is not None:
                 children.append(slot.child)
                 slot.child.terminate()
-            slot.state = SlotState.STOPPED
+            slot.state = ExecutorSlotState.STOPPED
         if not children:
             self._close_sandbox()
             return
@@ -297,7 +297,7 @@ class PoolManager:
             self.output.watch(self._loop, eid, "stdout", child.popen.stdout)
             self.output.watch(self._loop, eid, "stderr", child.popen.stderr)
         slot.child = child
-        slot.state = SlotState.RUNNING
+        slot.state = ExecutorSlotState.RUNNING
         slot.starts += 1
         self.log.info("executor %s started (pid %d)", slot.executor_id, child.pid,
                       extra={"fields": {"executor_id": slot.executor_id, "pid": child.pid}})
@@ -324,7 +324,7 @@ class PoolManager:
 
     def _after_exit(self, slot: _Slot) -> None:
         if self._stopping or not self.restart_enabled:
-            slot.state = SlotState.STOPPED
+            slot.state = ExecutorSlotState.STOPPED
             return
         now = self.clock_ms()
         times = slot.restart_times
@@ -332,7 +332,7 @@ class PoolManager:
             times.popleft()
         assert self._loop is not None
         if len(times) >= self.max_restarts:
-            slot.state = SlotState.BACKOFF
+            slot.state = ExecutorSlotState.BACKOFF
             slot.backoffs += 1
             self.log.error(
                 "executor %s restarted %d times within %d ms; backing off for %d ms",
@@ -340,13 +340,13 @@ class PoolManager:
                 extra={"fields": {"executor_id": slot.executor_id, "backoff_ms": self.backoff_ms}})
             slot.timer = self._loop.call_later(self.backoff_ms / 1000, self._restart, slot, True)
         else:
-            slot.state = SlotState.WAITING
+            slot.state = ExecutorSlotState.WAITING
             slot.timer = self._loop.call_later(self.restart_delay_ms / 1000, self._restart, slot, False)
 
     def _restart(self, slot: _Slot, after_backoff: bool) -> None:
         slot.timer = None
         if self._stopping:
-            slot.state = SlotState.STOPPED
+            slot.state = ExecutorSlotState.STOPPED
             return
         if after_backoff:
             slot.restart_times.clear()
@@ -381,7 +381,7 @@ class PoolManager:
     def executor_ids(self) -> list[str]:
         return list(self._slots)
 
-    def states(self) -> dict[str, SlotState]:
+    def states(self) -> dict[str, ExecutorSlotState]:
         return {eid: s.state for eid, s in self._slots.items()}
 
     def slot_info(self) -> list[SlotInfo]:

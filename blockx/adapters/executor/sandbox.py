@@ -122,13 +122,12 @@ def host_readonly_paths(extra: tuple[str, ...] = ()) -> list[str]:
 class Sandbox:
     runtime = "bwrap"
 
-    def __init__(self, socket_path: str, limits: SandboxLimits, *, functions_dir: str = "",
+    def __init__(self, limits: SandboxLimits, *, functions_dir: str = "",
                  bwrap: str | None = None, cgroups: bool = True, extra_readonly: tuple[str, ...] = ()) -> None:
         found = bwrap or bwrap_path()
         if found is None:
             raise RuntimeError(sandbox_problem() or "bwrap is missing")
         self.bwrap: str = found
-        self.socket_dir = os.path.dirname(os.path.abspath(socket_path))
         self.executor_socket_path = SANDBOX_SOCKET_PATH
         self.limits = limits
         self.functions_dir = os.path.realpath(functions_dir) if functions_dir else ""

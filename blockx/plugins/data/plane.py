@@ -12,16 +12,28 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from blockx.core.config_rules import Rule
 from blockx.plugins.data.duck import DuckSource, bundle_files
 from blockx.plugins.data.errors import DataSourceError, UnknownDataSource
 from blockx.plugins.data.pg import PgSource
 from blockx.plugins.data.urls import DUCKDB, parse_source_url
 
 LOCAL = "local"
+# The rules of the dataPlane settings a DataPlane is built from.
+DATA_PLANE_RULES = (Rule("scan_fetch_rows", 1, 1_000_000), Rule("scan_max_row_bytes", 1),
+                    Rule("bundle_max_files", 1), Rule("duckdb_memory_limit_mb", 0, note="0 = DuckDB's own"))
 
 
 def default_sources(state_dir: str) -> dict[str, str]:
     return {LOCAL: "duckdb://" + os.path.join(os.path.abspath(state_dir), "local.duckdb")}
+
+
+def default_source_problem(sources: Mapping[str, str], state_dir: str, setting: str) -> str | None:
+    """The rule of dataPlane.stateDir (named `setting`): with no sources it holds the default one."""
+    if not sources and not state_dir:
+        return (f"{setting} must not be empty when no dataSources are configured "
+                "(it holds the default `local` DuckDB file)")
+    return None
 
 
 class DataPlane:

@@ -4,12 +4,14 @@
     duckdb:///absolute/path/file.duckdb                           -> embedded DuckDB file
     duckdb://:memory:                                             -> in-memory DuckDB (tests)
 
-One place parses them: the config rules use it to reject a bad URL at start-up,
-and the data plane uses it to open the source."""
+One place parses them: the config's rule for `dataSources` (data_source_problems)
+uses it to reject a bad URL at start-up, and the data plane uses it to open the
+source."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import NamedTuple
 
 SOURCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
@@ -49,3 +51,15 @@ def parse_source_url(name: str, url: object) -> SourceURL:
                              "(duckdb:///var/lib/blockx/local.duckdb) or duckdb://:memory:")
         return SourceURL(DUCKDB, rest)
     raise ValueError(f"source {name!r}: unsupported scheme {scheme!r} (expected postgresql:// or duckdb://)")
+
+
+def data_source_problems(sources: Mapping[str, object], setting: str) -> list[str]:
+    """The rule of `dataSources` (named `setting` in the messages): every entry
+    parses, and no message echoes a URL."""
+    out = []
+    for name, url in sources.items():
+        try:
+            parse_source_url(name, url)
+        except ValueError as exc:
+            out.append(f"{setting}: {exc}")
+    return out

@@ -16,7 +16,11 @@ import asyncio
 
 import orjson
 
+from blockx.core.config_rules import Rule
 from blockx.plugins.io.errors import IOBackendError
+
+# The rules of the ioBackends.devstub settings.
+DEVSTUB_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 0, note="0 = phaseIoTimeoutMs"))
 
 NAME = "devstub"
 MAX_SLEEP_MS = 60_000

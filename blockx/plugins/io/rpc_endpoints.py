@@ -12,8 +12,9 @@ string or {"env": "VAR"}: the value of that environment variable of the Worker,
 so a secret never sits in the config file. `timeoutMs` and `concurrency` fall
 back to ioBackends.rpc.timeoutMs / .concurrency.
 
-`parse_endpoints` is the one place these objects are checked: the config
-validation collects its problems, the backend gets its RpcEndpoint values."""
+`parse_endpoints` is the one place these objects are checked: the config's rule
+(endpoint_problems) collects its problems, the backend gets its RpcEndpoint
+values. RPC_RULES are the rules of the other ioBackends.rpc settings."""
 
 from __future__ import annotations
 
@@ -22,12 +23,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from blockx.core.config_rules import Rule
 from blockx.json_types import json_type
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")   # an HTTP token
 _KEYS = ("urls", "headers", "timeoutMs", "concurrency")
 _RESERVED_HEADERS = {"content-type", "content-length", "host", "transfer-encoding"}
+
+RPC_RULES = (Rule("timeout_ms", 1), Rule("concurrency", 1), Rule("max_queue", 1),
+             Rule("max_batch", 1, 10_000),
+             Rule("max_response_bytes", 1, 15 * 1024 * 1024, note="a result travels in one 16 MiB frame"),
+             Rule("retries", 0, 10), Rule("retry_backoff_ms", 0, 60_000))
 
 
 @dataclass(frozen=True)
@@ -127,3 +134,9 @@ def url_label(url: str) -> str:
     """scheme://host:port of a URL, for error messages (the path may hold an API key)."""
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}"
+
+
+def endpoint_problems(raw: Mapping[str, object], *, timeout_ms: int, concurrency: int,
+                      environ: Mapping[str, str]) -> list[str]:
+    """The rule of ioBackends.rpc.endpoints: every problem parse_endpoints finds."""
+    return parse_endpoints(raw, timeout_ms=timeout_ms, concurrency=concurrency, environ=environ)[1]

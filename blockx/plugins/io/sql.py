@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from blockx.core.config_rules import Rule
 from blockx.plugins.data.errors import DataSourceError
 from blockx.plugins.data.values import dumps
 from blockx.plugins.io.request import request_object
@@ -25,6 +26,9 @@ from blockx.plugins.io.errors import IOBackendError
 NAME = "sql"
 _KEYS = ("source", "query", "params")
 FETCH_CHUNK = 500
+# The rules of the ioBackends.sql settings.
+SQL_RULES = (Rule("concurrency", 1), Rule("timeout_ms", 1), Rule("max_rows", 1),
+             Rule("max_result_bytes", 1, 15 * 1024 * 1024, note="a result travels in one 16 MiB frame"))
 
 
 class SqlBackend:

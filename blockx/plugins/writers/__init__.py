@@ -1,4 +1,4 @@
-"""Writer plugins by name, and the registry a Profile selects from them."""
+"""The plugins a ResultHandler names (writers among them), and the registry a Profile selects from them."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ KNOWN_PLUGINS = frozenset(_FACTORIES)
 
 
 class PluginRegistry(NamedRegistry):
-    """The writer plugins of one Worker; `get` returns None for an unregistered name."""
+    """The plugins of one Worker; `get` returns None for an unregistered name."""
 
     KIND = "writer plugin"
     FACTORIES = _FACTORIES

@@ -32,7 +32,7 @@ import orjson
 from blockx.plugins.data.duck import execute_one
 from blockx.plugins.data.errors import DataSourceError
 from blockx.plugins.data.idents import quote, shown
-from blockx.plugins.writer_api import PluginResult, parse_config
+from blockx.plugins.plugin_api import PluginResult, parse_config
 from blockx.plugins.writers.table_rows import BadRows, check_field, iter_rows
 
 NAME = "bundleWrite"

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from blockx.plugins.writer_api import PluginError, PluginResult, parse_config
+from blockx.plugins.plugin_api import PluginError, PluginResult, parse_config
 
 NAME = "test"
 MAX_SLEEP_MS = 600_000

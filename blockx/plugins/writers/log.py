@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from blockx.plugins.writer_api import PluginError, PluginResult, parse_config
+from blockx.plugins.plugin_api import PluginError, PluginResult, parse_config
 
 NAME = "log"
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,

@@ -10,7 +10,7 @@ missing key, wrong type): the task fails PLUGIN_FAILED naming the row and the
 field. createTable creates a missing table from the first row (key = primary
 key). Details: {"rows": n, "target": ..., "table": ...}.
 
-Streamed (a streaming builder; writer_api): the same transaction takes each
+Streamed (a streaming builder; plugin_api): the same transaction takes each
 settled batch as it comes (checked, merged by key within the batch, upserted;
 a key met again in a later batch is upserted again over it, which ends the
 same as merging) and commits when the task succeeds; createTable types the
@@ -26,7 +26,7 @@ import orjson
 
 from blockx.plugins.data.errors import DataSourceError
 from blockx.plugins.data.idents import check_ident, split_table
-from blockx.plugins.writer_api import STREAM_KEYS, PluginError, PluginResult, parse_config, stream_options
+from blockx.plugins.plugin_api import STREAM_KEYS, PluginError, PluginResult, parse_config, stream_options
 from blockx.plugins.writers.table_rows import BadRows, create_columns, first_rows, iter_rows, prepare
 
 NAME = "tableUpserts"

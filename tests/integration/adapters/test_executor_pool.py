@@ -16,7 +16,7 @@ import tempfile
 
 import pytest
 
-from blockx.adapters.executor import ExecutorAdapter, PoolManager, SlotState
+from blockx.adapters.executor import ExecutorAdapter, PoolManager, ExecutorSlotState
 from blockx.adapters.executor import pool as pool_mod
 from blockx.adapters.executor.pool import build_child_env
 from blockx.protocol import messages as m
@@ -94,7 +94,7 @@ def gone(pid: int) -> bool:
 async def test_start_spawns_every_slot_with_the_executor_flags(make_pool, out_dir):
     pool = make_pool(2, extra_args=("--log-level", "debug"))
     await pool.start()
-    assert pool.states() == {"exec-0": SlotState.RUNNING, "exec-1": SlotState.RUNNING}
+    assert pool.states() == {"exec-0": ExecutorSlotState.RUNNING, "exec-1": ExecutorSlotState.RUNNING}
     for i in range(2):
         rec = (await wait_until(lambda: records(out_dir, f"exec-{i}"), what="stand-in record"))[0]
         fd = rec["argv"][rec["argv"].index("--attach-secret-fd") + 1]
@@ -147,7 +147,7 @@ def test_the_project_venv_resolves_blockx_executor_without_help():
 async def test_exited_executor_restarts_after_the_delay(make_pool, out_dir):
     pool = make_pool(1, mode="exit3", restart_delay_ms=100, max_restarts=100)
     await pool.start()
-    await wait_until(lambda: pool.states()["exec-0"] is SlotState.WAITING, what="WAITING")
+    await wait_until(lambda: pool.states()["exec-0"] is ExecutorSlotState.WAITING, what="WAITING")
     info = pool.slot_info()[0]
     assert info.last_exit_code == 3 and info.pid is None
     await wait_until(lambda: pool.restarts_total >= 2, what="two restarts")
@@ -159,11 +159,11 @@ async def test_too_many_restarts_back_off_then_resume(make_pool):
     pool = make_pool(1, mode="exit1", restart_delay_ms=10, max_restarts=2,
                      restart_window_ms=60_000, backoff_ms=400)
     await pool.start()
-    await wait_until(lambda: pool.states()["exec-0"] is SlotState.BACKOFF, what="BACKOFF")
+    await wait_until(lambda: pool.states()["exec-0"] is ExecutorSlotState.BACKOFF, what="BACKOFF")
     info = pool.slot_info()[0]
     assert info.restarts == 2 and info.backoffs == 1 and info.starts == 3
     await asyncio.sleep(0.2)
-    assert pool.states()["exec-0"] is SlotState.BACKOFF and pool.restarts_total == 2
+    assert pool.states()["exec-0"] is ExecutorSlotState.BACKOFF and pool.restarts_total == 2
     await wait_until(lambda: pool.restarts_total >= 3, what="restart after backoff")
     await wait_until(lambda: pool.slot_info()[0].backoffs == 2, what="second BACKOFF")
     # a fresh window after the backoff: max_restarts restarts again, then BACKOFF
@@ -191,7 +191,7 @@ async def test_stop_terminates_and_kills_stubborn_children(make_pool, out_dir):
     await wait_until(lambda: all(records(out_dir, f"exec-{i}") for i in range(2)),
                      what="both stand-ins to ignore SIGTERM")
     await pool.stop(grace_ms=300)
-    assert set(pool.states().values()) == {SlotState.STOPPED}
+    assert set(pool.states().values()) == {ExecutorSlotState.STOPPED}
     assert all(gone(p) for p in pids)
     assert [i.last_exit_code for i in pool.slot_info()] == [-signal.SIGKILL] * 2
     await pool.stop()  # idempotent
@@ -203,13 +203,13 @@ async def test_stop_is_graceful_for_well_behaved_children(make_pool):
     pid = pool.pid_of("exec-0")
     await pool.stop(grace_ms=3000)
     assert pool.slot_info()[0].last_exit_code == -signal.SIGTERM and gone(pid)
-    assert pool.states()["exec-0"] is SlotState.STOPPED
+    assert pool.states()["exec-0"] is ExecutorSlotState.STOPPED
 
 
 async def test_restart_disabled_leaves_the_slot_stopped(make_pool):
     pool = make_pool(1, mode="exit0", restart_enabled=False)
     await pool.start()
-    await wait_until(lambda: pool.states()["exec-0"] is SlotState.STOPPED, what="STOPPED")
+    await wait_until(lambda: pool.states()["exec-0"] is ExecutorSlotState.STOPPED, what="STOPPED")
     await asyncio.sleep(0.1)
     assert pool.restarts_total == 0
 
@@ -220,7 +220,7 @@ async def test_unstartable_interpreter_backs_off_instead_of_spinning(out_dir):
                        backoff_ms=60_000)
     await pool.start()
     try:
-        await wait_until(lambda: pool.states()["exec-0"] is SlotState.BACKOFF, what="BACKOFF")
+        await wait_until(lambda: pool.states()["exec-0"] is ExecutorSlotState.BACKOFF, what="BACKOFF")
         assert pool.slot_info()[0].spawn_failures == 2
     finally:
         await pool.stop()

@@ -29,7 +29,7 @@ def receiver(monkeypatch):
 
 def _run_task(spans, task_id, state="SUCCEEDED"):
     spans.task_started(task_id, "inst", incoming([("traceparent", TP)]))
-    spans.phase_started(StartBuilderPhase(task_id, "", None, FunctionCall("callList", b""), None))
+    spans.phase_started(StartBuilderPhase(task_id, "", None, FunctionCall("callList", b"")))
     spans.task_ended(task_id, state, TaskResult(TaskState[state]))
 
 

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from blockx.plugins.data.plane import DataPlane
-from blockx.plugins.writer_api import PluginContext
+from blockx.plugins.plugin_api import PluginContext
 from blockx.plugins.writers.bundle_write import BundleWritePlugin
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from blockx.plugins.writer_api import PluginError
+from blockx.plugins.plugin_api import PluginError
 from blockx.plugins.writers.table_upserts import TableUpsertsPlugin
 
 

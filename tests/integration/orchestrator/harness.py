@@ -1,7 +1,7 @@
 """Harness for the orchestrator's adapter-layer integration tests.
 
 The Orchestrator runs in-process on the test's event loop with the real
-WorkerCore, DispatcherCore, builders, writer plugins, function code directory,
+WorkerCore, DispatcherCore, builders, plugins, function code directory,
 IO scope factory (devstub), Admission and Metrics. Only the executor adapter is
 fake: `FakeAdapter` implements the API the orchestrator calls (bind, sends,
 snapshots, ...), records every call in order, fails on demand, and injects

@@ -1,5 +1,5 @@
 """The phase runner around the Calls phase: builder lookup and failures, the
-writer plugin, phase admission, empty call lists and idempotent submission."""
+plugin, phase admission, empty call lists and idempotent submission."""
 from __future__ import annotations
 
 import orjson

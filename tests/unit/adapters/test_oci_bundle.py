@@ -14,7 +14,7 @@ def _box(tmp_path, **kw):
     (cg / "pids" / "worker").mkdir(parents=True)
     proc = tmp_path / "proc-cgroup"
     proc.write_text("4:memory:/worker\n3:pids:/worker\n")
-    box = OciSandbox(str(tmp_path / "sock" / "w.sock"), SandboxLimits(256, 32, 100),
+    box = OciSandbox(SandboxLimits(256, 32, 100),
                      functions_dir=str(tmp_path / "fn"), runc="/usr/sbin/runc", state_dir=str(tmp_path / "b"),
                      cgroup_root=cg, **kw)
     box.cgroups = own_cgroups(cg, str(proc))

@@ -12,7 +12,7 @@ def _pairs(argv, flag):
 
 def test_bwrap_argv_isolates_and_binds_only_what_the_executor_needs(tmp_path):
     sock = tmp_path / "sock" / "w.sock"
-    box = Sandbox(str(sock), SandboxLimits(256, 32, 100), functions_dir=str(tmp_path / "fn"),
+    box = Sandbox(SandboxLimits(256, 32, 100), functions_dir=str(tmp_path / "fn"),
                   bwrap="/usr/bin/bwrap", cgroups=False)
     private = str(tmp_path / "sock" / "w.exec-0.sock")
     argv = box.argv("exec-0", [sys.executable, "-m", "blockx_executor", "--executor-id", "exec-0"],

@@ -10,7 +10,7 @@ from blockx.core.dispatch.commands import ArmCallRetry, DispatchCallCmd
 from tests.support.trace_check import inside, validate
 from blockx.core.types import (
     CallRetryPolicy, FunctionCall, PluginResult, ResultHandler, StartBuilderPhase, StartCallPhase,
-    StartWriterPhase, TaskResult, TaskState,
+    StartPluginPhase, TaskResult, TaskState,
 )
 
 
@@ -70,7 +70,7 @@ def build_task():
     send(store, clock, mono, 10_700, "t", "t/1", "exec-1", attempt=2, fn="flaky")
     done(store, clock, mono, 10_900, "t/1", "exec-1", attempt=2)
     clock.at(11_000)
-    store.phase_started(StartWriterPhase("t", "s", [], ResultHandler("log")))
+    store.phase_started(StartPluginPhase("t", "s", [], ResultHandler("log")))
     clock.at(11_500)
     store.task_ended("t", "SUCCEEDED", TaskResult(TaskState.SUCCEEDED, plugin_results=[PluginResult("log", True,
                                                                                                   "wrote 2")]))

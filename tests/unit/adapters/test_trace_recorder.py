@@ -12,7 +12,7 @@ from blockx.adapters.trace_recorder import (
 from blockx.core.dispatch.commands import ArmCallRetry, DispatchCallCmd
 from blockx.core.types import (
     CallRetryPolicy, FunctionCall, PluginResult, ResultHandler, StartBuilderPhase, StartCallPhase,
-    StartWriterPhase, TaskResult, TaskState,
+    StartPluginPhase, TaskResult, TaskState,
 )
 
 
@@ -38,7 +38,7 @@ def frame(task_id, attempt=1, budget=0):
 def phases(task_id):
     return [StartBuilderPhase(task_id, "s0", 1, FunctionCall("callList")),
             StartCallPhase(task_id, "s0", 1, [], False, "FAST_FAIL", CallRetryPolicy(), "", 0),
-            StartWriterPhase(task_id, "s0", [], ResultHandler("log"))]
+            StartPluginPhase(task_id, "s0", [], ResultHandler("log"))]
 
 
 def test_a_task_records_its_events_in_order_with_the_batch_stamp():
@@ -265,13 +265,13 @@ def test_retained_traces_leave_nothing_for_the_cyclic_gc_to_scan(monkeypatch):
     # Thousands of ended traces are retained at once: each tracked object they kept
     # (an event tuple, a (trace, weight) pair) counted towards the next collection
     # and was scanned by it. With the compiled buffers they keep none. (The store
-    # runs on the compiled buffers in both test runs: the twin's TaskTrace is a
+    # runs on the compiled buffers in both test runs: the twin's TraceBuffer is a
     # plain object, tracked by design.)
     import gc
 
     from blockx.adapters import trace_recorder
     tb = compiled("tracebuf")
-    monkeypatch.setattr(trace_recorder, "TaskTrace", tb.TaskTrace)
+    monkeypatch.setattr(trace_recorder, "TraceBuffer", tb.TraceBuffer)
     monkeypatch.setattr(trace_recorder, "CallRecorder", tb.CallRecorder)
     store = TraceStore(10_000, Clock())
     gc.collect()

@@ -11,7 +11,7 @@ import pytest
 
 from blockx.adapters.writer_stream import OUTPUT_OVERHEAD, StreamedWrite
 from blockx.core.types import PluginResult
-from blockx.plugins.writer_api import PluginError
+from blockx.plugins.plugin_api import PluginError
 
 
 class Recorder:

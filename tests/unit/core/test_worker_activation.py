@@ -6,7 +6,7 @@ from blockx.core import failure_codes as fcodes
 from blockx.core.errors import WorkerError
 from blockx.core.types import (CallRetryPolicy, ConvergeTask, PhaseOutcome, PluginResult,
                                ResultHandler, SlotState, StartBuilderPhase, StartCallPhase,
-                               StartWriterPhase, TaskPhase, TaskState, TaskStatistic)
+                               StartPluginPhase, TaskPhase, TaskState, TaskStatistic)
 
 from .test_worker_support import FC, activate, check_invariants, finish, make, run_to, submit
 
@@ -157,7 +157,7 @@ def test_full_success_path_and_statistics():
     assert w.get_task_context("t").phase is C
     outputs = [b"3", b"7"]
     sw = only(finish(w, "t", C, 170, PhaseOutcome(outputs=outputs, call_count=2, calls_failed=1,
-                                                   call_retries=3, cache_hits=1)), StartWriterPhase)
+                                                   call_retries=3, cache_hits=1)), StartPluginPhase)
     assert (sw.outputs, sw.result_handler) == (outputs, rh)
     prs = [PluginResult("log", True, "wrote 2", b"{}")]
     cmd = converged(finish(w, "t", P, 175, PhaseOutcome(plugin_results=prs)), "", TaskState.SUCCEEDED)
@@ -188,11 +188,11 @@ def test_builder_without_calls_starts_an_empty_call_phase():
     assert sc.calls == [] and sc.streaming is False
 
 
-def test_task_without_result_handler_still_passes_through_the_writer_phase():
+def test_task_without_result_handler_still_passes_through_the_plugin_phase():
     w = make()
     submit(w, "t", 0)
     run_to(w, "t", C, 0)
-    sw = only(finish(w, "t", C, 1, PhaseOutcome(outputs=[b"1"])), StartWriterPhase)
+    sw = only(finish(w, "t", C, 1, PhaseOutcome(outputs=[b"1"])), StartPluginPhase)
     assert sw.result_handler is None
     converged(finish(w, "t", P, 2), state=TaskState.SUCCEEDED)
 
@@ -265,7 +265,7 @@ def test_phase_outcome_at_or_after_the_deadline_converges_timed_out():
     w = make()
     submit(w, "t", 0, task_timeout_ms=500)
     run_to(w, "t", C, 10)
-    only(finish(w, "t", C, 499, PhaseOutcome(outputs=[b"1"])), StartWriterPhase)
+    only(finish(w, "t", C, 499, PhaseOutcome(outputs=[b"1"])), StartPluginPhase)
 
 
 def test_activation_after_the_deadline_converges_timed_out():
@@ -292,7 +292,7 @@ def test_out_of_order_phase_events_are_dropped():
     assert w.get_task_context("t").phase is B
     only(finish(w, "t", B, 4, PhaseOutcome(calls=[])), StartCallPhase)
     assert not finish(w, "t", B, 5, PhaseOutcome.failure("X")).applied, "a duplicate Builder result"
-    only(finish(w, "t", C, 6), StartWriterPhase)
+    only(finish(w, "t", C, 6), StartPluginPhase)
     converged(finish(w, "t", P, 7), state=TaskState.SUCCEEDED)
     for phase in (B, C, P):                     # nothing changes a terminal task
         r = finish(w, "t", phase, 8, PhaseOutcome.failure("X"))

@@ -19,7 +19,7 @@ from blockx.core import errors
 from blockx.core.config import Config
 from blockx.core.errors import WorkerError
 from blockx.core.types import (ConvergeTask, PhaseOutcome, PrepareTaskActivation, SlotState,
-                               StartBuilderPhase, StartCallPhase, StartWriterPhase, TaskPhase,
+                               StartBuilderPhase, StartCallPhase, StartPluginPhase, TaskPhase,
                                TaskState)
 from blockx.core.worker import WorkerCore
 
@@ -32,7 +32,7 @@ TASKS = st.sampled_from(TASK_IDS)
 TARGETS = st.integers(0, 9)
 
 NEXT_PHASE = {StartBuilderPhase: TaskPhase.BUILDER, StartCallPhase: TaskPhase.CALLS,
-              StartWriterPhase: TaskPhase.PLUGIN}
+              StartPluginPhase: TaskPhase.PLUGIN}
 MAX_TIMEOUT = 2000
 
 

@@ -1,8 +1,8 @@
-"""worker_tasks.TaskTable: reservations, admission, retirement, tombstones,
+"""worker_tasks.TaskIndex: reservations, admission, retirement, tombstones,
 retention FIFO and Watch stream counts, without the rest of WorkerCore."""
 from blockx.core.types import (CallRetryPolicy, FunctionCall, SlotEntry, TaskContext, TaskPhase,
                                TaskResult, TaskState)
-from blockx.core.worker_tasks import TaskTable
+from blockx.core.worker_tasks import TaskIndex
 
 
 def ctx_for(entry, deadline=1000, accepted=0):
@@ -11,7 +11,7 @@ def ctx_for(entry, deadline=1000, accepted=0):
 
 
 def test_reserve_admit_retire_moves_one_entry_through_its_forms():
-    t = TaskTable(result_retention_ms=100)
+    t = TaskIndex(result_retention_ms=100)
     e = t.reserve("a", SlotEntry(2, "slot-2"), None)
     assert (e.task_id, e.state, e.slot_id, e.slot_index, e.ctx) == ("a", TaskState.ALLOCATED, "slot-2", 2, None)
     assert t.entry("a") is e and t.context("a") is None
@@ -30,7 +30,7 @@ def test_reserve_admit_retire_moves_one_entry_through_its_forms():
 
 
 def test_retire_cancels_a_running_watch_grace():
-    t = TaskTable(0)
+    t = TaskIndex(0)
     e = t.reserve("a", SlotEntry(0, "slot-0"), None)
     c = ctx_for(e)
     t.admit(e, c)
@@ -40,7 +40,7 @@ def test_retire_cancels_a_running_watch_grace():
 
 
 def test_purge_forgets_in_fifo_order_and_only_when_due():
-    t = TaskTable(result_retention_ms=10)
+    t = TaskIndex(result_retention_ms=10)
     for i, name in enumerate("abc"):
         e = t.reserve(name, SlotEntry(i, f"slot-{i}"), None)
         c = ctx_for(e)
@@ -52,7 +52,7 @@ def test_purge_forgets_in_fifo_order_and_only_when_due():
 
 
 def test_a_tombstone_is_kept_for_retention_and_a_new_reservation_replaces_it():
-    t = TaskTable(result_retention_ms=50)
+    t = TaskIndex(result_retention_ms=50)
     old = t.reserve("a", SlotEntry(0, "slot-0"), None)
     old.watch_attached, old.watch_ever_attached = 2, True
     t.tombstone(old, lease_lost_at_ms=100, now=120)
@@ -66,7 +66,7 @@ def test_a_tombstone_is_kept_for_retention_and_a_new_reservation_replaces_it():
 
 
 def test_watch_counts_live_on_the_entry_then_move_to_the_context():
-    t = TaskTable(0)
+    t = TaskIndex(0)
     assert not t.attach_watch("nope") and not t.detach_watch("nope")
     e = t.reserve("a", SlotEntry(0, "slot-0"), None)
     assert t.attach_watch("a") and t.attach_watch("a")
@@ -83,7 +83,7 @@ def test_watch_counts_live_on_the_entry_then_move_to_the_context():
 
 
 def test_a_terminal_task_takes_no_more_watch_attach_or_detach():
-    t = TaskTable(100)
+    t = TaskIndex(100)
     e = t.reserve("a", SlotEntry(0, "slot-0"), None)
     c = ctx_for(e)
     t.admit(e, c)

@@ -1,6 +1,6 @@
 """WorkerCore: Watch grace (watchDisconnectGraceMs). Virtual clock from 0."""
 from blockx.core import failure_codes as fcodes
-from blockx.core.types import PhaseOutcome, StartWriterPhase, TaskPhase, TaskState
+from blockx.core.types import PhaseOutcome, StartPluginPhase, TaskPhase, TaskState
 
 from .test_worker_support import activate, check_invariants, finish, make, run_to, submit
 
@@ -121,7 +121,7 @@ def test_grace_expiry_wins_over_a_later_phase_outcome():
     w = watched(phase=TaskPhase.CALLS)
     w.handle_watch_attached("t", 0)
     w.handle_watch_detached("t", 0)
-    assert isinstance(finish(w, "t", TaskPhase.CALLS, G - 1).commands[0], StartWriterPhase)
+    assert isinstance(finish(w, "t", TaskPhase.CALLS, G - 1).commands[0], StartPluginPhase)
 
 
 def test_earlier_deadline_wins_over_watch_grace():

@@ -21,7 +21,7 @@ def cmd(task_id, call_id, executor="exec-0", attempt=1, parent=""):
 def run_task(tb, n_calls, cap):
     tasks = {}
     rec = tb.CallRecorder(tasks)
-    tr = tasks["t"] = tb.TaskTrace("t", cap)
+    tr = tasks["t"] = tb.TraceBuffer("t", cap)
     tr.add_task_event((tb.TASK_START, 0))
     tr.add_task_event((tb.QUEUED, 0, n_calls, -1))
     for i in range(n_calls):
@@ -64,7 +64,7 @@ def test_past_the_cap_whole_call_trees_are_sampled_and_counted(tb):
 
 
 def test_a_call_phase_known_to_pass_the_cap_is_sampled_from_the_start(tb):
-    tr = tb.TaskTrace("t", 1000)
+    tr = tb.TraceBuffer("t", 1000)
     tr.presample(2 * 100)                     # fits: every call recorded
     assert tr.sample_every == 1
     tr.presample(2 * 10_000)                  # 20,000 events for 992 rows: every 32nd call
@@ -80,7 +80,7 @@ def test_a_call_phase_known_to_pass_the_cap_is_sampled_from_the_start(tb):
 
 
 def test_task_events_past_the_cap_are_truncated_but_pinned_ones_stay(tb):
-    tr = tb.TaskTrace("t", 100)
+    tr = tb.TraceBuffer("t", 100)
     for i in range(300):
         tr.add_task_event((tb.QUEUED, i, 1, i))
     tr.add_task_event((tb.PHASE, 300, "calls", ""))
@@ -90,7 +90,7 @@ def test_task_events_past_the_cap_are_truncated_but_pinned_ones_stay(tb):
 def test_hooks_ignore_unknown_tasks_and_malformed_task_ids(tb):
     tasks = {}
     rec = tb.CallRecorder(tasks)
-    tasks["t"] = tb.TaskTrace("t", 100)
+    tasks["t"] = tb.TraceBuffer("t", 100)
     rec.call_sent(cmd("other", "other/0"))
     rec.call_done({"taskId": "other", "attemptSeq": 1}, "other/0", "exec-0", "")
     rec.call_done({"taskId": ["not", "a", "string"], "attemptSeq": 1}, "t/0", "exec-0", "")
@@ -103,7 +103,7 @@ def test_odd_values_from_a_frame_are_recorded_as_text_never_raised(tb):
     # A hook that raised inside the frame loop would lose the core's commands for that frame.
     tasks = {}
     rec = tb.CallRecorder(tasks)
-    tr = tasks["t"] = tb.TaskTrace("t", 100)
+    tr = tasks["t"] = tb.TraceBuffer("t", 100)
     rec.call_done({"taskId": "t", "attemptSeq": "one", "budgetUsedMs": [1]}, "t/0", "exec-0", 7)
     tr.add_call_event((tb.IO_WAIT, 5, "t/0", None, {"not": "a name"}))
     assert tr.events == [(tb.DONE, 0, "t/0", "exec-0", 0, "7", 0), (tb.IO_WAIT, 5, "t/0", 0, "{'not': 'a name'}")]
@@ -163,7 +163,7 @@ def test_retained_compiled_traces_add_nothing_for_the_cyclic_gc_to_scan():
     (2, 18, 1.5, [1]),
 ])
 def test_task_level_events_read_back_exactly_as_given(tb, ev):
-    tr = tb.TaskTrace("t", 100)
+    tr = tb.TraceBuffer("t", 100)
     tr.add_task_event(ev)
     tr.add_task_event((0, 1))
     assert tr.events == [ev, (0, 1)]
@@ -177,7 +177,7 @@ def test_compiled_and_twin_encode_task_events_alike():
            (1, 5, "SUCCEEDED", "", "", ()), (10, 6, "exec-0", "gone")]
     out = []
     for mod in (compiled("tracebuf"), twin("tracebuf")):
-        tr = mod.TaskTrace("t", 100)
+        tr = mod.TraceBuffer("t", 100)
         for ev in evs:
             tr.add_task_event(ev)
         out.append(tr.events)
@@ -195,7 +195,7 @@ SUBCALL_IDS = [
 def test_subcall_ids_read_back_exactly_whatever_their_form(tb, child):
     tasks = {}
     rec = tb.CallRecorder(tasks)
-    tr = tasks["t"] = tb.TaskTrace("t", 1000)
+    tr = tasks["t"] = tb.TraceBuffer("t", 1000)
     rec.now_us = 7
     rec.subcall("t", "t/3", child)
     rec.call_sent(cmd("t", child, parent="t/3"))
@@ -216,7 +216,7 @@ def test_a_roots_subcall_key_is_its_root_and_sequence_and_nothing_else(tb):
 def test_subcalls_are_sampled_with_their_root(tb):
     tasks = {}
     rec = tb.CallRecorder(tasks)
-    tr = tasks["t"] = tb.TaskTrace("t", 200)
+    tr = tasks["t"] = tb.TraceBuffer("t", 200)
     seq = 0
     for r in range(100):
         for _ in range(5):
@@ -238,7 +238,7 @@ def test_subcalls_are_sampled_with_their_root(tb):
 def test_the_subcall_hook_ignores_unknown_tasks_and_non_string_ids(tb):
     tasks = {}
     rec = tb.CallRecorder(tasks)
-    tasks["t"] = tb.TaskTrace("t", 100)
+    tasks["t"] = tb.TraceBuffer("t", 100)
     rec.subcall("other", "other/0", "other/0/sub-1")
     rec.subcall(["t"], "t/0", "t/0/sub-1")
     rec.subcall("t", 0, "t/0/sub-1")

@@ -5,7 +5,7 @@ import orjson
 import pytest
 
 from blockx.plugins.data.plane import DataPlane
-from blockx.plugins.writer_api import PluginContext, PluginError, PluginResult, WriterPlugin
+from blockx.plugins.plugin_api import PluginContext, PluginError, PluginResult, Plugin
 from blockx.plugins.writers import KNOWN_PLUGINS, PluginRegistry
 from blockx.plugins.writers.devtest import TestPlugin, outputs_digest
 from blockx.plugins.writers.log import LogPlugin
@@ -85,7 +85,7 @@ async def test_log_plugin_level_and_bad_config(caplog):
 def test_plugin_registry():
     reg = PluginRegistry.from_names(sorted(KNOWN_PLUGINS), data=DataPlane({}))
     assert reg.names() == ["bundleWrite", "log", "tableUpserts", "test"] and len(reg) == 4
-    assert isinstance(reg.get("test"), WriterPlugin) and isinstance(reg.get("tableUpserts"), WriterPlugin)
+    assert isinstance(reg.get("test"), Plugin) and isinstance(reg.get("tableUpserts"), Plugin)
     assert reg.get("tableInserts") is None and "log" in reg
     with pytest.raises(ValueError, match="'tableUpserts' needs the Worker's data plane"):
         PluginRegistry.from_names(["tableUpserts"])

@@ -1,8 +1,24 @@
-"""The Writer Plugin contract: a task's collected outputs -> a side effect + a report.
+"""The plugin contract: a task's collected outputs -> a side effect + a report.
+
+Names (the one place they are decided; code, docstrings and comments follow):
+- **plugin** is the last phase of a task (the Plugin phase: TaskPhase.PLUGIN,
+  StartPluginPhase, pluginSlots, plugin_ms) and the thing a task's
+  ResultHandler names and that phase runs (``Plugin``, registered by name in
+  blockx.plugins.writers.PluginRegistry, reporting a ``PluginResult``);
+- **writer** is only a plugin that writes data (tableUpserts, bundleWrite) and
+  what exists for writers alone: a streamed write (``StreamingWriterPlugin``,
+  ``WriterStream``, blockx.adapters.writer_stream, the writerStream settings);
+- **result handler** is only the wire and config name of the task's plugin
+  choice (the proto's ``ResultHandler`` / ``result_handler``,
+  maxResultHandlerConfigBytes, the CLI's ``--result-handler``).
+Text a client or an operator already reads keeps its words: the failure
+messages "no writer plugin named ..." / "unknown writer plugin ..." and the
+OpenTelemetry phase span ``writer`` with its ``blockx.writer`` attribute.
 
 The Plugin phase runs once per task, after the Calls phase, with the task's
 ResultHandler config (JSON bytes) and the outputs (JSON bytes of each successful
-root call, in call-list order). A plugin reports with a PluginResult; ok=False
+root call, in call-list order). A plugin reports with a PluginResult (the
+core's record, which the task's result carries, re-exported here); ok=False
 fails the task with PLUGIN_FAILED and the message (retryable when the result
 says so). ``ctx.io_timeout_ms`` (phaseIoTimeoutMs) bounds each IO operation the
 plugin makes; nothing bounds the plugin as a whole but the task deadline, whose
@@ -28,14 +44,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
+from blockx.core.types import PluginResult
 
-@dataclass(slots=True, frozen=True)
-class PluginResult:
-    plugin: str
-    ok: bool
-    message: str = ""
-    details: bytes = b""
-    retryable: bool = False     # a failure that may pass on a retry (a transient database error)
+__all__ = ["STREAM_KEYS", "Plugin", "PluginContext", "PluginError", "PluginResult", "StreamingWriterPlugin",
+           "WriterStream", "can_stream", "parse_config", "stream_options"]
 
 
 class PluginError(RuntimeError):
@@ -55,7 +67,7 @@ class PluginContext:
 
 
 @runtime_checkable
-class WriterPlugin(Protocol):
+class Plugin(Protocol):
     name: str
 
     async def execute(self, config: bytes, outputs: list[bytes], ctx: Any) -> PluginResult:
