@@ -281,21 +281,8 @@ def test_list_tasks_filters_pages_and_shows_each_caller_its_own(owners_worker):
 
 
 @pytest.fixture
-def pg_worker(start_worker, postgres_server, tmp_path):
-    import uuid
-
-    import asyncpg
-
-    name = "e2e_cancel_" + uuid.uuid4().hex[:8]
-
-    async def create():
-        conn = await asyncpg.connect(postgres_server.dsn)
-        try:
-            await conn.execute(f"CREATE DATABASE {name}")
-        finally:
-            await conn.close()
-    asyncio.run(create())
-    dsn = postgres_server.dsn.rsplit("/", 1)[0] + "/" + name
+def pg_worker(start_worker, pg_db, tmp_path):
+    dsn = pg_db
     w = start_worker({"TASK_SLOTS": "2", "RESULT_RETENTION_MS": "60000", "STATE_DIR": str(tmp_path / "state"),
                       "BLOCKX_DATA_SOURCES": json.dumps({"main": dsn})})
     w.dsn = dsn

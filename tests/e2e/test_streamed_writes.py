@@ -30,22 +30,6 @@ BATCH_ROWS = 500
 KEEP = 10
 
 
-@pytest.fixture
-def pg_db(postgres_server):
-    import uuid
-
-    name = "e2e_" + uuid.uuid4().hex[:10]
-
-    async def create():
-        conn = await asyncpg.connect(postgres_server.dsn)
-        try:
-            await conn.execute(f"CREATE DATABASE {name}")
-        finally:
-            await conn.close()
-    asyncio.run(create())
-    return postgres_server.dsn.rsplit("/", 1)[0] + "/" + name
-
-
 def _bundle(root, name: str, rows: int, special: dict[int, int] | None = None) -> None:
     """<root>/<name>/part-{0,1}.parquet: rows ids 0..rows-1, x = id + 100, except
     the ids in `special` (id -> x)."""
