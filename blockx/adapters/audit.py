@@ -127,6 +127,11 @@ class EtcdAuditAllowlist:
         try:
             got = await self.client.get_prefix(self.prefix)
         except Exception as exc:  # noqa: BLE001 - etcd away: keep what we have
+            # The client keeps its channel and the auth token it got when it
+            # connected; an etcd that restarted (or had its auth reset) no longer
+            # knows that token and refuses every later read with it. Closing the
+            # client makes the next fetch connect and authenticate again.
+            await self._drop_connection()
             if not self._failing:
                 log.error("audit_allowlist_unreadable", extra={"event": "audit_allowlist_unreadable", "fields": {
                     "prefix": self.prefix.decode(), "error": f"{type(exc).__name__}: {exc}",
@@ -142,6 +147,12 @@ class EtcdAuditAllowlist:
                 "prefix": self.prefix.decode(), "approved": len(approved)}})
         self.approved, self._failing = approved, False
         return True
+
+    async def _drop_connection(self) -> None:
+        try:
+            await self.client.close()
+        except Exception:  # noqa: BLE001 - the channel is abandoned either way
+            pass
 
     def refresh(self) -> None:
         import asyncio

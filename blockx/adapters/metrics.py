@@ -42,6 +42,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from blockx.adapters.executor.counters import ATTACH_REFUSAL_KINDS
 from blockx.adapters.latency_metrics import CallLatency
 from blockx.adapters.metric_labels import OTHER, LabelValues
 from blockx.core import failure_codes
@@ -109,6 +110,8 @@ class Metrics:
         self.executor_restarts = 0
         self.executor_wedge_kills = 0
         self.executor_limit_kills: dict[str, int] = {}   # sandbox limit ("memory limit") -> kills
+        self.executor_attach_refused: dict[str, int] = {}  # ATTACH_REFUSAL_KINDS -> refused attaches
+        self.executor_frames_refused = 0
         self.audit_rejections = 0
         self.executor_heartbeat_timeouts = 0
         self.uds_frames_in = 0
@@ -129,6 +132,7 @@ class Metrics:
         self.failure_code_label = LabelValues("failure_code", ("", *sorted(failure_codes.ALL)))
         self.executor_label = LabelValues("executor", max_values=256)
         self.limit_label = LabelValues("limit", ("memory",))
+        self.attach_refusal_label = LabelValues("reason", ATTACH_REFUSAL_KINDS)
 
         # ---- gauges: a value the owner sets, or a callback read at scrape time ----
         self.slots_fn: Callable[[], Mapping[str, int]] | None = None
@@ -314,6 +318,16 @@ class _WorkerCollector(Collector):
         yield limits
         yield counter("blockx_audit_rejections", "Calls refused by the audit gate (AUDIT_MODE=enforce).",
                       0 if describe_only else m.audit_rejections)
+        attach = CounterMetricFamily("blockx_executor_attach_refused",
+                                     "Executor connections refused at attach, by reason.", labels=["reason"])
+        if not describe_only:
+            for reason, n in sorted(_bounded(_snapshot(m.executor_attach_refused).items(),
+                                             m.attach_refusal_label).items()):
+                attach.add_metric([reason], n)
+        yield attach
+        yield counter("blockx_executor_frames_refused",
+                      "Executor frames about a call not dispatched to that executor, dropped.",
+                      0 if describe_only else m.executor_frames_refused)
 
         slots = GaugeMetricFamily("blockx_slots", "Task slots by state.", labels=["state"])
         if not describe_only:

@@ -70,3 +70,23 @@ def start_worker(functions_dir):
             w.stop()
         except AssertionError:
             pass
+
+
+@pytest.fixture
+def pg_db(postgres_server):
+    """A fresh database in the session's PostgreSQL cluster: its DSN."""
+    import asyncio
+    import uuid
+
+    import asyncpg
+
+    name = "e2e_" + uuid.uuid4().hex[:10]
+
+    async def create():
+        conn = await asyncpg.connect(postgres_server.dsn)
+        try:
+            await conn.execute(f"CREATE DATABASE {name}")
+        finally:
+            await conn.close()
+    asyncio.run(create())
+    return postgres_server.dsn.rsplit("/", 1)[0] + "/" + name

@@ -22,6 +22,7 @@ from tests.support.worker import WorkerProcess, outputs
 pytestmark = pytest.mark.e2e
 
 SLEEP_MS = 4_000          # each call's sleep: its marker would appear well within the test
+OUTLIVES_THE_TEST_MS = 300_000   # a call the test cancels, never one that may finish first
 
 
 @pytest.fixture
@@ -185,7 +186,9 @@ BOB = "bob-" + "b" * 24
 @pytest.fixture
 def owners_worker(tmp_path, functions_dir):
     tokens = auth.write_tokens(tmp_path, {"alice": ALICE, "bob": BOB, "admin": auth.HARNESS_TOKEN})
-    w = WorkerProcess({"WORKER_AUTH_TOKENS_FILE": tokens, "TASK_SLOTS": "8", "RESULT_RETENTION_MS": "60000"},
+    # A call's budget (CALL_DEADLINE_MS, 5 s by default) counts its sleep: the long calls need a larger one.
+    w = WorkerProcess({"WORKER_AUTH_TOKENS_FILE": tokens, "TASK_SLOTS": "8", "RESULT_RETENTION_MS": "60000",
+                       "CALL_DEADLINE_MS": str(2 * OUTLIVES_THE_TEST_MS)},
                       functions_dir=functions_dir)
     w.start()
     yield w
@@ -209,20 +212,23 @@ def _task(tid, ms=SLEEP_MS, instance=""):
 def test_only_the_owner_or_an_admin_may_cancel(owners_worker):
     w = owners_worker
     alice, bob = _stub(w, ALICE), _stub(w, BOB)
-    alice.SubmitTask(_task("a1"), timeout=5)
-    alice.SubmitTask(_task("a2"), timeout=5)
+    # Calls that outlive the test whatever the load: every cancel below meets a running task.
+    alice.SubmitTask(_task("a1", ms=OUTLIVES_THE_TEST_MS), timeout=5)
+    alice.SubmitTask(_task("a2", ms=OUTLIVES_THE_TEST_MS), timeout=5)
     with pytest.raises(grpc.RpcError) as denied:
         bob.CancelTask(pb.CancelTaskRequest(task_id="a1", reason="mine"), timeout=5)
     assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert "only its owner or an admin may cancel it (this call is 'bob')" in denied.value.details()
-    assert alice.GetTaskResult(pb.GetTaskResultRequest(task_id="a1"), timeout=5).state == pb.TASK_STATE_RUNNING
+    for tid in ("a1", "a2"):                         # untouched by the refused cancels
+        got = alice.GetTaskResult(pb.GetTaskResultRequest(task_id=tid), timeout=5)
+        assert got.state == pb.TASK_STATE_RUNNING, f"{tid}: {got}"
     with pytest.raises(grpc.RpcError) as anon:
         _stub(w, None).CancelTask(pb.CancelTaskRequest(task_id="a1"), timeout=5)
     assert anon.value.code() == grpc.StatusCode.UNAUTHENTICATED
     r = alice.CancelTask(pb.CancelTaskRequest(task_id="a1"), timeout=5)
-    assert r.cancelled and r.result.failure_message == "the task was cancelled by 'alice'"
+    assert r.cancelled and r.result.failure_message == "the task was cancelled by 'alice'", str(r)
     r = w.stub.CancelTask(pb.CancelTaskRequest(task_id="a2", reason="admin"), timeout=5)
-    assert r.cancelled and r.result.failure_message == "the task was cancelled by 'admin': admin"
+    assert r.cancelled and r.result.failure_message == "the task was cancelled by 'admin': admin", str(r)
 
 
 def test_list_tasks_filters_pages_and_shows_each_caller_its_own(owners_worker):
@@ -275,21 +281,8 @@ def test_list_tasks_filters_pages_and_shows_each_caller_its_own(owners_worker):
 
 
 @pytest.fixture
-def pg_worker(start_worker, postgres_server, tmp_path):
-    import uuid
-
-    import asyncpg
-
-    name = "e2e_cancel_" + uuid.uuid4().hex[:8]
-
-    async def create():
-        conn = await asyncpg.connect(postgres_server.dsn)
-        try:
-            await conn.execute(f"CREATE DATABASE {name}")
-        finally:
-            await conn.close()
-    asyncio.run(create())
-    dsn = postgres_server.dsn.rsplit("/", 1)[0] + "/" + name
+def pg_worker(start_worker, pg_db, tmp_path):
+    dsn = pg_db
     w = start_worker({"TASK_SLOTS": "2", "RESULT_RETENTION_MS": "60000", "STATE_DIR": str(tmp_path / "state"),
                       "BLOCKX_DATA_SOURCES": json.dumps({"main": dsn})})
     w.dsn = dsn

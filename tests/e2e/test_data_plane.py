@@ -17,26 +17,6 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def pg_db(postgres_server):
-    """A fresh database in the session's cluster: its DSN."""
-    import asyncio
-    import uuid
-
-    import asyncpg
-
-    name = "e2e_" + uuid.uuid4().hex[:10]
-
-    async def create():
-        conn = await asyncpg.connect(postgres_server.dsn)
-        try:
-            await conn.execute(f"CREATE DATABASE {name}")
-        finally:
-            await conn.close()
-    asyncio.run(create())
-    return postgres_server.dsn.rsplit("/", 1)[0] + "/" + name
-
-
-@pytest.fixture
 def bundle_worker(start_worker, tmp_path, pg_db):
     root = tmp_path / "bundles"
     (root / "data").mkdir(parents=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 
 import asyncpg
 import pytest
@@ -16,20 +15,6 @@ pytestmark = pytest.mark.e2e
 
 IO_TIMEOUT_MS = 1000
 OPTIONAL = [f"c{j}" for j in range(10)]
-
-
-@pytest.fixture
-def pg_db(postgres_server):
-    name = "e2e_" + uuid.uuid4().hex[:10]
-
-    async def create():
-        conn = await asyncpg.connect(postgres_server.dsn)
-        try:
-            await conn.execute(f"CREATE DATABASE {name}")
-        finally:
-            await conn.close()
-    asyncio.run(create())
-    return postgres_server.dsn.rsplit("/", 1)[0] + "/" + name
 
 
 def _run(dsn, sql, *args):

@@ -205,18 +205,24 @@ class ExecutorAdapter:
             return
         self._pending.add(conn)
 
-    def _attach_refusal(self, conn: ExecutorConnection, executor_id: str, secret) -> str | None:
-        """Why `conn` may not attach as `executor_id`, or None (the secret is then spent)."""
+    def _attach_refusal(self, conn: ExecutorConnection, executor_id: str, secret) -> tuple[str, str] | None:
+        """Why `conn` may not attach as `executor_id`: (the kind, one of
+        ATTACH_REFUSAL_KINDS, for the metric; the message), or None (the secret
+        is then spent)."""
         if conn.pinned_id and executor_id != conn.pinned_id:
-            return (f"attach as {executor_id!r:.80} on the private socket of {conn.pinned_id!r}: "
-                    "only that executor attaches there")
+            return ("private_socket", f"attach as {executor_id!r:.80} on the private socket of "
+                                      f"{conn.pinned_id!r}: only that executor attaches there")
         live = self._conns.get(executor_id)
         if live is not None and not live.closed:
-            return f"executor {executor_id!r} is already attached; the live connection stays"
-        return self.credentials.check(executor_id, secret)
+            return ("already_attached", f"executor {executor_id!r} is already attached; the live connection stays")
+        refused = self.credentials.check(executor_id, secret)
+        return None if refused is None else ("credentials", refused)
 
-    def _refuse_attach(self, conn: ExecutorConnection, executor_id: str, reason: str) -> None:
+    def _refuse_attach(self, conn: ExecutorConnection, executor_id: str, refusal: tuple[str, str]) -> None:
+        kind, reason = refusal
         self.attach_refused_total += 1
+        counts = self.counters.executor_attach_refused
+        counts[kind] = counts.get(kind, 0) + 1
         self.log.warning("executor attach refused: %s", reason,
                          extra={"event": "executor_attach_refused",
                                 "fields": {"executor_id": executor_id[:80],
@@ -227,6 +233,7 @@ class ExecutorAdapter:
         """A call frame about a call not dispatched to `conn`: dropped. Logged the
         first times only (a forger must not be able to flood the log)."""
         self.refused_frames_total += 1
+        self.counters.executor_frames_refused += 1
         if self._refusals_logged < 100:
             self._refusals_logged += 1
             call_id = env.get("callId")

@@ -291,6 +291,11 @@ class PgUpsert:
         self._n = 0
         self._state = "new"           # new -> open -> committed | rolled back
 
+    @property
+    def state(self) -> str:
+        """new, open, committed or rolled back."""
+        return self._state
+
     async def _begin(self) -> None:
         self._pool = pool = await self._src.pool()
         self._conn = conn = await pool.acquire(timeout=CONNECT_TIMEOUT_S)
@@ -360,7 +365,14 @@ class PgUpsert:
                 raise
             raise _pg_error(exc) from None
         self._state = "committed"
-        await self._release()
+        # The connection goes back to the pool (a reset query on the server); a
+        # cancel meanwhile cannot undo the COMMIT, so it does not end the call
+        # cancelled either: the write is done.
+        release = asyncio.ensure_future(self._release())
+        try:
+            await asyncio.shield(release)
+        except asyncio.CancelledError:
+            await asyncio.wait({release})
 
     async def _abandon(self, cancelled: bool) -> None:
         """Roll back and give the connection back; a cancelled statement may still

@@ -871,3 +871,45 @@ async def test_frames_about_a_call_dispatched_to_another_connection_are_refused(
     victim.send(victim.complete("c1"))
     (frame,) = await handler.wait_frames("exec-0")
     assert frame[0]["callId"] == "c1" and not adapter.is_bound("c1", "exec-0")
+
+
+async def test_refused_attaches_and_frames_are_counted_on_metrics_by_reason(sock_dir, clock):
+    import urllib.request
+
+    from blockx.adapters.metrics import Metrics
+
+    metrics = Metrics(process_metrics=False)
+    adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"), heartbeat_timeout_ms=10000, clock_ms=clock,
+                              metrics=metrics)
+    handler = adapter.handler = RecordingHandler()
+    await adapter.start()
+    port = metrics.start_http("127.0.0.1:0")
+    fakes: list[FakeExecutor] = []
+
+    async def heartbeat_from(executor_id: str, secret: str) -> FakeExecutor:
+        fake = await FakeExecutor(adapter.socket_path, executor_id, secret=secret).connect()
+        fakes.append(fake)
+        fake.heartbeat()
+        return fake
+
+    try:
+        live = await heartbeat_from("exec-0", adapter.credentials.issue("exec-0"))
+        await handler.wait_attached("exec-0")
+        await (await heartbeat_from("exec-0", adapter.credentials.issue("exec-0"))).wait_eof()  # taken
+        await (await heartbeat_from("exec-7", "f" * 64)).wait_eof()                            # unknown id
+        adapter.credentials.issue("exec-1")
+        await (await heartbeat_from("exec-1", "f" * 64)).wait_eof()                            # wrong secret
+        live.send(live.complete("not-dispatched"), live.complete("nor-this"))
+        await wait_until(lambda: adapter.refused_frames_total == 2, what="two refused frames")
+        text = await asyncio.to_thread(
+            lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+    finally:
+        metrics.stop_http()
+        await adapter.close()
+        for fake in fakes:
+            await fake.close()
+    assert 'blockx_executor_attach_refused_total{reason="already_attached"} 1.0' in text
+    assert 'blockx_executor_attach_refused_total{reason="credentials"} 2.0' in text
+    assert 'reason="private_socket"' not in text                  # only the reasons that happened
+    assert "blockx_executor_frames_refused_total 2.0" in text
+    assert adapter.attach_refused_total == 3 and handler.attached == ["exec-0"]

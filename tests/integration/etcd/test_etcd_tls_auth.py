@@ -168,6 +168,37 @@ def test_settings_that_cannot_work_are_refused_when_made(tmp_path):
     assert (c.user, c.password, c.server_name, c.describe()) == ("w", "p", "etcd.internal", "tls,user=w")
 
 
+async def _forget_every_token(root: EtcdConnection) -> None:
+    """Authentication off and on again through the root user: etcd drops every
+    token it issued (what a restart does to the tokens it did not persist)."""
+    from aetcd import rpc
+
+    async with root.channel(root.endpoints[0]) as ch:
+        md = await root.metadata(ch, 5)
+        await rpc.AuthStub(ch).AuthDisable(rpc.AuthDisableRequest(), timeout=5, metadata=md)
+        await rpc.AuthStub(ch).AuthEnable(rpc.AuthEnableRequest(), timeout=5)
+
+
+async def test_the_audit_allowlist_authenticates_again_once_etcd_forgot_its_token(secured):
+    _etcd, conns = secured
+    audit = EtcdAuditAllowlist(conns["worker"].client(0, timeout=3), "/blockx/audit/")
+    try:
+        assert await audit.fetch() is True and audit.approved == {}
+        await _forget_every_token(conns["root"])
+        await push_functions(conns["worker"], [("/blockx/audit/" + "c" * 64, b"CR-3")], 3)
+        # The read with the forgotten token is refused; a later one authenticates anew
+        # (with the old token kept, every read would be refused from now on).
+        assert await audit.fetch() is False
+        reads = 1
+        while not await audit.fetch():
+            reads += 1
+            assert reads < 20, "the audit allowlist never read again with a new token"
+            await asyncio.sleep(0.1)
+        assert audit.approved == {"c" * 64: "CR-3"}
+    finally:
+        await audit.close()
+
+
 async def test_after_an_etcd_restart_every_authenticated_client_reads_and_registers_again(secured):
     etcd, conns = secured
     conn = conns["worker"]

@@ -26,6 +26,8 @@ REQUIRED_FAMILIES = {
     "blockx_executor_restarts": "counter",
     "blockx_executor_wedge_kills": "counter",
     "blockx_executor_heartbeat_timeouts": "counter",
+    "blockx_executor_attach_refused": "counter",
+    "blockx_executor_frames_refused": "counter",
     "blockx_uds_frames": "counter",
     "blockx_uds_bytes": "counter",
     "blockx_outbox_depth": "gauge",
