@@ -62,9 +62,12 @@ def execute_one(cur: Any, sql: str, params: Any = None) -> duckdb.DuckDBPyConnec
     return cur.execute(sql, params) if params is not None else cur.execute(sql)
 
 
-def bundle_files(paths: Sequence[str]) -> DuckSource:
-    """A private source for one bundle operation: in memory, able to open only `paths`."""
-    return DuckSource("<bundle>", MEMORY, allowed_paths=paths)
+def bundle_files(paths: Sequence[str], *, spill_dir: str | None = None, memory_limit_mb: int = 0) -> DuckSource:
+    """A private source for one bundle operation: in memory, able to open only `paths`.
+    With `spill_dir` (a writer spooling a streamed task), its buffer pool is bounded
+    by `memory_limit_mb` (0 = DuckDB's own) and its tables spill to that directory."""
+    return DuckSource("<bundle>", MEMORY, allowed_paths=paths, spill_dir=spill_dir,
+                      memory_limit_mb=memory_limit_mb)
 
 
 class DuckScan:
@@ -181,13 +184,15 @@ class DuckSource:
     kind = "duckdb"
 
     def __init__(self, name: str, path: str, *, allowed_paths: Sequence[str] | None = None,
-                 statement_timeout_ms: int = 0, memory_limit_mb: int = 0):
+                 statement_timeout_ms: int = 0, memory_limit_mb: int = 0, spill_dir: str | None = None):
         self.name = name
         self.path = path
         # DuckDB's buffer pool, which runs inside the Worker (0 = DuckDB's own, 80% of
         # the RAM); past it a file-backed database evicts and spills to its own
-        # temporary files. An in-memory database keeps DuckDB's own limit.
-        self._memory_limit_mb = memory_limit_mb if path != MEMORY else 0
+        # temporary files. An in-memory database keeps DuckDB's own limit, unless
+        # it is given a directory to spill its tables to (`spill_dir`).
+        self._memory_limit_mb = memory_limit_mb if path != MEMORY or spill_dir else 0
+        self._spill_dir = spill_dir
         self._allowed = list(allowed_paths) if allowed_paths is not None else None
         self._timeout_ms = statement_timeout_ms     # phaseIoTimeoutMs per write statement; 0 = none
         self._db: duckdb.DuckDBPyConnection | None = None
@@ -213,6 +218,10 @@ class DuckSource:
                         # before external access goes off; then nothing can change.
                         db = duckdb.connect(MEMORY)
                         try:
+                            if self._spill_dir:
+                                db.execute("SET temp_directory = $1", [self._spill_dir])
+                                if self._memory_limit_mb:
+                                    db.execute(f"SET memory_limit = '{int(self._memory_limit_mb)}MiB'")
                             db.execute("SET allowed_paths = $1", [self._allowed])
                             db.execute("SET enable_external_access = false")
                             db.execute("SET lock_configuration = true")
