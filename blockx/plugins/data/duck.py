@@ -36,6 +36,22 @@ def _db_error(exc: Exception) -> DataSourceError:
     return DataSourceError("DuckDB: " + " ".join(str(exc).split()))
 
 
+def _out_of_memory(exc: Exception, limit_mb: int) -> DataSourceError | None:
+    """A clear error for a write DuckDB's buffer pool could not hold (its own text
+    suggests `SET memory_limit`, which no task can run on a locked source)."""
+    text = str(exc)
+    if not (isinstance(exc, duckdb.OutOfMemoryException) or "could not allocate block" in text
+            or "failed to pin block" in text):
+        return None
+    what = " ".join(text.split("Possible solutions")[0].split())
+    limit = f"{limit_mb} MiB" if limit_mb else "0: DuckDB's own"
+    return DataSourceError(
+        f"DuckDB: {what}: the write needs more than dataPlane.duckdbMemoryLimitMb ({limit}) "
+        "holds (DuckDB keeps the primary-key index of every row one transaction writes in memory until it "
+        "commits, some 25 bytes a key); raise dataPlane.duckdbMemoryLimitMb, or split the task so that each "
+        "writes fewer rows")
+
+
 def check_select(query: object) -> str:
     """The query, if it is exactly one SELECT statement; DataSourceError otherwise."""
     if not isinstance(query, str) or not query.strip():
@@ -409,7 +425,7 @@ class DuckUpsert:
                 if self._watch is not None and self._watch.fired:
                     raise DataSourceError(f"DuckDB: a statement ran longer than phaseIoTimeoutMs "
                                           f"({self._src._timeout_ms} ms)", retryable=True) from None
-                raise _db_error(exc) from None
+                raise (_out_of_memory(exc, self._src._memory_limit_mb) or _db_error(exc)) from None
             except BaseException:
                 await asyncio.to_thread(self._rollback_now)
                 raise
