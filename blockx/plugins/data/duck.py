@@ -206,7 +206,10 @@ class DuckSource:
         # DuckDB's buffer pool, which runs inside the Worker (0 = DuckDB's own, 80% of
         # the RAM); past it a file-backed database evicts and spills to its own
         # temporary files. An in-memory database keeps DuckDB's own limit, unless
-        # it is given a directory to spill its tables to (`spill_dir`).
+        # it is given a directory to spill its tables to (`spill_dir`). Every
+        # instance runs its allocator's background threads, which hand the memory a
+        # large write freed back to the system within about a second (without them
+        # a Worker stayed 60-135 MB above its pre-task RSS after a big upsert).
         self._memory_limit_mb = memory_limit_mb if path != MEMORY or spill_dir else 0
         self._spill_dir = spill_dir
         self._allowed = list(allowed_paths) if allowed_paths is not None else None
@@ -225,7 +228,8 @@ class DuckSource:
                     os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
                 try:
                     if self._allowed is None:
-                        config: dict[str, Any] = {"enable_external_access": False, "lock_configuration": True}
+                        config: dict[str, Any] = {"enable_external_access": False, "lock_configuration": True,
+                                                  "allocator_background_threads": True}
                         if self._memory_limit_mb:
                             config["memory_limit"] = f"{self._memory_limit_mb}MiB"
                         self._db = duckdb.connect(self.path, config=config)
@@ -238,6 +242,7 @@ class DuckSource:
                                 db.execute("SET temp_directory = $1", [self._spill_dir])
                                 if self._memory_limit_mb:
                                     db.execute(f"SET memory_limit = '{int(self._memory_limit_mb)}MiB'")
+                            db.execute("SET allocator_background_threads = true")
                             db.execute("SET allowed_paths = $1", [self._allowed])
                             db.execute("SET enable_external_access = false")
                             db.execute("SET lock_configuration = true")
