@@ -13,8 +13,9 @@
     K sequential devstub IO requests (distinct args and requests: the task's call
     and IO caches never answer).
 (g) the bundle pipeline: N Parquet rows -> bundleScan -> trivial function ->
-    tableUpserts into DuckDB and into PostgreSQL (a throwaway cluster), rows/s and
-    the worker's peak RSS; then dbscan against rangeScan for the scan's own memory.
+    tableUpserts into DuckDB and into PostgreSQL (a throwaway cluster), and (part
+    "bundle") bundleWrite into one Parquet file, rows/s and the worker's RSS before,
+    at its peak and after; then dbscan against rangeScan for the scan's own memory.
 (e) worker RSS idle and with N calls queued in the dispatcher: a fresh worker
     with few executors gets one N-call task of long sleeps; the executors hold
     their in-flight cap and the rest of the calls wait in the ready queue. The
