@@ -74,9 +74,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--fleet-executors", type=int, default=1, help="EXECUTOR_COUNT of each (f) worker (default 1)")
     p.add_argument("--g-rows", type=int, default=0, help="(g): Parquet rows (default: 1,000,000; quick 50,000)")
     p.add_argument("--g-parts", default="rangeScan,dbscan,local,main",
-                   help="(g): what to run on the one worker, in order, of rangeScan,dbscan,dbscan_pg,local,main "
-                        "(default: rangeScan,dbscan,local,main; one part alone gives a peak RSS from a "
-                        "fresh worker)")
+                   help="(g): what to run on the one worker, in order, of rangeScan,dbscan,dbscan_pg,local,main,"
+                        "bundle (bundle: bundleWrite into a Parquet file; default: rangeScan,dbscan,local,main; "
+                        "one part alone gives a peak RSS from a fresh worker)")
+    p.add_argument("--g-warm", type=int, default=0,
+                   help="(g): run each writer part first on a bundle of this many rows, so its pre-task RSS "
+                        "already holds what any first use loads (default 0: none)")
     p.add_argument("--rss-executors", type=int, default=1, help="EXECUTOR_COUNT of the (e) worker (default 1)")
     p.add_argument("--b-max-outstanding", type=int, default=192,
                    help="(b): tasks submitted and not yet terminal, below TASK_SLOTS=256 (default 192)")
@@ -410,6 +413,10 @@ async def run_bundle_worker(ns, sizes: dict, report: dict) -> None:
     for n, (lo, hi) in enumerate(((0, half), (half, rows))):
         con.execute(f"COPY (SELECT i AS id, i % 1000 AS x FROM range({lo}, {hi}) t(i)) "
                     f"TO '{root}/part-{n}.parquet' (FORMAT PARQUET)")
+    if ns.g_warm:
+        os.makedirs(warm := os.path.join(base, "bundles", "warm"))
+        con.execute(f"COPY (SELECT i AS id, i % 1000 AS x FROM range({ns.g_warm}) t(i)) "
+                    f"TO '{warm}/part-0.parquet' (FORMAT PARQUET)")
     con.close()
     pg = PostgresServer().start() if pg_bin_dir() else None
     sources = {"local": f"duckdb://{base}/state/local.duckdb"}
@@ -426,10 +433,12 @@ async def run_bundle_worker(ns, sizes: dict, report: dict) -> None:
         client = Client(w.addr, w.token)
         await sc.warm_up(client, ["add1"])
         parts = [p.strip() for p in ns.g_parts.split(",")]
-        targets = [t for t in ("local", "main") if t in parts and (t == "local" or pg is not None)]
-        res = await _with_cpu(w, sc.bundle_pipeline(client, w, "data/*.parquet", rows, targets, timeout=1200,
-                                                    scans=tuple(p for p in parts if "scan" in p.lower())))
-        res["targets"] = {"local": "duckdb", "main": "postgresql" if pg is not None else "not installed"}
+        targets = [t for t in ("local", "main", "bundle") if t in parts and (t != "main" or pg is not None)]
+        res = await _with_cpu(w, sc.bundle_pipeline(client, w, "data/*.parquet", rows, targets, timeout=3600,
+                                                    scans=tuple(p for p in parts if "scan" in p.lower()),
+                                                    warm=("warm/*.parquet", ns.g_warm) if ns.g_warm else None))
+        res["targets"] = {"local": "duckdb", "main": "postgresql" if pg is not None else "not installed",
+                          "bundle": "bundleWrite (Parquet)"}
         report["results"]["g_bundle_pipeline"] = res
     except Exception as exc:
         exc.add_note("worker log tail:\n" + w.tail(20))

@@ -13,8 +13,9 @@
     K sequential devstub IO requests (distinct args and requests: the task's call
     and IO caches never answer).
 (g) the bundle pipeline: N Parquet rows -> bundleScan -> trivial function ->
-    tableUpserts into DuckDB and into PostgreSQL (a throwaway cluster), rows/s and
-    the worker's peak RSS; then dbscan against rangeScan for the scan's own memory.
+    tableUpserts into DuckDB and into PostgreSQL (a throwaway cluster), and (part
+    "bundle") bundleWrite into one Parquet file, rows/s and the worker's RSS before,
+    at its peak and after; then dbscan against rangeScan for the scan's own memory.
 (e) worker RSS idle and with N calls queued in the dispatcher: a fresh worker
     with few executors gets one N-call task of long sleeps; the executors hold
     their in-flight cap and the rest of the calls wait in the ready queue. The
@@ -415,19 +416,22 @@ async def _peak_rss_while(worker, coro, interval: float = 0.1) -> tuple[object, 
 
 
 async def bundle_pipeline(client: Client, worker, bundle: str, rows: int, targets: list[str],
-                          timeout: float, scans: tuple[str, ...] = ("rangeScan", "dbscan")) -> dict:
+                          timeout: float, scans: tuple[str, ...] = ("rangeScan", "dbscan"),
+                          warm: tuple[str, int] | None = None) -> dict:
     """(g) First the scans alone (`scans`, in order): rangeScan of `rows` calls,
     dbscan of as many rows from DuckDB (dbscan) or PostgreSQL (dbscan_pg), each
     calling add1 (same output sizes): the same peak says the scan holds no
     per-row state beyond the outputs any task collects. Then
     `rows` Parquet rows -> bundleScan -> row_v -> tableUpserts, once per target
-    source: rows/s submit -> terminal (scan, calls and the one-transaction upsert),
+    source (target "bundle": bundleWrite into one Parquet file instead; `warm`:
+    (files, rows) of the same task run small first, so the RSS before already
+    holds what a first use loads): rows/s submit -> terminal (scan, calls and the
+    one-transaction upsert or the file),
     the rows written, and the worker's RSS before, at its peak and a second after
     the task (the peak includes whatever outputs wait for the writer and its
     column buffers: all of them when the writer runs after the Calls phase, a
     bounded buffer when it consumes settled batches)."""
     out: dict = {"rows": rows}
-    payload = {"files": bundle, "functionId": "row_v"}
     all_scans = {
         "rangeScan": ("rangeScan", {"functionId": "add1", "start": 0, "stop": rows}),
         "dbscan": ("dbscan", {"source": "local", "functionId": "add1", "args": "columns",
@@ -445,13 +449,27 @@ async def bundle_pipeline(client: Client, worker, bundle: str, rows: int, target
         expect_ok(tid, res, rows)
         out[f"scan_{label}"] = {"seconds": round(secs, 3), "calls_per_s": _rate(rows, secs),
                                   "rss_before_bytes": rss0, "rss_peak_bytes": peak}
-    for target in targets:
-        tid = new_id(f"f-{target}")
-        req = task_request(tid, json.dumps(payload).encode(), timeout_ms=int(timeout * 1000))
+    def writer_task(target: str, files: str, tid: str):
+        req = task_request(tid, json.dumps({"files": files, "functionId": "row_v"}).encode(),
+                           timeout_ms=int(timeout * 1000))
         req.task.function_call.type = "bundleScan"
-        req.task.result_handler.type = "tableUpserts"
-        req.task.result_handler.config = json.dumps({"target": target, "table": f"bench_{tid.replace('-', '_')}",
-                                                     "key": ["id"], "createTable": True}).encode()
+        if target == "bundle":             # bundleWrite: one Parquet file under the bundle root
+            req.task.result_handler.type = "bundleWrite"
+            req.task.result_handler.config = json.dumps({"dir": "bench-out"}).encode()
+        else:
+            req.task.result_handler.type = "tableUpserts"
+            req.task.result_handler.config = json.dumps({"target": target, "table": f"bench_{tid.replace('-', '_')}",
+                                                         "key": ["id"], "createTable": True}).encode()
+        return req
+
+    for target in targets:
+        if warm is not None:               # the same task, small, first: its first use is loaded
+            wid = new_id(f"w-{target}")
+            res, _secs = await client.run_task_req(writer_task(target, warm[0], wid), wid, timeout)
+            expect_ok(wid, res, None if res.outputs_written else warm[1])
+            await asyncio.sleep(1.0)
+        tid = new_id(f"f-{target}")
+        req = writer_task(target, bundle, tid)
         rss0 = worker.rss_bytes()
         (res, secs), peak = await _peak_rss_while(worker, client.run_task_req(req, tid, timeout))
         # A writer that streams reports the outputs it consumed and keeps only a few.

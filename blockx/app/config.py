@@ -117,7 +117,7 @@ class StreamBuildSection:
 
 @dataclass
 class WriterStreamSection:
-    """A streaming builder's writer, when it can (tableUpserts), consumes each
+    """A streaming builder's writer, when it can (tableUpserts, bundleWrite), consumes each
     settled batch as the task runs, inside one transaction that becomes visible
     only when the task succeeds (blockx.plugins.plugin_api)."""
     enabled: bool = _f(True, env="WRITER_STREAM_ENABLED",

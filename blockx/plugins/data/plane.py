@@ -52,6 +52,7 @@ class DataPlane:
         self.scan_fetch_rows = scan_fetch_rows
         self.scan_max_row_bytes = scan_max_row_bytes
         self.bundle_max_files = bundle_max_files
+        self.duckdb_memory_limit_mb = duckdb_memory_limit_mb
 
     @classmethod
     def from_config(cls, cfg) -> DataPlane:
@@ -89,10 +90,12 @@ class DataPlane:
             raise DataSourceError(f"{what} {relative!r} leaves the bundle root")
         return full
 
-    def files(self, paths: list[str]) -> DuckSource:
+    def files(self, paths: list[str], *, spill_dir: str | None = None) -> DuckSource:
         """A private DuckDB for one bundle operation that may open exactly `paths`
-        (the files a builder matched, or a writer's temporary file) and no other."""
-        return bundle_files(paths)
+        (the files a builder matched, or a writer's temporary file) and no other;
+        with `spill_dir`, bounded by dataPlane.duckdbMemoryLimitMb and spilling
+        its tables there (a streamed bundleWrite's spool)."""
+        return bundle_files(paths, spill_dir=spill_dir, memory_limit_mb=self.duckdb_memory_limit_mb)
 
     async def aclose(self) -> None:
         for src in list(self._sources.values()):

@@ -1,0 +1,35 @@
+"""A one-transaction DuckDB upsert past what dataPlane.duckdbMemoryLimitMb holds
+fails naming that setting: DuckDB keeps the transaction's primary-key index in
+its buffer pool when it commits, and its own message (SET memory_limit=...) names
+a statement no task can run on a locked source."""
+
+from __future__ import annotations
+
+import pytest
+
+from blockx.plugins.data.duck import DuckSource
+from blockx.plugins.data.errors import DataSourceError
+
+
+async def test_an_upsert_past_the_memory_limit_names_the_setting(tmp_path):
+    src = DuckSource("local", str(tmp_path / "a.duckdb"), memory_limit_mb=16)
+    try:
+        tx = src.open_upsert(None, "t", ["id"], create=[("id", "BIGINT"), ("v", "BIGINT")])
+        with pytest.raises(DataSourceError) as err:
+            for j in range(0, 3_000_000, 100_000):
+                ids = list(range(j, j + 100_000))
+                await tx.write([(("id", "v"), [ids, ids])])
+            await tx.commit()
+        msg = err.value.message
+        assert "dataPlane.duckdbMemoryLimitMb (16 MiB)" in msg and "primary-key index" in msg, msg
+        assert "SET memory_limit" not in msg, msg
+        await tx.rollback()
+        cur = src.cursor()
+        try:                                 # rolled back: no table, and the source writes again
+            assert cur.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 't'"
+                               ).fetchone()[0] == 0
+        finally:
+            cur.close()
+        assert await src.upsert(None, "u", ["id"], [(("id",), [[1, 2]])], create=[("id", "BIGINT")]) == 2
+    finally:
+        src.close()
