@@ -134,7 +134,7 @@ async def measure(which: str, args, tmp: str) -> dict:
     prefix = os.path.join(tmp, f"cg-{which}")
     # Callgrind opens its output file as the executor starts (as root): an executor
     # that then left root for EXECUTOR_USER could not write its counts.
-    w = CallgrindWorker(prefix, executors=2, env={"EXECUTOR_USER": "root"})
+    w = CallgrindWorker(prefix, executors=2, env={"EXECUTOR_USER": "root", **args.worker_env})
     await asyncio.to_thread(w.start)
     client = Client(w.addr, w.token)
     n = {"a": args.calls, "b": args.tasks, "bs": args.tasks}.get(which, args.subcalls_per_parent)
@@ -169,7 +169,17 @@ def main() -> int:
     ap.add_argument("--keep", metavar="DIR",
                     help="write the callgrind files to DIR and keep them (callgrind_annotate DIR/cg-b.PID "
                          "shows where the instructions go); default: a temporary directory, removed")
+    ap.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="a setting of the measured Worker (repeatable), e.g. TRACE_ENABLED=false: "
+                         "what one feature costs per op")
     args = ap.parse_args()
+    env = {}
+    for item in args.worker_env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            ap.error(f"--worker-env takes NAME=VALUE, got {item!r}")
+        env[name] = value
+    args.worker_env = env
     which = [w.strip() for w in args.only.split(",") if w.strip()]
     bad = [w for w in which if w not in ("a", "d", "io", "b", "bs", "bf")]
     if bad:
@@ -185,7 +195,7 @@ def main() -> int:
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps({"results": results, "calls": args.calls,
+    print(json.dumps({"results": results, "calls": args.calls, "worker_env": args.worker_env,
                       "subcalls_per_parent": args.subcalls_per_parent, "tasks": args.tasks}))
     return 0
 

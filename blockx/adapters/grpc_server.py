@@ -108,8 +108,11 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         try:
             return self._auth.caller(context)
         except Unauthenticated as exc:
-            self._count(method, "UNAUTHENTICATED")
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            await self._unauthenticated(context, method, exc)
+
+    async def _unauthenticated(self, context, method: str, exc: Unauthenticated):
+        self._count(method, "UNAUTHENTICATED")
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
 
     async def _refuse(self, context, method: str, err: WorkerError):
         self._count(method, err.grpc_status_name)
@@ -140,7 +143,10 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     @_guarded
     async def SubmitTask(self, request, context):
-        caller = await self._caller(context, "SubmitTask")
+        try:                        # _caller inline: no coroutine per task on the unary path
+            caller = self._auth.caller(context)
+        except Unauthenticated as exc:
+            await self._unauthenticated(context, "SubmitTask", exc)
         try:
             req, shadow = wire.submit_request_from_pb(request)
             snap = self._orch.submit_task(req, shadow=shadow, raw_request=request, caller=caller,
@@ -167,7 +173,10 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     @_guarded
     async def WatchTasks(self, request, context):
-        caller = await self._caller(context, "WatchTasks")
+        try:                        # _caller inline, as in SubmitTask
+            caller = self._auth.caller(context)
+        except Unauthenticated as exc:
+            await self._unauthenticated(context, "WatchTasks", exc)
         orch = self._orch
         subs = orch.subscriptions
         task_ids = list(dict.fromkeys(request.task_ids))   # dedupe, keep order
@@ -219,7 +228,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                         shown[snap.task_id] = upd.progress
             # States may have moved between the snapshot and the attach: the queue
             # holds every publish since attach, and repeats are filtered below.
-            last = {s.task_id: s.state for s in snaps}
+            last = {s.task_id: s.state for s in snaps} if pending else {}
             while pending:
                 item = await sub.queue.get()
                 if item is OVERFLOW:

@@ -7,8 +7,9 @@ calls into prometheus_client. It bumps plain int attributes
 (`metrics.calls_failed[kind] += 1`), and a custom Collector turns them into metric
 families only when /metrics is scraped. Gauges are either attributes the owner
 sets or zero-argument callbacks read at scrape time (`slots_fn`, `outbox_depth_fn`,
-`executors_healthy_fn`). Phase-duration histograms are observed once per task
-phase, rare enough to use prometheus_client directly.
+`executors_healthy_fn`). The latency histograms (task phases, tasks, unary
+RPCs, calls per function) bump plain int buckets too and become histogram
+families at scrape time (seconds_histogram.py, latency_metrics.py).
 
 Scrapes run on prometheus_client's HTTP thread. Reads of ints are atomic under
 the GIL, labelled counters are copied with `dict(...)` (a single C-level copy)
@@ -35,7 +36,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, start_http_server
 from prometheus_client.platform_collector import PlatformCollector
@@ -45,6 +46,7 @@ from prometheus_client.registry import Collector
 from blockx.adapters.executor.counters import ATTACH_REFUSAL_KINDS
 from blockx.adapters.latency_metrics import CallLatency
 from blockx.adapters.metric_labels import OTHER, LabelValues
+from blockx.adapters.seconds_histogram import SecondsHistogram
 from blockx.core import failure_codes
 from blockx.protocol import messages as _msg
 
@@ -156,21 +158,20 @@ class Metrics:
         self.worker_draining_fn: Callable[[], bool] | None = None
         # ---- end executor resources and readiness ----
 
-        self._phase_hist = Histogram(
+        # Observed per task phase, per task and per unary RPC: plain buckets (seconds_histogram.py).
+        self.phase_seconds = SecondsHistogram(
             "blockx_task_phase_duration_seconds",
             "Wall time a task spent in each phase (builder, calls, plugin) and in total.",
-            ["phase"], buckets=PHASE_BUCKETS, registry=self.registry)
-        self._phase_children: dict = {}
-        self._task_hist = Histogram(
+            "phase", PHASE_BUCKETS)
+        self.task_seconds = SecondsHistogram(
             "blockx_task_duration_seconds",
             "End-to-end time of a task, from SubmitTask accepting it to its terminal state, by state.",
-            ["state"], buckets=PHASE_BUCKETS, registry=self.registry)
-        self._task_children: dict = {}
-        self._grpc_hist = Histogram(
+            "state", PHASE_BUCKETS)
+        self._task_state_values: dict[str, str] = {}     # state -> its label value (task_state_label)
+        self.grpc_seconds = SecondsHistogram(
             "blockx_grpc_request_duration_seconds",
             "Time the Worker spent on a unary RPC (streams excluded: their lifetime is the client's), by method.",
-            ["method"], buckets=GRPC_BUCKETS, registry=self.registry)
-        self._grpc_children: dict = {}
+            "method", GRPC_BUCKETS)
         self.registry.register(_WorkerCollector(self))
         if process_metrics:
             ProcessCollector(registry=self.registry)
@@ -190,23 +191,19 @@ class Metrics:
         self.grpc_requests[(method, code)] += 1
 
     def observe_phase(self, phase: str, seconds: float) -> None:
-        child = self._phase_children.get(phase)
-        if child is None:   # labels() costs ~20 us; a task observes three phases
-            child = self._phase_children[phase] = self._phase_hist.labels(phase)
-        child.observe(seconds)
+        self.phase_seconds.observe(phase, seconds)
 
     def observe_task(self, state: str, seconds: float) -> None:
-        child = self._task_children.get(state)
-        if child is None:
-            child = self._task_children[state] = self._task_hist.labels(self.task_state_label(state))
-        child.observe(seconds)
+        label = self._task_state_values.get(state)
+        if label is None:
+            label = self.task_state_label(state)
+            if len(self._task_state_values) < 64:
+                self._task_state_values[state] = label
+        self.task_seconds.observe(label, seconds)
 
     def observe_grpc(self, method: str, seconds: float) -> None:
         """``method``: a WorkerService method name (the server's own, so the label is bounded)."""
-        child = self._grpc_children.get(method)
-        if child is None:
-            child = self._grpc_children[method] = self._grpc_hist.labels(method)
-        child.observe(seconds)
+        self.grpc_seconds.observe(method, seconds)
 
     def set_etcd_state(self, state: str) -> None:
         if state not in ETCD_STATES:
@@ -351,6 +348,9 @@ class _WorkerCollector(Collector):
             yield g
 
         yield m.call_latency.family(describe_only)
+        yield m.phase_seconds.family(describe_only)
+        yield m.task_seconds.family(describe_only)
+        yield m.grpc_seconds.family(describe_only)
         yield from _executor_families(m, describe_only)
         for name, doc, fn, attr in (
             ("blockx_worker_ready", "1 once the Worker is ready (an executor became healthy), as published to etcd.",

@@ -35,6 +35,8 @@ import orjson
 __all__ = ["JsonFormatter", "RateLimiter", "parse_level", "setup_logging"]
 
 RESERVED = ("ts", "level", "logger", "msg", "event", "exc", "stack")
+_RESERVED_KEYS = frozenset(RESERVED)
+_STR_ONLY = {str}
 _OPTS = orjson.OPT_NON_STR_KEYS
 _LEVEL_ALIASES = {"warn": "WARNING", "fatal": "CRITICAL", "trace": "DEBUG"}
 _HANDLER_MARK = "_blockx_json_handler"
@@ -106,6 +108,9 @@ def _is_repeated(field: Any) -> bool:
 _second: tuple[int, str] = (-1, "")
 
 
+_MS_SUFFIX = tuple(f".{ms:03d}Z" for ms in range(1000))    # a lookup instead of a format per line
+
+
 def _iso_ms(created: float) -> str:
     global _second
     secs = int(created)
@@ -113,7 +118,7 @@ def _iso_ms(created: float) -> str:
     last = _second
     if last[0] != secs:
         last = _second = (secs, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)))
-    return f"{last[1]}.{ms:03d}Z"
+    return last[1] + (_MS_SUFFIX[ms] if 0 <= ms < 1000 else f".{ms:03d}Z")
 
 
 class JsonFormatter(logging.Formatter):
@@ -152,6 +157,9 @@ class JsonFormatter(logging.Formatter):
             out["event"] = event
         for source in (self._static, getattr(record, "fields", None)):
             if not source:
+                continue
+            if type(source) is dict and _RESERVED_KEYS.isdisjoint(source) and {*map(type, source)} == _STR_ONLY:
+                out.update(source)       # every key a plain str and none reserved: the loop below, in C
                 continue
             if not isinstance(source, Mapping):
                 out["field.fields"] = source
@@ -241,13 +249,21 @@ class _LoopBatchedStreamHandler(_SafeStreamHandler):
 
 
 def setup_logging(level: str | int = "info", *, stream: IO[str] | None = None,
-                  static_fields: Mapping[str, Any] | None = None, batched: bool = False) -> logging.Handler:
+                  static_fields: Mapping[str, Any] | None = None, batched: bool = False,
+                  lean_records: bool = False) -> logging.Handler:
     """Route the root logger to JSON lines on `stream` (stderr by default).
 
     Idempotent: a second call replaces the handler the first installed, so tests
     and `blockx serve` can both call it. Returns the installed handler.
+
+    ``lean_records`` (the Worker's setting, for a process whose only log output is
+    this handler): records no longer collect the thread and process ids and names,
+    which the JSON line never shows (the standard logging module's own switches,
+    process-wide).
     """
     lvl = parse_level(level)
+    if lean_records:
+        logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     root = logging.getLogger()
     for h in list(root.handlers):
         if getattr(h, _HANDLER_MARK, False):

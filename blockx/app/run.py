@@ -155,8 +155,8 @@ def serve(cfg, profile) -> int:
     # Executors are started with vfork/posix_spawn (no atfork handlers), but keep
     # gRPC's fork support off so nothing in this process ever forks noisily.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
-    setup_logging(cfg.log_level, batched=True, static_fields={"service": profile.service,
-                                                              "deployment": profile.deployment})
+    setup_logging(cfg.log_level, batched=True, lean_records=True,
+                  static_fields={"service": profile.service, "deployment": profile.deployment})
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(Worker(cfg, profile).run())
 

@@ -236,3 +236,43 @@ def test_ts_is_the_records_utc_time_to_the_millisecond_across_seconds():
         rec = logging.LogRecord("x", logging.INFO, __file__, 1, "m", (), None)
         rec.created = created
         assert orjson.loads(fmt.format(rec))["ts"] == want, created
+
+
+class _Key(str):
+    """A str subclass as a field name: kept as it is, like a plain str."""
+
+
+@pytest.mark.parametrize("fields, want", [
+    ({"a": 1, "b": "x"}, {"a": 1, "b": "x"}),
+    ({"a": 1, "msg": "fake", "z": 2}, {"a": 1, "field.msg": "fake", "z": 2}),
+    ({7: "seven", "a": 1}, {"7": "seven", "a": 1}),
+    ({(1, 2): "t", "a": 1}, {"(1, 2)": "t", "a": 1}),
+    ({_Key("level"): "k", "a": 1}, {"field.level": "k", "a": 1}),
+])
+def test_fields_become_the_same_keys_in_the_same_order(fields, want):
+    # Plain-str fields take a shortcut; any other key goes the long way: same line either way.
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "m", (), None)
+    record.fields = fields
+    line = orjson.loads(JsonFormatter({"service": "s"}).format(record))
+    assert list(line)[4:] == ["service", *want] and {k: line[k] for k in want} == want
+
+
+def test_lean_records_leave_out_thread_and_process_but_keep_the_line():
+    stream = io.StringIO()
+    saved = (logging.logThreads, logging.logProcesses, logging.logMultiprocessing)
+    seen = []
+    handler = setup_logging("info", stream=stream, lean_records=True)
+    catch = logging.Handler()
+    catch.emit = seen.append
+    logging.getLogger().addHandler(catch)
+    try:
+        log_event(logging.getLogger("x"), "task_finished", task_id="t1", calls_ms=2)
+        (line,) = [orjson.loads(x) for x in stream.getvalue().splitlines()]
+        assert (line["event"], line["task_id"], line["calls_ms"]) == ("task_finished", "t1", 2)
+        (rec,) = seen
+        assert (rec.thread, rec.threadName, rec.process, rec.processName) == (None, None, None, None)
+        assert rec.lineno > 0                  # the source location is still collected (stack_info needs it)
+    finally:
+        logging.logThreads, logging.logProcesses, logging.logMultiprocessing = saved
+        logging.getLogger().removeHandler(catch)
+        logging.getLogger().removeHandler(handler)
