@@ -48,7 +48,7 @@ from .batch_sender import BatchSender
 
 _codec = load("codec")
 _Outbox = load("outbox").Outbox
-_reservations = load("reservations")
+_reservations = load("reservations", "blockx.core.dispatch")
 Reservations = _reservations.Reservations
 NOT_DISPATCHED = _reservations.NOT_DISPATCHED
 FrameDecoder = _codec.FrameDecoder

@@ -49,13 +49,13 @@ from blockx._fast import load
 
 # The three commands of every call (BindCall, DispatchCallCmd, UnbindCall) are
 # built in the compiled dispatch loop, so they live in the hot module
-# blockx/_fast/callcmds (cdef classes; twin: the same records as dataclasses):
+# blockx/core/dispatch/callcmds (cdef classes; twin: the same records as dataclasses):
 #   BindCall(call_id, executor_id, task_id, is_subcall, parent_call_id)
 #   UnbindCall(call_id, executor_id)
 #   DispatchCallCmd(call_id, executor_id, task_id, function_id, digest, entry_selector,
 #                   args_json, budget_ms (0 = unlimited), attempt_seq,
 #                   parent_call_id ("" for root calls))
-_cmds = load("callcmds")
+_cmds = load("callcmds", "blockx.core.dispatch")
 BindCall = _cmds.BindCall
 UnbindCall = _cmds.UnbindCall
 DispatchCallCmd = _cmds.DispatchCallCmd

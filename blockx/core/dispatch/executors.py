@@ -34,7 +34,7 @@ from blockx.core.dispatch.types import ExecutorSnapshot
 
 # An executor's record (view, heartbeat compensation, calls bound there); kept in
 # the hot module (compiled cdef class; twin: a __slots__ class) for the per-call loop.
-ExecutorRecord = load("dispatchloop").ExecutorRecord
+ExecutorRecord = load("dispatchloop", "blockx.core.dispatch").ExecutorRecord
 
 
 class ExecutorTable:

@@ -22,7 +22,7 @@ from blockx._fast import load
 
 # A fairness group's record; kept in the hot module (compiled cdef class; twin:
 # a __slots__ class) because the per-call loop updates its in-flight count.
-_loop = load("dispatchloop")
+_loop = load("dispatchloop", "blockx.core.dispatch")
 InstanceState = _loop.InstanceState
 
 

@@ -37,7 +37,7 @@ from blockx.core.dispatch.retry import resolve_retry
 from blockx.core.dispatch.tasks import TaskCallTable
 from blockx.core.dispatch.types import CONTINUE, FAST_FAIL, POLICIES, RetryPolicy
 
-_loop = load("dispatchloop")
+_loop = load("dispatchloop", "blockx.core.dispatch")
 
 
 class PreparedCalls:

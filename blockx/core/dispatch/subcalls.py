@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from blockx._fast import load
 
-# The binder runs for every subcall: compiled (blockx/_fast/subcallbind.pyx) with
+# The binder runs for every subcall: compiled (blockx/core/dispatch/subcallbind.pyx) with
 # its pure-Python twin (subcallbind_py.py) under BLOCKX_NO_EXTENSIONS=1.
-SubcallBinder = load("subcallbind").SubcallBinder
+SubcallBinder = load("subcallbind", "blockx.core.dispatch").SubcallBinder
 
 __all__ = ["SubcallBinder"]

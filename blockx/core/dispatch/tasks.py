@@ -54,7 +54,7 @@ from blockx.core.dispatch.calls import CallRecord, CallTable
 from blockx.core.dispatch.commands import BatchSettled, ConvergeTaskCalls, StopCallProduction
 from blockx.core.dispatch.types import CALL_FAILED, OUTPUT_BYTES_EXCEEDED
 
-_loop = load("dispatchloop")
+_loop = load("dispatchloop", "blockx.core.dispatch")
 _idx = lambda b: b.idx  # noqa: E731
 
 

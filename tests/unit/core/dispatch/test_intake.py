@@ -11,7 +11,7 @@ from tests.unit.core.dispatch.parts import Parts
 from tests.unit.core.dispatch.harness import spec
 
 
-_loop = load("dispatchloop")
+_loop = load("dispatchloop", "blockx.core.dispatch")
 
 
 def _intake(**cfg):

@@ -22,7 +22,7 @@ from blockx._fast.readyqueue cimport ReadyQueue
 from blockx._fast.scoring cimport ExecutorView, select_index
 from blockx._fast.cachekey cimport cache_key_c
 from blockx._fast.cachekey import cache_key as _compiled_cache_key
-from blockx._fast.callcmds cimport new_bind_call, new_dispatch_call, new_unbind_call
+from blockx.core.dispatch.callcmds cimport new_bind_call, new_dispatch_call, new_unbind_call
 from blockx.core.dispatch.commands import CancelCallCmd, CompleteCallFromCache, SubcallDone
 from blockx.core.dispatch import types as _types
 from blockx.core.dispatch.types import SubcallRejected

@@ -17,8 +17,8 @@ Rules (the adapter's transport truth about reservations):
 
 Plain dicts and a set: every operation is O(1) and runs on the event loop only.
 The table is a hot path (several steps per call): compiled in
-blockx/_fast/reservations.pyx, with this pure-Python twin (the adapters take
-one of the two through ``blockx._fast.load("reservations")``)."""
+blockx/core/dispatch/reservations.pyx, with this pure-Python twin (the adapters take
+one of the two through ``blockx._fast.load("reservations", "blockx.core.dispatch")``)."""
 
 from __future__ import annotations
 

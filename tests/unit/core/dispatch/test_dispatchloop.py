@@ -10,7 +10,7 @@ import pytest
 
 from blockx._fast import implementations, load
 
-IMPLS = implementations("dispatchloop")
+IMPLS = implementations("dispatchloop", "blockx.core.dispatch")
 cache_key = load("cachekey").cache_key
 D = "d" * 64
 

@@ -1,6 +1,6 @@
 cimport cython
 
-from blockx._fast.dispatchloop cimport CallRecord
+from blockx.core.dispatch.dispatchloop cimport CallRecord
 
 
 @cython.final

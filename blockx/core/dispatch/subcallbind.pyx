@@ -9,10 +9,10 @@ BindCall through callcmds' C constructor."""
 
 cimport cython
 
-from blockx._fast.dispatchloop cimport CallRecord, ExecutorRecord
+from blockx.core.dispatch.dispatchloop cimport CallRecord, ExecutorRecord
 from blockx._fast.scoring cimport ExecutorView
 from blockx._fast.cachekey cimport cache_key_c
-from blockx._fast.callcmds cimport new_bind_call
+from blockx.core.dispatch.callcmds cimport new_bind_call
 
 from blockx.core.dispatch.types import (
     REJECT_CYCLE, REJECT_DEPTH_EXCEEDED, REJECT_EXECUTOR_MISMATCH,
