@@ -50,8 +50,20 @@ generate_protos()
 # and the dispatcher's compiled parts in blockx/core/dispatch (which cimport them).
 COMPILED_DIRS = (os.path.join("blockx", "_fast"), os.path.join("blockx", "core", "dispatch"))
 
+
+def compiled_sources():
+    """Every .pyx, and every .py in Cython's pure-Python mode: a NAME.py with a
+    NAME.pxd beside it (and no NAME.pyx), compiled to the extension NAME."""
+    out = []
+    for d in COMPILED_DIRS:
+        out += glob.glob(os.path.join(d, "*.pyx"))
+        out += [py for py in glob.glob(os.path.join(d, "*.py"))
+                if os.path.exists(py[:-3] + ".pxd") and not os.path.exists(py[:-3] + ".pyx")]
+    return sorted(out)
+
+
 extensions = cythonize(
-    sorted(p for d in COMPILED_DIRS for p in glob.glob(os.path.join(d, "*.pyx"))),
+    compiled_sources(),
     compiler_directives={
         "language_level": "3",
         "boundscheck": False,

@@ -141,22 +141,35 @@ def _cython_imports(source: str):
                     yield name, None, lineno
 
 
+def _imports_of(module: str, path: pathlib.Path, runtime_only: bool):
+    """(target, name, line, file) of each import of a module: of its source, and
+    for a module in Cython's pure-Python mode (a .py with a same-name .pxd) of
+    that .pxd's cimports as well (what the compiled form imports)."""
+    source = path.read_text()
+    if path.suffix in (".pyx", ".pxd"):
+        found = _cython_imports(source)
+    else:
+        found = _python_imports(source, module, path.stem == "__init__", runtime_only)
+    for target, name, line in found:
+        yield target, name, line, path
+    pxd = path.with_suffix(".pxd")
+    if path.suffix == ".py" and pxd.exists():
+        for target, name, line in _cython_imports(pxd.read_text()):
+            yield target, name, line, pxd
+
+
 def import_graph(trees=TREES, runtime_only: bool = False) -> dict[str, dict[str, list[str]]]:
     """{module: {imported module: ["file:line", ...]}} between the scanned modules
     (without the ``if TYPE_CHECKING:`` imports when runtime_only)."""
     files = module_files(trees)
     graph: dict[str, dict[str, list[str]]] = {m: {} for m in files}
     for module, path in files.items():
-        source = path.read_text()
-        is_package = path.stem == "__init__"
-        found = (_cython_imports(source) if path.suffix in (".pyx", ".pxd")
-                 else _python_imports(source, module, is_package, runtime_only))
-        for target, name, line in found:
+        for target, name, line, where_path in _imports_of(module, path, runtime_only):
             candidates = ([f"{target}.{name}"] if name and name != "*" else []) + [target]
             hit = next((c for c in candidates if c in files), None)
             if hit is None or hit == module:
                 continue
-            rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            rel = where_path.relative_to(ROOT) if where_path.is_relative_to(ROOT) else where_path
             where = f"{rel}:{line}"
             seen = graph[module].setdefault(hit, [])
             if where not in seen:
@@ -311,6 +324,13 @@ def test_a_cycle_through_a_dynamic_load_is_found(tmp_path):
     g = _scan(tmp_path / "named_cy", {"__init__.py": "", "core.py": "from pkg import hot\n",
                                       "hot.pyx": "m = load('core', 'pkg')\n"})
     assert cycles(g) == [["pkg.core", "pkg.hot"]]
+
+
+def test_a_pure_mode_modules_cimports_count(tmp_path):
+    # a.py (with a.pxd) cimports b through its .pxd only; b imports a.
+    g = _scan(tmp_path, {"__init__.py": "", "a.py": "import cython\n", "a.pxd": "from pkg.b cimport T\n",
+                         "b.py": "from pkg import a\n"})
+    assert cycles(g) == [["pkg.a", "pkg.b"]]
 
 
 def test_a_cycle_between_packages_is_found(tmp_path):

@@ -1,6 +1,6 @@
 """Reservations (one executor connection's table of calls holding a context):
-every rule stated in blockx/core/dispatch/reservations_py.py, against the compiled
-table and its twin, and a hypothesis comparison of the two on random steps."""
+every rule stated in blockx/core/dispatch/reservations.py, against its compiled
+and interpreted forms, and a hypothesis comparison of the two on random steps."""
 
 import pytest
 from hypothesis import given, settings, strategies as st

@@ -1,3 +1,0 @@
-# Type stub of the compiled module blockx.core.dispatch.callcmds: its public interface is that
-# of its pure-Python twin, blockx.core.dispatch.callcmds_py (the same tests run against both).
-from blockx.core.dispatch.callcmds_py import *  # noqa: F401,F403
