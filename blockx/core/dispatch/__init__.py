@@ -20,7 +20,7 @@ One module per part, each opening with the rules of the state it owns;
 
 This package imports only blockx._fast itself, so a part can be imported alone:
 that installs, under BLOCKX_NO_EXTENSIONS=1, the finder that loads the parts
-written in Cython's pure-Python mode (callcmds, reservations, subcallbind) from
-their .py source rather than from their compiled extension.
+written in Cython's pure-Python mode (dispatchloop, callcmds, reservations,
+subcallbind) from their .py source rather than from their compiled extension.
 """
 import blockx._fast  # noqa: F401  (the extension switch, before any part is imported)

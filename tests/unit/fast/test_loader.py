@@ -12,9 +12,9 @@ import pytest
 from blockx import _fast
 from blockx._fast import NO_EXTENSIONS, compiled, implementations, twin
 
-PURE_MODE = ["callcmds", "reservations", "subcallbind"]
+PURE_MODE = ["callcmds", "dispatchloop", "reservations", "subcallbind"]
 PKG = "blockx.core.dispatch"
-CIMPORTS_PURE_MODE = {"subcallbind"}        # cimports callcmds
+CIMPORTS_PURE_MODE = {"dispatchloop", "subcallbind"}        # cimport callcmds
 
 
 def _is_extension(mod) -> bool:
