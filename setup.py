@@ -1,4 +1,5 @@
-"""Build script: compiles the Cython hot paths in blockx/_fast and generates the
+"""Build script: compiles the Cython hot paths (blockx/_fast, and the dispatcher's
+compiled parts in blockx/core/dispatch) and generates the
 gRPC code from proto/ (the generated *_pb2*.py files are never committed)."""
 import glob
 import os
@@ -45,8 +46,24 @@ class EggInfo(egg_info):
 
 generate_protos()
 
+# The hot paths of blockx/_fast (which import nothing from the rest of blockx),
+# and the dispatcher's compiled parts in blockx/core/dispatch (which cimport them).
+COMPILED_DIRS = (os.path.join("blockx", "_fast"), os.path.join("blockx", "core", "dispatch"))
+
+
+def compiled_sources():
+    """Every .pyx, and every .py in Cython's pure-Python mode: a NAME.py with a
+    NAME.pxd beside it (and no NAME.pyx), compiled to the extension NAME."""
+    out = []
+    for d in COMPILED_DIRS:
+        out += glob.glob(os.path.join(d, "*.pyx"))
+        out += [py for py in glob.glob(os.path.join(d, "*.py"))
+                if os.path.exists(py[:-3] + ".pxd") and not os.path.exists(py[:-3] + ".pyx")]
+    return sorted(out)
+
+
 extensions = cythonize(
-    sorted(glob.glob(os.path.join("blockx", "_fast", "*.pyx"))),
+    compiled_sources(),
     compiler_directives={
         "language_level": "3",
         "boundscheck": False,
@@ -65,7 +82,8 @@ setup(
     package_dir={"blockx_executor": "executor/blockx_executor"},
     # py.typed and the .pyi stubs (of the compiled hot paths and the generated gRPC
     # code) make the installed package typed; MANIFEST.in lists the sdist's files.
-    package_data={"blockx._fast": ["*.pxd", "*.pyx", "*.pyi"], "blockx": ["py.typed", "examples/functions/*.py"],
+    package_data={"blockx._fast": ["*.pxd", "*.pyx", "*.pyi"],
+                  "blockx.core.dispatch": ["*.pxd", "*.pyx", "*.pyi"], "blockx": ["py.typed", "examples/functions/*.py"],
                   "blockx.worker.v1": ["*.pyi"], "blockx_executor": ["py.typed"]},
     ext_modules=extensions,
     # Compile the extensions two at a time (`make build`, and a wheel build).

@@ -15,7 +15,7 @@ from time import perf_counter
 
 from bench.micro import register, sides
 
-REQUIRES = ("blockx/core/dispatch/dispatcher.py", "blockx/_fast/dispatchloop_py.py")
+REQUIRES = ("blockx/core/dispatch/dispatcher.py", "blockx/core/dispatch/dispatchloop.py")
 CALLS = 16
 EXECUTORS = 8
 DIGEST = "3f0a5c1e9b7d2a4c6e8f01234567890abcdef0123456789abcdef0123456789a"

@@ -95,12 +95,23 @@ def _python_imports(source: str, module: str, is_package: bool, runtime_only: bo
             name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
             arg = node.args[0].value
             if name in DYNAMIC_LOADERS and re.fullmatch(r"\w+", arg):
-                yield "blockx._fast", arg, node.lineno
-                yield "blockx._fast", arg + "_py", node.lineno
+                package = _loader_package(node)
+                yield package, arg, node.lineno
+                yield package, arg + "_py", node.lineno
             elif name in ("import_module", "__import__") and re.fullmatch(r"[\w.]+", arg):
                 yield arg, None, node.lineno
         elif isinstance(node, ast.JoinedStr) and module == "blockx._fast":
             pass    # load()'s own f-string: the loads it serves are counted at each caller
+
+
+def _loader_package(call: ast.Call) -> str:
+    """The package a loader call names (``load("dispatchloop", "blockx.core.dispatch")``),
+    by its second argument or ``package=``; blockx._fast when it names none."""
+    given = call.args[1] if len(call.args) > 1 else next(
+        (k.value for k in call.keywords if k.arg == "package"), None)
+    if isinstance(given, ast.Constant) and isinstance(given.value, str):
+        return given.value
+    return "blockx._fast"
 
 
 def _cython_imports(source: str):
@@ -112,9 +123,11 @@ def _cython_imports(source: str):
         line = line.split("#", 1)[0].rstrip()
         m = _CY_IMPORT.match(line)
         if not m:
-            for m2 in re.finditer(r"\b(load|compiled|twin|implementations)\(\s*[\"'](\w+)[\"']", line):
-                yield "blockx._fast", m2.group(2), lineno
-                yield "blockx._fast", m2.group(2) + "_py", lineno
+            for m2 in re.finditer(r"\b(load|compiled|twin|implementations)\(\s*[\"'](\w+)[\"']"
+                                  r"(?:\s*,\s*(?:package\s*=\s*)?[\"']([\w.]+)[\"'])?", line):
+                package = m2.group(3) or "blockx._fast"
+                yield package, m2.group(2), lineno
+                yield package, m2.group(2) + "_py", lineno
             continue
         if m.group(1):
             for name in m.group(2).strip("() ").split(","):
@@ -128,22 +141,35 @@ def _cython_imports(source: str):
                     yield name, None, lineno
 
 
+def _imports_of(module: str, path: pathlib.Path, runtime_only: bool):
+    """(target, name, line, file) of each import of a module: of its source, and
+    for a module in Cython's pure-Python mode (a .py with a same-name .pxd) of
+    that .pxd's cimports as well (what the compiled form imports)."""
+    source = path.read_text()
+    if path.suffix in (".pyx", ".pxd"):
+        found = _cython_imports(source)
+    else:
+        found = _python_imports(source, module, path.stem == "__init__", runtime_only)
+    for target, name, line in found:
+        yield target, name, line, path
+    pxd = path.with_suffix(".pxd")
+    if path.suffix == ".py" and pxd.exists():
+        for target, name, line in _cython_imports(pxd.read_text()):
+            yield target, name, line, pxd
+
+
 def import_graph(trees=TREES, runtime_only: bool = False) -> dict[str, dict[str, list[str]]]:
     """{module: {imported module: ["file:line", ...]}} between the scanned modules
     (without the ``if TYPE_CHECKING:`` imports when runtime_only)."""
     files = module_files(trees)
     graph: dict[str, dict[str, list[str]]] = {m: {} for m in files}
     for module, path in files.items():
-        source = path.read_text()
-        is_package = path.stem == "__init__"
-        found = (_cython_imports(source) if path.suffix in (".pyx", ".pxd")
-                 else _python_imports(source, module, is_package, runtime_only))
-        for target, name, line in found:
+        for target, name, line, where_path in _imports_of(module, path, runtime_only):
             candidates = ([f"{target}.{name}"] if name and name != "*" else []) + [target]
             hit = next((c for c in candidates if c in files), None)
             if hit is None or hit == module:
                 continue
-            rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            rel = where_path.relative_to(ROOT) if where_path.is_relative_to(ROOT) else where_path
             where = f"{rel}:{line}"
             seen = graph[module].setdefault(hit, [])
             if where not in seen:
@@ -247,25 +273,20 @@ def test_no_cycle_between_modules():
     assert not found, "import cycles between modules:\n" + "\n".join(_explain(c, RUNTIME) for c in found)
 
 
-# The one cycle left between packages: the dispatcher's compiled parts (blockx._fast:
-# dispatchloop, subcallbind) take its records and commands from blockx.core, which
-# loads them by name. The dispatcher's own rework moves those parts together and
-# removes it; test_the_dispatcher_and_its_hot_parts_form_no_cycle below then passes,
-# and its xfail mark (strict: an unexpected pass fails) and this entry go.
-DISPATCHER_CYCLE = ["blockx._fast", "blockx.core"]
-
-
 def test_no_cycle_between_packages():
     packages = package_graph(GRAPH)
-    found = [c for c in cycles(packages) if c != DISPATCHER_CYCLE]
+    found = cycles(packages)
     assert not found, "import cycles between packages:\n" + "\n".join(_explain(c, packages) for c in found)
 
 
-@pytest.mark.xfail(strict=True, reason="blockx._fast's dispatcher parts import blockx.core's records; "
-                                       "removed by the dispatcher rework")
-def test_the_dispatcher_and_its_hot_parts_form_no_cycle():
-    packages = package_graph(GRAPH)
-    assert DISPATCHER_CYCLE not in cycles(packages), _explain(DISPATCHER_CYCLE, packages)
+def test_the_hot_paths_import_nothing_of_the_rest_of_blockx():
+    """blockx._fast sits below every other package: the dispatcher's compiled parts,
+    which take the dispatcher's records and commands, live in blockx.core.dispatch
+    and cimport the hot paths, never the reverse."""
+    files = module_files()
+    reach = {t: w for m, targets in GRAPH.items() if package_of(m, files) == "blockx._fast"
+             for t, w in targets.items() if package_of(t, files) != "blockx._fast"}
+    assert not reach, f"blockx._fast imports {reach}"
 
 
 # --- the checker itself finds what it must ---------------------------------------------------
@@ -293,6 +314,23 @@ def test_a_cycle_through_a_dynamic_load_is_found(tmp_path):
     assert cycles(g) == []
     g = _scan(tmp_path, {"x.py": "import importlib\nimportlib.import_module('pkg.y')\n", "y.py": "import pkg.x\n"})
     assert cycles(g) == [["pkg.x", "pkg.y"]]
+    # load('hot', 'pkg') names pkg.hot (and its twin pkg.hot_py), in Python and in Cython.
+    g = _scan(tmp_path / "named", {"__init__.py": "", "core.py": "from blockx._fast import load\nm = load('hot', 'pkg')\n",
+                                   "hot.pyx": "from pkg.core cimport Thing\n"})
+    assert cycles(g) == [["pkg.core", "pkg.hot"]]
+    g = _scan(tmp_path / "named_py", {"__init__.py": "", "core.py": "m = load('hot', package='pkg')\n",
+                                      "hot_py.py": "from pkg.core import Thing\n"})
+    assert cycles(g) == [["pkg.core", "pkg.hot_py"]]
+    g = _scan(tmp_path / "named_cy", {"__init__.py": "", "core.py": "from pkg import hot\n",
+                                      "hot.pyx": "m = load('core', 'pkg')\n"})
+    assert cycles(g) == [["pkg.core", "pkg.hot"]]
+
+
+def test_a_pure_mode_modules_cimports_count(tmp_path):
+    # a.py (with a.pxd) cimports b through its .pxd only; b imports a.
+    g = _scan(tmp_path, {"__init__.py": "", "a.py": "import cython\n", "a.pxd": "from pkg.b cimport T\n",
+                         "b.py": "from pkg import a\n"})
+    assert cycles(g) == [["pkg.a", "pkg.b"]]
 
 
 def test_a_cycle_between_packages_is_found(tmp_path):

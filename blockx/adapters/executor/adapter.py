@@ -20,7 +20,7 @@ Theory of operation:
   as that executor.
 - A call frame about a call not dispatched to the connection it came on is
   refused (connection.py): dropped, counted in refused_frames_total, logged.
-- Reservations (blockx/_fast/reservations) are the adapter's transport truth about which
+- Reservations (blockx/core/dispatch/reservations) are the adapter's transport truth about which
   calls occupy a context; bind() refuses when none is free (snapshot.py states
   the capacity rule). Terminal frames release them before the orchestrator
   sees those frames; unbind is idempotent with that release.

@@ -42,15 +42,13 @@ from typing import Any
 
 from blockx._fast import load
 from blockx._fast.errors import FrameError, OutboxClosed, OutboxFull, ProtocolError
+from blockx.core.dispatch.reservations import NOT_DISPATCHED, Reservations
 from blockx.protocol import messages
 
 from .batch_sender import BatchSender
 
 _codec = load("codec")
 _Outbox = load("outbox").Outbox
-_reservations = load("reservations")
-Reservations = _reservations.Reservations
-NOT_DISPATCHED = _reservations.NOT_DISPATCHED
 FrameDecoder = _codec.FrameDecoder
 encode_frame = _codec.encode_frame
 encode_execute_call = _codec.encode_execute_call

@@ -18,5 +18,9 @@ One module per part, each opening with the rules of the state it owns;
   intake     CallIntake: prepare/commit of call phases and stream batches
   dispatcher DispatcherCore: builds the parts and exposes the call events
 
-This package imports nothing itself, so a part can be imported alone.
+This package imports only blockx._fast itself, so a part can be imported alone:
+that installs, under BLOCKX_NO_EXTENSIONS=1, the finder that loads the parts
+written in Cython's pure-Python mode (dispatchloop, callcmds, reservations,
+subcallbind) from their .py source rather than from their compiled extension.
 """
+import blockx._fast  # noqa: F401  (the extension switch, before any part is imported)

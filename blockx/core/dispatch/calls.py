@@ -20,19 +20,18 @@ Rules and theory of operation:
   ``by_id`` is never rebound, so the facade may keep a direct reference to it
   for its per-call lookups.
 CallRecord is created per call on the hot path and only the core touches it:
-it is a compiled cdef class (blockx/_fast/dispatchloop.pyx; its twin is a plain
-``__slots__`` class), built one at a time by ``take_call`` as roots are admitted
+it is a compiled cdef class (blockx/core/dispatch/dispatchloop.py, Cython's pure-Python
+mode; interpreted, a plain ``__slots__`` class), built one at a time by ``take_call`` as roots are admitted
 (``make_calls`` builds a whole list of them, for tests and tools).
 """
 from __future__ import annotations
 
 from typing import Iterable
 
-from blockx._fast import load
 
-_loop = load("dispatchloop")
-# The state constants and CallRecord live in the hot module (blockx/_fast/dispatchloop:
-# a cdef class compiled, a __slots__ class in the twin); the core re-exports them.
+from blockx.core.dispatch import dispatchloop as _loop
+# The state constants and CallRecord live in the hot module (blockx/core/dispatch/dispatchloop:
+# a cdef class compiled, a __slots__ class interpreted); the core re-exports them.
 READY: int = _loop.READY
 RUNNING: int = _loop.RUNNING
 WAITING: int = _loop.WAITING

@@ -45,20 +45,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
-from blockx._fast import load
-
 # The three commands of every call (BindCall, DispatchCallCmd, UnbindCall) are
-# built in the compiled dispatch loop, so they live in the hot module
-# blockx/_fast/callcmds (cdef classes; twin: the same records as dataclasses):
+# built in the compiled dispatch loop, so they live in callcmds (one source in
+# Cython's pure-Python mode; compiled they are cdef classes the loop makes in C):
 #   BindCall(call_id, executor_id, task_id, is_subcall, parent_call_id)
 #   UnbindCall(call_id, executor_id)
 #   DispatchCallCmd(call_id, executor_id, task_id, function_id, digest, entry_selector,
 #                   args_json, budget_ms (0 = unlimited), attempt_seq,
 #                   parent_call_id ("" for root calls))
-_cmds = load("callcmds")
-BindCall = _cmds.BindCall
-UnbindCall = _cmds.UnbindCall
-DispatchCallCmd = _cmds.DispatchCallCmd
+from blockx.core.dispatch.callcmds import BindCall, DispatchCallCmd, UnbindCall
 
 __all__ = [
     "BindCall", "UnbindCall", "CancelCallCmd", "DispatchCallCmd", "ArmCallRetry",

@@ -76,7 +76,6 @@ class DispatcherCore:
         if not callable(rand):
             raise TypeError("rand must be a callable returning a float in [0, 1)")
         self.config = config
-        cache_key = load("cachekey").cache_key
         self.calls = calls = CallTable()
         self.scheduler = sched = TaskScheduler(config.instance_fairness,
                                                config.effective_fairness_quantum,
@@ -86,7 +85,7 @@ class DispatcherCore:
                                        config.max_collected_output_bytes)
         self.subcalls = subcalls = SubcallBinder(calls, ex, config.max_subcall_depth)
         self.retry = retry = RetryScheduler(rand, config.max_backoff_ms)
-        self.intake = intake = CallIntake(config, tasks, cache_key)
+        self.intake = intake = CallIntake(config, tasks)
         self.lifecycle = life = CallLifecycle(calls.by_id, tasks, sched, ex, subcalls, retry,
                                               config.call_deadline_ms,
                                               config.max_collected_output_bytes)

@@ -26,15 +26,15 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Any, Callable, Iterable
 
-from blockx._fast import load
 
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.types import ExecutorSnapshot
 
 
 # An executor's record (view, heartbeat compensation, calls bound there); kept in
-# the hot module (compiled cdef class; twin: a __slots__ class) for the per-call loop.
-ExecutorRecord = load("dispatchloop").ExecutorRecord
+# the hot module dispatchloop (a cdef class compiled, a __slots__ class interpreted)
+# for the per-call loop.
+from blockx.core.dispatch.dispatchloop import ExecutorRecord
 
 
 class ExecutorTable:

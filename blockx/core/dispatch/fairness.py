@@ -17,12 +17,12 @@ Theory of operation:
 """
 from __future__ import annotations
 
-from blockx._fast import load
 
 
-# A fairness group's record; kept in the hot module (compiled cdef class; twin:
-# a __slots__ class) because the per-call loop updates its in-flight count.
-_loop = load("dispatchloop")
+# A fairness group's record; kept in the hot module dispatchloop (a cdef class
+# compiled, a __slots__ class interpreted) because the per-call loop updates its
+# in-flight count.
+from blockx.core.dispatch import dispatchloop as _loop
 InstanceState = _loop.InstanceState
 
 

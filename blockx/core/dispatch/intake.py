@@ -30,14 +30,13 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from blockx._fast import load
 from blockx.core.dispatch.commands import BatchSettled
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.retry import resolve_retry
 from blockx.core.dispatch.tasks import TaskCallTable
 from blockx.core.dispatch.types import CONTINUE, FAST_FAIL, POLICIES, RetryPolicy
 
-_loop = load("dispatchloop")
+from blockx.core.dispatch import dispatchloop as _loop
 
 
 class PreparedCalls:
@@ -64,12 +63,11 @@ class PreparedCalls:
 
 
 class CallIntake:
-    __slots__ = ("config", "_tasks", "_cache_key")
+    __slots__ = ("config", "_tasks")
 
-    def __init__(self, config: DispatcherConfig, tasks: TaskCallTable, cache_key: Any) -> None:
+    def __init__(self, config: DispatcherConfig, tasks: TaskCallTable) -> None:
         self.config = config
         self._tasks = tasks
-        self._cache_key = cache_key
 
     # --- one-shot ----------------------------------------------------------------------
 
@@ -102,7 +100,7 @@ class CallIntake:
         if type(args) is not bytes:
             raise ValueError(f"task {task_id}: args must be bytes, got {type(args).__name__}")
         try:
-            block = _loop.CallBlock(f"{task_id}/", 0, table, fidx, args, offs, self._cache_key)
+            block = _loop.CallBlock(f"{task_id}/", 0, table, fidx, args, offs)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"task {task_id}: packed call list: {exc}") from None
         return PreparedCalls(task_id, False, 0, policy, resolved, instance_id, block)
@@ -199,7 +197,7 @@ class CallIntake:
     # --- shared ------------------------------------------------------------------------
 
     def _pack(self, task_id: str, prefix: str, calls: Iterable, batch_idx: int) -> Any:
-        return _loop.make_block(task_id, prefix, calls, batch_idx, self._cache_key)
+        return _loop.make_block(task_id, prefix, calls, batch_idx)
 
 
 def _check_function(task_id: str, j: int, fn: Any) -> tuple[str, str, str]:

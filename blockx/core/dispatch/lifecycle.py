@@ -52,13 +52,12 @@ Rules and theory of operation:
 - Built last, over the parts built before it; none of them refers back to it.
 
 The class runs once or more per call, so it is compiled with the records it
-reads (blockx/_fast/dispatchloop.pyx); its twin (dispatchloop_py.py) is the
-same code in Python, used under BLOCKX_NO_EXTENSIONS=1.
+reads: one source, blockx/core/dispatch/dispatchloop.py in Cython's pure-Python
+mode (with dispatchloop.pxd), compiled by the build and interpreted under
+BLOCKX_NO_EXTENSIONS=1.
 """
 from __future__ import annotations
 
-from blockx._fast import load
-
-CallLifecycle = load("dispatchloop").CallLifecycle
+from blockx.core.dispatch.dispatchloop import CallLifecycle
 
 __all__ = ["CallLifecycle"]

@@ -33,10 +33,8 @@ counter, so they are unique across tasks.
 """
 from __future__ import annotations
 
-from blockx._fast import load
-
-# The binder runs for every subcall: compiled (blockx/_fast/subcallbind.pyx) with
-# its pure-Python twin (subcallbind_py.py) under BLOCKX_NO_EXTENSIONS=1.
-SubcallBinder = load("subcallbind").SubcallBinder
+# The binder runs for every subcall: one source (subcallbind.py, Cython's pure-Python
+# mode), compiled by the build and interpreted under BLOCKX_NO_EXTENSIONS=1.
+from blockx.core.dispatch.subcallbind import SubcallBinder
 
 __all__ = ["SubcallBinder"]

@@ -49,12 +49,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from blockx._fast import load
 from blockx.core.dispatch.calls import CallRecord, CallTable
 from blockx.core.dispatch.commands import BatchSettled, ConvergeTaskCalls, StopCallProduction
 from blockx.core.dispatch.types import CALL_FAILED, OUTPUT_BYTES_EXCEEDED
 
-_loop = load("dispatchloop")
+from blockx.core.dispatch import dispatchloop as _loop
 _idx = lambda b: b.idx  # noqa: E731
 
 

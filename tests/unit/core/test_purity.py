@@ -1,7 +1,10 @@
 """The cores are Sans-IO: they never read the clock, do IO, or pick random numbers.
 
 Every module under blockx/core is parsed and its imports are checked, including
-imports nested in functions, `__import__` and `importlib` use."""
+imports nested in functions, `__import__` and `importlib` use: its Python source,
+and the Cython source (.pyx, .pxd) of the dispatcher's compiled parts, which
+the core runs by default. The hot paths of blockx._fast the core loads are held
+to the same rule."""
 import ast
 import pathlib
 import re
@@ -52,13 +55,14 @@ def _loaded_hot_modules():
     for path in core_modules():
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "load"
-                    and node.args and isinstance(node.args[0], ast.Constant)):
+                    and node.args and isinstance(node.args[0], ast.Constant)
+                    and len(node.args) == 1 and not node.keywords):   # load("x", package): not _fast
                 names.add(node.args[0].value)
     return sorted(names)
 
 
 def test_the_core_loads_its_hot_modules_by_name():
-    assert {"dispatchloop", "readyqueue", "scoring", "cachekey"} <= set(_loaded_hot_modules())
+    assert {"readyqueue", "scoring", "cachekey"} <= set(_loaded_hot_modules())
 
 
 @pytest.mark.parametrize("name", _loaded_hot_modules())
@@ -101,3 +105,22 @@ def test_compiled_hot_modules_the_core_uses_are_pure(name):
         bad = [(n, line) for n, line in _pyx_imports(path.read_text())
                if n in FORBIDDEN or n == "__import__"]
         assert not bad, f"{path.name} imports {bad}: the core's hot modules must stay Sans-IO"
+
+
+def core_cython_sources():
+    files = sorted([*CORE.rglob("*.pyx"), *CORE.rglob("*.pxd")])
+    assert files, f"no compiled core modules found under {CORE}"
+    return files
+
+
+def test_the_dispatchers_compiled_parts_are_core_modules():
+    names = {p.name for p in core_cython_sources()}
+    assert {"dispatchloop.pxd", "subcallbind.pxd", "callcmds.pxd"} <= names
+
+
+@pytest.mark.parametrize("path", core_cython_sources(), ids=lambda p: p.name)
+def test_compiled_core_modules_import_nothing_impure(path):
+    """The dispatcher's compiled parts are core code: their Cython source (.pyx and
+    .pxd alike) imports nothing a core module may not import."""
+    bad = [(n, line) for n, line in _pyx_imports(path.read_text()) if n in FORBIDDEN or n == "__import__"]
+    assert not bad, f"{path.name} imports {bad}: core modules must stay Sans-IO"

@@ -11,13 +11,13 @@ from tests.unit.core.dispatch.parts import Parts
 from tests.unit.core.dispatch.harness import spec
 
 
-_loop = load("dispatchloop")
+from blockx.core.dispatch import dispatchloop as _loop
 
 
 def _intake(**cfg):
     config = DispatcherConfig(**cfg)
     p = Parts(config)
-    return p, CallIntake(config, p.tasks, p.cache_key)
+    return p, CallIntake(config, p.tasks)
 
 
 def test_prepare_touches_nothing_and_commit_registers_with_the_task_table():

@@ -1,6 +1,9 @@
 cimport cython
 
-from blockx._fast.dispatchloop cimport CallRecord
+from blockx._fast.scoring cimport ExecutorView
+from blockx._fast.cachekey cimport cache_key_c
+from blockx.core.dispatch.callcmds cimport new_bind_call
+from blockx.core.dispatch.dispatchloop cimport CallRecord, ExecutorRecord
 
 
 @cython.final

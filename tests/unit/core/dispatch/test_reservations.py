@@ -1,13 +1,13 @@
 """Reservations (one executor connection's table of calls holding a context):
-every rule stated in blockx/_fast/reservations_py.py, against the compiled
-table and its twin, and a hypothesis comparison of the two on random steps."""
+every rule stated in blockx/core/dispatch/reservations.py, against its compiled
+and interpreted forms, and a hypothesis comparison of the two on random steps."""
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from blockx._fast import compiled, implementations, twin
 
-IMPLS = implementations("reservations")
+IMPLS = implementations("reservations", "blockx.core.dispatch")
 
 
 @pytest.fixture(params=[mod for _, mod in IMPLS], ids=[label for label, _ in IMPLS])
@@ -122,7 +122,7 @@ _STEPS = st.lists(st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(_STEPS)
 def test_compiled_and_twin_agree_step_by_step(steps):
-    a, b = compiled("reservations").Reservations(), twin("reservations").Reservations()
+    a, b = compiled("reservations", "blockx.core.dispatch").Reservations(), twin("reservations", "blockx.core.dispatch").Reservations()
     for name, *args in steps:
         assert getattr(a, name)(*args) == getattr(b, name)(*args), (name, args)
         assert len(a) == len(b) and a.draining_count == b.draining_count

@@ -1,43 +1,54 @@
-# cython: language_level=3, boundscheck=False, wraparound=False
-"""SubcallBinder, compiled (twin: subcallbind_py.py; the rules and theory of
-operation are in blockx/core/dispatch/subcalls.py, which loads one of the two).
+"""SubcallBinder: one source in Cython's pure-Python mode, compiled with
+subcallbind.pxd and interpreted under BLOCKX_NO_EXTENSIONS=1 (the rules and
+theory of operation are in blockx/core/dispatch/subcalls.py, which re-exports it).
 
-Same code as the twin; what compiling buys: the CallRecord fields of parent
-and child are read and written as C struct members (cimported from
-dispatchloop), the cache key is built through cachekey's C entry point, and
-BindCall through callcmds' C constructor."""
+What compiling buys: the CallRecord fields of parent and child are read and
+written as C struct members (cimported from dispatchloop), the cache key is
+built through cachekey's C entry point, and BindCall through callcmds' C
+constructor. Interpreted, the same names are the Python functions of those
+modules (bound below)."""
+from __future__ import annotations
 
-cimport cython
-
-from blockx._fast.dispatchloop cimport CallRecord, ExecutorRecord
-from blockx._fast.scoring cimport ExecutorView
-from blockx._fast.cachekey cimport cache_key_c
-from blockx._fast.callcmds cimport new_bind_call
+import cython
 
 from blockx.core.dispatch.types import (
     REJECT_CYCLE, REJECT_DEPTH_EXCEEDED, REJECT_EXECUTOR_MISMATCH,
     REJECT_INVALID_BUDGET, REJECT_PARENT_NOT_ACTIVE, SubcallRejected)
 
-cdef enum:
-    _READY = 0
-    _RUNNING = 1
-    _WAITING = 2
-    _DONE = 3
+if not cython.compiled:
+    # Compiled, subcallbind.pxd cimports these: CallRecord as a type, cache_key_c
+    # and new_bind_call as C functions.
+    from blockx._fast import load
+    from blockx.core.dispatch.callcmds import new_bind_call
+    CallRecord = load("dispatchloop", "blockx.core.dispatch").CallRecord
+    cache_key_c = load("cachekey").cache_key
+
+READY = cython.declare(cython.int, 0)
+RUNNING = cython.declare(cython.int, 1)
+WAITING = cython.declare(cython.int, 2)
+DONE = cython.declare(cython.int, 3)
+
+__all__ = ["SubcallBinder"]
 
 
 @cython.final
-cdef class SubcallBinder:
-    def __init__(self, calls, executors, int max_depth):
-        self.parked = {}
+@cython.cclass
+class SubcallBinder:
+    if not cython.compiled:
+        __slots__ = ("parked", "_seq", "_by_id", "_exec", "_max_depth")
+
+    def __init__(self, calls, executors, max_depth):
+        self.parked = {}            # subcalls waiting to bind, all tasks
         self._seq = 0
-        self._by_id = calls.by_id
+        self._by_id = calls.by_id   # the CallTable's by_id (never rebound)
         self._exec = executors
         self._max_depth = max_depth
 
     def new_child(self, parent_call_id, requesting_executor_id, request_id, function_id, digest,
                   args_json, granted_budget_ms, entry_selector="main"):
-        cdef CallRecord parent, child, a
-        cdef int depth
+        """Check a subcall request; on success the child's context, registered in
+        the call table and its parent's batch (READY, not yet bound: the
+        lifecycle answers it from the cache or calls ``attach``)."""
         if type(function_id) is not str or not function_id:
             raise TypeError(f"subcall function_id must be a non-empty str, got {function_id!r}")
         if type(digest) is not str:
@@ -48,8 +59,8 @@ cdef class SubcallBinder:
         p = self._by_id.get(parent_call_id)
         if p is None:
             return self._not_active(parent_call_id)
-        parent = <CallRecord?>p
-        if (parent.state != _RUNNING and parent.state != _WAITING) or not parent.bound:
+        parent: CallRecord = p
+        if (parent.state != RUNNING and parent.state != WAITING) or not parent.bound:
             return self._not_active(parent_call_id)
         if parent.executor_id != requesting_executor_id:
             return SubcallRejected(
@@ -62,7 +73,7 @@ cdef class SubcallBinder:
                 f"grantedBudgetMs must be an integer >= 0 (0 = unlimited), got {granted_budget_ms!r}")
         # The child's ancestry (the requesting call and its ancestors, as the
         # executor sends it) holds `depth` calls: len(ancestry) < maxSubcallDepth.
-        depth = parent.depth + 1
+        depth: cython.int = parent.depth + 1
         if depth >= self._max_depth:
             return SubcallRejected(
                 REJECT_DEPTH_EXCEEDED,
@@ -70,7 +81,7 @@ cdef class SubcallBinder:
                 f"be shorter than maxSubcallDepth {self._max_depth} (dispatcher.maxSubcallDepth "
                 f"raises it)")
         key = cache_key_c(function_id, digest, args_json)
-        a = parent
+        a: CallRecord = parent
         while a is not None:
             if a.key == key:
                 return SubcallRejected(
@@ -81,8 +92,8 @@ cdef class SubcallBinder:
         self._seq += 1
         child_id = f"{parent_call_id}/sub-{self._seq}"
         task = parent.task
-        child = CallRecord(child_id, function_id, digest, entry_selector or "main", args_json, key,
-                            -1, parent.batch_idx)
+        child: CallRecord = CallRecord(child_id, function_id, digest, entry_selector or "main", args_json, key,
+                           -1, parent.batch_idx)
         child.task = task
         child.parent = parent
         child.depth = depth
@@ -92,43 +103,44 @@ cdef class SubcallBinder:
         task.batches[parent.batch_idx].calls.append(child)
         return child
 
-    def attach(self, CallRecord child, list out):
+    def attach(self, child: CallRecord, out: list):
         """A new child the cache did not answer: list it under its parent and
         bind it beside the parent, or park it."""
-        cdef CallRecord parent = <CallRecord?>child.parent
+        parent: CallRecord = child.parent
         children = parent.children
         if children is None:
             parent.children = {child.call_id: child}
         else:
-            (<dict?>children)[child.call_id] = child
+            siblings: dict = children
+            siblings[child.call_id] = child
         self._try_bind(child, out)
 
-    cdef object _not_active(self, parent_call_id):
+    def _not_active(self, parent_call_id):
         return SubcallRejected(
             REJECT_PARENT_NOT_ACTIVE,
             f"parent call {parent_call_id} is not running (finished, retried or unknown)",
             stale=True)
 
-    def try_bind(self, CallRecord child, list out):
+    def try_bind(self, child: CallRecord, out: list):
         """Bind child to its parent's executor, or park it."""
         return self._try_bind(child, out)
 
-    cdef bint _try_bind(self, CallRecord child, list out) except -1:
-        cdef CallRecord parent = <CallRecord?>child.parent
+    def _try_bind(self, child, out):
+        parent: CallRecord = child.parent
         rec = parent.exec
-        cdef int pst = parent.state
-        cdef ExecutorView view
-        if (child.state == _READY and (pst == _RUNNING or pst == _WAITING) and parent.bound
+        pst: cython.int = parent.state
+        if (child.state == READY and (pst == RUNNING or pst == WAITING) and parent.bound
                 and rec is not None and rec.view.healthy):
             if child.parked:
                 self.unpark(child)
-            child.state = _RUNNING
+            child.state = RUNNING
             child.attempt_count += 1
             child.bound = False
             # ExecutorTable.bind, inlined.
-            view = <ExecutorView?>(<ExecutorRecord?>rec).view
+            xrec: ExecutorRecord = rec
+            view: ExecutorView = xrec.view
             view.local_inflight += 1
-            (<ExecutorRecord>rec).calls[child.call_id] = child
+            xrec.calls[child.call_id] = child
             child.exec = rec
             child.executor_id = view.executor_id
             out.append(new_bind_call(child.call_id, child.executor_id, child.task.task_id, True,
@@ -137,29 +149,29 @@ cdef class SubcallBinder:
         self.park(child)
         return False
 
-    def bind_children(self, CallRecord parent, list out):
+    def bind_children(self, parent: CallRecord, out: list):
         """The parent was just bound: its parked children may follow it."""
-        cdef CallRecord child
+        child: CallRecord
         for c in list(parent.children.values()):
-            child = <CallRecord?>c
+            child = c
             if child.parked:
                 self._try_bind(child, out)
 
-    def retry_parked(self, list out):
+    def retry_parked(self, out: list):
         """Executor views changed: try every parked child again."""
-        cdef CallRecord child
+        child: CallRecord
         if self.parked:
             for c in list(self.parked.values()):
-                child = <CallRecord?>c
-                if child.parked and child.state == _READY:
+                child = c
+                if child.parked and child.state == READY:
                     self._try_bind(child, out)
 
-    def park(self, CallRecord child):
+    def park(self, child: CallRecord):
         if not child.parked:
             child.parked = True
             self.parked[child.call_id] = child
 
-    def unpark(self, CallRecord child):
+    def unpark(self, child: CallRecord):
         child.parked = False
         self.parked.pop(child.call_id, None)
 

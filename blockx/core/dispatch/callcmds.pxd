@@ -3,6 +3,7 @@ cimport cython
 
 @cython.final
 @cython.no_gc
+@cython.freelist(64)
 cdef class BindCall:
     cdef public object call_id
     cdef public object executor_id
@@ -13,6 +14,7 @@ cdef class BindCall:
 
 @cython.final
 @cython.no_gc
+@cython.freelist(64)
 cdef class UnbindCall:
     cdef public object call_id
     cdef public object executor_id
@@ -20,6 +22,7 @@ cdef class UnbindCall:
 
 @cython.final
 @cython.no_gc
+@cython.freelist(64)
 cdef class DispatchCallCmd:
     cdef public object call_id
     cdef public object executor_id
@@ -33,10 +36,10 @@ cdef class DispatchCallCmd:
     cdef public object parent_call_id
 
 
-cdef BindCall new_bind_call(object call_id, object executor_id, object task_id, object is_subcall,
+cpdef BindCall new_bind_call(object call_id, object executor_id, object task_id, object is_subcall,
                             object parent_call_id)
-cdef UnbindCall new_unbind_call(object call_id, object executor_id)
-cdef DispatchCallCmd new_dispatch_call(object call_id, object executor_id, object task_id,
+cpdef UnbindCall new_unbind_call(object call_id, object executor_id)
+cpdef DispatchCallCmd new_dispatch_call(object call_id, object executor_id, object task_id,
                                        object function_id, object digest, object entry_selector,
                                        object args_json, object budget_ms, object attempt_seq,
                                        object parent_call_id)

@@ -1,37 +1,69 @@
-# cython: always_allow_keywords=False
-# The DispatcherCore's per-call state and per-call loop (compiled; twin:
-# dispatchloop_py.py, which documents what it holds and its rules).
-#
-# The records are cdef classes so that the loop reads and writes their fields
-# in C, and their counters and flags live inline (no int object per index).
-# Values that come from executor frames or the config (budgets, retryable,
-# attempts policy) stay Python objects so the compiled and twin versions accept
-# exactly the same values. Object fields take part in the cyclic GC (a context
-# points at its task, which lists the context). The loop's code is the twin's,
-# statement for statement, with types: keep the two in step.
+"""The DispatcherCore's per-call records and its call lifecycle: one source in
+Cython's pure-Python mode, compiled with dispatchloop.pxd (the records are cdef
+classes whose fields the loop reads and writes in C) and interpreted under
+BLOCKX_NO_EXTENSIONS=1.
 
-cimport cython
-from cpython cimport array as carray
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+What it holds:
+- the records the core's parts keep per call, task, batch, instance and
+  executor (CallRecord, TaskCalls, Batch, InstanceState, ExecutorRecord): plain
+  state, owned and documented by the core module that uses each
+  (blockx/core/dispatch: calls, tasks, fairness, executors);
+- ``make_calls``, which validates one call list and builds its contexts, and
+  ``make_block``, which validates one call list into its compact queued form, a
+  CallBlock (no side effects, so the core may run either off its actor); cache
+  keys are cachekey's (``cachekey.cache_key``);
+- ``take_call``, which turns a task's next never-admitted queued call into its
+  CallRecord (the only place a queued call gets one);
+- ``CallLifecycle``, every call event of the DispatcherCore and its terminal
+  accounting, over the core's parts, which it is given at construction; the
+  events and their rules are stated in blockx/core/dispatch/lifecycle.py.
+Rules: Sans-IO like the core (no clock, no IO, randomness only from the core's
+injected ``rand``, through ExecutorTable.sample_start); both forms take and
+return the same values and raise the same errors.
+
+Compiled, the loop calls its hot collaborators in C: the ready queue's
+accessors, the executor scoring (select_index), the cache key (cache_key_c)
+and the per-call commands (new_*), all cimported by dispatchloop.pxd.
+Interpreted, the same names are bound below to those modules' Python
+functions. Values that come from executor frames or the config (budgets,
+retryable, attempts policy) stay Python objects in both forms, so they accept
+exactly the same values. Object fields take part in the cyclic GC (a context
+points at its task, which lists the context).
+"""
+from __future__ import annotations
+
 from array import array
 from collections import deque
-
 from operator import attrgetter
 
-from blockx._fast.readyqueue cimport ReadyQueue
-from blockx._fast.scoring cimport ExecutorView, select_index
-from blockx._fast.cachekey cimport cache_key_c
-from blockx._fast.cachekey import cache_key as _compiled_cache_key
-from blockx._fast.callcmds cimport new_bind_call, new_dispatch_call, new_unbind_call
-from blockx.core.dispatch.commands import CancelCallCmd, CompleteCallFromCache, SubcallDone
-from blockx.core.dispatch import types as _types
-from blockx.core.dispatch.types import SubcallRejected
+import cython
 
-# The failure codes the lifecycle sets, as C globals (not names of this module).
-cdef object CALL_FAILED = _types.CALL_FAILED
-cdef object ERR_CANCELLED = _types.ERR_CANCELLED
-cdef object ERR_EXECUTOR_LOST = _types.ERR_EXECUTOR_LOST
-cdef object ERR_SUBCALL_FAILED = _types.ERR_SUBCALL_FAILED
+from blockx.core.dispatch.commands import CancelCallCmd, CompleteCallFromCache, SubcallDone
+from blockx.core.dispatch.types import (
+    CALL_FAILED, ERR_CANCELLED, ERR_EXECUTOR_LOST, ERR_SUBCALL_FAILED, SubcallRejected)
+
+if not cython.compiled:
+    # Compiled, dispatchloop.pxd cimports these names from the hot paths.
+    from blockx._fast import load
+    from blockx.core.dispatch.callcmds import new_bind_call, new_dispatch_call, new_unbind_call
+
+    select_index = load("scoring").select_executor
+    cache_key_c = load("cachekey").cache_key
+
+    def ready_len(q):
+        return len(q)
+
+    def ready_peek(q):
+        return q.peek()
+
+    def ready_pop(q):
+        return q.pop()
+
+    def ready_push(q, item):
+        q.push(item)
+
+    def ready_push_front(q, item):
+        q.push_front(item)
 
 READY = 0
 RUNNING = 1
@@ -40,46 +72,55 @@ DONE = 3
 STATE_NAMES = ("READY", "RUNNING", "WAITING", "DONE")
 _by_depth = attrgetter("depth")
 
-__all__ = ["CallRecord", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
-           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "CallLifecycle", "link_calls", "unlink_calls", "TaskScheduler",
-           "CallBlock", "make_block", "take_call"]
+# The states as C constants of the compiled form.
+_READY = cython.declare(cython.int, 0)
+_RUNNING = cython.declare(cython.int, 1)
+_WAITING = cython.declare(cython.int, 2)
+_DONE = cython.declare(cython.int, 3)
 
-cdef enum:
-    _READY = 0
-    _RUNNING = 1
-    _WAITING = 2
-    _DONE = 3
+__all__ = ["CallRecord", "make_calls", "READY", "RUNNING", "WAITING", "DONE", "STATE_NAMES",
+           "Batch", "TaskCalls", "InstanceState", "ExecutorRecord", "CallLifecycle", "link_calls",
+           "unlink_calls", "TaskScheduler", "CallBlock", "make_block", "take_call"]
 
 
 # A freelist: contexts come and go by the million; reusing their memory skips
 # the allocator on the per-call path.
 @cython.final
 @cython.freelist(256)
-cdef class CallRecord:
+@cython.cclass
+class CallRecord:
+    if not cython.compiled:
+        __slots__ = (
+            "call_id", "task", "index", "batch_idx", "function_id", "digest", "entry_selector",
+            "args_json", "key", "state", "executor_id", "exec", "bound", "attempt_count",
+            "budget_ms", "parent", "depth", "request_id", "children", "waiters", "leader",
+            "retry_armed", "parked", "ok", "output", "error_kind", "error_message",
+            "retryable", "budget_used_ms",
+        )
 
     def __init__(self, call_id, function_id, digest, entry_selector, args_json, key,
-                 Py_ssize_t index, Py_ssize_t batch_idx):
+                 index: cython.Py_ssize_t, batch_idx: cython.Py_ssize_t):
         self.call_id = call_id
-        self.task = None
-        self.index = index
+        self.task = None                # TaskCalls, set at commit
+        self.index = index              # position among the task's roots; -1 for subcalls
         self.batch_idx = batch_idx
         self.function_id = function_id
         self.digest = digest
         self.entry_selector = entry_selector
         self.args_json = args_json
         self.key = key
-        self.state = 0
+        self.state = _READY
         self.executor_id = ""
-        self.exec = None
+        self.exec = None                # ExecutorRecord while bound (counted in local_inflight)
         self.bound = False
         self.attempt_count = 0
         self.budget_ms = 0
         self.parent = None
         self.depth = 0
         self.request_id = ""
-        self.children = None
-        self.waiters = None
-        self.leader = None
+        self.children = None            # active subcalls, by call id
+        self.waiters = None             # singleflight waiters (leader only)
+        self.leader = None              # set on a waiter
         self.retry_armed = False
         self.parked = False
         self.ok = False
@@ -94,7 +135,7 @@ cdef class CallRecord:
                 f"attempt={self.attempt_count} executor={self.executor_id!r}>")
 
 
-cdef tuple _check_spec(task_id, Py_ssize_t i, spec):
+def _check_spec(task_id, i, spec):
     try:
         function_id, digest, args_json, entry_selector = spec
     except (TypeError, ValueError):
@@ -114,11 +155,14 @@ cdef tuple _check_spec(task_id, Py_ssize_t i, spec):
     return function_id, digest, args_json, entry_selector
 
 
-cdef inline CallRecord _new_context(str call_id, function_id, digest, entry_selector, args_json, key,
-                                     Py_ssize_t index, Py_ssize_t batch_idx):
-    # CallRecord.__init__ without a Python call: the one place a root's context is made
-    # (make_calls, and _take at admission); the twin calls its constructor.
-    cdef CallRecord ctx = CallRecord.__new__(CallRecord)
+def _new_context(call_id, function_id, digest, entry_selector, args_json, key, index, batch_idx):
+    # The one place a root's context is made (make_calls, and _take at admission).
+    # Compiled, CallRecord.__init__ without a Python call: the fields __new__ does
+    # not already hold (NULL objects are None, C fields 0).
+    if not cython.compiled:
+        return CallRecord(call_id, function_id, digest, entry_selector, args_json, key, index,
+                          batch_idx)
+    ctx: CallRecord = CallRecord.__new__(CallRecord)
     ctx.call_id = call_id
     ctx.task = None
     ctx.index = index
@@ -138,25 +182,39 @@ cdef inline CallRecord _new_context(str call_id, function_id, digest, entry_sele
     return ctx
 
 
-def make_calls(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
-    cdef list out = []
-    cdef Py_ssize_t i = 0
-    cdef bint c_key = cache_key is _compiled_cache_key   # types are checked below: call it in C
+def make_calls(task_id: str, prefix: str, calls, batch_idx: cython.Py_ssize_t):
+    """The contexts of one call list: ids ``prefix + str(i)``, cache keys by
+    cachekey. Each spec is (function_id, digest, args_json, entry_selector)
+    with canonical args_json bytes; an invalid spec raises ValueError naming it."""
+    out: list = []
+    i: cython.Py_ssize_t = 0
     for spec in calls:
         function_id, digest, args_json, entry_selector = _check_spec(task_id, i, spec)
-        out.append(_new_context(f"{prefix}{i}", function_id, digest, entry_selector or "main", args_json,
-                                cache_key_c(function_id, digest, args_json) if c_key
-                                else cache_key(function_id, digest, args_json), i, batch_idx))
+        out.append(_new_context(f"{prefix}{i}", function_id, digest, entry_selector or "main",
+                                args_json, cache_key_c(function_id, digest, args_json), i,
+                                batch_idx))
         i += 1
     return out
 
 
 @cython.final
-cdef class CallBlock:
-    # The compact queued form of one committed call list (twin: dispatchloop_py.CallBlock,
-    # which documents it).
+@cython.cclass
+class CallBlock:
+    """The compact queued form of one committed call list (a one-shot phase or one
+    streaming batch): calls that were never admitted hold no object of their own.
 
-    def __init__(self, prefix, Py_ssize_t batch_idx, list fns, fidx, bytes args, offs, cache_key):
+    Per call it keeps an index into ``fns`` (the distinct (function_id, digest,
+    entry_selector) of the list), and its canonical args as a slice of one bytes
+    buffer (``offs[i]:offs[i+1]``). Its CallRecord, call id
+    (``prefix + str(row)``) and cache key are made by ``take_call`` when the
+    call is admitted; calls are taken in row order. ``base`` (the task index of
+    row 0) and ``batch`` are set when the block is registered with its task."""
+
+    if not cython.compiled:
+        __slots__ = ("prefix", "batch_idx", "n", "pos", "base", "fns", "fidx", "args", "offs",
+                     "batch", "_fv", "_ov")
+
+    def __init__(self, prefix, batch_idx: cython.Py_ssize_t, fns: list, fidx, args: bytes, offs):
         # take_call reads fidx and offs as C arrays: a block made here (not by
         # make_block) is checked in full, once.
         if (type(fidx) is not array or fidx.typecode != "I" or type(offs) is not array
@@ -164,18 +222,18 @@ cdef class CallBlock:
             raise TypeError("CallBlock needs fidx = array('I') and offs = array('q') of one more")
         if not _block_in_range(fidx, offs, len(fns), len(args)):
             raise ValueError("CallBlock: fidx or offs out of range")
-        _init_block(self, prefix, batch_idx, fns, fidx, args, offs, cache_key)
+        _init_block(self, prefix, batch_idx, fns, fidx, args, offs)
 
     def __len__(self):
         return self.n
 
 
-cdef bint _block_in_range(carray.array fidx, carray.array offs, Py_ssize_t nfns,
-                          Py_ssize_t nargs):
+def _block_in_range(fidx, offs, nfns, nargs):
     # offs starts at 0, never decreases and ends at len(args); every fidx < len(fns).
-    cdef Py_ssize_t j, n = len(fidx)
-    cdef unsigned int* f = fidx.data.as_uints
-    cdef long long* o = offs.data.as_longlongs
+    f: cython.uint[::1] = fidx
+    o: cython.longlong[::1] = offs
+    n: cython.Py_ssize_t = len(fidx)
+    j: cython.Py_ssize_t
     if o[0] != 0 or o[n] != nargs:
         return False
     for j in range(n):
@@ -184,38 +242,39 @@ cdef bint _block_in_range(carray.array fidx, carray.array offs, Py_ssize_t nfns,
     return True
 
 
-cdef int _init_block(CallBlock self, prefix, Py_ssize_t batch_idx, list fns, fidx, bytes args,
-                     offs, cache_key) except -1:
+def _init_block(self, prefix, batch_idx, fns, fidx, args, offs):
     self.prefix = prefix
     self.batch_idx = batch_idx
     self.n = len(fidx)
-    self.pos = 0
+    self.pos = 0                    # rows before pos have been taken
     self.base = 0
     self.fns = fns
-    self.fidx = fidx
-    self.args = args
-    self.offs = offs
-    self.cache_key = cache_key
+    self.fidx = fidx                # array('I'): row -> index into fns
+    self.args = args                # every row's args_json, concatenated
+    self.offs = offs                # array('q') of n + 1 offsets into args
     self.batch = None
-    self.c_key = cache_key is _compiled_cache_key
+    self._fv = fidx
+    self._ov = offs
     return 0
 
 
-def make_block(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
-    cdef list fns = []
-    cdef dict table = {}
-    cdef carray.array fidx = array("I")
-    cdef carray.array offs = array("q", [0])
-    cdef list parts = []
-    cdef long long size = 0
-    cdef Py_ssize_t i = 0
-    cdef unsigned int k = 0
-    cdef tuple spec_t
+def make_block(task_id: str, prefix: str, calls, batch_idx: cython.Py_ssize_t):
+    """The compact queued form of one call list, validated like ``make_calls``
+    (same specs, same errors); ids and keys come later, at admission."""
+    fns: list = []
+    table: dict = {}
+    fidx: carray.array = array("I")
+    offs: carray.array = array("q", [0])
+    parts: list = []
+    size: cython.longlong = 0
+    i: cython.Py_ssize_t = 0
+    k: cython.uint = 0
+    spec_t: tuple
     last_fid = last_digest = last_entry = None
     for spec in calls:
         # PinnedCall is a NamedTuple: a tuple subclass, read as a tuple.
-        if isinstance(spec, tuple) and len(<tuple>spec) == 4:
-            spec_t = <tuple>spec
+        if isinstance(spec, tuple) and len(spec) == 4:
+            spec_t = cython.cast(tuple, spec)
             function_id = spec_t[0]
             digest = spec_t[1]
             args_json = spec_t[2]
@@ -234,73 +293,90 @@ def make_block(str task_id, str prefix, calls, Py_ssize_t batch_idx, cache_key):
                 fns.append(fn)
             k = kk
             last_fid, last_digest, last_entry = function_id, digest, entry_selector
-        carray.resize_smart(fidx, i + 1)
-        fidx.data.as_uints[i] = k
         parts.append(args_json)
-        size += len(<bytes>args_json)
-        carray.resize_smart(offs, i + 2)
-        offs.data.as_longlongs[i + 1] = size
+        size += len(args_json)
+        if cython.compiled:
+            # array.append without a Python call: grow in place, write the C slot.
+            carray.resize_smart(fidx, i + 1)
+            fidx.data.as_uints[i] = k
+            carray.resize_smart(offs, i + 2)
+            offs.data.as_longlongs[i + 1] = size
+        else:
+            fidx.append(k)
+            offs.append(size)
         i += 1
-    cdef CallBlock block = CallBlock.__new__(CallBlock)
-    _init_block(block, prefix, batch_idx, fns, fidx, b"".join(parts), offs, cache_key)
+    block: CallBlock = CallBlock.__new__(CallBlock)
+    _init_block(block, prefix, batch_idx, fns, fidx, b"".join(parts), offs)
     return block
 
 
-cdef CallRecord _take(TaskCalls task, dict by_id):
-    cdef CallBlock block = <CallBlock?>task.blocks[0]
-    cdef Py_ssize_t i = block.pos
+def _take(task, by_id):
+    block: CallBlock = task.blocks[0]
+    i: cython.Py_ssize_t = block.pos
     block.pos = i + 1
     if block.pos == block.n:
         task.blocks.popleft()
-    cdef tuple fn = <tuple>block.fns[(<carray.array>block.fidx).data.as_uints[i]]
+    fn: tuple = block.fns[block._fv[i]]
     function_id = fn[0]
     digest = fn[1]
-    cdef long long* offs = (<carray.array>block.offs).data.as_longlongs
-    cdef long long a = offs[i]
-    args_json = PyBytes_FromStringAndSize(PyBytes_AS_STRING(block.args) + a, offs[i + 1] - a)
+    a: cython.longlong = block._ov[i]
+    b: cython.longlong = block._ov[i + 1]
+    args_json = block.args[a:b]
     call_id = f"{block.prefix}{i}"
-    cdef CallRecord ctx = _new_context(call_id, function_id, digest, fn[2], args_json,
-                                        cache_key_c(function_id, digest, args_json) if block.c_key
-                                        else block.cache_key(function_id, digest, args_json),
-                                        block.base + i, block.batch_idx)
+    ctx: CallRecord = _new_context(call_id, function_id, digest, fn[2], args_json,
+                                   cache_key_c(function_id, digest, args_json), block.base + i,
+                                   block.batch_idx)
     ctx.task = task
     task.queued -= 1
     task.pending[call_id] = ctx
-    (<Batch?>block.batch).calls.append(ctx)
+    batch: Batch = block.batch
+    batch.calls.append(ctx)
     by_id[call_id] = ctx
     return ctx
 
 
-def take_call(TaskCalls task, dict by_id):
-    """Admit the task's next never-admitted queued call (twin documents it)."""
+def take_call(task: TaskCalls, by_id: dict):
+    """Admit the task's next never-admitted queued call: build its context (id,
+    cache key, task index), list it in pending, its batch and the call table.
+    The caller knows ``task.queued > 0``."""
     return _take(task, by_id)
 
 
 @cython.final
-cdef class Batch:
+@cython.cclass
+class Batch:
+    if not cython.compiled:
+        __slots__ = ("idx", "calls", "remaining")
 
-    def __init__(self, Py_ssize_t idx, calls):
+    def __init__(self, idx: cython.Py_ssize_t, calls):
         self.idx = idx
-        self.calls = calls
-        self.remaining = len(calls)
+        self.calls = calls          # roots of the batch as they are admitted, and subcalls
+        self.remaining = len(calls)  # roots not yet DONE (the register sets it for a block)
 
 
 @cython.final
-cdef class InstanceState:
+@cython.cclass
+class InstanceState:
+    if not cython.compiled:
+        __slots__ = ("instance_id", "ring", "inflight", "last_served", "tasks")
 
     def __init__(self, instance_id):
         self.instance_id = instance_id
-        self.ring = deque()
-        self.inflight = 0
-        self.last_served = 0
-        self.tasks = 0
+        self.ring = deque()          # deque of TaskCalls records that may be dispatchable
+        self.inflight = 0            # root calls RUNNING/WAITING across the group's tasks
+        self.last_served = 0         # scheduler sequence of the group's latest bind
+        self.tasks = 0               # registered tasks in the group
 
 
+# The TaskScheduler's rules are in blockx/core/dispatch/fairness.py (it re-exports it).
 @cython.final
-cdef class TaskScheduler:
-    # The rules are in blockx/core/dispatch/fairness.py; the code is the twin's.
+@cython.cclass
+class TaskScheduler:
+    if not cython.compiled:
+        __slots__ = ("_fair", "_quantum", "_window", "_instances", "_single", "_current", "_left",
+                     "_seq")
 
-    def __init__(self, fair, Py_ssize_t quantum, Py_ssize_t window):
+    def __init__(self, fair, quantum: cython.Py_ssize_t, window: cython.Py_ssize_t):
         self._fair = fair
         self._quantum = quantum
         self._window = window
@@ -312,7 +388,7 @@ cdef class TaskScheduler:
 
     def attach(self, instance_id):
         """The group a new task joins."""
-        cdef InstanceState inst
+        inst: InstanceState
         if not self._fair:
             inst = self._single
         else:
@@ -322,8 +398,8 @@ cdef class TaskScheduler:
         inst.tasks += 1
         return inst
 
-    def detach(self, TaskCalls task):
-        cdef InstanceState inst = task.instance
+    def detach(self, task: TaskCalls):
+        inst: InstanceState = task.instance
         if task.in_ring:
             task.in_ring = False
             try:
@@ -336,24 +412,22 @@ cdef class TaskScheduler:
             if self._current is inst:
                 self._current = None
 
-    cdef int wake_c(self, TaskCalls task) except -1:
+    def wake(self, task):
         if not task.in_ring and not task.removed:
             task.in_ring = True
             task.instance.ring.append(task)
-        return 0
+        return None
 
-    def wake(self, TaskCalls task):
-        self.wake_c(task)
-
-    cdef object next_task_c(self):
-        cdef Py_ssize_t window = self._window
-        cdef TaskCalls t
-        cdef InstanceState inst
+    def next_task(self):
+        """The task to admit from next, or None when no task can take a call."""
+        window: cython.Py_ssize_t = self._window
+        t: TaskCalls
+        inst: InstanceState
         if not self._fair:
             ring = self._single.ring
             while ring:
-                t = <TaskCalls?>ring[0]
-                if (t.ready._count or t.queued) and not t.stop_dispatching and t.inflight < window:
+                t = ring[0]
+                if (ready_len(t.ready) or t.queued) and not t.stop_dispatching and t.inflight < window:
                     return t
                 ring.popleft()
                 t.in_ring = False
@@ -368,21 +442,17 @@ cdef class TaskScheduler:
                 self._left = self._quantum
             ring = inst.ring
             while ring:
-                t = <TaskCalls?>ring[0]
-                if (t.ready._count or t.queued) and not t.stop_dispatching and t.inflight < window:
+                t = ring[0]
+                if (ready_len(t.ready) or t.queued) and not t.stop_dispatching and t.inflight < window:
                     return t
                 ring.popleft()
                 t.in_ring = False
 
-    def next_task(self):
-        """The task to admit from next, or None when no task can take a call."""
-        return self.next_task_c()
-
     def _pick(self):
-        cdef InstanceState best = None
-        cdef InstanceState inst
+        best: InstanceState = None
+        inst: InstanceState
         for i in self._instances.values():
-            inst = <InstanceState?>i
+            inst = i
             if not inst.ring:
                 continue
             if (best is None or inst.inflight < best.inflight
@@ -393,19 +463,16 @@ cdef class TaskScheduler:
                 best = inst
         return best
 
-    cdef int served_c(self, TaskCalls task) except -1:
-        cdef InstanceState inst = task.instance
+    def served(self, task):
+        """task (the ring head) just got a bind: rotate it and spend quantum."""
+        inst: InstanceState = task.instance
         self._seq += 1
         inst.last_served = self._seq
         ring = inst.ring
         if len(ring) > 1 and ring[0] is task:
             ring.rotate(-1)
         self._left -= 1
-        return 0
-
-    def served(self, TaskCalls task):
-        """task (the ring head) just got a bind: rotate it and spend quantum."""
-        self.served_c(task)
+        return None
 
     def unserved(self):
         """No executor could take the picked instance's call. A turn that has
@@ -422,32 +489,45 @@ cdef class TaskScheduler:
 
 
 @cython.final
-cdef class TaskCalls:
+@cython.cclass
+class TaskCalls:
+    """The calls of one task and what the dispatcher decided about them."""
+
+    if not cython.compiled:
+        __slots__ = (
+            "task_id", "fast_fail", "max_attempts", "base_backoff_ms", "jitter_percent",
+            "instance", "streaming", "ready", "blocks", "queued", "inflight", "pending", "total",
+            "outputs", "output_bytes", "cache", "flights", "batches", "settle_ready",
+            "next_batch_idx", "unsettled", "production_open", "stop_dispatching", "stop_reason",
+            "stop_sent", "failure_code", "failure_message", "failure_retryable",
+            "discard_outputs", "converged", "removed", "in_ring", "dirty", "succeeded",
+            "calls_failed", "call_retries", "cache_hits", "first_failure", "failures_retryable",
+        )
 
     def __init__(self, task_id, fast_fail, max_attempts, base_backoff_ms, jitter_percent,
-                 InstanceState instance, streaming, ready):
+                 instance: InstanceState, streaming, ready):
         self.task_id = task_id
         self.fast_fail = fast_fail
         self.max_attempts = max_attempts
         self.base_backoff_ms = base_backoff_ms
         self.jitter_percent = jitter_percent
-        self.instance = instance
+        self.instance = instance                 # InstanceState (fairness bucket)
         self.streaming = streaming
-        self.ready = ready
-        self.blocks = deque()
-        self.queued = 0
-        self.inflight = 0
-        self.pending = {}
-        self.total = 0
-        self.outputs = []
+        self.ready = ready                       # ReadyQueue of READY roots with a context
+        self.blocks = deque()                    # CallBlocks with roots never admitted, in order
+        self.queued = 0                          # roots in blocks (they come after ready's)
+        self.inflight = 0                        # roots RUNNING or WAITING
+        self.pending = {}                        # roots not yet DONE, by call id
+        self.total = 0                           # roots committed (TotalCount)
+        self.outputs = []                        # by root index; None = no output
         self.output_bytes = 0
-        self.cache = {}
-        self.flights = {}
+        self.cache = {}                          # CallCache: key -> successful output
+        self.flights = {}                        # Singleflight: key -> leader root
         self.batches = {}
-        self.settle_ready = []
+        self.settle_ready = []                   # batches whose roots are all DONE
         self.next_batch_idx = 0
-        self.unsettled = 0
-        self.production_open = streaming
+        self.unsettled = 0                       # committed batches not yet settled
+        self.production_open = streaming         # producer may still commit batches
         self.stop_dispatching = False
         self.stop_reason = ""
         self.stop_sent = False
@@ -459,64 +539,84 @@ cdef class TaskCalls:
         self.removed = False
         self.in_ring = False
         self.dirty = False
-        self.succeeded = 0
-        self.calls_failed = 0
+        self.succeeded = 0                       # roots DONE with an output
+        self.calls_failed = 0                    # roots that failed (not drained / cancelled)
         self.call_retries = 0
         self.cache_hits = 0
-        self.first_failure = ""
-        self.failures_retryable = True
+        self.first_failure = ""                  # description of the first root failure
+        self.failures_retryable = True           # every root failure so far was retryable
 
 
 @cython.final
-cdef class ExecutorRecord:
+@cython.cclass
+class ExecutorRecord:
+    if not cython.compiled:
+        __slots__ = ("view", "heartbeat_seq", "heartbeat_runnable", "completions", "calls",
+                     "attached")
 
     def __init__(self, view):
         self.view = view
         self.heartbeat_seq = -1
         self.heartbeat_runnable = 0
-        self.completions = 0
-        self.calls = {}
+        self.completions = 0                # completions seen since heartbeat_seq
+        self.calls = {}                     # call_id -> CallRecord bound here
         self.attached = True
 
 
-cdef inline int _join(CallRecord leader, CallRecord waiter) except -1:
+def _join(leader, waiter):
     waiter.leader = leader
     if leader.waiters is None:
         leader.waiters = [waiter]
     else:
         leader.waiters.append(waiter)
-    (<TaskCalls?>waiter.task).cache_hits += 1
+    task: TaskCalls = waiter.task
+    task.cache_hits += 1
     return 0
 
 
-def link_calls(TaskCalls task, list calls, dict by_id):
-    cdef CallRecord ctx
-    cdef dict pending = task.pending
-    cdef ReadyQueue ready = task.ready
+def link_calls(task: TaskCalls, calls: list, by_id: dict):
+    """TaskCallTable.register's per-call part: the committed calls join their task's
+    pending roots and ready queue, and the call table."""
+    ctx: CallRecord
+    pending: dict = task.pending
+    ready: ReadyQueue = task.ready
     for c in calls:
-        ctx = <CallRecord?>c
+        ctx = c
         ctx.task = task
         pending[ctx.call_id] = ctx
-        ready.push_c(ctx)
+        ready_push(ready, ctx)
         by_id[ctx.call_id] = ctx
 
 
-def unlink_calls(list calls, dict by_id):
+def unlink_calls(calls: list, by_id: dict):
+    """CallTable.forget's loop: settled (or cancelled) calls leave the call table."""
+    ctx: CallRecord
     for c in calls:
-        by_id.pop((<CallRecord?>c).call_id, None)
+        ctx = c
+        by_id.pop(ctx.call_id, None)
 
 
-def join(CallRecord leader, CallRecord waiter):
+def join(leader: CallRecord, waiter: CallRecord):
     """Singleflight: waiter takes leader's result (roots of one task only)."""
     _join(leader, waiter)
 
 
 @cython.final
-cdef class CallLifecycle:
-    # Every call event and the one place a call becomes DONE (the twin documents
-    # each method; the rules are in blockx/core/dispatch/lifecycle.py).
+@cython.cclass
+class CallLifecycle:
+    """Every call event of the dispatcher, and the one place a call becomes DONE.
 
-    def __init__(self, dict by_id, tasks, TaskScheduler sched, ex, subcalls, retry, deadline,
+    Built last, over the parts built before it (the call table's ``by_id``, the
+    TaskCallTable, the TaskScheduler, the ExecutorTable, the SubcallBinder and the
+    RetryScheduler); none of them holds a reference back to it. Each event takes
+    ``now`` and returns the commands for the adapter, in order. The rules each
+    event follows are stated in blockx/core/dispatch/lifecycle.py."""
+
+    if not cython.compiled:
+        __slots__ = ("by_id", "tasks", "sched", "ex", "subcalls", "retry", "deadline",
+                     "max_output", "on_terminal")
+
+    def __init__(self, by_id: dict, tasks, sched: TaskScheduler, ex, subcalls, retry, deadline,
                  max_output):
         self.by_id = by_id
         self.tasks = tasks
@@ -526,37 +626,49 @@ cdef class CallLifecycle:
         self.retry = retry
         self.deadline = deadline
         self.max_output = max_output
+        # Called with each context as it enters DONE, before its accounting (tests
+        # count transitions with it); None in production.
         self.on_terminal = None
 
     # --- admission ---------------------------------------------------------------------
 
     def dispatch(self, now):
-        cdef list out = []
-        cdef CallRecord ctx, nxt
-        cdef TaskCalls task
-        cdef ExecutorRecord rec
-        cdef ExecutorView view
-        cdef ReadyQueue ready
-        cdef Py_ssize_t i
-        cdef TaskScheduler sched = self.sched
+        """Admit until nothing more can be: per task the TaskScheduler picks, pop
+        a READY root; a cached result completes it at once, a root whose key is
+        in flight joins that leader (singleflight); else select an executor
+        (Filter -> Score) and emit BindCall, joining the consecutive ready roots
+        with the same key."""
+        out: list = []
+        ctx: CallRecord
+        nxt: CallRecord
+        task: TaskCalls
+        rec: ExecutorRecord
+        view: ExecutorView
+        ready: ReadyQueue
+        i: cython.Py_ssize_t
+        sched: TaskScheduler = self.sched
         ex = self.ex
-        cdef list views = ex.views
-        cdef list recs = ex.recs
+        views: list = ex.views          # mutated in place only by snapshot events
+        recs: list = ex.recs
         sample, max_runnable, max_inflight, mem, stall = ex.select_params()
         # Sampling: each decision's scan starts at a random view (the core's rand).
         sample_start = ex.sample_start if sample > 0 else None
-        cdef long long c_now = now, c_run = max_runnable, c_inf = max_inflight, c_mem = mem
-        cdef long long c_stall = stall
-        cdef Py_ssize_t c_sample = sample, start = 0
+        c_now: cython.longlong = now
+        c_run: cython.longlong = max_runnable
+        c_inf: cython.longlong = max_inflight
+        c_mem: cython.longlong = mem
+        c_stall: cython.longlong = stall
+        c_sample: cython.Py_ssize_t = sample
+        start: cython.Py_ssize_t = 0
         deadline = self.deadline
-        cdef dict by_id = self.by_id
+        by_id: dict = self.by_id
         while True:
-            t = sched.next_task_c()
+            t = sched.next_task()
             if t is None:
                 break
-            task = <TaskCalls>t
+            task = t
             ready = task.ready
-            ctx = <CallRecord?>ready.pop_c() if ready._count else _take(task, by_id)
+            ctx = ready_pop(ready) if ready_len(ready) else _take(task, by_id)
             if ctx.state != _READY:
                 continue
             key = ctx.key
@@ -568,7 +680,7 @@ cdef class CallLifecycle:
                 continue
             leader = task.flights.get(key)
             if leader is not None and leader is not ctx:  # ctx itself leads while retrying
-                _join(<CallRecord?>leader, ctx)
+                _join(leader, ctx)
                 continue
             if not views:
                 i = -1
@@ -577,15 +689,15 @@ cdef class CallLifecycle:
                     start = sample_start(len(views))
                 i = select_index(views, c_now, c_sample, c_run, c_inf, c_mem, c_stall, start)
             if i < 0:
-                ready.push_front_c(ctx)
+                ready_push_front(ready, ctx)
                 sched.unserved()
                 break
-            rec = <ExecutorRecord?>recs[i]
+            rec = recs[i]
             ctx.state = _RUNNING
             ctx.attempt_count += 1
             ctx.bound = False
             ctx.budget_ms = deadline
-            view = <ExecutorView?>rec.view
+            view = rec.view
             view.local_inflight += 1
             eid = view.executor_id
             ctx.executor_id = eid
@@ -596,31 +708,35 @@ cdef class CallLifecycle:
             task.flights[key] = ctx
             out.append(new_bind_call(ctx.call_id, eid, task.task_id, False, ""))
             while True:
-                if ready._count:
-                    nxt = <CallRecord?>ready._buf[ready._head]
+                if ready_len(ready):
+                    nxt = ready_peek(ready)
                 elif task.queued:
                     nxt = _take(task, by_id)
-                    ready.push_c(nxt)
+                    ready_push(ready, nxt)
                 else:
                     break
                 if nxt.key != key:
                     break
-                ready.pop_c()
+                ready_pop(ready)
                 if nxt.state == _READY:
                     _join(ctx, nxt)
-            sched.served_c(task)
+            sched.served(task)
         return out
 
     # --- binding -----------------------------------------------------------------------
 
     def executor_bound(self, call_id, now, executor_id=""):
-        cdef CallRecord ctx
+        """The adapter reserved a context for call_id: send it (DispatchCallCmd).
+        With ``executor_id`` given, a bind the core no longer wants (the call was
+        cancelled meanwhile) is answered with UnbindCall so the reservation is
+        not leaked."""
+        ctx: CallRecord
         c = self.by_id.get(call_id)
         if c is None:
             if executor_id:
                 return [new_unbind_call(call_id, executor_id)]
             return []
-        ctx = <CallRecord?>c
+        ctx = c
         if (ctx.state != _RUNNING or ctx.bound
                 or (executor_id and ctx.executor_id != executor_id)):
             if executor_id and (ctx.state == _READY or ctx.state == _DONE
@@ -630,27 +746,30 @@ cdef class CallLifecycle:
         ctx.bound = True
         parent = ctx.parent
         parent_id = parent.call_id if parent is not None else ""
-        task_id = (<TaskCalls?>ctx.task).task_id
-        cdef list out = [new_dispatch_call(call_id, ctx.executor_id, task_id, ctx.function_id,
-                                           ctx.digest, ctx.entry_selector, ctx.args_json,
-                                           ctx.budget_ms, ctx.attempt_count, parent_id)]
+        task: TaskCalls = ctx.task
+        out: list = [new_dispatch_call(call_id, ctx.executor_id, task.task_id, ctx.function_id,
+                                       ctx.digest, ctx.entry_selector, ctx.args_json,
+                                       ctx.budget_ms, ctx.attempt_count, parent_id)]
         if ctx.children:
             self.subcalls.bind_children(ctx, out)
         return out
 
     def bind_failed(self, call_id, now):
-        cdef CallRecord ctx
+        """The adapter could not reserve the context. A root is re-queued at once
+        (ArmCallRetry(now, is_retry=False)) without consuming an attempt; a
+        subcall is parked."""
+        ctx: CallRecord
         c = self.by_id.get(call_id)
         if c is None:
             return []
-        ctx = <CallRecord?>c
+        ctx = c
         if ctx.state != _RUNNING or ctx.bound:
             return []
-        cdef list out = []
+        out: list = []
         self._bind_failed(ctx, now, out)
         return out
 
-    cdef int _bind_failed(self, CallRecord ctx, now, list out) except -1:
+    def _bind_failed(self, ctx, now, out):
         rec = ctx.exec
         self.tasks.release(ctx)
         rec.view.healthy = False  # until the next snapshot says otherwise
@@ -666,19 +785,21 @@ cdef class CallLifecycle:
     # --- waits ----------------------------------------------------------------------------
 
     def call_waiting(self, call_id, attempt_seq, now):
-        cdef CallRecord ctx
+        """A CallWaiting (io / subcall) of the current, bound attempt: RUNNING -> WAITING."""
+        ctx: CallRecord
         c = self.by_id.get(call_id)
         if c is not None:
-            ctx = <CallRecord?>c
+            ctx = c
             if ctx.state == _RUNNING and ctx.bound and ctx.attempt_count == attempt_seq:
                 ctx.state = _WAITING
         return []
 
     def call_resumed(self, call_id, now):
-        cdef CallRecord ctx
+        """Its ResumeCall was written: WAITING -> RUNNING."""
+        ctx: CallRecord
         c = self.by_id.get(call_id)
         if c is not None:
-            ctx = <CallRecord?>c
+            ctx = c
             if ctx.state == _WAITING:
                 ctx.state = _RUNNING
         return []
@@ -687,16 +808,21 @@ cdef class CallLifecycle:
 
     def add_subcall(self, parent_call_id, requesting_executor_id, request_id, function_id,
                     digest, args_json, granted_budget_ms, now=0, entry_selector="main"):
-        cdef CallRecord child
-        cdef TaskCalls task
+        """Register a subcall of ``parent_call_id``: ``(child_call_id, commands)``,
+        or ``(SubcallRejected, [])`` when the SubcallBinder refuses it. A result
+        in the task's cache answers it at once (CompleteCallFromCache, then
+        SubcallDone); otherwise it binds beside its parent or is parked.
+        ``args_json`` must be canonical (cachekey.canonical_args_json)."""
+        child: CallRecord
+        task: TaskCalls
         c = self.subcalls.new_child(parent_call_id, requesting_executor_id, request_id,
                                     function_id, digest, args_json, granted_budget_ms,
                                     entry_selector)
         if type(c) is SubcallRejected:
             return c, []
-        child = <CallRecord?>c
-        cdef list out = []
-        task = <TaskCalls?>child.task
+        child = c
+        out: list = []
+        task = child.task
         cached = task.cache.get(child.key)
         if cached is not None:
             task.cache_hits += 1
@@ -706,19 +832,20 @@ cdef class CallLifecycle:
         self.subcalls.attach(child, out)
         return child.call_id, out
 
-    def cancel_subtree(self, CallRecord parent, reason, list out):
+    def cancel_subtree(self, parent: CallRecord, reason, out: list):
+        """Cancel every active descendant of parent, without resuming it."""
         self._cancel_subtree(parent, reason, out)
 
-    cdef int _cancel_subtree(self, CallRecord parent, reason, list out) except -1:
-        cdef CallRecord child
-        cdef int st
+    def _cancel_subtree(self, parent, reason, out):
+        child: CallRecord
+        st: cython.int
         children = parent.children
         if not children:
             return 0
         parent.children = None
         tasks = self.tasks
         for c in list(children.values()):
-            child = <CallRecord?>c
+            child = c
             st = child.state
             if st == _DONE:
                 continue
@@ -733,23 +860,25 @@ cdef class CallLifecycle:
     # --- completion and failure --------------------------------------------------------------
 
     def call_completed(self, call_id, attempt_seq, output_json, budget_used_ms, now):
-        cdef CallRecord ctx
-        cdef ExecutorRecord rec
-        cdef ExecutorView view
-        cdef TaskCalls task
+        """A CallCompleted frame. Accepted (the current, bound attempt): the
+        commands start with UnbindCall(call_id). Stale or duplicated: []."""
+        ctx: CallRecord
+        rec: ExecutorRecord
+        view: ExecutorView
+        task: TaskCalls
         c = self.by_id.get(call_id)
         if c is None:
             return []
-        ctx = <CallRecord?>c
-        cdef int st = ctx.state
+        ctx = c
+        st: cython.int = ctx.state
         if (st != _RUNNING and st != _WAITING) or not ctx.bound or ctx.attempt_count != attempt_seq:
             return []
         if type(output_json) is not bytes:
             output_json = bytes(output_json)
-        rec = <ExecutorRecord?>ctx.exec
-        cdef list out = [new_unbind_call(call_id, ctx.executor_id)]
+        rec = ctx.exec
+        out: list = [new_unbind_call(call_id, ctx.executor_id)]
         rec.completions += 1
-        view = <ExecutorView?>rec.view
+        view = rec.view
         if view.runnable > 0:
             view.runnable -= 1
         tasks = self.tasks
@@ -760,11 +889,11 @@ cdef class CallLifecycle:
             view.local_inflight -= 1
             del rec.calls[call_id]
             if ctx.parent is None:
-                task = <TaskCalls?>ctx.task
+                task = ctx.task
                 task.inflight -= 1
                 task.instance.inflight -= 1
-                if (task.ready._count or task.queued) and not task.in_ring:
-                    self.sched.wake_c(task)
+                if (ready_len(task.ready) or task.queued) and not task.in_ring:
+                    self.sched.wake(task)
                 if task.stop_dispatching:
                     tasks.mark_dirty(task)
         else:
@@ -774,16 +903,18 @@ cdef class CallLifecycle:
 
     def call_failed(self, call_id, attempt_seq, error_kind, retryable, message, now,
                     budget_used_ms=0):
-        cdef CallRecord ctx
+        """A CallFailed frame (or a failure the adapter synthesized). Accepted:
+        the commands start with UnbindCall(call_id). Stale or duplicated: []."""
+        ctx: CallRecord
         c = self.by_id.get(call_id)
         if c is None:
             return []
-        ctx = <CallRecord?>c
-        cdef int st = ctx.state
+        ctx = c
+        st: cython.int = ctx.state
         # Stale: DONE; READY (backing off, or rolled back); another attempt; not yet bound.
         if (st != _RUNNING and st != _WAITING) or not ctx.bound or ctx.attempt_count != attempt_seq:
             return []
-        cdef list out = [new_unbind_call(call_id, ctx.executor_id)]
+        out: list = [new_unbind_call(call_id, ctx.executor_id)]
         self.ex.note_completion(ctx.exec)
         self.tasks.release(ctx)
         if ctx.children:
@@ -791,8 +922,7 @@ cdef class CallLifecycle:
         self._attempt_failed(ctx, error_kind, bool(retryable), message, budget_used_ms, now, out)
         return out
 
-    cdef int _attempt_failed(self, CallRecord ctx, kind, bint retryable, message, budget_used_ms,
-                             now, list out) except -1:
+    def _attempt_failed(self, ctx, kind, retryable, message, budget_used_ms, now, out):
         if self.retry.may_retry(ctx, retryable):
             ctx.state = _READY
             ctx.bound = False
@@ -804,18 +934,20 @@ cdef class CallLifecycle:
         return 0
 
     def retry_ready(self, call_id, now):
-        cdef CallRecord ctx
-        cdef TaskCalls task
+        """A retry timer (ArmCallRetry) fired: the call goes back to the front of
+        its task's queue, unless it no longer waits for that timer."""
+        ctx: CallRecord
+        task: TaskCalls
         c = self.by_id.get(call_id)
         if c is None:
             return []
-        ctx = <CallRecord?>c
+        ctx = c
         if ctx.state != _READY or not ctx.retry_armed:
             return []
         ctx.retry_armed = False
-        task = <TaskCalls?>ctx.task
-        task.ready.push_front_c(ctx)
-        self.sched.wake_c(task)
+        task = ctx.task
+        ready_push_front(task.ready, ctx)
+        self.sched.wake(task)
         if task.stop_dispatching:
             self.tasks.mark_dirty(task)
         return []
@@ -823,23 +955,28 @@ cdef class CallLifecycle:
     # --- executors -----------------------------------------------------------------------
 
     def executor_snapshot(self, snapshots, now):
+        """Refresh executor views; retry parked subcalls."""
         self.ex.update(snapshots)
-        cdef list out = []
+        out: list = []
         self.subcalls.retry_parked(out)
         return out
 
     def executor_lost(self, executor_id, now, detail=""):
-        cdef ExecutorRecord rec
-        cdef CallRecord ctx
+        """Transport lost: every call bound there fails retryably (EXECUTOR_LOST);
+        an unconfirmed bind is rolled back instead. Parents go first so their
+        subtrees are cancelled rather than failed one by one. ``detail`` (e.g. the
+        sandbox limit that killed it) is appended to the calls' message."""
+        rec: ExecutorRecord
+        ctx: CallRecord
         r = self.ex.records.get(executor_id)
         if r is None:
             return []
-        rec = <ExecutorRecord?>r
+        rec = r
         rec.view.healthy = False
-        cdef list out = []
+        out: list = []
         message = f"executor {executor_id} lost" + (f": {detail}" if detail else "")
         for c in sorted(rec.calls.values(), key=_by_depth):
-            ctx = <CallRecord?>c
+            ctx = c
             if ctx.exec is not rec:
                 continue  # released by an ancestor's subtree cancellation
             if not ctx.bound:
@@ -855,7 +992,9 @@ cdef class CallLifecycle:
     # --- the epilogue ---------------------------------------------------------------------
 
     def flush(self, now=0):
-        cdef list out = []
+        """Stop / drain / settle / converge every task changed since the last
+        flush (the TaskCallTable's steps; the drain's cancellations end here)."""
+        out: list = []
         tasks = self.tasks
         while True:
             dirty = tasks.take_dirty()
@@ -863,43 +1002,49 @@ cdef class CallLifecycle:
                 return out
             for task in dirty:
                 if tasks.stop_production(task, out):
-                    self._drain(<TaskCalls?>task, out)
+                    self._drain(task, out)
                 tasks.settle_and_converge(task, out)
 
-    cdef int _drain(self, TaskCalls task, list out) except -1:
-        cdef CallRecord ctx
+    def _drain(self, task, out):
+        """Nothing is in flight in a stopped task: cancel what is left."""
+        ctx: CallRecord
         task.ready.clear()
         reason = f"task stopped dispatching: {task.stop_reason}"
         for c in list(task.pending.values()):
-            ctx = <CallRecord?>c
+            ctx = c
             if ctx.state != _DONE:
                 self._set_terminal(ctx, False, None, ERR_CANCELLED, reason, False, 0, False, out,
                                    True)
-        cdef dict by_id = self.by_id
+        by_id: dict = self.by_id
         while task.queued:
             self._set_terminal(_take(task, by_id), False, None, ERR_CANCELLED, reason, False, 0,
                                False, out, True)
         return 0
 
     def epilogue(self, now):
-        cdef list out = self.dispatch(now)
+        """dispatch(now) then flush(now): run after every event batch."""
+        out: list = self.dispatch(now)
         out.extend(self.flush(now))
         return out
 
     # --- teardown ------------------------------------------------------------------------
 
     def cancel_task(self, task_id, reason, now):
-        cdef TaskCalls task
-        cdef CallRecord ctx
-        cdef int st
+        """The task ended (terminal elsewhere: timeout, watch loss, shutdown).
+        Every call still in flight is cancelled (CancelCallCmd), including whole
+        subcall subtrees, and the task's state is dropped. No ConvergeTaskCalls
+        follows. Unknown tasks are ignored."""
+        task: TaskCalls
+        ctx: CallRecord
+        st: cython.int
         tasks = self.tasks
-        cdef list out = []
+        out: list = []
         t = tasks.remove(task_id, reason, out)
         if t is None:
             return out
-        task = <TaskCalls?>t
+        task = t
         for c in list(task.pending.values()):
-            ctx = <CallRecord?>c
+            ctx = c
             st = ctx.state
             if st == _RUNNING or st == _WAITING:
                 out.append(CancelCallCmd(ctx.call_id, ctx.executor_id, reason, ctx.attempt_count))
@@ -910,31 +1055,39 @@ cdef class CallLifecycle:
             ctx.retry_armed = False
         task.pending.clear()
         unpark = self.subcalls.unpark
-        for b in task.batches.values():
-            for c in (<Batch?>b).calls:
-                if (<CallRecord?>c).parked:
+        b: Batch
+        for bb in task.batches.values():
+            b = bb
+            for c in b.calls:
+                ctx = c
+                if ctx.parked:
                     unpark(c)
         tasks.forget(task)
         return out
 
     def remove_task(self, task_id):
+        """Forget a task (normally after it converged, when nothing is in flight;
+        anything still in flight is cancelled as by cancel_task)."""
         return self.cancel_task(task_id, "task removed", 0)
 
     # --- terminal accounting ---------------------------------------------------------------
 
-    def set_terminal(self, CallRecord ctx, ok, output, kind, message, retryable, budget_used_ms,
-                     counted, list out, notify=True):
+    def set_terminal(self, ctx: CallRecord, ok, output, kind, message, retryable, budget_used_ms,
+                     counted, out: list, notify=True):
+        """The single accounting point for DONE; idempotent. ``counted``: a real
+        failure (calls_failed, FAST_FAIL) rather than a drain or cancellation.
+        ``notify``: a subcall resumes its parent (SubcallDone)."""
         self._set_terminal(ctx, ok, output, kind, message, retryable, budget_used_ms, counted,
                            out, notify)
 
     @cython.boundscheck(True)
     @cython.wraparound(True)
-    cdef int _set_terminal(self, CallRecord ctx, bint ok, object output, object kind,
-                           object message, object retryable, object budget_used_ms,
-                           bint counted, list out, bint notify) except -1:
-        cdef TaskCalls task
-        cdef CallRecord parent, w
-        cdef Batch batch
+    def _set_terminal(self, ctx, ok, output, kind, message, retryable, budget_used_ms, counted,
+                      out, notify):
+        task: TaskCalls
+        parent: CallRecord
+        w: CallRecord
+        batch: Batch
         if ctx.state == _DONE:
             return 0
         if self.on_terminal is not None:
@@ -953,9 +1106,9 @@ cdef class CallLifecycle:
             self.subcalls.unpark(ctx)
         if ctx.children:
             self._cancel_subtree(ctx, "parent call ended", out)
-        task = <TaskCalls?>ctx.task
+        task = ctx.task
         if ctx.parent is not None:
-            parent = <CallRecord?>ctx.parent
+            parent = ctx.parent
             siblings = parent.children
             if siblings:
                 siblings.pop(ctx.call_id, None)
@@ -999,9 +1152,10 @@ cdef class CallLifecycle:
         waiters = ctx.waiters
         if waiters:
             ctx.waiters = None
-            for w in waiters:
+            for ww in waiters:
+                w = ww
                 self._set_terminal(w, ok, output, kind, message, retryable, 0, counted, out, True)
-        batch = <Batch?>task.batches[ctx.batch_idx]
+        batch = task.batches[ctx.batch_idx]
         batch.remaining -= 1
         if batch.remaining == 0:
             task.settle_ready.append(batch)

@@ -1,6 +1,15 @@
+# The C declarations of dispatchloop.py (Cython's pure-Python mode): the records
+# as cdef classes, the lifecycle's internal steps as C methods and functions, and
+# the hot paths the compiled loop calls in C (cimported here, so the compiled
+# form never calls a Python collaborator for them).
 cimport cython
+from cpython cimport array as carray
 
-from blockx._fast.readyqueue cimport ReadyQueue
+from blockx._fast.readyqueue cimport (ReadyQueue, ready_len, ready_peek, ready_pop, ready_push,
+                                      ready_push_front)
+from blockx._fast.scoring cimport ExecutorView, select_index
+from blockx._fast.cachekey cimport cache_key_c
+from blockx.core.dispatch.callcmds cimport new_bind_call, new_dispatch_call, new_unbind_call
 
 
 @cython.final
@@ -47,9 +56,9 @@ cdef class CallBlock:
     cdef readonly object fidx
     cdef readonly bytes args
     cdef readonly object offs
-    cdef readonly object cache_key
     cdef public object batch
-    cdef bint c_key
+    cdef unsigned int[::1] _fv          # fidx and offs as C arrays, for take_call
+    cdef long long[::1] _ov
 
 
 @cython.final
@@ -79,9 +88,9 @@ cdef class TaskScheduler:
     cdef Py_ssize_t _left
     cdef Py_ssize_t _seq
 
-    cdef object next_task_c(self)
-    cdef int served_c(self, TaskCalls task) except -1
-    cdef int wake_c(self, TaskCalls task) except -1
+    cpdef object next_task(self)
+    cpdef object served(self, TaskCalls task)
+    cpdef object wake(self, TaskCalls task)
 
 
 @cython.final
@@ -157,3 +166,13 @@ cdef class CallLifecycle:
     cdef int _set_terminal(self, CallRecord ctx, bint ok, object output, object kind,
                            object message, object retryable, object budget_used_ms,
                            bint counted, list out, bint notify) except -1
+
+
+cdef tuple _check_spec(task_id, Py_ssize_t i, spec)
+cdef CallRecord _new_context(str call_id, function_id, digest, entry_selector, args_json, key,
+                             Py_ssize_t index, Py_ssize_t batch_idx)
+cdef bint _block_in_range(fidx, offs, Py_ssize_t nfns, Py_ssize_t nargs) except -1
+cdef int _init_block(CallBlock self, prefix, Py_ssize_t batch_idx, list fns, fidx, bytes args,
+                     offs) except -1
+cdef CallRecord _take(TaskCalls task, dict by_id)
+cdef int _join(CallRecord leader, CallRecord waiter) except -1

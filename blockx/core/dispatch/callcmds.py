@@ -1,12 +1,17 @@
-# The per-call commands of the DispatcherCore (compiled; twin: callcmds_py.py,
-# dataclasses, which states the rules). Made once or twice per call, so they are
-# cdef classes the dispatch loop builds in C (new_* below, no argument tuple);
-# equality, repr and unhashability follow the twin's dataclasses. They carry only
-# strings, bytes, ints and bools (the rule of blockx/core/dispatch/commands.py), so they can never be
-# part of a reference cycle and stay out of the cyclic GC (no_gc): millions of
-# them per minute then cost the collector nothing.
+"""The three commands the DispatcherCore emits for every call (BindCall,
+DispatchCallCmd, UnbindCall): one source in Cython's pure-Python mode,
+compiled with callcmds.pxd, interpreted under BLOCKX_NO_EXTENSIONS=1.
 
-cimport cython
+Rules: what each command asks of the adapter is documented in
+blockx/core/dispatch/commands.py, which re-exports these. They are plain
+records: positional or keyword construction, equality by type and fields,
+unhashable, a dataclass-style repr. Made once or twice per call, so compiled
+they are cdef classes the dispatch loop builds in C (new_* below, no argument
+tuple). They carry only strings, bytes, ints and bools (the rule of commands),
+so they can never be part of a reference cycle and stay out of the cyclic GC
+(no_gc, in the .pxd): millions of them per minute then cost the collector
+nothing."""
+import cython
 
 __all__ = ["BindCall", "UnbindCall", "DispatchCallCmd"]
 
@@ -14,7 +19,10 @@ __all__ = ["BindCall", "UnbindCall", "DispatchCallCmd"]
 @cython.final
 @cython.no_gc
 @cython.freelist(64)
-cdef class BindCall:
+@cython.cclass
+class BindCall:
+    if not cython.compiled:
+        __slots__ = ("call_id", "executor_id", "task_id", "is_subcall", "parent_call_id")
 
     def __init__(self, call_id, executor_id, task_id, is_subcall, parent_call_id):
         self.call_id = call_id
@@ -29,12 +37,12 @@ cdef class BindCall:
     def __eq__(self, other):
         if type(other) is not BindCall:
             return NotImplemented
-        return self._fields() == (<BindCall>other)._fields()
+        return self._fields() == cython.cast(BindCall, other)._fields()
 
     def __ne__(self, other):
         if type(other) is not BindCall:
             return NotImplemented
-        return self._fields() != (<BindCall>other)._fields()
+        return self._fields() != cython.cast(BindCall, other)._fields()
 
     __hash__ = None
 
@@ -47,7 +55,10 @@ cdef class BindCall:
 @cython.final
 @cython.no_gc
 @cython.freelist(64)
-cdef class UnbindCall:
+@cython.cclass
+class UnbindCall:
+    if not cython.compiled:
+        __slots__ = ("call_id", "executor_id")
 
     def __init__(self, call_id, executor_id):
         self.call_id = call_id
@@ -59,12 +70,12 @@ cdef class UnbindCall:
     def __eq__(self, other):
         if type(other) is not UnbindCall:
             return NotImplemented
-        return self._fields() == (<UnbindCall>other)._fields()
+        return self._fields() == cython.cast(UnbindCall, other)._fields()
 
     def __ne__(self, other):
         if type(other) is not UnbindCall:
             return NotImplemented
-        return self._fields() != (<UnbindCall>other)._fields()
+        return self._fields() != cython.cast(UnbindCall, other)._fields()
 
     __hash__ = None
 
@@ -75,7 +86,11 @@ cdef class UnbindCall:
 @cython.final
 @cython.no_gc
 @cython.freelist(64)
-cdef class DispatchCallCmd:
+@cython.cclass
+class DispatchCallCmd:
+    if not cython.compiled:
+        __slots__ = ("call_id", "executor_id", "task_id", "function_id", "digest",
+                     "entry_selector", "args_json", "budget_ms", "attempt_seq", "parent_call_id")
 
     def __init__(self, call_id, executor_id, task_id, function_id, digest, entry_selector,
                  args_json, budget_ms, attempt_seq, parent_call_id):
@@ -86,9 +101,9 @@ cdef class DispatchCallCmd:
         self.digest = digest
         self.entry_selector = entry_selector
         self.args_json = args_json
-        self.budget_ms = budget_ms
+        self.budget_ms = budget_ms          # 0 = unlimited
         self.attempt_seq = attempt_seq
-        self.parent_call_id = parent_call_id
+        self.parent_call_id = parent_call_id    # "" for root calls
 
     def _fields(self):
         return (self.call_id, self.executor_id, self.task_id, self.function_id, self.digest,
@@ -98,12 +113,12 @@ cdef class DispatchCallCmd:
     def __eq__(self, other):
         if type(other) is not DispatchCallCmd:
             return NotImplemented
-        return self._fields() == (<DispatchCallCmd>other)._fields()
+        return self._fields() == cython.cast(DispatchCallCmd, other)._fields()
 
     def __ne__(self, other):
         if type(other) is not DispatchCallCmd:
             return NotImplemented
-        return self._fields() != (<DispatchCallCmd>other)._fields()
+        return self._fields() != cython.cast(DispatchCallCmd, other)._fields()
 
     __hash__ = None
 
@@ -115,9 +130,11 @@ cdef class DispatchCallCmd:
                 f"attempt_seq={self.attempt_seq!r}, parent_call_id={self.parent_call_id!r})")
 
 
-cdef BindCall new_bind_call(object call_id, object executor_id, object task_id, object is_subcall,
-                            object parent_call_id):
-    cdef BindCall c = BindCall.__new__(BindCall)
+# The constructors the compiled dispatch loop calls in C (cpdef in callcmds.pxd):
+# the record without __init__'s argument tuple. Interpreted, plain functions.
+
+def new_bind_call(call_id, executor_id, task_id, is_subcall, parent_call_id):
+    c: BindCall = BindCall.__new__(BindCall)
     c.call_id = call_id
     c.executor_id = executor_id
     c.task_id = task_id
@@ -126,18 +143,16 @@ cdef BindCall new_bind_call(object call_id, object executor_id, object task_id, 
     return c
 
 
-cdef UnbindCall new_unbind_call(object call_id, object executor_id):
-    cdef UnbindCall c = UnbindCall.__new__(UnbindCall)
+def new_unbind_call(call_id, executor_id):
+    c: UnbindCall = UnbindCall.__new__(UnbindCall)
     c.call_id = call_id
     c.executor_id = executor_id
     return c
 
 
-cdef DispatchCallCmd new_dispatch_call(object call_id, object executor_id, object task_id,
-                                       object function_id, object digest, object entry_selector,
-                                       object args_json, object budget_ms, object attempt_seq,
-                                       object parent_call_id):
-    cdef DispatchCallCmd c = DispatchCallCmd.__new__(DispatchCallCmd)
+def new_dispatch_call(call_id, executor_id, task_id, function_id, digest, entry_selector,
+                      args_json, budget_ms, attempt_seq, parent_call_id):
+    c: DispatchCallCmd = DispatchCallCmd.__new__(DispatchCallCmd)
     c.call_id = call_id
     c.executor_id = executor_id
     c.task_id = task_id

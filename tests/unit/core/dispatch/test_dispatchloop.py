@@ -10,7 +10,7 @@ import pytest
 
 from blockx._fast import implementations, load
 
-IMPLS = implementations("dispatchloop")
+IMPLS = implementations("dispatchloop", "blockx.core.dispatch")
 cache_key = load("cachekey").cache_key
 D = "d" * 64
 
@@ -53,13 +53,13 @@ def test_fields_are_writable_and_read_back(mod):
 
 def test_make_calls_builds_ids_keys_and_indexes(mod):
     specs = [("f", D, b"[1]", "main"), ("g", D, b"[2]", ""), ("f", D, b"[1]", "other")]
-    ctxs = mod.make_calls("t", "t/4.", specs, 4, cache_key)
+    ctxs = mod.make_calls("t", "t/4.", specs, 4)
     assert [c.call_id for c in ctxs] == ["t/4.0", "t/4.1", "t/4.2"]
     assert [c.index for c in ctxs] == [0, 1, 2] and {c.batch_idx for c in ctxs} == {4}
     assert [c.entry_selector for c in ctxs] == ["main", "main", "other"]
     assert [c.key for c in ctxs] == [cache_key(f, d, a) for f, d, a, _ in specs]
     assert all(type(c) is mod.CallRecord and c.state == mod.READY and c.task is None for c in ctxs)
-    assert mod.make_calls("t", "t/", iter([]), 0, cache_key) == []
+    assert mod.make_calls("t", "t/", iter([]), 0) == []
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -73,10 +73,10 @@ def test_make_calls_builds_ids_keys_and_indexes(mod):
 ])
 def test_make_calls_names_the_bad_spec(mod, spec, message):
     with pytest.raises(ValueError) as err:
-        mod.make_calls("t", "t/", [("f", D, b"[]", "main"), spec], 0, cache_key)
+        mod.make_calls("t", "t/", [("f", D, b"[]", "main"), spec], 0)
     assert str(err.value) == f"task t: {message}"
     with pytest.raises(ValueError) as err:
-        mod.make_block("t", "t/", [("f", D, b"[]", "main"), spec], 0, cache_key)
+        mod.make_block("t", "t/", [("f", D, b"[]", "main"), spec], 0)
     assert str(err.value) == f"task t: {message}"
 
 
@@ -85,14 +85,14 @@ def test_make_block_reads_callspecs_and_tuple_subclasses_like_plain_tuples(mod):
     # tuple, with the same checks and the same errors as the twin.
     from blockx.core.dispatch.types import PinnedCall
     specs = [PinnedCall("f", D, b"[1]"), PinnedCall("g", D, b"[2]", "other"), ("f", D, b"[3]", "main")]
-    block = mod.make_block("t", "t/", specs, 0, cache_key)
+    block = mod.make_block("t", "t/", specs, 0)
     assert block.fns == [("f", D, "main"), ("g", D, "other")]
     assert list(block.fidx) == [0, 1, 0] and block.args == b"[1][2][3]"
     for bad, message in [(PinnedCall("", D, b"[]"), "call 1 needs a non-empty function_id, got ''"),
                          (PinnedCall("f", D, "[]"), "call 1 args_json must be canonical JSON bytes, got str"),
                          (PinnedCall("f", D, b"[]", None), "call 1 entry_selector must be a str, got None")]:
         with pytest.raises(ValueError) as err:
-            mod.make_block("t", "t/", [specs[0], bad], 0, cache_key)
+            mod.make_block("t", "t/", [specs[0], bad], 0)
         assert str(err.value) == f"task t: {message}"
 
 
@@ -107,24 +107,23 @@ def _queued_task(mod, block, base=0, batch_idx=0):
     return task, batch
 
 
-@pytest.mark.parametrize("key_fn", [cache_key, lambda f, d, a: f.encode() + b"|" + a],
-                         ids=["compiled-key", "python-key"])
-def test_take_call_builds_what_make_calls_builds(mod, key_fn):
+def test_take_call_builds_what_make_calls_builds(mod):
     specs = [("f", D, b"[1]", "main"), ("g", D, b"[2,\"x\"]", ""), ("f", D, b"[]", "other"),
              ("f", D, b"[1]", "main")]
-    block = mod.make_block("t", "t/4.", iter(specs), 4, key_fn)
+    block = mod.make_block("t", "t/4.", iter(specs), 4)
     assert len(block) == 4 and block.fns == [("f", D, "main"), ("g", D, "main"), ("f", D, "other")]
     assert list(block.fidx) == [0, 1, 2, 0] and block.args == b'[1][2,"x"][][1]'
     task, batch = _queued_task(mod, block, base=10, batch_idx=4)
     by_id: dict = {}
     taken = [mod.take_call(task, by_id) for _ in specs]
-    want = mod.make_calls("t", "t/4.", specs, 4, key_fn)
+    want = mod.make_calls("t", "t/4.", specs, 4)
     fields = ("call_id", "function_id", "digest", "entry_selector", "args_json", "key", "batch_idx",
               "state", "attempt_count", "executor_id", "budget_ms", "request_id", "error_kind",
               "error_message", "retryable", "budget_used_ms", "parent", "waiters")
     for got, exp in zip(taken, want):
         assert type(got) is mod.CallRecord and got.task is task
         assert [getattr(got, f) for f in fields] == [getattr(exp, f) for f in fields]
+    assert [c.key for c in taken] == [cache_key(f, d, a) for f, d, a, _ in specs]   # cachekey's
     assert [c.index for c in taken] == [10, 11, 12, 13]
     assert list(by_id) == list(task.pending) == ["t/4.0", "t/4.1", "t/4.2", "t/4.3"]
     assert batch.calls == taken and batch.remaining == 4
@@ -132,15 +131,15 @@ def test_take_call_builds_what_make_calls_builds(mod, key_fn):
 
 
 def test_blocks_are_taken_in_order_and_an_empty_list_is_an_empty_block(mod):
-    a = mod.make_block("t", "t/0.", [("f", D, b"[0]", "main")], 0, cache_key)
-    b = mod.make_block("t", "t/1.", [("f", D, b"[1]", "main"), ("f", D, b"[2]", "main")], 1, cache_key)
+    a = mod.make_block("t", "t/0.", [("f", D, b"[0]", "main")], 0)
+    b = mod.make_block("t", "t/1.", [("f", D, b"[1]", "main"), ("f", D, b"[2]", "main")], 1)
     task, _ = _queued_task(mod, a)
     task.blocks.append(b)
     task.queued += 2
     b.base, b.batch = 1, mod.Batch(1, [])
     ids = [mod.take_call(task, {}).call_id for _ in range(3)]
     assert ids == ["t/0.0", "t/1.0", "t/1.1"] and task.queued == 0
-    empty = mod.make_block("t", "t/", iter([]), 0, cache_key)
+    empty = mod.make_block("t", "t/", iter([]), 0)
     assert len(empty) == 0 and empty.args == b"" and list(empty.offs) == [0]
 
 
@@ -220,18 +219,18 @@ def test_the_scheduler_takes_turns_like_the_twin(mod):
 
 def test_a_block_made_by_hand_is_checked_and_its_cursor_is_not_writable_in_c(mod):
     fns = [("f", D, "main")]
-    ok = mod.CallBlock("t/", 0, fns, array("I", [0, 0]), b"[1][2]", array("q", [0, 3, 6]), cache_key)
+    ok = mod.CallBlock("t/", 0, fns, array("I", [0, 0]), b"[1][2]", array("q", [0, 3, 6]))
     assert len(ok) == 2 and (ok.pos, ok.base, ok.batch) == (0, 0, None)
     with pytest.raises(TypeError):
-        mod.CallBlock("t/", 0, fns, [0], b"[1]", array("q", [0, 3]), cache_key)
+        mod.CallBlock("t/", 0, fns, [0], b"[1]", array("q", [0, 3]))
     with pytest.raises(TypeError):
-        mod.CallBlock("t/", 0, fns, array("I", [0]), b"[1]", array("q", [0]), cache_key)
+        mod.CallBlock("t/", 0, fns, array("I", [0]), b"[1]", array("q", [0]))
     for fidx, args, offs in ((array("I", [1]), b"[1]", [0, 3]),             # no function 1
                              (array("I", [0]), b"[1]", [0, 9]),             # past the buffer
                              (array("I", [0, 0]), b"[1][2]", [0, 7, 6]),    # backwards
                              (array("I", [0]), b"[1]", [1, 3])):            # not from 0
         with pytest.raises(ValueError):
-            mod.CallBlock("t/", 0, fns, fidx, args, array("q", offs), cache_key)
+            mod.CallBlock("t/", 0, fns, fidx, args, array("q", offs))
     if mod is not IMPLS[-1][1]:
         with pytest.raises(AttributeError):
             ok.pos = 5

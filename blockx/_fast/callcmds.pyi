@@ -1,3 +1,0 @@
-# Type stub of the compiled module blockx._fast.callcmds: its public interface is that
-# of its pure-Python twin, blockx._fast.callcmds_py (the same tests run against both).
-from blockx._fast.callcmds_py import *  # noqa: F401,F403

@@ -1,4 +1,0 @@
-# Type stub of the compiled module blockx._fast.dispatchloop: its public interface is that
-# of its pure-Python twin, blockx._fast.dispatchloop_py (the same tests run against both).
-from blockx._fast.dispatchloop_py import *  # noqa: F401,F403
-from blockx._fast.dispatchloop_py import join as join  # public, outside the twin's __all__

@@ -1,3 +1,0 @@
-# Type stub of the compiled module blockx._fast.subcallbind: its public interface is that
-# of its pure-Python twin, blockx._fast.subcallbind_py (the same tests run against both).
-from blockx._fast.subcallbind_py import *  # noqa: F401,F403
