@@ -2,6 +2,7 @@
 constant-time lookup, reload keeping the tokens in use on a bad file, and the
 generated local token (0600, reused)."""
 import os
+import pathlib
 import stat
 
 import pytest
@@ -64,11 +65,11 @@ def test_local_token_is_0600_reused_and_found_by_the_client(tmp_path):
     state = tmp_path / "state"
     path = ensure_local_token(str(state))
     assert path == local_token_path(str(state)) and stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    name, token = open(path).read().split()
+    name, token = pathlib.Path(path).read_text().split()
     assert name == "admin" and len(token) >= 32
     assert TokenStore(path).identify(token).admin
     os.chmod(path, 0o644)
-    assert ensure_local_token(str(state)) == path and open(path).read().split()[1] == token
+    assert ensure_local_token(str(state)) == path and pathlib.Path(path).read_text().split()[1] == token
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert local_token({"STATE_DIR": str(state)}) == token
 
