@@ -188,7 +188,10 @@ def test_top_on_a_real_terminal_shows_the_workers_strings_escaped(start_worker, 
 
 def _readme_sh_blocks(after: str) -> list[str]:
     readme = (ROOT / "README.md").read_text()
-    return re.findall(r"```sh[^\n]*\n(.*?)```", readme.split(after, 1)[1], re.S)
+    # the words of `after` in order, however the paragraph is wrapped
+    at = re.search(r"\s+".join(map(re.escape, after.split())), readme)
+    assert at, f"README.md no longer says {after!r}"
+    return re.findall(r"```sh[^\n]*\n(.*?)```", readme[at.end():], re.S)
 
 
 def _cli(w, args: list[str]) -> subprocess.CompletedProcess:
