@@ -29,6 +29,7 @@ import duckdb
 
 from blockx.plugins.data.errors import DataSourceError
 from blockx.plugins.data.idents import on_conflict, quote, quoted_table
+from blockx.plugins.data.upsert import upsert_all
 from blockx.plugins.data.urls import MEMORY
 
 
@@ -320,13 +321,7 @@ class DuckSource:
                      groups: list[tuple[tuple[str, ...], list[list[Any]]]],
                      create: list[tuple[str, str]] | None = None, types: dict[str, str] | None = None) -> int:
         """Write every group (columns, column-major values) in one transaction."""
-        tx = self.open_upsert(schema, table, key, create)
-        try:
-            written = await tx.write(groups)
-            await tx.commit()
-        finally:
-            await tx.rollback()       # a no-op once committed
-        return written
+        return await upsert_all(self.open_upsert(schema, table, key, create), groups)
 
     def open_upsert(self, schema: str | None, table: str, key: Sequence[str],
                     create: list[tuple[str, str]] | None = None,

@@ -19,6 +19,7 @@ import asyncpg
 
 from blockx.plugins.data.errors import DataSourceError
 from blockx.plugins.data.idents import on_conflict, quote, quoted_table
+from blockx.plugins.data.upsert import upsert_all
 from blockx.plugins.data.values import BOOLEAN, INTEGER, NUMBER, TEXT, family
 
 POOL_MIN = 0
@@ -240,13 +241,7 @@ class PgSource:
                      types: dict[str, str] | None = None) -> int:
         """Write every group (columns, column-major values) in one transaction:
         COPY into a temporary table, then INSERT ... ON CONFLICT from it."""
-        tx = self.open_upsert(schema, table, key, create, types)
-        try:
-            written = await tx.write(groups)
-            await tx.commit()
-        finally:
-            await tx.rollback()       # a no-op once committed
-        return written
+        return await upsert_all(self.open_upsert(schema, table, key, create, types), groups)
 
     def open_upsert(self, schema: str | None, table: str, key: Sequence[str],
                     create: list[tuple[str, str]] | None = None,
