@@ -26,7 +26,12 @@ def bundle_worker(start_worker, tmp_path, pg_db):
                     f"TO '{root}/data/2026-11-0{day}.parquet' (FORMAT PARQUET)")
     env = {"STATE_DIR": str(tmp_path / "state"), "BUNDLE_ROOT": str(root),
            "BLOCKX_DATA_SOURCES": json.dumps({"main": pg_db, "local": f"duckdb://{tmp_path}/state/local.duckdb"}),
-           "CALL_RETRY_JITTER_PERCENT": "0"}
+           "CALL_RETRY_JITTER_PERCENT": "0",
+           # The killed-executor test holds its first call blocked while it checks the
+           # table mid-task; under load that check can outlast the default 5 s call
+           # budget, which then failed the task BUDGET_EXCEEDED before the kill. No test
+           # here is about the budget, so the budget is out of their way.
+           "CALL_DEADLINE_MS": "120000"}
     return start_worker(env, profile="bundle")
 
 
