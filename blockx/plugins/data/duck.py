@@ -20,6 +20,7 @@ DuckDB's `execute` would run them all."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -32,14 +33,17 @@ from blockx.plugins.data.idents import on_conflict, quote, quoted_table
 from blockx.plugins.data.upsert import upsert_all
 from blockx.plugins.data.urls import MEMORY
 
+log = logging.getLogger("blockx.data")
+
 
 def _db_error(exc: Exception) -> DataSourceError:
     return DataSourceError("DuckDB: " + " ".join(str(exc).split()))
 
 
-def _out_of_memory(exc: Exception, limit_mb: int) -> DataSourceError | None:
+def _out_of_memory(exc: Exception, limit_mb: int, rows: int) -> DataSourceError | None:
     """A clear error for a write DuckDB's buffer pool could not hold (its own text
-    suggests `SET memory_limit`, which no task can run on a locked source)."""
+    suggests `SET memory_limit`, which no task can run on a locked source). `rows`:
+    the rows the transaction had taken when it failed."""
     text = str(exc)
     if not (isinstance(exc, duckdb.OutOfMemoryException) or "could not allocate block" in text
             or "failed to pin block" in text):
@@ -47,10 +51,11 @@ def _out_of_memory(exc: Exception, limit_mb: int) -> DataSourceError | None:
     what = " ".join(text.split("Possible solutions")[0].split())
     limit = f"{limit_mb} MiB" if limit_mb else "0: DuckDB's own"
     return DataSourceError(
-        f"DuckDB: {what}: the write needs more than dataPlane.duckdbMemoryLimitMb ({limit}) "
-        "holds (DuckDB keeps the primary-key index of every row one transaction writes in memory until it "
-        "commits, some 25 bytes a key); raise dataPlane.duckdbMemoryLimitMb, or split the task so that each "
-        "writes fewer rows")
+        f"DuckDB: {what}: the transaction's {rows} rows need more than dataPlane.duckdbMemoryLimitMb "
+        f"({limit}) holds. DuckDB keeps the primary-key index of the rows one transaction adds in memory, "
+        "and at COMMIT that index and the table's side by side (with a BIGINT key about 16 bytes a new key: "
+        "10,000,000 new keys commit at 160 MiB, not at 128); raise dataPlane.duckdbMemoryLimitMb, or split "
+        "the task so that each writes fewer rows")
 
 
 def check_select(query: object) -> str:
@@ -90,13 +95,15 @@ def bundle_files(paths: Sequence[str], *, spill_dir: str | None = None, memory_l
 class DuckScan:
     """An open result being fetched in batches."""
 
-    __slots__ = ("columns", "_cur", "_closed", "_owner")
+    __slots__ = ("columns", "_cur", "_closed", "_owner", "_source")
 
-    def __init__(self, cur: duckdb.DuckDBPyConnection, owner: DuckSource | None = None):
+    def __init__(self, cur: duckdb.DuckDBPyConnection, owner: DuckSource | None = None,
+                 source: DuckSource | None = None):
         self._cur = cur
         self.columns = tuple(d[0] for d in (cur.description or ()))
         self._closed = False
         self._owner = owner       # a private source that ends with this scan
+        self._source = source     # the source the scan reads (told when DuckDB invalidates it)
 
     async def fetch(self, n: int) -> list[tuple]:
         if self._closed:
@@ -104,6 +111,8 @@ class DuckScan:
         try:
             return await asyncio.to_thread(self._cur.fetchmany, n)
         except duckdb.Error as exc:
+            if isinstance(exc, duckdb.FatalException) and self._source is not None:
+                self._source.drop_invalidated()
             raise _db_error(exc) from None
 
     def close(self) -> None:
@@ -261,6 +270,30 @@ class DuckSource:
         """A new connection to this source's database (one per operation and thread)."""
         return self._connect().cursor()
 
+    def drop_invalidated(self) -> bool:
+        """After an error DuckDB may have invalidated the whole database (a COMMIT
+        that ran out of memory does: "the database must be restarted"), and then
+        every statement on it fails. When it has, close it so that the next use
+        opens the file again, which recovers what was committed; True if so.
+        Any thread; a cursor still open on the old database keeps failing."""
+        with self._open_lock:
+            db = self._db
+            if db is None:
+                return False
+            try:
+                db.execute("SELECT 1").fetchall()
+                return False
+            except duckdb.Error:
+                self._db = None
+        log.warning("data_source_reopened", extra={"event": "data_source_reopened", "fields": {
+            "source": self.name, "reason": "DuckDB invalidated the database after an error; the next use opens it "
+                                            "again, with what was committed before"}})
+        try:
+            db.close()
+        except duckdb.Error:
+            pass
+        return True
+
     @property
     def write_lock(self) -> asyncio.Lock:
         if self._write_lock is None:
@@ -288,11 +321,13 @@ class DuckSource:
             raise
         except duckdb.Error as exc:
             cur.close()
+            if isinstance(exc, duckdb.FatalException):
+                self.drop_invalidated()
             raise _db_error(exc) from None
         except BaseException:
             cur.close()
             raise
-        return DuckScan(cur, self if owned else None)
+        return DuckScan(cur, self if owned else None, self)
 
     async def fetch_rows(self, query: str, params: Sequence[Any], max_rows: int) -> tuple[tuple[str, ...], list]:
         scan = await self.open_scan(query, params)
@@ -347,7 +382,7 @@ class DuckUpsert:
     (or a write that fails or is cancelled) leaves nothing. The transaction begins
     with the first write; createTable's CREATE is its first statement."""
 
-    __slots__ = ("_src", "_target", "_key", "_create", "_cur", "_watch", "_n", "_state")
+    __slots__ = ("_src", "_target", "_key", "_create", "_cur", "_watch", "_n", "_state", "_rows")
 
     def __init__(self, src: DuckSource, target: str, key: Sequence[str],
                  create: list[tuple[str, str]] | None) -> None:
@@ -359,6 +394,7 @@ class DuckUpsert:
         self._watch: _StatementTimer | None = None
         self._n = 0                   # temporary tables made so far (unique names)
         self._state = "new"           # new -> open -> committed | rolled back
+        self._rows = 0                # rows written in the transaction so far
 
     def _begin(self) -> None:
         cur = self._cur = self._watch = _StatementTimer(self._src.cursor(), self._src._timeout_ms)
@@ -386,6 +422,7 @@ class DuckUpsert:
                         f"{on_conflict(cols, key)}")
             execute_one(cur, f"DROP TABLE {tmp}")
             written += len(values[0]) if values else 0
+        self._rows += written
         return written
 
     def _end(self, commit: bool) -> None:
@@ -422,10 +459,11 @@ class DuckUpsert:
                 return fut.result()
             except duckdb.Error as exc:
                 await asyncio.to_thread(self._rollback_now)
+                await asyncio.to_thread(self._src.drop_invalidated)
                 if self._watch is not None and self._watch.fired:
                     raise DataSourceError(f"DuckDB: a statement ran longer than phaseIoTimeoutMs "
                                           f"({self._src._timeout_ms} ms)", retryable=True) from None
-                raise (_out_of_memory(exc, self._src._memory_limit_mb) or _db_error(exc)) from None
+                raise (_out_of_memory(exc, self._src._memory_limit_mb, self._rows) or _db_error(exc)) from None
             except BaseException:
                 await asyncio.to_thread(self._rollback_now)
                 raise

@@ -33,3 +33,32 @@ async def test_an_upsert_past_the_memory_limit_names_the_setting(tmp_path):
         assert await src.upsert(None, "u", ["id"], [(("id",), [[1, 2]])], create=[("id", "BIGINT")]) == 2
     finally:
         src.close()
+
+
+async def test_a_commit_past_the_memory_limit_leaves_the_source_usable(tmp_path):
+    # 1.5M new keys at 24 MiB: every write fits, the COMMIT does not (DuckDB pins
+    # the transaction's key index and the table's beside it). DuckDB then marks
+    # the whole database invalidated ("must be restarted"): without a reopen,
+    # every later read and write of the source failed until the Worker restarted.
+    path = str(tmp_path / "a.duckdb")
+    src = DuckSource("local", path, memory_limit_mb=24)
+    try:
+        assert await src.upsert(None, "kept", ["id"], [(("id",), [[7, 8]])], create=[("id", "BIGINT")]) == 2
+        tx = src.open_upsert(None, "t", ["id"], create=[("id", "BIGINT"), ("v", "BIGINT")])
+        for j in range(0, 1_500_000, 100_000):
+            ids = list(range(j, j + 100_000))
+            await tx.write([(("id", "v"), [ids, ids])])
+        with pytest.raises(DataSourceError) as err:
+            await tx.commit()
+        msg = err.value.message
+        assert "dataPlane.duckdbMemoryLimitMb (24 MiB)" in msg and "1500000 rows" in msg, msg
+        assert "invalidated" not in msg and "SET memory_limit" not in msg, msg
+        await tx.rollback()
+        cols, rows = await src.fetch_rows("SELECT count(*) FROM information_schema.tables WHERE table_name = 't'",
+                                          [], 1)
+        assert rows == [(0,)]                # nothing of the failed task
+        cols, rows = await src.fetch_rows("SELECT id FROM kept ORDER BY id", [], 10)
+        assert rows == [(7,), (8,)]          # what was committed before is still there
+        assert await src.upsert(None, "u", ["id"], [(("id",), [[1, 2]])], create=[("id", "BIGINT")]) == 2
+    finally:
+        src.close()
