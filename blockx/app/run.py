@@ -51,6 +51,7 @@ from blockx.adapters.trace_recorder import TraceStore
 from blockx.adapters.shadow import ShadowForwarder
 from blockx.adapters.tls import ServerTLS, ServerTLSFiles
 from blockx.adapters.worker_status import WorkerStatusReader
+from blockx.app.bundle_sweep import BundleSweep
 from blockx.app.logs import setup_logging
 from blockx.log_event import log_event
 from blockx.app.memory_diagnostics import MemoryDiagnostics
@@ -384,6 +385,9 @@ class Worker:
                   tls="off" if self.tls is None else ("mutual" if self.tls.mutual else "on"),
                   auth=self.auth.mode,
                   auth_tokens=self.auth.tokens.path if self.auth.tokens is not None else "")
+        # What a killed Worker's bundle writers left, swept beside serving.
+        bundle_sweep = BundleSweep(data.bundle_root)
+        bundle_sweep.start()
         warn_if_open(self.auth.mode, cfg.grpc_listen_addr(), self.tls is not None)
         warn_if_cleartext_tokens(self.auth.mode, cfg.grpc_listen_addr(), self.tls is not None)
 
@@ -417,6 +421,7 @@ class Worker:
             await fcode.stop()
         ticker.cancel()
         memdiag.cancel()
+        await bundle_sweep.stop()
         unfinished = self.orch.end_unfinished_tasks()    # their watchers get a terminal update
         log_event(log, "shutdown_step", step="tasks_ended", unfinished_tasks=unfinished)
         await self.pool.stop()

@@ -3,11 +3,14 @@ executors. A streamed bundleScan -> bundleWrite task writes the same Parquet fil
 (schema and rows) as the same task with "stream": false, although its fields
 change type along the call list; it keeps only its budgeted outputs; a field
 that turns from numbers to strings fails the task naming it; a task that fails
-or times out after batches were spooled leaves no file and no temporary."""
+or times out after batches were spooled leaves no file and no temporary; what a
+killed Worker's write left, the next Worker's start removes, and never the work
+of another Worker writing into the same bundle root."""
 from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 
 import duckdb
@@ -44,6 +47,7 @@ def bundle_worker(start_worker, tmp_path):
            "CALL_DEADLINE_MS": "120000"}
     w = start_worker(env, profile="bundle")
     w.root = root
+    w.bundle_env = env
     return w
 
 
@@ -124,3 +128,32 @@ def test_a_task_timing_out_after_batches_were_spooled_leaves_nothing(bundle_work
     res = w.wait_terminal("slow", timeout=60)
     assert res.state == 4 and res.failure_code == "TIMED_OUT", res
     left_nothing(out)
+
+
+def test_a_killed_workers_spool_is_swept_by_the_next_start_and_a_live_ones_kept(bundle_worker, start_worker,
+                                                                                 tmp_path):
+    a = bundle_worker
+    a.submit("killed", "bundleScan", {"files": "slow/*.parquet", "functionId": "row_mixed"},
+             result_handler=("bundleWrite", {"dir": "out"}), timeout_ms=300_000)
+    out = a.root / "out"
+    deadline = time.monotonic() + 60
+    while not (out.exists() and any(n.endswith(".tmp.d") for n in os.listdir(out))):   # the spool is open
+        assert time.monotonic() < deadline, "the streamed write never spooled a batch"
+        time.sleep(0.05)
+    spool = [n for n in os.listdir(out) if n.endswith(".tmp.d")]
+    # A second Worker on the same bundle root, while the first is writing: its
+    # start finds the spool in use and leaves it.
+    b = start_worker({**a.bundle_env, "STATE_DIR": str(tmp_path / "state-b")}, profile="bundle")
+    found = b.wait_event("bundle_work_swept", timeout=30)
+    assert found["removed"] == 0 and found["in_use"] == 1, found
+    assert [n for n in os.listdir(out) if n.endswith(".tmp.d")] == spool
+    a.signal(signal.SIGKILL)
+    a.wait_exit(30)
+    assert [n for n in os.listdir(out) if n.endswith(".tmp.d")] == spool       # nothing else removes it
+    c = start_worker({**a.bundle_env, "STATE_DIR": str(tmp_path / "state-c")}, profile="bundle")
+    found = c.wait_event("bundle_work_swept", timeout=30)
+    assert found["removed"] == 1 and found["paths"] == [f"out/{spool[0]}"], found
+    assert os.listdir(out) == []
+    res = run(c, "after", "ok/*.parquet")                # and the root is written as before
+    assert res.state == 3, res.failure_message
+    assert os.listdir(out) == ["after.parquet"]

@@ -22,7 +22,8 @@ table of a private in-memory DuckDB that may open the task's temporary file and
 no other, whose buffer pool is bounded by dataPlane.duckdbMemoryLimitMb and
 spills into the task's work directory: ``.<file>.<random>.tmp.d`` beside the
 final file, 0700, holding the temporary file (0640, O_EXCL|O_NOFOLLOW) and the
-spill. ``commit`` copies the table into the temporary file, syncs it and renames
+spill, and locked while it exists, so that a Worker's start can sweep what a
+killed one left (plugins.data.work_files). ``commit`` copies the table into the temporary file, syncs it and renames
 it over the task's previous file; ``abort`` (a failed, timed-out or cancelled
 task) removes the work directory: no file, no temporary, the previous file as it
 was. `"stream": false` keeps the writer after the Calls phase, over every output.
@@ -59,6 +60,7 @@ import orjson
 from blockx.plugins.data.duck import execute_one
 from blockx.plugins.data.errors import DataSourceError
 from blockx.plugins.data.idents import quote, shown
+from blockx.plugins.data.work_files import hold, release
 from blockx.plugins.plugin_api import STREAM_KEYS, PluginError, PluginResult, parse_config, stream_options
 from blockx.plugins.writers.table_rows import BadRows, check_field, iter_rows
 
@@ -234,8 +236,10 @@ class BundleWritePlugin:
         # The file exists, 0640, before DuckDB writes it (in place: no temporary
         # of DuckDB's own, which the private database could not open anyway).
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE))
-        files = self.data.files([tmp])          # may open the temporary file, nothing else
+        held = hold(tmp)                        # until it is renamed or removed (work_files.sweep)
+        files = None
         try:
+            files = self.data.files([tmp])      # may open the temporary file, nothing else
             cur = files.cursor()
             guard.cursor = cur
             sel = ", ".join(f"UNNEST(${i + 1}) AS {quote(n)}" for i, n in enumerate(names))
@@ -247,9 +251,13 @@ class BundleWritePlugin:
             if guard.rename(tmp, final):
                 fsync_dir(directory)
         finally:
-            files.close()
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+            try:
+                if files is not None:
+                    files.close()
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            finally:
+                release(held)
 
 
 class _WriteTimedOut(Exception):
@@ -396,7 +404,9 @@ class _Spool:
         self.work = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp.d")
         os.mkdir(self.work, 0o700)
         self.files: Any = None
+        self._held: int | None = None
         try:
+            self._held = hold(self.work)        # until the directory is removed (work_files.sweep)
             self.tmp = os.path.join(self.work, name)
             os.close(os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE))
             # may open the temporary file, nothing else; spills into the work directory
@@ -460,6 +470,8 @@ class _Spool:
             except duckdb.Error:
                 pass
         shutil.rmtree(self.work, ignore_errors=True)
+        held, self._held = self._held, None
+        release(held)
 
 
 class BundleStream:
