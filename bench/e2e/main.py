@@ -77,6 +77,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="(g): what to run on the one worker, in order, of rangeScan,dbscan,dbscan_pg,local,main,"
                         "bundle (bundle: bundleWrite into a Parquet file; default: rangeScan,dbscan,local,main; "
                         "one part alone gives a peak RSS from a fresh worker)")
+    p.add_argument("--g-duckdb-memory-mb", type=int, default=0,
+                   help="(g): dataPlane.duckdbMemoryLimitMb of the worker (default 0: the Worker's default, 128)")
     p.add_argument("--g-warm", type=int, default=0,
                    help="(g): run each writer part first on a bundle of this many rows, so its pre-task RSS "
                         "already holds what any first use loads (default 0: none)")
@@ -426,7 +428,7 @@ async def run_bundle_worker(ns, sizes: dict, report: dict) -> None:
     w = BenchWorker(executors=ns.executors, profile="dev", env={
         "STREAM_BUILD_ENABLED": "true", "BUNDLE_ROOT": os.path.join(base, "bundles"),
         "STATE_DIR": os.path.join(base, "state"), "BLOCKX_DATA_SOURCES": json.dumps(sources),
-        "PHASE_IO_TIMEOUT_MS": "600000"})
+        "PHASE_IO_TIMEOUT_MS": "600000", **_duckdb_limit_config(base, ns.g_duckdb_memory_mb)})
     client = None
     try:
         await _start(w)
@@ -452,6 +454,16 @@ async def run_bundle_worker(ns, sizes: dict, report: dict) -> None:
             await asyncio.to_thread(pg.close)
         import shutil
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _duckdb_limit_config(base: str, limit_mb: int) -> dict[str, str]:
+    """WORKER_CONFIG setting dataPlane.duckdbMemoryLimitMb, when asked (--g-duckdb-memory-mb)."""
+    if not limit_mb:
+        return {}
+    path = os.path.join(base, "worker-config.json")
+    with open(path, "w") as f:
+        json.dump({"dataPlane": {"duckdbMemoryLimitMb": limit_mb}}, f)
+    return {"WORKER_CONFIG": path}
 
 
 async def run_rpc_worker(ns, sizes: dict, report: dict) -> None:
