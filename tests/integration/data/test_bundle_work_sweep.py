@@ -71,6 +71,7 @@ def test_only_a_writers_names_are_swept_and_symlinks_never_followed(tmp_path):
     left[0].write_text("half a file")
     left[1].mkdir()
     (left[1] / "y.parquet").write_text("half")
+    (left[1] / "spill").symlink_to(outside, target_is_directory=True)     # removed as a link, not followed
     kept = [root / "a" / "x.parquet", root / "a" / ".hidden.tmp", root / "a" / ".z.parquet.0123456789AB.tmp",
             root / "a" / ".z.parquet.0123456789a.tmp", root / "a" / "z.parquet.0123456789ab.tmp.d.old"]
     for k in kept:
