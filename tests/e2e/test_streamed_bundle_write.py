@@ -76,6 +76,19 @@ def run(w, task_id: str, files: str, timeout_ms: int = 120_000, **cfg):
     return w.wait_terminal(task_id, timeout=timeout_ms / 1000 + 30)
 
 
+def submit_slow(w, task_id: str, *, timeout_ms: int, spooled_within: float):
+    """Submit the task whose last call outlives it and wait until its streamed
+    write has spooled a batch (its .tmp.d is in <root>/out): that directory."""
+    w.submit(task_id, "bundleScan", {"files": "slow/*.parquet", "functionId": "row_mixed"},
+             result_handler=("bundleWrite", {"dir": "out"}), timeout_ms=timeout_ms)
+    out = w.root / "out"
+    deadline = time.monotonic() + spooled_within
+    while not (out.exists() and any(n.endswith(".tmp.d") for n in os.listdir(out))):   # the spool is open
+        assert time.monotonic() < deadline, "the streamed write never spooled a batch"
+        time.sleep(0.05)
+    return out
+
+
 def test_the_streamed_file_equals_the_whole_task_file(bundle_worker):
     w = bundle_worker
     res = run(w, "streamed", "ok/*.parquet")
@@ -118,13 +131,7 @@ def test_a_call_failing_mid_task_leaves_no_file_and_no_temporary(bundle_worker):
 
 def test_a_task_timing_out_after_batches_were_spooled_leaves_nothing(bundle_worker):
     w = bundle_worker
-    w.submit("slow", "bundleScan", {"files": "slow/*.parquet", "functionId": "row_mixed"},
-             result_handler=("bundleWrite", {"dir": "out"}), timeout_ms=20_000)
-    out = w.root / "out"
-    deadline = time.monotonic() + 18
-    while not (out.exists() and any(n.endswith(".tmp.d") for n in os.listdir(out))):   # the spool is open
-        assert time.monotonic() < deadline, "the streamed write never spooled a batch"
-        time.sleep(0.05)
+    out = submit_slow(w, "slow", timeout_ms=20_000, spooled_within=18)
     res = w.wait_terminal("slow", timeout=60)
     assert res.state == 4 and res.failure_code == "TIMED_OUT", res
     left_nothing(out)
@@ -133,13 +140,7 @@ def test_a_task_timing_out_after_batches_were_spooled_leaves_nothing(bundle_work
 def test_a_killed_workers_spool_is_swept_by_the_next_start_and_a_live_ones_kept(bundle_worker, start_worker,
                                                                                  tmp_path):
     a = bundle_worker
-    a.submit("killed", "bundleScan", {"files": "slow/*.parquet", "functionId": "row_mixed"},
-             result_handler=("bundleWrite", {"dir": "out"}), timeout_ms=300_000)
-    out = a.root / "out"
-    deadline = time.monotonic() + 60
-    while not (out.exists() and any(n.endswith(".tmp.d") for n in os.listdir(out))):   # the spool is open
-        assert time.monotonic() < deadline, "the streamed write never spooled a batch"
-        time.sleep(0.05)
+    out = submit_slow(a, "killed", timeout_ms=300_000, spooled_within=60)
     spool = [n for n in os.listdir(out) if n.endswith(".tmp.d")]
     # A second Worker on the same bundle root, while the first is writing: its
     # start finds the spool in use and leaves it.
