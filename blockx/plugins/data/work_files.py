@@ -9,14 +9,20 @@ loss) cannot, and nothing else would. So every writer holds an exclusive flock(2
 on its work file or directory (``hold``) from the moment it creates it until it
 has removed it; the kernel drops the lock when the process dies.
 
+A writer never shows an unlocked work name: it creates the file or directory
+under a staging name (the same with ``.new`` appended), locks it and renames it
+to its work name (``create_file``, ``create_dir``; the lock stays with the
+inode). So an unlocked work name is a dead writer's, whatever its age, and a
+Worker restarted the instant after a crash sweeps it.
+
 ``sweep`` (at Worker start, in a thread) walks the bundle root and removes every
 entry of exactly those names whose lock it can take, holding the lock while it
 removes it: a writer of another live Worker sharing the root keeps its lock and
-its files. An entry younger than ``min_age_s`` is left even unlocked (the
-instant between a writer creating it and locking it), and so is anything else:
-other names, symlinks (never followed, never removed) and what is not a plain
-file or directory. The walk never enters a work directory and stops when
-``stop`` is set (a Worker that shuts down mid-sweep)."""
+its files. A staging name is removed only once older than ``min_age_s`` (a live
+writer holds it for an instant; a writer killed in that instant leaves it).
+Anything else is left: other names, symlinks (never followed, never removed)
+and what is not a plain file or directory. The walk never enters a work
+directory and stops when ``stop`` is set (a Worker that shuts down mid-sweep)."""
 
 from __future__ import annotations
 
@@ -29,8 +35,36 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-WORK_NAME = re.compile(r"\..+\.[0-9a-f]{12}\.tmp(\.d)?")
-MIN_AGE_S = 2.0
+WORK_NAME = re.compile(r"\..+\.[0-9a-f]{12}\.tmp(\.d)?(\.new)?")
+STAGING = ".new"
+MIN_AGE_S = 60.0
+
+
+def create_file(path: str, mode: int) -> int:
+    """The empty work file `path` (mode, O_EXCL, O_NOFOLLOW), locked before it
+    appears under its name: the descriptor that holds the lock (``release``)."""
+    staging = path + STAGING
+    os.close(os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode))
+    return _publish(staging, path)
+
+
+def create_dir(path: str, mode: int) -> int:
+    """The empty work directory `path`, locked before it appears under its name."""
+    staging = path + STAGING
+    os.mkdir(staging, mode)
+    return _publish(staging, path)
+
+
+def _publish(staging: str, path: str) -> int:
+    fd = hold(staging)
+    try:
+        if os.path.lexists(path):
+            raise FileExistsError(f"{path} exists")
+        os.rename(staging, path)
+    except BaseException:
+        release(fd)
+        raise
+    return fd
 
 
 def hold(path: str) -> int:
@@ -54,7 +88,7 @@ def release(fd: int | None) -> None:
 class Swept:
     removed: list[str] = field(default_factory=list)    # relative to the root
     busy: int = 0            # work of a live writer, left
-    young: int = 0           # unlocked but younger than min_age_s, left
+    young: int = 0           # an unlocked staging name younger than min_age_s, left
     failed: list[str] = field(default_factory=list)     # could not be removed (the reason, per entry)
 
 
@@ -95,7 +129,7 @@ def _sweep_one(root: str, path: str, is_dir: bool, min_age_s: float, now: float,
         except BlockingIOError:
             out.busy += 1
             return
-        if now - max(st.st_mtime, st.st_ctime) < min_age_s:
+        if path.endswith(STAGING) and now - max(st.st_mtime, st.st_ctime) < min_age_s:
             out.young += 1
             return
         try:

@@ -60,7 +60,7 @@ import orjson
 from blockx.plugins.data.duck import execute_one
 from blockx.plugins.data.errors import DataSourceError
 from blockx.plugins.data.idents import quote, shown
-from blockx.plugins.data.work_files import hold, release
+from blockx.plugins.data.work_files import create_dir, create_file, release
 from blockx.plugins.plugin_api import STREAM_KEYS, PluginError, PluginResult, parse_config, stream_options
 from blockx.plugins.writers.table_rows import BadRows, check_field, iter_rows
 
@@ -235,8 +235,7 @@ class BundleWritePlugin:
         table = quote("__blockx_bundle_" + secrets.token_hex(6))
         # The file exists, 0640, before DuckDB writes it (in place: no temporary
         # of DuckDB's own, which the private database could not open anyway).
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE))
-        held = hold(tmp)                        # until it is renamed or removed (work_files.sweep)
+        held = create_file(tmp, FILE_MODE)      # locked until renamed or removed (work_files.sweep)
         files = None
         try:
             files = self.data.files([tmp])      # may open the temporary file, nothing else
@@ -402,11 +401,9 @@ class _Spool:
     def __init__(self, data: Any, directory: str, name: str, guard: WriteGuard) -> None:
         make_dirs(directory)
         self.work = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp.d")
-        os.mkdir(self.work, 0o700)
+        self._held: int | None = create_dir(self.work, DIR_MODE)   # locked until removed (work_files.sweep)
         self.files: Any = None
-        self._held: int | None = None
         try:
-            self._held = hold(self.work)        # until the directory is removed (work_files.sweep)
             self.tmp = os.path.join(self.work, name)
             os.close(os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE))
             # may open the temporary file, nothing else; spills into the work directory

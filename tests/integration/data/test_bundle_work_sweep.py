@@ -11,7 +11,7 @@ import sys
 import textwrap
 import time
 
-from blockx.plugins.data.work_files import WORK_NAME, hold, release, sweep
+from blockx.plugins.data.work_files import WORK_NAME, create_dir, release, sweep
 
 HOLDER = textwrap.dedent("""
     import os, sys, time
@@ -49,7 +49,7 @@ def test_a_killed_writers_work_is_removed_and_a_live_ones_kept(tmp_path):
         assert len(work) == 2 and all(w.startswith("out/.held.parquet.") and w.endswith(".tmp.d") for w in work), work
         dead.send_signal(signal.SIGKILL)
         dead.wait(10)
-        swept = sweep(str(root), min_age_s=0)
+        swept = sweep(str(root))          # right after the kill: no age needed
         assert len(swept.removed) == 1 and swept.busy == 1 and not swept.failed, swept
         assert _work(root) == sorted(set(work) - set(swept.removed))    # the live writer's is there
         assert os.path.isdir(root / "out")
@@ -90,16 +90,17 @@ def test_only_a_writers_names_are_swept_and_symlinks_never_followed(tmp_path):
 def test_young_or_held_work_is_left(tmp_path):
     root = tmp_path / "bundles"
     root.mkdir()
-    young = root / ".a.parquet.0123456789ab.tmp"
+    young = root / ".a.parquet.0123456789ab.tmp.new"      # a writer between creating and locking it
     young.write_text("just created")
+    dead = root / ".c.parquet.0123456789ab.tmp"           # a work name unlocked: its writer is dead
+    dead.write_text("half")
     held = root / ".b.parquet.0123456789ab.tmp.d"
-    held.mkdir()
-    fd = hold(str(held))
+    fd = create_dir(str(held), 0o700)
     try:
         swept = sweep(str(root), min_age_s=3600)
-        assert swept.removed == [] and swept.young == 1 and swept.busy == 1, swept
+        assert swept.removed == [".c.parquet.0123456789ab.tmp"] and swept.young == 1 and swept.busy == 1, swept
         swept = sweep(str(root), min_age_s=0, now=time.time() + 10)
-        assert swept.removed == [".a.parquet.0123456789ab.tmp"] and swept.busy == 1, swept
+        assert swept.removed == [".a.parquet.0123456789ab.tmp.new"] and swept.busy == 1, swept
     finally:
         release(fd)
     assert sweep(str(root), min_age_s=0).removed == [".b.parquet.0123456789ab.tmp.d"]
