@@ -12,10 +12,12 @@ database per operation that may open exactly the files the builder or writer
 resolved (allowed_paths), with external access off and its configuration locked,
 so no SQL, however built, can read or write any other file.
 
-Read-only: DuckDB has no read-only transaction, so a query is accepted only when it
-parses to exactly one SELECT statement. Every statement the Worker builds runs
-through `execute_one`, which refuses a text that parses to several statements:
-DuckDB's `execute` would run them all."""
+Queries and built statements are checked by duck_sql (one SELECT; one statement);
+upserts are duck_upsert's transactions. A table an upsert creates is built aside
+under a staging name until its task commits: when this source opens a file, it
+drops the staging tables no live writer of this process holds (a killed
+Worker's; DuckDB lets one process open a file, so no other Worker's can be
+there) and logs `data_source_staging_dropped`."""
 
 from __future__ import annotations
 
@@ -28,60 +30,14 @@ from typing import Any
 
 import duckdb
 
+from blockx.plugins.data.duck_sql import check_select, db_error
+from blockx.plugins.data.duck_upsert import STAGING_PREFIX, DuckStagedUpsert, DuckUpsert
 from blockx.plugins.data.errors import DataSourceError
-from blockx.plugins.data.idents import on_conflict, quote, quoted_table
+from blockx.plugins.data.idents import quoted_table
 from blockx.plugins.data.upsert import upsert_all
 from blockx.plugins.data.urls import MEMORY
 
 log = logging.getLogger("blockx.data")
-
-
-def _db_error(exc: Exception) -> DataSourceError:
-    return DataSourceError("DuckDB: " + " ".join(str(exc).split()))
-
-
-def _out_of_memory(exc: Exception, limit_mb: int, rows: int) -> DataSourceError | None:
-    """A clear error for a write DuckDB's buffer pool could not hold (its own text
-    suggests `SET memory_limit`, which no task can run on a locked source). `rows`:
-    the rows the transaction had taken when it failed."""
-    text = str(exc)
-    if not (isinstance(exc, duckdb.OutOfMemoryException) or "could not allocate block" in text
-            or "failed to pin block" in text):
-        return None
-    what = " ".join(text.split("Possible solutions")[0].split())
-    limit = f"{limit_mb} MiB" if limit_mb else "0: DuckDB's own"
-    return DataSourceError(
-        f"DuckDB: {what}: the transaction's {rows} rows need more than dataPlane.duckdbMemoryLimitMb "
-        f"({limit}) holds. DuckDB keeps the primary-key index of the rows one transaction adds in memory, "
-        "and at COMMIT that index and the table's side by side (with a BIGINT key about 16 bytes a new key: "
-        "10,000,000 new keys commit at 160 MiB, not at 128); raise dataPlane.duckdbMemoryLimitMb, or split "
-        "the task so that each writes fewer rows")
-
-
-def check_select(query: object) -> str:
-    """The query, if it is exactly one SELECT statement; DataSourceError otherwise."""
-    if not isinstance(query, str) or not query.strip():
-        raise DataSourceError("the query must be a non-empty string")
-    try:
-        stmts = duckdb.extract_statements(query)
-    except duckdb.Error as exc:
-        raise _db_error(exc) from None
-    if len(stmts) != 1:
-        raise DataSourceError(f"only one statement is accepted, got {len(stmts)}")
-    if stmts[0].type != duckdb.StatementType.SELECT:
-        raise DataSourceError(f"only a read-only SELECT is accepted, got a {stmts[0].type.name} statement")
-    return query
-
-
-def execute_one(cur: Any, sql: str, params: Any = None) -> duckdb.DuckDBPyConnection:
-    """Run `sql` if it is exactly one statement; DataSourceError otherwise."""
-    try:
-        n = len(duckdb.extract_statements(sql))
-    except duckdb.Error as exc:
-        raise _db_error(exc) from None
-    if n != 1:
-        raise DataSourceError(f"DuckDB: refused a built statement that parses to {n} statements")
-    return cur.execute(sql, params) if params is not None else cur.execute(sql)
 
 
 def bundle_files(paths: Sequence[str], *, spill_dir: str | None = None, memory_limit_mb: int = 0) -> DuckSource:
@@ -113,7 +69,7 @@ class DuckScan:
         except duckdb.Error as exc:
             if isinstance(exc, duckdb.FatalException) and self._source is not None:
                 self._source.drop_invalidated()
-            raise _db_error(exc) from None
+            raise db_error(exc) from None
 
     def close(self) -> None:
         if self._closed:
@@ -139,73 +95,6 @@ class DuckScan:
             await asyncio.to_thread(owner.close)
 
 
-class _WriteCancelled(Exception):
-    """The write was cancelled before its COMMIT: it rolls back."""
-
-
-class _StatementTimer:
-    """A cursor whose statements are each interrupted once they have run for
-    `timeout_ms` (0 = never): the IO timeout of one write statement. It stands in
-    for the cursor (execute, interrupt, close).
-
-    It also decides a cancel against the COMMIT, under one lock: ``cancel``
-    before ``commit`` began wins (every later statement, the COMMIT included,
-    raises and the write rolls back; DuckDB's interrupt alone is lost when it
-    lands between two statements, and the COMMIT would then go through);
-    ``cancel`` after it lost (returns False): the rows are being committed."""
-
-    __slots__ = ("_cur", "_timeout_s", "fired", "_lock", "_cancelled", "_committing")
-
-    def __init__(self, cur: duckdb.DuckDBPyConnection, timeout_ms: int):
-        self._cur = cur
-        self._timeout_s = timeout_ms / 1000.0
-        self.fired = False
-        self._lock = threading.Lock()
-        self._cancelled = False
-        self._committing = False
-
-    def cancel(self) -> bool:
-        """True: the write will not commit; False: its COMMIT already began."""
-        with self._lock:
-            if self._committing:
-                return False
-            self._cancelled = True
-        self._cur.interrupt()
-        return True
-
-    def commit(self) -> None:
-        with self._lock:
-            if self._cancelled:
-                raise _WriteCancelled()
-            self._committing = True
-        self._cur.execute("COMMIT")
-
-    def rollback(self) -> None:
-        self._cur.execute("ROLLBACK")
-
-    def _fire(self) -> None:
-        self.fired = True
-        self._cur.interrupt()
-
-    def execute(self, *args):
-        if self._cancelled:
-            raise _WriteCancelled()
-        if self._timeout_s <= 0:
-            return self._cur.execute(*args)
-        timer = threading.Timer(self._timeout_s, self._fire)
-        timer.start()
-        try:
-            return self._cur.execute(*args)
-        finally:
-            timer.cancel()
-
-    def interrupt(self) -> None:
-        self._cur.interrupt()
-
-    def close(self) -> None:
-        self._cur.close()
-
-
 class DuckSource:
     kind = "duckdb"
 
@@ -227,6 +116,15 @@ class DuckSource:
         self._db: duckdb.DuckDBPyConnection | None = None
         self._open_lock = threading.Lock()
         self._write_lock: asyncio.Lock | None = None
+        self._live_staging: set[str] = set()     # staging tables of this process's open writers
+
+    @property
+    def timeout_ms(self) -> int:
+        return self._timeout_ms
+
+    @property
+    def memory_limit_mb(self) -> int:
+        return self._memory_limit_mb
 
     # --- connection -----------------------------------------------------------------
 
@@ -264,7 +162,34 @@ class DuckSource:
                     raise DataSourceError(f"source {self.name!r}: cannot open DuckDB: {exc}") from None
                 if created:
                     os.chmod(self.path, 0o600)      # DuckDB creates it with the umask's mode
+                elif self.path != MEMORY:
+                    self._drop_stale_staging(self._db)
             return self._db
+
+    def _drop_stale_staging(self, db: duckdb.DuckDBPyConnection) -> None:
+        """Drop the staging tables no live writer holds (under the open lock)."""
+        try:
+            found = db.execute("SELECT schema_name, table_name FROM duckdb_tables() WHERE starts_with(table_name, $1)",
+                               [STAGING_PREFIX]).fetchall()
+            stale = [(s, t) for s, t in found if t not in self._live_staging]
+            for schema, table in stale:
+                db.execute(f"DROP TABLE IF EXISTS {quoted_table(schema, table)}")
+        except duckdb.Error as exc:
+            log.warning("data_source_staging_dropped", extra={"event": "data_source_staging_dropped", "fields": {
+                "source": self.name, "error": " ".join(str(exc).split())}})
+            return
+        if stale:
+            log.info("data_source_staging_dropped", extra={"event": "data_source_staging_dropped", "fields": {
+                "source": self.name, "tables": len(stale),
+                "reason": "tables a killed Worker's writers were building; their tasks committed nothing"}})
+
+    def staging_opened(self, name: str) -> None:
+        with self._open_lock:
+            self._live_staging.add(name)
+
+    def staging_closed(self, name: str) -> None:
+        with self._open_lock:
+            self._live_staging.discard(name)
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A new connection to this source's database (one per operation and thread)."""
@@ -323,7 +248,7 @@ class DuckSource:
             cur.close()
             if isinstance(exc, duckdb.FatalException):
                 self.drop_invalidated()
-            raise _db_error(exc) from None
+            raise db_error(exc) from None
         except BaseException:
             cur.close()
             raise
@@ -363,7 +288,9 @@ class DuckSource:
                     types: dict[str, str] | None = None) -> DuckUpsert:
         """One upsert transaction that takes its rows in several writes (a writer
         consuming a task's batches as they settle) and commits once."""
-        return DuckUpsert(self, quoted_table(schema, table), key, create)
+        if create:
+            return DuckStagedUpsert(self, schema, table, key, create)
+        return DuckUpsert(self, quoted_table(schema, table), key)
 
     def close(self) -> None:
         with self._open_lock:
@@ -375,124 +302,3 @@ class DuckSource:
         self.close()
 
 
-class DuckUpsert:
-    """An open upsert transaction on its own cursor: ``write`` runs the statements
-    of some groups in it (under the source's write lock, each statement bounded by
-    phaseIoTimeoutMs), ``commit`` makes every write visible at once, ``rollback``
-    (or a write that fails or is cancelled) leaves nothing. The transaction begins
-    with the first write; createTable's CREATE is its first statement."""
-
-    __slots__ = ("_src", "_target", "_key", "_create", "_cur", "_watch", "_n", "_state", "_rows")
-
-    def __init__(self, src: DuckSource, target: str, key: Sequence[str],
-                 create: list[tuple[str, str]] | None) -> None:
-        self._src = src
-        self._target = target
-        self._key = list(key)
-        self._create = create
-        self._cur: _StatementTimer | None = None
-        self._watch: _StatementTimer | None = None
-        self._n = 0                   # temporary tables made so far (unique names)
-        self._state = "new"           # new -> open -> committed | rolled back
-        self._rows = 0                # rows written in the transaction so far
-
-    def _begin(self) -> None:
-        cur = self._cur = self._watch = _StatementTimer(self._src.cursor(), self._src._timeout_ms)
-        cur.execute("BEGIN TRANSACTION")
-        self._state = "open"
-        if self._create:
-            cols = ", ".join(f"{quote(c)} {t}" for c, t in self._create)
-            pk = ", ".join(quote(k) for k in self._key)
-            execute_one(cur, f"CREATE TABLE IF NOT EXISTS {self._target} ({cols}, PRIMARY KEY ({pk}))")
-
-    def _write(self, groups: list[tuple[tuple[str, ...], list[list[Any]]]]) -> int:
-        if self._state == "new":
-            self._begin()
-        cur = self._cur
-        target, key = self._target, self._key
-        written = 0
-        for cols, values in groups:
-            tmp = quote(f"__blockx_upsert_{self._n}")
-            self._n += 1
-            qcols = ", ".join(quote(c) for c in cols)
-            execute_one(cur, f"CREATE TEMP TABLE {tmp} AS SELECT {qcols} FROM {target} LIMIT 0")
-            unnests = ", ".join(f"UNNEST(${j + 1})" for j in range(len(cols)))
-            execute_one(cur, f"INSERT INTO {tmp} SELECT {unnests}", values)
-            execute_one(cur, f"INSERT INTO {target} ({qcols}) SELECT {qcols} FROM {tmp} "
-                        f"{on_conflict(cols, key)}")
-            execute_one(cur, f"DROP TABLE {tmp}")
-            written += len(values[0]) if values else 0
-        self._rows += written
-        return written
-
-    def _end(self, commit: bool) -> None:
-        cur, self._cur = self._cur, None
-        if cur is None:
-            return
-        try:
-            if commit:
-                cur.commit()       # refused (_WriteCancelled) when a cancel came first
-            else:
-                cur.rollback()
-        finally:
-            cur.close()
-
-    async def _run(self, fn, *args):
-        if self._state not in ("new", "open"):
-            raise DataSourceError(f"DuckDB: the upsert transaction is already {self._state}")
-        async with self._src.write_lock:
-            fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
-            try:
-                return await asyncio.shield(fut)
-            except asyncio.CancelledError:
-                # A cancelled writer (the task ended): stop the statement, and keep the write lock
-                # until its thread has returned and the transaction is rolled back, so the
-                # next writer starts clean. The cancel and the COMMIT are decided against each
-                # other (_StatementTimer): a cancel once the COMMIT began cannot undo it, and
-                # the write is then reported as done.
-                cur = self._cur if self._cur is not None else self._watch
-                won = cur.cancel() if cur is not None else True
-                await asyncio.wait({fut})
-                if won or fut.cancelled() or fut.exception() is not None:
-                    await asyncio.to_thread(self._rollback_now)
-                    raise
-                return fut.result()
-            except duckdb.Error as exc:
-                await asyncio.to_thread(self._rollback_now)
-                await asyncio.to_thread(self._src.drop_invalidated)
-                if self._watch is not None and self._watch.fired:
-                    raise DataSourceError(f"DuckDB: a statement ran longer than phaseIoTimeoutMs "
-                                          f"({self._src._timeout_ms} ms)", retryable=True) from None
-                raise (_out_of_memory(exc, self._src._memory_limit_mb, self._rows) or _db_error(exc)) from None
-            except BaseException:
-                await asyncio.to_thread(self._rollback_now)
-                raise
-
-    async def write(self, groups: list[tuple[tuple[str, ...], list[list[Any]]]]) -> int:
-        """Upsert the groups inside the transaction; the rows written."""
-        return await self._run(self._write, groups)
-
-    async def commit(self) -> None:
-        if self._state == "new":
-            self._state = "committed"     # nothing was written: nothing to commit
-            return
-        await self._run(self._end, True)
-        self._state = "committed"
-
-    def _rollback_now(self) -> None:
-        if self._state != "open":
-            return
-        self._state = "rolled back"
-        try:
-            self._end(False)
-        except duckdb.Error:
-            pass
-
-    async def rollback(self) -> None:
-        """Undo every write (no-op once committed or rolled back)."""
-        if self._state != "open":
-            if self._state == "new":
-                self._state = "rolled back"
-            return
-        async with self._src.write_lock:
-            await asyncio.to_thread(self._rollback_now)

@@ -57,7 +57,7 @@ from urllib.parse import quote as url_quote
 import duckdb
 import orjson
 
-from blockx.plugins.data.duck import execute_one
+from blockx.plugins.data.duck_sql import execute_one
 from blockx.plugins.data.errors import DataSourceError
 from blockx.plugins.data.idents import quote, shown
 from blockx.plugins.data.work_files import create_dir, create_file, release

@@ -3,9 +3,10 @@
     {"target": "main", "table": "results", "key": ["id"], "createTable": false}
 
 Each output is a JSON object (or an array of objects) whose fields are columns.
-All rows of the task are written in ONE transaction with INSERT ... ON CONFLICT
-(key) DO UPDATE: a retried or resubmitted task writes the same rows again and
-leaves one row per key. Nothing is written if any row is bad (unknown column,
+All rows of the task become visible at once, written in ONE transaction with
+INSERT ... ON CONFLICT (key) DO UPDATE (a DuckDB table the task creates is built
+aside under a staging name and renamed at the commit: duck_upsert): a retried or
+resubmitted task writes the same rows again and leaves one row per key. Nothing is written if any row is bad (unknown column,
 missing key, wrong type): the task fails PLUGIN_FAILED naming the row and the
 field. createTable creates a missing table from the first row (key = primary
 key). Details: {"rows": n, "target": ..., "table": ...}.

@@ -198,7 +198,7 @@ async def test_a_built_statement_holding_two_statements_is_refused(db, table):
     await db.exec(f"CREATE TABLE {table} (id BIGINT)")
     two = f"INSERT INTO {table} VALUES (1); DROP TABLE {table}"
     if db.kind == "duckdb":
-        from blockx.plugins.data.duck import execute_one
+        from blockx.plugins.data.duck_sql import execute_one
         from blockx.plugins.data.errors import DataSourceError
         cur = db.source.cursor()
         try:
