@@ -82,6 +82,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--g-warm", type=int, default=0,
                    help="(g): run each writer part first on a bundle of this many rows, so its pre-task RSS "
                         "already holds what any first use loads (default 0: none)")
+    p.add_argument("--g-idle-s", type=float, default=6.5,
+                   help="(g): seconds the worker is left idle after the warm-up and after each writer part before "
+                        "`rss_idle_bytes` is read: past dataPlane.duckdbIdleCloseMs (5 s by default), when the DuckDB "
+                        "sources have handed their buffer pools back (default 6.5; 0: not read)")
     p.add_argument("--rss-executors", type=int, default=1, help="EXECUTOR_COUNT of the (e) worker (default 1)")
     p.add_argument("--b-max-outstanding", type=int, default=192,
                    help="(b): tasks submitted and not yet terminal, below TASK_SLOTS=256 (default 192)")
@@ -438,7 +442,8 @@ async def run_bundle_worker(ns, sizes: dict, report: dict) -> None:
         targets = [t for t in ("local", "main", "bundle") if t in parts and (t != "main" or pg is not None)]
         res = await _with_cpu(w, sc.bundle_pipeline(client, w, "data/*.parquet", rows, targets, timeout=3600,
                                                     scans=tuple(p for p in parts if "scan" in p.lower()),
-                                                    warm=("warm/*.parquet", ns.g_warm) if ns.g_warm else None))
+                                                    warm=("warm/*.parquet", ns.g_warm) if ns.g_warm else None,
+                                                    idle_s=ns.g_idle_s))
         res["targets"] = {"local": "duckdb", "main": "postgresql" if pg is not None else "not installed",
                           "bundle": "bundleWrite (Parquet)"}
         report["results"]["g_bundle_pipeline"] = res

@@ -417,7 +417,7 @@ async def _peak_rss_while(worker, coro, interval: float = 0.1) -> tuple[object, 
 
 async def bundle_pipeline(client: Client, worker, bundle: str, rows: int, targets: list[str],
                           timeout: float, scans: tuple[str, ...] = ("rangeScan", "dbscan"),
-                          warm: tuple[str, int] | None = None) -> dict:
+                          warm: tuple[str, int] | None = None, idle_s: float = 0.0) -> dict:
     """(g) First the scans alone (`scans`, in order): rangeScan of `rows` calls,
     dbscan of as many rows from DuckDB (dbscan) or PostgreSQL (dbscan_pg), each
     calling add1 (same output sizes): the same peak says the scan holds no
@@ -428,7 +428,9 @@ async def bundle_pipeline(client: Client, worker, bundle: str, rows: int, target
     holds what a first use loads): rows/s submit -> terminal (scan, calls and the
     one-transaction upsert or the file),
     the rows written, and the worker's RSS before, at its peak and a second after
-    the task (the peak includes whatever outputs wait for the writer and its
+    the task, and with `idle_s`, `idle_s` after it as well (rss_idle_bytes: once the
+    DuckDB sources' idle close has run; the RSS before is then read after the warm-up
+    was left idle as long) (the peak includes whatever outputs wait for the writer and its
     column buffers: all of them when the writer runs after the Calls phase, a
     bounded buffer when it consumes settled batches)."""
     out: dict = {"rows": rows}
@@ -467,7 +469,7 @@ async def bundle_pipeline(client: Client, worker, bundle: str, rows: int, target
             wid = new_id(f"w-{target}")
             res, _secs = await client.run_task_req(writer_task(target, warm[0], wid), wid, timeout)
             expect_ok(wid, res, None if res.outputs_written else warm[1])
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(max(1.0, idle_s))
         tid = new_id(f"f-{target}")
         req = writer_task(target, bundle, tid)
         rss0 = worker.rss_bytes()
@@ -484,4 +486,7 @@ async def bundle_pipeline(client: Client, worker, bundle: str, rows: int, target
                        "rows_written": written, "outputs_written": res.outputs_written,
                        "outputs_in_result": len(res.outputs), "rss_before_bytes": rss0,
                        "rss_peak_bytes": peak, "rss_after_bytes": worker.rss_bytes()}
+        if idle_s > 1.0:
+            await asyncio.sleep(idle_s - 1.0)
+            out[target]["rss_idle_bytes"] = worker.rss_bytes()
     return out

@@ -214,6 +214,10 @@ class DataPlaneSection:
     duckdb_memory_limit_mb: int = _f(128, json_name="duckdbMemoryLimitMb",
                                      doc="buffer pool of each DuckDB file source inside the Worker; past it "
                                          "DuckDB evicts and spills to disk; 0 = DuckDB's own (80% of the RAM)")
+    duckdb_idle_close_ms: int = _f(5_000, json_name="duckdbIdleCloseMs",
+                                   doc="a DuckDB file source no operation used for this long closes, handing "
+                                       "back the blocks its buffer pool kept; the next use opens it again "
+                                       "(about 20 ms); 0 = keep open")
 
 
 @dataclass

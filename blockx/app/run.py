@@ -52,6 +52,7 @@ from blockx.adapters.shadow import ShadowForwarder
 from blockx.adapters.tls import ServerTLS, ServerTLSFiles
 from blockx.adapters.worker_status import WorkerStatusReader
 from blockx.app.bundle_sweep import BundleSweep
+from blockx.app.idle_sources import IdleSources
 from blockx.app.logs import setup_logging
 from blockx.log_event import log_event
 from blockx.app.memory_diagnostics import MemoryDiagnostics
@@ -388,6 +389,8 @@ class Worker:
         # What a killed Worker's bundle writers left, swept beside serving.
         bundle_sweep = BundleSweep(data.bundle_root)
         bundle_sweep.start()
+        idle_sources = IdleSources(data, cfg.data_plane.duckdb_idle_close_ms)
+        idle_sources.start()
         warn_if_open(self.auth.mode, cfg.grpc_listen_addr(), self.tls is not None)
         warn_if_cleartext_tokens(self.auth.mode, cfg.grpc_listen_addr(), self.tls is not None)
 
@@ -422,6 +425,7 @@ class Worker:
         ticker.cancel()
         memdiag.cancel()
         await bundle_sweep.stop()
+        await idle_sources.stop()
         unfinished = self.orch.end_unfinished_tasks()    # their watchers get a terminal update
         log_event(log, "shutdown_step", step="tasks_ended", unfinished_tasks=unfinished)
         await self.pool.stop()

@@ -45,7 +45,7 @@ class _WriteCancelled(Exception):
 class _StatementTimer:
     """A cursor whose statements are each interrupted once they have run for
     `timeout_ms` (0 = never): the IO timeout of one write statement. It stands in
-    for the cursor (execute, interrupt, close).
+    for the cursor (execute, interrupt; `raw` is the cursor, which the source releases).
 
     It also decides a cancel against the COMMIT, under one lock: ``cancel``
     before ``commit`` began wins (every later statement, the COMMIT included,
@@ -106,9 +106,6 @@ class _StatementTimer:
         """The cursor itself, for a statement no cancel or timeout may stop."""
         return self._cur
 
-    def close(self) -> None:
-        self._cur.close()
-
 
 Groups = list[tuple[tuple[str, ...], list[list[Any]]]]
 
@@ -132,7 +129,7 @@ class DuckUpsert:
         self._rows = 0                # rows written so far
 
     def _open_cursor(self) -> _StatementTimer:
-        cur = self._cur = self._watch = _StatementTimer(self._src.cursor(), self._src.timeout_ms)
+        cur = self._cur = self._watch = _StatementTimer(self._src.leased_cursor(), self._src.timeout_ms)
         self._state = "open"
         return cur
 
@@ -173,7 +170,7 @@ class DuckUpsert:
             else:
                 cur.rollback()
         finally:
-            cur.close()
+            self._src.release(cur.raw)
 
     async def _run(self, fn, *args):
         if self._state not in ("new", "open"):
@@ -280,7 +277,7 @@ class DuckStagedUpsert(DuckUpsert):
             else:
                 self._drop(cur)
         finally:
-            cur.close()
+            self._src.release(cur.raw)
             self._src.staging_closed(self._stage_name)
 
     def _publish(self, cur: _StatementTimer) -> None:
@@ -311,10 +308,10 @@ class DuckStagedUpsert(DuckUpsert):
             # The source was reopened under this writer (its cursor is dead): on a new one.
             # Failing that, the table is left for the next open of the file to drop.
             try:
-                fresh = self._src.cursor()
+                fresh = self._src.leased_cursor()
                 try:
                     execute_one(fresh, drop)
                 finally:
-                    fresh.close()
+                    self._src.release(fresh)
             except (duckdb.Error, DataSourceError):
                 pass

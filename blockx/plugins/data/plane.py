@@ -21,7 +21,8 @@ from blockx.plugins.data.urls import DUCKDB, parse_source_url
 LOCAL = "local"
 # The rules of the dataPlane settings a DataPlane is built from.
 DATA_PLANE_RULES = (Rule("scan_fetch_rows", 1, 1_000_000), Rule("scan_max_row_bytes", 1),
-                    Rule("bundle_max_files", 1), Rule("duckdb_memory_limit_mb", 0, note="0 = DuckDB's own"))
+                    Rule("bundle_max_files", 1), Rule("duckdb_memory_limit_mb", 0, note="0 = DuckDB's own"),
+                    Rule("duckdb_idle_close_ms", 0, note="0 = never"))
 
 
 def default_sources(state_dir: str) -> dict[str, str]:
@@ -39,13 +40,14 @@ def default_source_problem(sources: Mapping[str, str], state_dir: str, setting: 
 class DataPlane:
     def __init__(self, sources: Mapping[str, str], *, bundle_root: str = "", statement_timeout_ms: int = 10_000,
                  scan_fetch_rows: int = 1_000, scan_max_row_bytes: int = 4 * 1024 * 1024,
-                 bundle_max_files: int = 100_000, duckdb_memory_limit_mb: int = 0):
+                 bundle_max_files: int = 100_000, duckdb_memory_limit_mb: int = 0, duckdb_idle_close_ms: int = 0):
         self._sources: dict[str, Any] = {}
         for name, url in sources.items():
             u = parse_source_url(name, url)
             if u.kind == DUCKDB:
                 self._sources[name] = DuckSource(name, u.target, statement_timeout_ms=statement_timeout_ms,
-                                                 memory_limit_mb=duckdb_memory_limit_mb)
+                                                 memory_limit_mb=duckdb_memory_limit_mb,
+                                                 idle_close_ms=duckdb_idle_close_ms)
             else:
                 self._sources[name] = PgSource(name, u.target, statement_timeout_ms=statement_timeout_ms)
         self.bundle_root = os.path.realpath(bundle_root) if bundle_root else ""
@@ -53,6 +55,7 @@ class DataPlane:
         self.scan_max_row_bytes = scan_max_row_bytes
         self.bundle_max_files = bundle_max_files
         self.duckdb_memory_limit_mb = duckdb_memory_limit_mb
+        self.duckdb_idle_close_ms = duckdb_idle_close_ms
 
     @classmethod
     def from_config(cls, cfg) -> DataPlane:
@@ -61,7 +64,7 @@ class DataPlane:
         return cls(sources, bundle_root=dp.bundle_root or os.path.join(dp.state_dir, "bundles"),
                    statement_timeout_ms=cfg.phase_io_timeout_ms, scan_fetch_rows=dp.scan_fetch_rows,
                    scan_max_row_bytes=dp.scan_max_row_bytes, bundle_max_files=dp.bundle_max_files,
-                   duckdb_memory_limit_mb=dp.duckdb_memory_limit_mb)
+                   duckdb_memory_limit_mb=dp.duckdb_memory_limit_mb, duckdb_idle_close_ms=dp.duckdb_idle_close_ms)
 
     def names(self) -> list[str]:
         return sorted(self._sources)
@@ -96,6 +99,12 @@ class DataPlane:
         with `spill_dir`, bounded by dataPlane.duckdbMemoryLimitMb and spilling
         its tables there (a streamed bundleWrite's spool)."""
         return bundle_files(paths, spill_dir=spill_dir, memory_limit_mb=self.duckdb_memory_limit_mb)
+
+    def close_idle(self, now: float) -> list[str]:
+        """Close the DuckDB sources idle for dataPlane.duckdbIdleCloseMs (`now`:
+        time.monotonic()); their names. Takes milliseconds a source: run it in a thread."""
+        return [name for name, src in self._sources.items()
+                if isinstance(src, DuckSource) and src.close_if_idle(now)]
 
     async def aclose(self) -> None:
         for src in list(self._sources.values()):
