@@ -273,7 +273,13 @@ class DuckStagedUpsert(DuckUpsert):
             return
         try:
             if commit:
-                self._publish(cur)
+                try:
+                    self._publish(cur)
+                except BaseException:
+                    # A commit that failed or was cancelled: its cursor is gone after this,
+                    # so the staging table is dropped here, not by the rollback that follows.
+                    self._drop(cur)
+                    raise
             else:
                 self._drop(cur)
         finally:

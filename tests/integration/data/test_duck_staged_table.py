@@ -105,6 +105,23 @@ async def test_a_failed_write_drops_the_staging_table(tmp_path):
         src.close()
 
 
+async def test_a_commit_that_fails_drops_the_staging_table(tmp_path):
+    # A view took the table's name meanwhile: the rename fails, the task writes
+    # nothing, and its staging table goes (a cancel that lands in the commit ends
+    # the same way; test_a_cancelled_writer_of_a_new_table_leaves_nothing found it).
+    src = DuckSource("local", str(tmp_path / "a.duckdb"))
+    try:
+        tx = src.open_upsert(None, "t", ["id"], create=COLS)
+        await tx.write([(("id", "v"), [[1, 2], [1, 2]])])
+        _rows(src, "CREATE VIEW t AS SELECT 1 AS id")
+        with pytest.raises(DataSourceError):
+            await tx.commit()
+        await tx.rollback()
+        assert _tables(src) == [], "the failed commit left its staging table"
+    finally:
+        src.close()
+
+
 async def test_a_table_created_meanwhile_is_merged_into_at_commit(tmp_path):
     # Two tasks create the same missing table: the first to commit renames its
     # staging table, the second merges into it in its commit (its rows win where
