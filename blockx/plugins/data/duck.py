@@ -31,7 +31,7 @@ from typing import Any
 
 import duckdb
 
-from blockx.plugins.data.duck_sql import check_select, db_error
+from blockx.plugins.data.duck_sql import check_select, db_error, execute_one
 from blockx.plugins.data.duck_upsert import STAGING_PREFIX, DuckStagedUpsert, DuckUpsert
 from blockx.plugins.data.errors import DataSourceError
 from blockx.plugins.data.idents import quoted_table
@@ -47,6 +47,14 @@ def bundle_files(paths: Sequence[str], *, spill_dir: str | None = None, memory_l
     by `memory_limit_mb` (0 = DuckDB's own) and its tables spill to that directory."""
     return DuckSource("<bundle>", MEMORY, allowed_paths=paths, spill_dir=spill_dir,
                       memory_limit_mb=memory_limit_mb)
+
+
+def _close_quietly(db: duckdb.DuckDBPyConnection) -> None:
+    """Close an instance this source let go of (an invalidated one may fail to)."""
+    try:
+        db.close()
+    except duckdb.Error:
+        pass
 
 
 class DuckScan:
@@ -188,8 +196,8 @@ class DuckSource:
                                [STAGING_PREFIX]).fetchall()
             stale = [(s, t) for s, t in found if t not in self._live_staging]
             for schema, table in stale:
-                db.execute(f"DROP TABLE IF EXISTS {quoted_table(schema, table)}")
-        except duckdb.Error as exc:
+                execute_one(db, f"DROP TABLE IF EXISTS {quoted_table(schema, table)}")   # catalog names, quoted
+        except (duckdb.Error, DataSourceError) as exc:
             log.warning("data_source_staging_dropped", extra={"event": "data_source_staging_dropped", "fields": {
                 "source": self.name, "error": " ".join(str(exc).split())}})
             return
@@ -247,10 +255,7 @@ class DuckSource:
                 return False
             db, self._db = self._db, None
             self._idle_since = None
-        try:
-            db.close()
-        except duckdb.Error:
-            pass
+        _close_quietly(db)
         return True
 
     @property
@@ -275,10 +280,7 @@ class DuckSource:
         log.warning("data_source_reopened", extra={"event": "data_source_reopened", "fields": {
             "source": self.name, "reason": "DuckDB invalidated the database after an error; the next use opens it "
                                             "again, with what was committed before"}})
-        try:
-            db.close()
-        except duckdb.Error:
-            pass
+        _close_quietly(db)
         return True
 
     @property

@@ -156,21 +156,31 @@ class DuckUpsert:
         if self._state == "new":
             self._begin()
         assert self._cur is not None, "_begin opened the cursor"
-        written = self._upsert_groups(self._cur, self._target, groups)
+        written = self._write_groups(self._cur, groups)
         self._rows += written
         return written
+
+    def _write_groups(self, cur: _StatementTimer, groups: Groups) -> int:
+        return self._upsert_groups(cur, self._target, groups)
 
     def _end(self, commit: bool) -> None:
         cur, self._cur = self._cur, None
         if cur is None:
             return
         try:
-            if commit:
-                cur.commit()       # refused (_WriteCancelled) when a cancel came first
-            else:
-                cur.rollback()
+            self._finish(cur, commit)
         finally:
             self._src.release(cur.raw)
+            self._ended()
+
+    def _finish(self, cur: _StatementTimer, commit: bool) -> None:
+        if commit:
+            cur.commit()           # refused (_WriteCancelled) when a cancel came first
+        else:
+            cur.rollback()
+
+    def _ended(self) -> None:
+        """After the cursor is released (a subclass's bookkeeping)."""
 
     async def _run(self, fn, *args):
         if self._state not in ("new", "open"):
@@ -256,35 +266,26 @@ class DuckStagedUpsert(DuckUpsert):
         pk = ", ".join(quote(k) for k in self._key)
         execute_one(cur, f"CREATE TABLE {self._stage} ({cols}, PRIMARY KEY ({pk}))")
 
-    def _write(self, groups: Groups) -> int:
-        if self._state == "new":
-            self._begin()
-        cur = self._cur
-        assert cur is not None, "_begin opened the cursor"
+    def _write_groups(self, cur: _StatementTimer, groups: Groups) -> int:
         cur.execute("BEGIN TRANSACTION")
         written = self._upsert_groups(cur, self._stage, groups)
         cur.execute("COMMIT")         # refused (_WriteCancelled) when a cancel came first; the table is dropped
-        self._rows += written
         return written
 
-    def _end(self, commit: bool) -> None:
-        cur, self._cur = self._cur, None
-        if cur is None:
+    def _finish(self, cur: _StatementTimer, commit: bool) -> None:
+        if not commit:
+            self._drop(cur)
             return
         try:
-            if commit:
-                try:
-                    self._publish(cur)
-                except BaseException:
-                    # A commit that failed or was cancelled: its cursor is gone after this,
-                    # so the staging table is dropped here, not by the rollback that follows.
-                    self._drop(cur)
-                    raise
-            else:
-                self._drop(cur)
-        finally:
-            self._src.release(cur.raw)
-            self._src.staging_closed(self._stage_name)
+            self._publish(cur)
+        except BaseException:
+            # A commit that failed or was cancelled: its cursor is gone after this,
+            # so the staging table is dropped here, not by the rollback that follows.
+            self._drop(cur)
+            raise
+
+    def _ended(self) -> None:
+        self._src.staging_closed(self._stage_name)
 
     def _publish(self, cur: _StatementTimer) -> None:
         cur.execute("BEGIN TRANSACTION")

@@ -10,14 +10,7 @@ import pytest
 
 from blockx.plugins.data.duck import DuckSource
 from blockx.plugins.data.errors import DataSourceError
-
-
-def _sql(src: DuckSource, sql: str) -> list[tuple]:
-    cur = src.cursor()
-    try:
-        return cur.execute(sql).fetchall()
-    finally:
-        cur.close()
+from tests.support.duck import duck_rows as _sql
 
 
 async def test_an_upsert_past_the_memory_limit_names_the_setting(tmp_path):
