@@ -33,6 +33,7 @@ from blockx._fast import load
 from blockx.adapters.dispatch_actor import DispatchActor
 from blockx.adapters.executor_events import ExecutorEvents
 from blockx.adapters.progress_ticker import FinalSnapshot, ProgressTicker
+from blockx.adapters.start_coalescer import StartCoalescer
 from blockx.adapters.subscriptions import SubscriptionManager
 from blockx.adapters.task_phases import TaskPhases
 from blockx.adapters.task_runtime import TaskRuntime
@@ -57,7 +58,7 @@ class Orchestrator:
                  admission, stream_cfg, metrics, pool=None, shadow=None, stall_timeout_ms: int = 10_000,
                  phase_io_timeout_ms: int = 10_000, on_ready: Callable[[], Any] | None = None,
                  wall: Callable[[], int] = wall_ms, mono: Callable[[], int] = mono_ms, audit=None,
-                 traces=None, spans=None, writer_stream=None) -> None:
+                 traces=None, spans=None, writer_stream=None, submit_linger_ms: int = 0) -> None:
         self.core = core
         self.disp = disp
         self.adapter = adapter
@@ -96,6 +97,8 @@ class Orchestrator:
             on_attached=self._on_executor_attached, snapshots=self._core_snapshots,
             limit_kill_reason=getattr(pool, "limit_kill_reason", lambda executor_id: None))
         self.post = self.actor.post
+        # Unary SubmitTasks that arrive close together start together (start_coalescer.py)
+        self._starts = StartCoalescer(self._loop, submit_linger_ms, self.phases.drive)
         adapter.handler = self.executor_events
         metrics.slots_fn = self.slot_counts
 
@@ -108,14 +111,16 @@ class Orchestrator:
         return snap
 
     def submit_task(self, req: SubmitTaskRequest, *, shadow: bool = False, raw_request=None,
-                    caller=None, trace_context=None) -> TaskSnapshot:
-        """``trace_context``: the caller's checked W3C metadata (trace_context.py), or None."""
+                    caller=None, trace_context=None, coalesce: bool = False) -> TaskSnapshot:
+        """``trace_context``: the caller's checked W3C metadata (trace_context.py), or None.
+        ``coalesce``: a unary SubmitTask, whose start may wait to go with others
+        (start_coalescer.py); a session's tasks arrive in batches and start at once."""
         res = self.core.handle_submit_task(req, self._wall(), caller)
         accepted = False
         for cmd in res.commands:
             if type(cmd) is PrepareTaskActivation:
                 accepted = True
-                self._start_task(cmd, trace_context)
+                self._start_task(cmd, trace_context, coalesce)
             elif type(cmd) is ConvergeTask:
                 self._on_task_terminal(cmd)
         snap = res.snapshot
@@ -158,12 +163,15 @@ class Orchestrator:
 
     # ---- task lifecycle ----------------------------------------------------------
 
-    def _start_task(self, cmd: PrepareTaskActivation, trace_context=None) -> None:
+    def _start_task(self, cmd: PrepareTaskActivation, trace_context=None, coalesce: bool = False) -> None:
         rt = TaskRuntime(cmd.task_id, cmd.instance_id, cmd.deadline_ms)
         self._runtimes[cmd.task_id] = rt
         if self.traces is not None: self.traces.task_started(cmd.task_id)  # trace hook
         if self.spans is not None: self.spans.task_started(cmd.task_id, cmd.instance_id, trace_context)  # span hook
-        self._loop.call_soon(self.phases.drive, rt, cmd)
+        if coalesce:
+            self._starts.start(rt, cmd, len(self._runtimes) > 1)
+        else:
+            self._loop.call_soon(self.phases.drive, rt, cmd)
         self._arm_deadline_timer()
 
     def _on_task_terminal(self, cmd: ConvergeTask) -> None:
@@ -343,6 +351,7 @@ class Orchestrator:
         for rt in list(self._runtimes.values()):
             if rt.runner is not None:
                 rt.runner.cancel()
+        self._starts.close()
         self.actor.close()
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()

@@ -257,6 +257,11 @@ class WorkerFullConfig:
     heartbeat_interval_ms: int = _f(200, env="WORKER_HEARTBEAT_INTERVAL", env_kind="duration")
     drain_timeout_ms: int = _f(30_000, env="DRAIN_TIMEOUT_MS")
     phase_io_timeout_ms: int = _f(10_000, env="PHASE_IO_TIMEOUT_MS")
+    submit_linger_ms: int = _f(0, env="SUBMIT_LINGER_MS",
+                               doc="unary SubmitTask: a task arriving within this of the previous one while "
+                                   "another runs waits this long after the first one held, and starts with "
+                                   "the others held (their calls go out together): throughput for up to this "
+                                   "much latency; 0 = every task starts at once")
     grpc_keepalive_time_ms: int = _f(30_000, env="WORKER_GRPC_KEEPALIVE_TIME_MS")
     grpc_keepalive_timeout_ms: int = _f(10_000, env="WORKER_GRPC_KEEPALIVE_TIMEOUT_MS")
     session_max_pending_events: int = _f(65_536, env="SESSION_MAX_PENDING_EVENTS",

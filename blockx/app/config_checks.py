@@ -59,6 +59,7 @@ APP_RULES = (
     Rule("heartbeat_interval_ms", 1),
     Rule("drain_timeout_ms", 0),
     Rule("phase_io_timeout_ms", 1),
+    Rule("submit_linger_ms", 0, 1000, note="0 = off"),
     Rule("grpc_keepalive_time_ms", 1),
     Rule("grpc_keepalive_timeout_ms", 1),
     Rule("session_max_pending_events", 1),

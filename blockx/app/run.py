@@ -337,7 +337,8 @@ class Worker:
             admission=Admission.from_config(cfg.admission_config()), stream_cfg=cfg.stream_build,
             writer_stream=cfg.writer_stream,
             metrics=metrics, shadow=shadow, stall_timeout_ms=dcfg.effective_stall_timeout_ms,
-            phase_io_timeout_ms=cfg.phase_io_timeout_ms, on_ready=self._on_ready,
+            phase_io_timeout_ms=cfg.phase_io_timeout_ms, submit_linger_ms=cfg.submit_linger_ms,
+            on_ready=self._on_ready,
             audit=self._audit_gate(metrics),
             traces=TraceStore(cfg.trace_max_events_per_task,
                               retained_max_events=cfg.trace_retained_max_events)
