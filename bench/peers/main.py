@@ -11,8 +11,17 @@ Systems:
 - ``ray_task`` / ``ray_actor``: Ray tasks, and calls round-robin to one actor per
   CPU, on one local Ray instance with as many CPUs as the Worker has executors
   (bench/peers/ray_side.py, run by the peers venv's Python, where Ray is installed);
+- ``unary_linger``: the unary contract against a second Worker started with
+  SUBMIT_LINGER_MS=``--linger-ms`` (default 4; 0 leaves it out): tasks that
+  arrive close together while others run start together;
 - ``grpc_floor``: the unary contract against bench/peers/grpc_floor.py, a
   WorkerService that does no work (grpc.aio's own cost of the pattern).
+Once a round, bench/peers/uds_floor.py measures the CPU of one executor round
+trip that does no work (a uvloop Protocol and a poll loop over a Unix socket, one
+call in flight, as each unary call reaches its executor alone). The report's
+``floor`` adds it to the floor's CPU per job: the floor under a one-call unary
+task (gRPC's own cost plus one round trip to an executor), beside the unary
+path's own figure.
 Every system stays up for the whole run; each round runs every workload on every
 system, in an order that rotates from round to round, so a drift of the shared
 machine's speed falls on all of them alike. Figures per run: jobs/s, and the CPU
@@ -44,7 +53,7 @@ WORKLOADS = ("inflight", "sequential")
 RAY_SYSTEMS = ("ray_task", "ray_actor")
 RATIOS = (("unary", "ray_task"), ("unary", "ray_actor"), ("session", "ray_task"), ("session", "ray_actor"),
           ("unary", "session"), ("unary", "grpc_floor"), ("unary", "unary_base"), ("session", "session_base"),
-          ("unary_base", "ray_task"))
+          ("unary_base", "ray_task"), ("unary_linger", "ray_task"), ("unary_linger", "unary"))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -61,11 +70,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-ray", action="store_true", help="leave Ray out")
     p.add_argument("--baseline", metavar="DIR",
                    help="also run a Worker from the checkout DIR (unary_base, session_base), side by side")
+    p.add_argument("--linger-ms", type=int, default=4,
+                   help="SUBMIT_LINGER_MS of the unary_linger Worker (default 4; 0 leaves it out)")
+    p.add_argument("--uds-round-trips", type=int, default=20000,
+                   help="round trips of the executor-socket floor, once a round (default 20000)")
     p.add_argument("--timeout", type=float, default=300.0, help="bound of each run in seconds")
     ns = p.parse_args(argv)
     ns.ray_python = os.path.abspath(ns.ray_python)     # the Ray side runs in another directory
-    if ns.rounds < 1 or ns.tasks < 1 or ns.seq_tasks < 1 or ns.inflight < 1 or ns.executors < 1:
-        p.error("--rounds, --tasks, --seq-tasks, --inflight and --executors must be at least 1")
+    if ns.linger_ms < 0:
+        p.error("--linger-ms must be at least 0")
+    if min(ns.rounds, ns.tasks, ns.seq_tasks, ns.inflight, ns.executors, ns.uds_round_trips) < 1:
+        p.error("--rounds, --tasks, --seq-tasks, --inflight, --executors and --uds-round-trips must be at least 1")
     return ns
 
 
@@ -129,12 +144,38 @@ async def _unary(client: Client, n: int, inflight: int, timeout: float) -> None:
         await sc.latency(client, n, timeout=timeout)
 
 
+async def _uds_floor(n: int, timeout: float) -> dict:
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.peers.uds_floor", "--round-trips",
+                                                str(n), cwd=ROOT, stdout=asyncio.subprocess.PIPE)
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench/peers/uds_floor.py exited {proc.returncode}")
+    return json.loads(out)
+
+
+def _floor(median: dict, rounds: list) -> dict:
+    """The floor under a one-call unary task, per workload: the gRPC floor's CPU per
+    job plus one executor round trip's (the median over the rounds), and the unary
+    path's CPU per job over it."""
+    uds = round(statistics.median(r["uds_floor"]["cpu_us_per_round_trip"] for r in rounds), 1)
+    out: dict = {"uds_round_trip_cpu_us": uds}
+    for wl, by in median.items():
+        floor = round(by["grpc_floor"]["server_cpu_us_per_task"] + uds, 1)
+        unary = by["unary"]["server_cpu_us_per_task"]
+        out[wl] = {"unary_floor_cpu_us": floor, "unary_cpu_us": unary,
+                   "unary_over_floor": round(unary / floor, 2) if floor > 0 else None}
+    return out
+
+
 async def run(ns) -> dict:
     w = BenchWorker(executors=ns.executors)
     await asyncio.to_thread(w.start)
     floor = Floor()
-    ray = base = None
+    ray = base = linger = None
     try:
+        if ns.linger_ms:
+            linger = BenchWorker(executors=ns.executors, env={"SUBMIT_LINGER_MS": str(ns.linger_ms)})
+            await asyncio.to_thread(linger.start)
         if ns.baseline:
             base = BenchWorker(executors=ns.executors, root=os.path.abspath(ns.baseline))
             await asyncio.to_thread(base.start)
@@ -154,6 +195,11 @@ async def run(ns) -> dict:
             await sc.warm_up(bclient, ["add1"])
             await sc.task_throughput(bclient, 500, ns.inflight, 192, 128, 20.0, timeout=ns.timeout)
             await sc.session_task_throughput(base.addr, 500, ns.inflight, timeout=ns.timeout, token=base.token)
+        if linger is not None:
+            lclient = Client(linger.addr, linger.token)
+            workers["_linger"] = (linger, lclient, lambda: sum(linger.cpu_seconds().values()))
+            await sc.warm_up(lclient, ["add1"])
+            await sc.task_throughput(lclient, 500, ns.inflight, 192, 128, 20.0, timeout=ns.timeout)
 
         def job(system: str, n: int, k: int):
             kind, _, suffix = system.partition("_")
@@ -169,6 +215,7 @@ async def run(ns) -> dict:
             return asyncio.to_thread(ray.run, system, n, k)
 
         systems = (["unary", "session"] + ([] if base is None else ["unary_base", "session_base"])
+                   + ([] if linger is None else ["unary_linger"])
                    + ["grpc_floor"] + ([] if ray is None else list(RAY_SYSTEMS)))
         rounds = []
         for r in range(ns.rounds):
@@ -181,6 +228,7 @@ async def run(ns) -> dict:
                     out = await job(system, n, k)
                     out["server_cpu_us_per_task"] = round(1e6 * out["server_cpu_s"] / n, 1)
                     row[wl][system] = out
+            row["uds_floor"] = await _uds_floor(ns.uds_round_trips, ns.timeout)
             rounds.append(row)
             print(f"round {r + 1}/{ns.rounds}: " + "; ".join(
                 f"{wl} " + ", ".join(f"{s} {row[wl][s]['tasks_per_s']:.0f}/s" for s in systems) for wl in WORKLOADS),
@@ -192,7 +240,7 @@ async def run(ns) -> dict:
         if ray is not None:
             await asyncio.to_thread(ray.close)
         floor.close()
-        for worker in (w, base):
+        for worker in (w, base, linger):
             if worker is not None:
                 await asyncio.to_thread(worker.stop)
                 worker.cleanup()
@@ -203,7 +251,7 @@ async def run(ns) -> dict:
     return {"bench": "peers", "ray": None if ray is None else ray.version, "cpu_count": os.cpu_count(),
             "loadavg_start_end": None, "sizes": {"tasks": ns.tasks, "inflight": ns.inflight,
                                                 "seq_tasks": ns.seq_tasks, "executors": ns.executors},
-            "median": median, "ratios": ratios, "rounds": rounds}
+            "median": median, "ratios": ratios, "floor": _floor(median, rounds), "rounds": rounds}
 
 
 def table(report: dict) -> str:
@@ -213,6 +261,12 @@ def table(report: dict) -> str:
             out.append(f"{wl:<11} {s:<13} {m['tasks_per_s']:>9.0f} {m['server_cpu_us_per_task']:>18.0f}")
     for wl, rs in report["ratios"].items():
         out.append(f"{wl}: " + ", ".join(f"{k} {v:.2f}x" for k, v in rs.items()))
+    fl = report["floor"]
+    for wl in report["median"]:
+        f = fl[wl]
+        out.append(f"{wl}: floor of a one-call unary task {f['unary_floor_cpu_us']:.0f} us CPU (grpc_floor + one "
+                   f"executor round trip, {fl['uds_round_trip_cpu_us']:.0f} us); unary {f['unary_cpu_us']:.0f} us, "
+                   f"{f['unary_over_floor']}x the floor")
     return "\n".join(out)
 
 
