@@ -150,7 +150,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         try:
             req, shadow = wire.submit_request_from_pb(request)
             snap = self._orch.submit_task(req, shadow=shadow, raw_request=request, caller=caller,
-                                          trace_context=self._trace_context(context), coalesce=True)
+                                          trace_context=self._trace_context(context), unary=True)
         except WorkerError as err:
             await self._refuse(context, "SubmitTask", err)
         resp = self._delivery.reply(snap, "submit")[0]        # a finished task's: the first page

@@ -111,16 +111,16 @@ class Orchestrator:
         return snap
 
     def submit_task(self, req: SubmitTaskRequest, *, shadow: bool = False, raw_request=None,
-                    caller=None, trace_context=None, coalesce: bool = False) -> TaskSnapshot:
+                    caller=None, trace_context=None, unary: bool = False) -> TaskSnapshot:
         """``trace_context``: the caller's checked W3C metadata (trace_context.py), or None.
-        ``coalesce``: a unary SubmitTask, whose start may wait to go with others
+        ``unary``: the unary SubmitTask RPC, whose start may linger to go with others
         (start_coalescer.py); a session's tasks arrive in batches and start at once."""
         res = self.core.handle_submit_task(req, self._wall(), caller)
         accepted = False
         for cmd in res.commands:
             if type(cmd) is PrepareTaskActivation:
                 accepted = True
-                self._start_task(cmd, trace_context, coalesce)
+                self._start_task(cmd, trace_context, unary)
             elif type(cmd) is ConvergeTask:
                 self._on_task_terminal(cmd)
         snap = res.snapshot
@@ -163,12 +163,12 @@ class Orchestrator:
 
     # ---- task lifecycle ----------------------------------------------------------
 
-    def _start_task(self, cmd: PrepareTaskActivation, trace_context=None, coalesce: bool = False) -> None:
+    def _start_task(self, cmd: PrepareTaskActivation, trace_context=None, unary: bool = False) -> None:
         rt = TaskRuntime(cmd.task_id, cmd.instance_id, cmd.deadline_ms)
         self._runtimes[cmd.task_id] = rt
         if self.traces is not None: self.traces.task_started(cmd.task_id)  # trace hook
         if self.spans is not None: self.spans.task_started(cmd.task_id, cmd.instance_id, trace_context)  # span hook
-        if coalesce:
+        if unary:
             self._starts.start(rt, cmd, len(self._runtimes) > 1)
         else:
             self._loop.call_soon(self.phases.drive, rt, cmd)
