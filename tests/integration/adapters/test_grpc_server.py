@@ -22,7 +22,7 @@ class BuggyOrch:
     def request_task_slot(self, task_id, ttl_ms, caller=None):
         raise RuntimeError("boom in request_task_slot")
 
-    def submit_task(self, req, shadow=False, raw_request=None, caller=None, trace_context=None):
+    def submit_task(self, req, shadow=False, raw_request=None, caller=None, trace_context=None, unary=False):
         raise KeyError("boom in submit_task")
 
     def get_task_result(self, task_id, caller=None):
