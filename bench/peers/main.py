@@ -144,6 +144,14 @@ async def _unary(client: Client, n: int, inflight: int, timeout: float) -> None:
         await sc.latency(client, n, timeout=timeout)
 
 
+async def _warm_up(worker: BenchWorker, client: Client, ns, *, session: bool) -> None:
+    """The add1 code loaded and a first batch of unary tasks (and session tasks) run."""
+    await sc.warm_up(client, ["add1"])
+    await sc.task_throughput(client, 500, ns.inflight, 192, 128, 20.0, timeout=ns.timeout)
+    if session:
+        await sc.session_task_throughput(worker.addr, 500, ns.inflight, timeout=ns.timeout, token=worker.token)
+
+
 async def _uds_floor(n: int, timeout: float) -> dict:
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.peers.uds_floor", "--round-trips",
                                                 str(n), cwd=ROOT, stdout=asyncio.subprocess.PIPE)
@@ -184,22 +192,14 @@ async def run(ns) -> dict:
         client, fclient = Client(w.addr, w.token), Client(floor.addr)
         wcpu = lambda: sum(w.cpu_seconds().values())           # noqa: E731 - the Worker and its executors
         fcpu = lambda: proc_cpu_seconds(floor.proc.pid)         # noqa: E731
-        await sc.warm_up(client, ["add1"])
-        await sc.task_throughput(client, 500, ns.inflight, 192, 128, 20.0, timeout=ns.timeout)
-        await sc.session_task_throughput(w.addr, 500, ns.inflight, timeout=ns.timeout, token=w.token)
+        await _warm_up(w, client, ns, session=True)
         await _unary(fclient, 500, ns.inflight, ns.timeout)
         workers = {"": (w, client, wcpu)}
-        if base is not None:
-            bclient = Client(base.addr, base.token)
-            workers["_base"] = (base, bclient, lambda: sum(base.cpu_seconds().values()))
-            await sc.warm_up(bclient, ["add1"])
-            await sc.task_throughput(bclient, 500, ns.inflight, 192, 128, 20.0, timeout=ns.timeout)
-            await sc.session_task_throughput(base.addr, 500, ns.inflight, timeout=ns.timeout, token=base.token)
-        if linger is not None:
-            lclient = Client(linger.addr, linger.token)
-            workers["_linger"] = (linger, lclient, lambda: sum(linger.cpu_seconds().values()))
-            await sc.warm_up(lclient, ["add1"])
-            await sc.task_throughput(lclient, 500, ns.inflight, 192, 128, 20.0, timeout=ns.timeout)
+        for suffix, other, session in (("_base", base, True), ("_linger", linger, False)):
+            if other is not None:
+                ocl = Client(other.addr, other.token)
+                workers[suffix] = (other, ocl, lambda o=other: sum(o.cpu_seconds().values()))
+                await _warm_up(other, ocl, ns, session=session)
 
         def job(system: str, n: int, k: int):
             kind, _, suffix = system.partition("_")

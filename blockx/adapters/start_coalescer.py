@@ -57,6 +57,9 @@ class StartCoalescer:
         """Start (now, or with the ones held) the task of ``rt``; ``others_running``:
         another task of this worker has not ended."""
         loop = self._loop
+        if not self._window_s:               # off (the default): no clock read on the hot path
+            loop.call_soon(self._drive, rt, cmd)
+            return
         now = loop.time()
         last, self._last = self._last, now
         held = self._held
