@@ -17,7 +17,10 @@ tokens in use stay.
 Without a tokens file, the Worker writes ``admin <random token>`` to
 ``<stateDir>/auth-token`` (mode 0600, reused when it already exists) and accepts
 that token: the CLI and ``blockx.client`` on the same host read it from there
-(blockx.client.credentials)."""
+(blockx.client.credentials). That token is admin, so the directory and the file
+are opened without following a link and checked on the open descriptor, each
+time they are read (blockx.adapters.private_dir): a directory or file another
+local user owns or could write is refused, never used."""
 from __future__ import annotations
 
 import hashlib
@@ -26,8 +29,10 @@ import logging
 import os
 import re
 import secrets
-import stat
+from collections.abc import Callable
 
+from blockx.adapters.private_dir import (UnsafePath, create_private_file, open_private_dir, open_private_file,
+                                         read_fd)
 from blockx.core.owners import Caller
 
 log = logging.getLogger("blockx.auth")
@@ -36,6 +41,7 @@ ADMIN = "admin"
 LOCAL_TOKEN_FILE = "auth-token"          # under the state directory
 MIN_TOKEN_CHARS = 16
 MAX_TOKEN_CHARS = 512
+_LOCAL_TOKEN_MAX_BYTES = 64 * 1024     # one `admin <token>` line; a larger file is not ours
 _NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
 _TOKEN = re.compile(r"[\x21-\x7e]+")
 
@@ -92,9 +98,10 @@ def read_tokens(path: str) -> dict[bytes, Caller]:
 
 
 class TokenStore:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, read: Callable[[str], dict[bytes, Caller]] = read_tokens) -> None:
         self.path = path
-        self._entries = tuple(read_tokens(path).items())   # a start-up failure raises TokenFileError
+        self._read = read                   # read_local_tokens for the generated <stateDir>/auth-token
+        self._entries = tuple(read(path).items())   # a start-up failure raises TokenFileError
         self.reloads = 0
 
     def identify(self, token: str) -> Caller | None:
@@ -114,7 +121,7 @@ class TokenStore:
     def reload(self) -> bool:
         """Re-read the file (SIGHUP); True when the new tokens are in use."""
         try:
-            tokens = read_tokens(self.path)
+            tokens = self._read(self.path)
         except TokenFileError as exc:
             log.error("auth_tokens_reload_failed", extra={"event": "auth_tokens_reload_failed", "fields": {
                 "error": f"{exc}; keeping the tokens in use"}})
@@ -131,53 +138,90 @@ def local_token_path(state_dir: str) -> str:
 
 
 def local_token_problem(state_dir: str) -> str | None:
-    """Why ``<state_dir>/auth-token`` cannot be trusted, or None. Its token is admin,
-    so another local user who could write the file (the directory is theirs or open
-    to their writes, the file is theirs, or a link to a file elsewhere) would choose
-    the admin token. Nothing is created or changed here."""
-    path = local_token_path(state_dir)
-    euid = os.geteuid()
+    """Why ``<state_dir>/auth-token`` cannot be trusted, or None (the config check,
+    before start). Its token is admin, so another local user who could write the
+    file (the directory is theirs or open to their writes, the file is theirs, or a
+    link to a file elsewhere) would choose the admin token. Nothing is created or
+    changed here; the use checks again (ensure_local_token, read_local_tokens),
+    since the directory may appear between this check and the start."""
     try:
-        st = os.stat(state_dir)
+        dfd, _ = open_private_dir(state_dir, "STATE_DIR", create=False)
     except FileNotFoundError:
         return None                                   # created 0700 at start
+    except UnsafePath as exc:
+        return _why(str(exc))
     except OSError as exc:
         return f"STATE_DIR {state_dir!r} cannot be read: {exc.strerror or exc}"
-    why = None
-    if st.st_uid not in (euid, 0):                    # root may write anywhere: it is trusted anyway
-        why = f"STATE_DIR {state_dir!r} belongs to uid {st.st_uid}, not to the worker's uid {euid}"
-    elif st.st_mode & 0o022:
-        why = f"STATE_DIR {state_dir!r} has mode {st.st_mode & 0o7777:04o}: other users can write into it"
-    else:
-        try:
-            lst = os.lstat(path)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            return f"{path!r} cannot be read: {exc.strerror or exc}"
-        if not stat.S_ISREG(lst.st_mode):
-            why = f"{path!r} is not a regular file (a symbolic link, or another kind of file)"
-        elif lst.st_uid not in (euid, 0):
-            why = f"{path!r} belongs to uid {lst.st_uid}, not to the worker's uid {euid}"
-    if why is None:
+    try:
+        os.close(open_private_file(dfd, LOCAL_TOKEN_FILE, local_token_path(state_dir)))
+    except FileNotFoundError:
         return None
-    return (f"{why}, so another local user could choose the token the worker takes as admin from "
-            f"{LOCAL_TOKEN_FILE}: remove that file and `chmod 700` a STATE_DIR of the worker's own user, "
-            "or name a tokens file (WORKER_AUTH_TOKENS_FILE)")
+    except UnsafePath as exc:
+        return _why(str(exc))
+    except OSError as exc:
+        return f"{local_token_path(state_dir)!r} cannot be read: {exc.strerror or exc}"
+    finally:
+        os.close(dfd)
+    return None
+
+
+def _why(problem: str) -> str:
+    return (f"{problem}; until then another local user could choose the token the worker takes as admin "
+            f"from {LOCAL_TOKEN_FILE} (or name a tokens file: WORKER_AUTH_TOKENS_FILE)")
+
+
+def _local_token_text(state_dir: str, create: bool) -> str:
+    """The content of ``<state_dir>/auth-token``, read from the descriptor that was
+    checked; written first with a new random token when missing and ``create``.
+    UnsafePath when the directory or the file is not the worker's own."""
+    path = local_token_path(state_dir)
+    dfd, _ = open_private_dir(state_dir, "STATE_DIR", create=create)
+    try:
+        if create:
+            try:
+                wfd = create_private_file(dfd, LOCAL_TOKEN_FILE)
+            except FileExistsError:
+                pass
+            else:
+                text = f"{ADMIN} {secrets.token_urlsafe(32)}\n"
+                with os.fdopen(wfd, "w", encoding="ascii") as f:
+                    f.write(text)
+                return text
+        raw = read_fd(open_private_file(dfd, LOCAL_TOKEN_FILE, path), _LOCAL_TOKEN_MAX_BYTES + 1)
+    finally:
+        os.close(dfd)
+    if len(raw) > _LOCAL_TOKEN_MAX_BYTES:
+        raise UnsafePath(f"{path!r} is larger than {_LOCAL_TOKEN_MAX_BYTES} bytes: it is not the token file the "
+                         "worker writes; remove it and start again (the worker writes a new one)")
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def ensure_local_token(state_dir: str) -> str:
     """``<state_dir>/auth-token`` holding ``admin <token>`` (mode 0600): written with a
-    new random token when missing, reused (and its mode tightened) when present.
-    Returns its path."""
-    path = local_token_path(state_dir)
-    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    new random token when missing, reused (and its mode tightened) when present and
+    the worker's own, in a directory of the worker's own that no one else can write.
+    Returns its path; UnsafePath (naming the path, the owner and the fix) otherwise.
+    Read it with ``read_local_tokens``, which checks again."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        if os.stat(path).st_mode & 0o077:
-            os.chmod(path, 0o600)
-        return path
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{ADMIN} {secrets.token_urlsafe(32)}\n")
-    return path
+        _local_token_text(state_dir, create=True)
+    except UnsafePath as exc:
+        raise UnsafePath(_why(str(exc))) from None
+    return local_token_path(state_dir)
+
+
+def read_local_tokens(path: str) -> dict[bytes, Caller]:
+    """The tokens of the generated ``<stateDir>/auth-token`` at ``path`` (a
+    TokenStore's reader: at start and on SIGHUP), read from the descriptor checked
+    as ensure_local_token checks; TokenFileError when it cannot be trusted."""
+    try:
+        text = _local_token_text(os.path.dirname(path), create=False)
+    except UnsafePath as exc:
+        raise TokenFileError(_why(str(exc))) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokenFileError(f"cannot read the worker's token file {path!r}: "
+                             f"{getattr(exc, 'strerror', None) or exc}") from None
+    tokens = parse_tokens(text, f"the worker's token file {path!r}")
+    if not tokens:
+        raise TokenFileError(f"the worker's token file {path!r} holds no token: remove it and start again "
+                             "(the worker writes a new one)")
+    return tokens

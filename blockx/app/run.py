@@ -29,7 +29,7 @@ from blockx import __version__
 from blockx.adapters.admission import Admission
 from blockx.adapters.audit import AuditAllowlist, AuditGate, EtcdAuditAllowlist
 from blockx.adapters.auth import Authenticator, warn_if_cleartext_tokens, warn_if_open
-from blockx.adapters.auth_tokens import TokenStore, ensure_local_token
+from blockx.adapters.auth_tokens import TokenStore, ensure_local_token, read_local_tokens
 from blockx.adapters.etcd_publisher import EtcdPublisher
 from blockx.adapters.executor.adapter import ExecutorAdapter
 from blockx.adapters.executor.credentials import ExecutorCredentials
@@ -90,8 +90,11 @@ def authenticator(cfg) -> Authenticator:
     <stateDir>/auth-token), mtls or none."""
     if cfg.auth_mode != "token":
         return Authenticator(cfg.auth_mode)
-    path = cfg.auth_tokens_file or ensure_local_token(cfg.data_plane.state_dir)
-    return Authenticator("token", TokenStore(path))
+    if cfg.auth_tokens_file:
+        return Authenticator("token", TokenStore(cfg.auth_tokens_file))
+    # checked on the descriptors it is read from, at start and on SIGHUP: the config check may be stale
+    local = ensure_local_token(cfg.data_plane.state_dir)
+    return Authenticator("token", TokenStore(local, read=read_local_tokens))
 
 
 def shadow_token(cfg) -> str | None:

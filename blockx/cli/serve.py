@@ -42,5 +42,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     if ns.print_config:
         return EXIT_OK
     from blockx.app.run import serve
+    from blockx.app.state_dir import UnsafePath
 
-    return serve(cfg, profile)
+    try:
+        return serve(cfg, profile)
+    except UnsafePath as exc:       # STATE_DIR or its token, found unsafe when used (after the check above)
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
