@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import MISSING, field, fields, is_dataclass
 from typing import Any, get_type_hints
 
+from blockx.redaction import MASK, redact_value
+
 # Environment variables that belong to nested fields (the nested field's metadata
 # names the variable of a top-level setting; these are the nested ones that have one too).
 EXTRA_ENV = {
@@ -51,45 +53,21 @@ def public_fields(obj_or_cls):
 
 
 def to_dict(obj) -> dict[str, Any]:
+    """The config tree under its JSON names, as `--print-config` prints it: every
+    secret hidden (blockx.redaction: URLs' passwords and secret query parameters,
+    header values) and a field named like a password shown as ``***``."""
     out: dict[str, Any] = {}
     for f in public_fields(obj):
         value = getattr(obj, f.name)
-        if isinstance(value, dict):
-            # dataSources, rpc endpoints: URLs may hold passwords, never printed
-            value = {k: _redacted(v) for k, v in value.items()}
-        if f.name.endswith("password") and value:
-            value = "***"                     # etcdPassword: a secret, never printed
-        out[json_name(f)] = to_dict(value) if is_dataclass(value) else (
-            list(value) if isinstance(value, list) else value)
+        if is_dataclass(value):
+            out[json_name(f)] = to_dict(value)
+            continue
+        if isinstance(value, str) and value and f.name.endswith("password"):
+            value = MASK                      # etcdPassword: a secret, never printed
+        elif isinstance(value, (str, list, dict)):
+            value = redact_value(list(value) if isinstance(value, list) else value)
+        out[json_name(f)] = value
     return out
-
-
-def _redacted(value):
-    """A dataSources URL, or an rpc endpoint object, without passwords: its urls
-    redacted and its literal header values hidden ({"env": VAR} names stay)."""
-    if isinstance(value, str):
-        return redact_url(value)
-    if not isinstance(value, dict):
-        return value
-    out = dict(value)
-    urls = value.get("urls")
-    if isinstance(urls, list):
-        out["urls"] = [redact_url(u) if isinstance(u, str) else u for u in urls]
-    elif isinstance(urls, str):
-        out["urls"] = redact_url(urls)
-    headers = value.get("headers")
-    if isinstance(headers, dict):
-        out["headers"] = {h: "***" if isinstance(v, str) else v for h, v in headers.items()}
-    return out
-
-
-def redact_url(url: str) -> str:
-    """scheme://user:secret@host/... -> scheme://user:***@host/..."""
-    scheme, sep, rest = url.partition("://")
-    creds, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in creds:
-        return url
-    return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
 
 
 def iter_leaves(obj, path: str = ""):

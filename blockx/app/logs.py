@@ -11,6 +11,9 @@ converted (protobuf messages to dicts, bytes decoded, sets to lists, anything
 else to its repr) and, should encoding still fail, a minimal line with the
 error is written instead of raising.
 
+No line carries a secret that blockx.redaction recognises (a URL's password or
+secret query parameter, a Bearer token): the encoded line is redacted whole.
+
 With ``batched=True`` (the Worker's setting) the lines logged during one
 iteration of the event loop go out in one write and one flush (a task's
 ``task_finished`` line no longer costs a write syscall of its own); lines from
@@ -31,6 +34,8 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 import orjson
+
+from blockx.redaction import redact_text
 
 __all__ = ["JsonFormatter", "RateLimiter", "parse_level", "setup_logging"]
 
@@ -174,11 +179,14 @@ class JsonFormatter(logging.Formatter):
         if record.stack_info:
             out["stack"] = self.formatStack(record.stack_info)
         try:
-            return orjson.dumps(out, default=_default, option=_OPTS).decode()
+            line = orjson.dumps(out, default=_default, option=_OPTS).decode()
         except TypeError:
             # e.g. an int beyond 64 bits or a cyclic structure: degrade value by value.
             safe = {k: _encodable(v) for k, v in out.items()}
-            return orjson.dumps(safe, default=_default, option=_OPTS).decode()
+            line = orjson.dumps(safe, default=_default, option=_OPTS).decode()
+        # A URL's password or key, a Bearer token, wherever in the line they came from
+        # (a message, a field, an exception): one place, one substring test per line.
+        return redact_text(line)
 
 
 def _encodable(value: Any) -> Any:
