@@ -19,7 +19,9 @@ import orjson
 
 from blockx.adapters.dispatch_actor import DispatchActor, dumps_kept
 from blockx.core.call_ids import task_id_of_call
+from blockx.log_event import log_event
 from blockx.protocol import messages as m
+from blockx.tenant_view import tenant_message
 
 log = logging.getLogger("blockx.dispatch")
 _Fragment = orjson.Fragment
@@ -207,7 +209,10 @@ class ExecutorEvents:
             try:
                 digest, _entry = rt.view.resolve(function_id)
             except Exception as exc:  # FunctionNotFound
-                error = (m.FUNCTION_NOT_FOUND, str(exc), False)
+                # the function's own code reads this error: no server path or function list in it
+                log_event(log, "subcall_function_not_found", logging.INFO, task_id=p.get("taskId"),
+                          call_id=call_id, message=str(exc))
+                error = (m.FUNCTION_NOT_FOUND, tenant_message(str(exc)), False)
         if error is None:
             args_json = self._canonical_args(p.get("args", []))
             child, more = disp.add_subcall(call_id, executor_id, request_id, function_id, digest, args_json,

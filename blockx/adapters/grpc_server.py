@@ -137,7 +137,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             snap = self._orch.request_task_slot(request.task_id, request.ttl_ms, caller)
         except WorkerError as err:
             await self._refuse(context, "RequestTaskSlot", err)
-        resp = self._delivery.reply(snap, "slot")[0]          # a finished task's: the first page
+        resp = self._delivery.for_caller(caller).reply(snap, "slot")[0]          # a finished task's: the first page
         self._count("RequestTaskSlot", "OK")
         return resp
 
@@ -153,7 +153,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                                           trace_context=self._trace_context(context), unary=True)
         except WorkerError as err:
             await self._refuse(context, "SubmitTask", err)
-        resp = self._delivery.reply(snap, "submit")[0]        # a finished task's: the first page
+        resp = self._delivery.for_caller(caller).reply(snap, "submit")[0]        # a finished task's: the first page
         self._count("SubmitTask", "OK")
         return resp
 
@@ -163,7 +163,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         try:
             offset, limit = page_request(request)
             snap = self._orch.get_task_result(request.task_id, caller)
-            resp = self._delivery.reply(snap, "result", offset, limit)[0]
+            resp = self._delivery.for_caller(caller).reply(snap, "result", offset, limit)[0]
         except WorkerError as err:
             await self._refuse(context, "GetTaskResult", err)
         except PageTooLarge as err:
@@ -214,7 +214,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         live = [s.task_id for s in snaps if not s.is_terminal]
         sub = subs.attach(live, Subscription(self._limits.watch_max_pending_updates,
                                              asyncio.current_task().cancel)) if live else None
-        fit = self._delivery.fit_update
+        fit = self._delivery.for_caller(caller).fit_update
         pending = set()
         shown = {}            # task id -> the TaskProgress last written (progress is not repeated)
         finished = False
@@ -374,7 +374,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             res = cancel(self._orch, request, caller)
         except WorkerError as err:
             await self._refuse(context, "CancelTask", err)
-        resp = cancel_response(res, self._delivery)[0]
+        resp = cancel_response(res, self._delivery.for_caller(caller))[0]
         self._count("CancelTask", "OK")
         return resp
 

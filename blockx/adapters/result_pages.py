@@ -29,6 +29,12 @@ The budget counts the whole message as it goes on the wire, a session's framing
 A result that clearly fits (its bulk, counted by len(), within ``FAST_SLACK_BYTES``
 of the budget) is sent as the encoder built it, measured no further: the cost of
 small results is unchanged.
+
+What an identity other than admin receives (``for_caller``) has its failure
+message and plugin messages as blockx.tenant_view.tenant_message makes them: no
+server path, no part marked server-only (the functions directory, the other
+functions' ids). The stored result, the admin's copy and the log keep every
+word; a result without a failure message costs nothing more.
 """
 from __future__ import annotations
 
@@ -40,6 +46,7 @@ from blockx.adapters import wire
 from blockx.adapters.result_delivery import ENVELOPE_BYTES, RESULT_TOO_LARGE, WRAP_BYTES, ResultDelivery
 from blockx.core.config_rules import Rule
 from blockx.core.errors import InvalidArgumentError
+from blockx.tenant_view import tenant_message
 from blockx.worker.v1 import worker_pb2 as pb
 
 MiB = 1024 * 1024
@@ -190,6 +197,11 @@ class ResultPages:
         """A result bulk (``bulk_bytes``) up to this always fits in one page whole."""
         return self._fast
 
+    def for_caller(self, caller) -> ResultPages:
+        """The pages ``caller`` (blockx.core.owners.Caller) receives: these for the
+        admin identity and the unrestricted caller (None), a TenantPages otherwise."""
+        return self if caller is None or caller.admin else TenantPages(self)
+
     def update_page(self, upd: pb.TaskUpdate, snap) -> tuple[pb.TaskUpdate, int]:
         """(the update to send, its approximate result bytes): ``upd`` itself when its
         result fits whole, else a copy with the first page of it. ``upd`` is shared
@@ -272,6 +284,57 @@ class ResultPages:
         for p in r.plugin_results:
             head.plugin_results.add(plugin=p.plugin[:_KEPT_CHARS], ok=p.ok, message=p.message[:_KEPT_CHARS])
         return head
+
+
+class TenantPages(ResultPages):
+    """ResultPages as a non-admin identity receives them: each page's failure and
+    plugin messages through tenant_message (the module docstring). The paging
+    itself, and its cache of the last shared update, stay the server's one ResultPages."""
+    __slots__ = ("_pages",)
+
+    def __init__(self, pages: ResultPages) -> None:     # pages' budget and limits, not a second set
+        self._pages = pages
+        self.budget, self.delivery, self._fast = pages.budget, pages.delivery, pages._fast
+        self._upd = self._page = None
+
+    def for_caller(self, caller) -> ResultPages:
+        return self._pages.for_caller(caller)
+
+    def reply(self, snap, kind: str, offset: int = 0, limit: int | None = None):
+        return self._pages.reply(_tenant_snapshot(snap), kind, offset, limit)
+
+    def update_page(self, upd: pb.TaskUpdate, snap) -> tuple[pb.TaskUpdate, int]:
+        seen = _tenant_snapshot(snap)
+        if seen is not snap and upd.HasField("result"):   # the shared update stays whole for the admin's
+            own = pb.TaskUpdate()
+            own.CopyFrom(upd)
+            _tenant_pb(own.result, seen.result)
+            upd = own
+        return self._pages.update_page(upd, seen)
+
+    def fit_update(self, upd: pb.TaskUpdate, snap) -> pb.TaskUpdate:
+        return self.update_page(upd, snap)[0]
+
+
+def _tenant_snapshot(snap):
+    """``snap`` with its result's messages as a tenant reads them; ``snap`` itself
+    when there is nothing to hide (no failure message, no plugin message)."""
+    r = snap.result
+    if r is None or not (r.failure_message or r.plugin_results):
+        return snap
+    failure = tenant_message(r.failure_message)
+    plugins = [p if (m := tenant_message(p.message)) == p.message else dataclasses.replace(p, message=m)
+               for p in r.plugin_results]
+    if failure == r.failure_message and all(a is b for a, b in zip(plugins, r.plugin_results)):
+        return snap
+    return dataclasses.replace(snap, result=dataclasses.replace(r, failure_message=failure,
+                                                                plugin_results=plugins))
+
+
+def _tenant_pb(res: pb.TaskResult, r) -> None:
+    res.failure_message = r.failure_message
+    for p, seen in zip(res.plugin_results, r.plugin_results):
+        p.message = seen.message
 
 
 def _header(r, offset: int, total: int) -> pb.TaskResult:

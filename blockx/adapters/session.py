@@ -73,7 +73,7 @@ class Session:
         self._orch = orch
         self._caller = caller                    # the stream's identity, resolved once (blockx.adapters.auth)
         self._trace_context = trace_context      # the stream's W3C trace context, parent of its tasks (trace_context.py)
-        self._delivery = delivery = delivery or ResultPages()
+        self._delivery = delivery = (delivery or ResultPages()).for_caller(caller)   # a tenant's: no server paths
         # One SessionEventBatch of several events stays within one message too.
         self._batch_bytes = min(MAX_BATCH_BYTES, delivery.fits_bytes)
         self._subs = orch.subscriptions

@@ -5,11 +5,17 @@ live in function_snapshots.SnapshotStore).
 A view keeps its snapshot alive (snapshots track their views weakly, so a task
 runtime that is dropped unpins without ceremony; ``release()`` unpins early) and
 serves only the sources of its own snapshot.
+
+A not-found message names the function and the epoch for everyone; where the
+code comes from and the ids it knows are marked server-only
+(blockx.tenant_view): the admin and the log read them, a tenant does not.
 """
 from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
+
+from blockx.tenant_view import server_only
 
 ENTRY_SELECTOR = "main"
 DEFAULT_MAX_SOURCE_BYTES = 8 * 1024 * 1024  # the frame limit is 16 MiB; leave room for JSON escaping
@@ -91,5 +97,6 @@ class FunctionView:
     def _not_found(self, function_id: str) -> str:
         known = sorted(self._digests)
         listing = ", ".join(known[:10]) + (f", ... ({len(known)} in all)" if len(known) > 10 else "")
-        return (f"function {function_id!r} not found in code epoch {self.epoch} "
-                f"({self._owner.where}; known: {listing or 'none'})")
+        # where the code comes from and the other functions' ids are the server's to know
+        return (f"function {function_id!r} not found in code epoch {self.epoch}"
+                + server_only(f"{self._owner.where}; known: {listing or 'none'}"))

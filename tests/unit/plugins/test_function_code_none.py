@@ -14,9 +14,9 @@ def test_no_function_is_served_and_the_message_says_how_to_configure_one():
     assert view.function_ids() == []
     with pytest.raises(FunctionNotFound) as ei:
         view.resolve("sql_query")
-    assert str(ei.value) == ("function 'sql_query' not found in code epoch 1 (no function source is configured: "
-                             "set FUNCTIONS_DIR to a directory of <functionId>.py files, or FUNCTIONS_SOURCE=etcd or redis; "
-                             "known: none)")
+    assert str(ei.value) == ("function 'sql_query' not found in code epoch 1 [server only: no function source is "
+                             "configured: set FUNCTIONS_DIR to a directory of <functionId>.py files, or "
+                             "FUNCTIONS_SOURCE=etcd or redis; known: none]")
     assert ei.value.error_kind == "FUNCTION_NOT_FOUND"
     with pytest.raises(FunctionNotFound):
         code.source_for("0" * 64)
