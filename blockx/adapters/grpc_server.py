@@ -35,6 +35,7 @@ from blockx.adapters.trace_export import chrome_trace
 from blockx.core.types import TaskState
 from blockx.core.errors import WorkerError
 from blockx.core.worker_requests import require_task_id
+from blockx.tenant_view import tenant_message
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 
@@ -358,6 +359,8 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 f"TRACE_RETAINED_MAX_EVENTS ({traces.retained_max_events} events) and the oldest are evicted "
                 "first (raise it, or fetch traces sooner); or the task was refused before it started"))
         body = orjson.dumps(chrome_trace(tr, traces.now()))
+        if caller is not None and not caller.admin:      # its failure messages as a tenant reads them
+            body = tenant_message(body.decode()).encode()
         self._count("GetTaskTrace", "OK")
         return pb.TaskTrace(
             task_id=tid, state=int(snap.state), complete=tr.ended, sampled=tr.sampled,

@@ -6,12 +6,13 @@ real worker processes:
   at it (a tokens file is set, so the generated token is not in play);
 - a tenant's FUNCTION_NOT_FOUND shows neither the server's functions directory
   nor the other functions' ids, on every way a result reaches it (the SubmitTask
-  reply, WatchTasks, GetTaskResult, a TaskSession), nor in the error its own
-  code reads from a subcall; the admin identity and the Worker's log still see
-  both."""
+  reply, WatchTasks, GetTaskResult, a TaskSession, its GetTaskTrace), nor in
+  the error its own code reads from a subcall; the admin identity and the
+  Worker's log still see both."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -47,7 +48,8 @@ def w(tmp_path_factory):
     fdir = make_functions_dir(d)
     (fdir / "subcall_missing.py").write_text(SUBCALL_MISSING)
     tokens = auth.write_tokens(d, {"alice": ALICE, "admin": auth.HARNESS_TOKEN})
-    proc = WorkerProcess({"WORKER_AUTH_TOKENS_FILE": tokens, "TASK_SLOTS": "8", "RESULT_RETENTION_MS": "60000"},
+    proc = WorkerProcess({"WORKER_AUTH_TOKENS_FILE": tokens, "TASK_SLOTS": "8", "RESULT_RETENTION_MS": "60000",
+                          "TRACE_ENABLED": "true"},
                          functions_dir=fdir)
     proc.fdir = str(fdir)
     proc.start()
@@ -111,6 +113,20 @@ def test_a_tenant_function_not_found_shows_no_server_path_nor_other_functions(w)
     assert w.fdir in admin and "known:" in admin and "attack_attach" in admin
     logged = w.find_event("task_finished", task_id="alice-nf")
     assert logged is not None and w.fdir in logged["failure_message"] and "attack_attach" in logged["failure_message"]
+
+
+def test_a_tenant_trace_shows_no_server_detail(w):
+    ch, alice = stub(w, ALICE)
+    try:
+        alice.SubmitTask(call_list("alice-tr", [("no-such-fn", [1])]), timeout=10)
+        terminal(alice, "alice-tr")
+        mine = alice.GetTaskTrace(pb.GetTaskTraceRequest(task_id="alice-tr"), timeout=10).chrome_trace_json.decode()
+    finally:
+        ch.close()
+    assert "'no-such-fn' not found" in mine and shows_server(mine, w.fdir) == [], mine
+    assert json.loads(mine)["otherData"]["taskId"] == "alice-tr"             # still a trace a viewer opens
+    admin = w.stub.GetTaskTrace(pb.GetTaskTraceRequest(task_id="alice-tr"), timeout=10).chrome_trace_json.decode()
+    assert w.fdir in admin and "attack_attach" in admin
 
 
 def test_a_subcall_error_read_by_tenant_code_shows_no_server_detail(w):
