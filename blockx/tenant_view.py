@@ -18,11 +18,12 @@ Pure string work, no IO: plugins mark, adapters deliver."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 SERVER_ONLY = " [server only: "
 SERVER_PATH = "<server path>"
 HIDDEN = " [more detail: the worker's admin identity and its log]"
-_SERVER_ONLY = re.compile(r" ?\[server only: .*?\](?=$|[\s.;,)\]])", re.DOTALL)
+_SERVER_ONLY = re.compile(r" ?\[server only: .*?\](?=$|[\s.;,)\]}\"'])", re.DOTALL)
 _FILE_URL = re.compile(r"\b(duckdb|file|sqlite|unix):///*[^\s'\"`)\]]*", re.IGNORECASE)
 # An absolute path of two parts or more, not inside a word, a URL or another path.
 _ABS_PATH = re.compile(r"(?<![\w/.:~@%+-])/[\w.@+~-]+(?:/[\w.@+~-]*)+")
@@ -45,4 +46,15 @@ def tenant_message(text: str) -> str:
     return text
 
 
-__all__ = ["SERVER_PATH", "server_only", "tenant_message"]
+def tenant_strings(value: Any) -> Any:
+    """``value`` (a JSON document: a trace) with each string through tenant_message."""
+    if isinstance(value, str):
+        return tenant_message(value)
+    if isinstance(value, list):
+        return [tenant_strings(v) for v in value]
+    if isinstance(value, dict):
+        return {k: tenant_strings(v) for k, v in value.items()}
+    return value
+
+
+__all__ = ["SERVER_PATH", "server_only", "tenant_message", "tenant_strings"]

@@ -35,7 +35,7 @@ from blockx.adapters.trace_export import chrome_trace
 from blockx.core.types import TaskState
 from blockx.core.errors import WorkerError
 from blockx.core.worker_requests import require_task_id
-from blockx.tenant_view import tenant_message
+from blockx.tenant_view import tenant_strings
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 
@@ -358,9 +358,10 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 f"task {tid!r} has no trace on this worker any more: ended traces are kept within "
                 f"TRACE_RETAINED_MAX_EVENTS ({traces.retained_max_events} events) and the oldest are evicted "
                 "first (raise it, or fetch traces sooner); or the task was refused before it started"))
-        body = orjson.dumps(chrome_trace(tr, traces.now()))
+        doc = chrome_trace(tr, traces.now())
         if caller is not None and not caller.admin:      # its failure messages as a tenant reads them
-            body = tenant_message(body.decode()).encode()
+            doc = tenant_strings(doc)
+        body = orjson.dumps(doc)
         self._count("GetTaskTrace", "OK")
         return pb.TaskTrace(
             task_id=tid, state=int(snap.state), complete=tr.ended, sampled=tr.sampled,

@@ -43,3 +43,10 @@ def test_server_paths_and_server_only_parts_are_hidden(text, hidden):
 ])
 def test_a_message_without_server_detail_is_unchanged(text):
     assert tenant_message(text) == text
+
+
+def test_a_marked_part_inside_json_ends_at_its_own_bracket():
+    import json
+    doc = {"a": [{"failureMessage": "x" + server_only("functions dir '/srv/f'; known: a, b")}], "b": "[c]"}
+    text = tenant_message(json.dumps(doc))
+    assert json.loads(text)["b"] == "[c]" and "known" not in text and "/srv" not in text
