@@ -1,7 +1,9 @@
 """`blockx serve`: load the profile and the configuration (defaults -> profile ->
 WORKER_CONFIG JSON file or --config -> environment), refuse an invalid one with
 exit 2, and run the Worker (blockx.app.run) until SIGTERM / SIGINT. Needs the
-`worker` extra; without it, says what to install."""
+`worker` extra; without it, says what to install. What it prints (the config,
+its problems) never shows a secret (blockx.redaction); a STATE_DIR found unsafe
+when the Worker starts is exit 2 too, with the path and the fix."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import argparse
 import sys
 
 from blockx.cli.exit import EXIT_OK, EXIT_USAGE
+from blockx.redaction import redact_text
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
@@ -31,13 +34,14 @@ def cmd_serve(ns: argparse.Namespace) -> int:
     try:
         cfg = load_config(profile, config_path=ns.config)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact_text(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     problems = cfg.violations(profile)
     if ns.print_config:
-        print(cfg.to_json())
+        print(cfg.to_json())            # its secrets hidden (blockx.app.config_fields.to_dict)
     if problems:
-        print(f"error: {ConfigError(problems)}", file=sys.stderr)
+        # a problem may quote the URL it is about: never with its password or key
+        print(f"error: {redact_text(str(ConfigError(problems)))}", file=sys.stderr)
         return EXIT_USAGE
     if ns.print_config:
         return EXIT_OK

@@ -17,9 +17,10 @@ base install (redis-py is imported only when a command talks to Redis)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from blockx.plugins.function_code_view import FunctionCodeError
+from blockx.redaction import redact_url
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_REDIS_PREFIX = "blockx:functions:"
@@ -51,16 +52,8 @@ class RedisCodeKeys:
 
 
 def redacted_url(url: str) -> str:
-    """The URL without its password, for logs and error messages."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        userinfo, _, hostport = parts.netloc.rpartition("@")
-        user = userinfo.partition(":")[0]
-        return urlunsplit((parts.scheme, f"{user}:***@{hostport}", parts.path, parts.query, parts.fragment))
-    except ValueError:
-        return "<unparsable Redis URL>"
+    """The URL without its password (or a ``?password=``), for logs and error messages."""
+    return redact_url(url)
 
 
 def redis_client(url: str, timeout_s: float):

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from blockx.core.config_rules import Rule
 from blockx.json_types import json_type
+from blockx.redaction import redact_url
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")   # an HTTP token
@@ -123,11 +124,12 @@ def _positive(value, here: str, problems: list[str]) -> int:
 
 
 def _redacted(url: str) -> str:
-    """The URL without user:password@ (an error message may be logged)."""
+    """The URL without user:password@ and with its secrets hidden (blockx.redaction:
+    an apikey in the query, a key in the path): an error message may be logged."""
     parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    return parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]).geturl()
+    if parts.username is not None or parts.password is not None:
+        url = parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]).geturl()
+    return redact_url(url)
 
 
 def url_label(url: str) -> str:

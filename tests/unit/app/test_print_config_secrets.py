@@ -41,3 +41,16 @@ def test_print_config_hides_every_secret(monkeypatch, capsys, tmp_path):
     assert eth["urls"] == ["https://node:***@127.0.0.1:8545/", "https://127.0.0.1:8546/?apikey=***"]
     assert eth["headers"] == {"X-Api-Key": "***", "Authorization": {"env": "RPC_AUTH"}}
     assert doc["etcdPassword"] == "***"
+
+
+def test_a_refused_config_names_its_urls_without_their_secrets(monkeypatch, capsys, tmp_path):
+    cfg = {"dataSources": {"x": "mysql://u:pw-err-1@127.0.0.1/db"},
+           "ioBackends": {"rpc": {"endpoints": {"e": {"urls": ["ftp://u:pw-err-2@127.0.0.1/?apikey=pw-err-3"]}}}}}
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(cfg))
+    monkeypatch.delenv("WORKER_CONFIG", raising=False)
+    code = cli.main(["serve", "--profile", "dev", "--config", str(path), "--print-config"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "ioBackends.rpc.endpoints.e.urls" in err and "ftp://127.0.0.1/?apikey=***" in err
+    for secret in ("pw-err-1", "pw-err-2", "pw-err-3"):
+        assert secret not in out and secret not in err, secret
