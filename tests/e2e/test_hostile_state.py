@@ -48,10 +48,13 @@ def w(tmp_path_factory):
     fdir = make_functions_dir(d)
     (fdir / "subcall_missing.py").write_text(SUBCALL_MISSING)
     tokens = auth.write_tokens(d, {"alice": ALICE, "admin": auth.HARNESS_TOKEN})
+    (d / "not-a-dir").write_text("")                 # a DuckDB file under it cannot be opened
+    broken = f"{d}/not-a-dir/data.duckdb"
     proc = WorkerProcess({"WORKER_AUTH_TOKENS_FILE": tokens, "TASK_SLOTS": "8", "RESULT_RETENTION_MS": "60000",
-                          "TRACE_ENABLED": "true"},
+                          "TRACE_ENABLED": "true", "STATE_DIR": str(d / "state"),
+                          "BLOCKX_DATA_SOURCES": json.dumps({"broken": f"duckdb://{broken}"})},
                          functions_dir=fdir)
-    proc.fdir = str(fdir)
+    proc.fdir, proc.duck = str(fdir), broken
     proc.start()
     try:
         yield proc
@@ -113,6 +116,21 @@ def test_a_tenant_function_not_found_shows_no_server_path_nor_other_functions(w)
     assert w.fdir in admin and "known:" in admin and "attack_attach" in admin
     logged = w.find_event("task_finished", task_id="alice-nf")
     assert logged is not None and w.fdir in logged["failure_message"] and "attack_attach" in logged["failure_message"]
+
+
+def test_a_tenant_data_source_error_shows_no_server_path(w):
+    ch, alice = stub(w, ALICE)
+    try:
+        task = pb.Task(task_id="alice-db", function_call=pb.FunctionCallConfig(type="dbscan", payload=json.dumps(
+            {"source": "broken", "query": "SELECT 1 AS a", "functionId": "echo"}).encode()))
+        alice.SubmitTask(pb.SubmitTaskRequest(task=task), timeout=10)
+        mine = terminal(alice, "alice-db")
+    finally:
+        ch.close()
+    admin = w.result("alice-db").result
+    assert admin.state == pb.TASK_STATE_FAILED and os.path.dirname(w.duck) in admin.failure_message, admin
+    assert mine.failure_code == admin.failure_code and "<server path>" in mine.failure_message
+    assert "not-a-dir" not in mine.failure_message, mine.failure_message
 
 
 def test_a_tenant_trace_shows_no_server_detail(w):
