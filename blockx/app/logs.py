@@ -144,7 +144,7 @@ class JsonFormatter(logging.Formatter):
                 "msg": _safe_str(getattr(record, "msg", "")),
                 "log_error": f"{type(exc).__name__}: {exc}",
             }
-            return orjson.dumps(fallback, default=_safe_str).decode()
+            return redact_text(orjson.dumps(fallback, default=_safe_str).decode())
 
     def _format(self, record: logging.LogRecord) -> str:
         try:
