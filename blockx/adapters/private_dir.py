@@ -78,6 +78,7 @@ def open_private_dir(path: str, what: str, *, create: bool = True) -> tuple[int,
     FileNotFoundError when it is missing and not ``create``; NotADirectoryError
     when it is a file; another OSError when it cannot be made or opened."""
     created = False
+    path = path.rstrip("/") or "/"       # a trailing slash makes the kernel follow a link: O_NOFOLLOW would not see it
     if create:
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)

@@ -87,6 +87,8 @@ def test_a_state_dir_that_is_a_symbolic_link_is_refused(tmp_path):
     assert str(real) in str(exc.value)           # says which directory to name instead
     why = refusal(link)
     assert "symbolic link" in why and str(link) in why
+    with pytest.raises(Exception, match="is a symbolic link"):
+        ensure_state_dir(str(link) + "/")        # a trailing slash would follow the link
 
 
 def test_a_token_file_that_is_a_symbolic_link_is_never_followed(tmp_path):
