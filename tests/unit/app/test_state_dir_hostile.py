@@ -161,3 +161,11 @@ def test_the_worker_own_state_dir_and_token_are_used(tmp_path):
     assert stat.S_IMODE(os.stat(state / "auth-token").st_mode) == 0o600
     token = (state / "auth-token").read_text().split()[1]
     assert store.identify(token).admin and local_store(state).identify(token).admin   # reused
+
+
+def test_a_fifo_in_place_of_the_token_file_is_refused_without_blocking(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    os.mkfifo(state / "auth-token", 0o600)           # an open for reading would wait for a writer
+    why = refusal(state)
+    assert "is not a regular file" in why and str(state / "auth-token") in why
