@@ -100,8 +100,8 @@ def open_private_dir(path: str, what: str, *, create: bool = True) -> tuple[int,
         raise
     try:
         st = os.fstat(fd)
-        if created and stat.S_IMODE(st.st_mode) != DIR_MODE:
-            os.fchmod(fd, DIR_MODE)              # mkdir applied the umask; make the mode exact
+        if created and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != DIR_MODE:
+            os.fchmod(fd, DIR_MODE)              # mkdir applied the umask; make the mode exact (of ours only)
             st = os.fstat(fd)
         if problem := dir_problem(st, path, what):
             raise UnsafePath(problem)
