@@ -235,8 +235,10 @@ def show_result(client, msg, ns, out: TextIO, err: TextIO | None = None) -> None
              or not msg.HasField("result"))
     if not whole:
         width, height = _screen()
+        # A screenful of outputs: the rest of the result is a fixed ~30 lines, read as a whole.
+        outs = response_to_json(msg)["result"]["outputs"]
         tall = (msg.result.outputs_truncated or show is not None
-                or len(json.dumps(response_to_json(msg), indent=2).splitlines()) > height - 2)
+                or len(json.dumps(outs, indent=2).splitlines()) > height - 2)
         if tall:
             out.write("\n".join(summary_lines(msg, show, width, height)) + "\n")
             out.flush()

@@ -58,6 +58,9 @@ def subcall_error(function_id: str, value: dict) -> SubcallError:
     if isinstance(child_kind, str) and child_kind:
         child_kind = child_kind[:64]
         text = message or f"subcall {function_id!r} failed: {child_kind}"
+    elif kind == "SUBCALL_FAILED" and message.startswith("subcall "):
+        child_kind = kind       # the Worker refused it and its message says which subcall and why
+        text = message
     else:
         child_kind = kind
         text = f"subcall {function_id!r} failed: {kind}: {message}" if message else \

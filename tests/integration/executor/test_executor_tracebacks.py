@@ -149,3 +149,16 @@ def test_locals_are_redacted_repr_safe_and_bounded(make_worker):
     assert lv["bad"].startswith("<Bad instance at")        # its raising __repr__ is not called twice
     assert len(lv["huge"]) <= 200
     assert lv["plain"] == "7"
+
+
+def test_a_subcall_the_worker_rejected_keeps_its_own_words(make_worker):
+    """The dispatcher's refusal (too deep, a cycle) already starts "subcall f ...": not said twice."""
+    w = make_worker({"p": CATCH_KIND})
+    w.execute("root", "p", [1])
+    env, _ = w.expect(m.CALL_WAITING, "root")
+    w.send(m.resume_call_error("root", env["requestId"], "subcall", "SUBCALL_FAILED",
+                               "subcall child would be at depth 8: its ancestry of 8 calls must be shorter "
+                               "than maxSubcallDepth 8", False))
+    out = w.expect(m.CALL_COMPLETED, "root")[0]["payload"]["output"]
+    assert out["message"] == ("subcall child would be at depth 8: its ancestry of 8 calls must be shorter "
+                              "than maxSubcallDepth 8")
