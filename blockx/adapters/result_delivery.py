@@ -34,9 +34,9 @@ def result_bytes(snap) -> int:
     r = snap.result
     if r is None:
         return 0
-    n = sum(map(len, r.outputs)) + len(r.failure_message) + len(r.failure_traceback)
-    for _name, value in r.failure_locals:
-        n += len(value) + 80           # the name (at most 64) and the framing
+    n = sum(map(len, r.outputs)) + len(r.failure_message)
+    if r.failure_call_id:              # a traceback and locals (a name is at most 64, plus framing)
+        n += len(r.failure_traceback) + sum(len(value) + 80 for _name, value in r.failure_locals)
     for p in r.plugin_results:
         n += len(p.details) + len(p.message)
     return n

@@ -547,5 +547,5 @@ def _calls_outcome(conv, rt=None) -> PhaseOutcome:
         if detail is not None:
             out.failure_call_id = detail.call_id
             out.failure_traceback = detail.traceback
-            out.failure_locals = detail.local_vars
+            out.failure_locals = tuple(detail.local_vars)
     return out

@@ -123,7 +123,7 @@ class TaskResult:
     # subcalls' chained in) and its innermost user frame's locals (name, repr).
     failure_call_id: str = ""
     failure_traceback: str = ""
-    failure_locals: list[tuple[str, str]] = field(default_factory=list)
+    failure_locals: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(slots=True)
@@ -152,7 +152,7 @@ class PhaseOutcome:
     # Calls, failed: the deciding call's traceback and locals (TaskResult's fields of these names).
     failure_call_id: str = ""
     failure_traceback: str = ""
-    failure_locals: list[tuple[str, str]] = field(default_factory=list)
+    failure_locals: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def failure(cls, failure_code: str = "", failure_message: str = "",

@@ -21,7 +21,7 @@ RESULTS = [
     ]),
     TaskResult(TaskState.FAILED, "CALL_FAILED", "call t-1/0 (function f) failed", False, [], [], STAT,
                failure_call_id="t-1/0", failure_traceback="Traceback ...\nValueError: x\n",
-               failure_locals=[("x", "1"), ("password", "<redacted>")]),
+               failure_locals=(("x", "1"), ("password", "<redacted>"))),
 ]
 
 
