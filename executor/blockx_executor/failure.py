@@ -109,7 +109,7 @@ def _internal_file(filename: str) -> bool:
 def _segment(exc: BaseException) -> str:
     """One exception of a chain, as Python prints it, without the executor's frames
     (all of them kept when every frame is the executor's own: its bug shows where)."""
-    frames = traceback.extract_tb(exc.__traceback__, limit=200)
+    frames = traceback.extract_tb(exc.__traceback__, limit=-500)   # the innermost 500: where it broke
     user = [f for f in frames if not _internal_file(f.filename)]
     shown = user or frames
     lines = ["Traceback (most recent call last):\n"] + traceback.format_list(shown) if shown else []

@@ -162,3 +162,19 @@ def test_a_subcall_the_worker_rejected_keeps_its_own_words(make_worker):
     out = w.expect(m.CALL_COMPLETED, "root")[0]["payload"]["output"]
     assert out["message"] == ("subcall child would be at depth 8: its ancestry of 8 calls must be shorter "
                               "than maxSubcallDepth 8")
+
+
+RECURSE = '''def main(n):
+    return main(n + 1)
+'''
+
+
+def test_a_runaway_recursion_keeps_the_innermost_frames_and_the_error(make_worker):
+    w = make_worker({"r": RECURSE})
+    w.execute("c1", "r", [0])
+    p = w.expect(m.CALL_FAILED, "c1")[0]["payload"]
+    assert p["errorMessage"].startswith("RecursionError: maximum recursion depth exceeded")
+    stack = p["errorStack"]
+    assert len(stack) <= 32 * 1024
+    assert "Previous line repeated" in stack                 # collapsed as Python collapses it
+    assert stack.rstrip().splitlines()[-1].startswith("RecursionError: maximum recursion depth exceeded")
