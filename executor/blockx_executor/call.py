@@ -186,10 +186,10 @@ class Call:
                 raise RpcError(f"IO request to backend {backend!r} failed: {value['errorMessage']}",
                                backend=backend, code=rpc.get("code"), rpc_message=rpc.get("message"),
                                data=rpc.get("data"), retryable=value["retryable"])
+            # The kind is the call's own errorKind (error_kind): the message does not repeat it.
             raise IOCallError(
-                f"IO request to backend {backend!r} failed: {value['errorKind']}: "
-                f"{value['errorMessage']}", backend=backend, error_kind=value["errorKind"],
-                retryable=value["retryable"])
+                f"IO request to backend {backend!r} failed: {value['errorMessage']}", backend=backend,
+                error_kind=value["errorKind"], retryable=value["retryable"])
         return value, sidecar
 
     def wait_subcall(self, function_id: str, args_json: bytes):

@@ -178,3 +178,21 @@ def test_a_runaway_recursion_keeps_the_innermost_frames_and_the_error(make_worke
     assert len(stack) <= 32 * 1024
     assert "Previous line repeated" in stack                 # collapsed as Python collapses it
     assert stack.rstrip().splitlines()[-1].startswith("RecursionError: maximum recursion depth exceeded")
+
+
+IO_PLAIN = '''from blockx_executor import sdk
+
+def main():
+    return sdk.io("devstub", {"op": "echo"})
+'''
+
+
+def test_an_io_failure_says_its_kind_once(make_worker):
+    """The call's errorKind is the backend's: the message does not repeat it."""
+    w = make_worker({"io": IO_PLAIN})
+    w.execute("c1", "io", [])
+    env, _ = w.expect(m.CALL_WAITING, "c1")
+    w.send(m.resume_call_error("c1", env["requestId"], "io", "IO_ERROR", "backend down", True))
+    p = w.expect(m.CALL_FAILED, "c1")[0]["payload"]
+    assert p["errorKind"] == "IO_ERROR" and p["retryable"] is True
+    assert p["errorMessage"] == "IOCallError: IO request to backend 'devstub' failed: backend down"
