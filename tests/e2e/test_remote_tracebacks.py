@@ -171,6 +171,9 @@ def test_every_failure_message_says_each_thing_once(worker, case):
                                   if line and not line.startswith(" ") and not line.startswith("Traceback")]
     for message in said:
         assert doubled_prefix(message) is None, (doubled_prefix(message), message)
+    if case == "continue_all_failed":       # "all 2 calls failed; first: call .../0 ...": that call's
+        assert r.failure_message.startswith(f"all 2 calls failed; first: call {tid}/0 (function fail)")
+        assert r.failure_call_id == f"{tid}/0" and "RuntimeError: a" in r.failure_traceback
 
 
 # ---- a tall result on a terminal --------------------------------------------------------
