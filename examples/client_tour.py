@@ -3,7 +3,7 @@
 import asyncio
 import os
 
-from blockx.client import NotFound, WorkerClient, connect
+from blockx.client import NotFound, TaskFailed, WorkerClient, connect
 
 ADDR = os.environ.get("BLOCKX_ADDR", "127.0.0.1:8081")
 
@@ -31,3 +31,7 @@ with connect(ADDR) as client:                                       # the synchr
     print(outcome.outputs)                                          # [285]
     trace = client.trace(outcome.task_id)       # its timeline; trace.write("t.json"), open it in Perfetto
     print(trace.complete, sum(e.get("cat") == "subcall" for e in trace.events()))    # True 10
+    try:
+        client.submit(calls=[("fail", ["bad input"])]).result()    # the outputs, or TaskFailed
+    except TaskFailed as failed:                # str(failed): the failure and its remote traceback
+        print(failed.failure_code, failed.remote_traceback.splitlines()[-1])    # CALL_FAILED RuntimeError: bad input

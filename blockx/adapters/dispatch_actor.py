@@ -40,6 +40,7 @@ from blockx.core.dispatch.commands import (
 from blockx._fast import load
 from blockx._fast.errors import FrameTooLarge, OutboxClosed, OutboxFull
 from blockx.adapters.audit import AUDIT_REJECTED
+from blockx.adapters.call_failures import take_child_stack
 from blockx.adapters.executor.errors import BindError, CallNotBound, ExecutorGone
 from blockx.protocol import messages as m
 
@@ -302,7 +303,8 @@ class DispatchActor:
         completed resumes it through send_resume_result, from _exec)."""
         payload = {"resumeKind": m.WAIT_SUBCALL,
                    "error": {"errorKind": cmd.error_kind, "errorMessage": cmd.error_message,
-                             "retryable": cmd.retryable, "childErrorKind": cmd.child_error_kind},
+                             "retryable": cmd.retryable, "childErrorKind": cmd.child_error_kind,
+                             "childErrorStack": take_child_stack(self._runtimes, cmd.child_call_id)},
                    "budgetUsedMs": cmd.budget_used_ms}
         self.send_resume(cmd.parent_executor_id, cmd.parent_call_id, cmd.request_id,
                          cmd.parent_attempt_seq, payload, None)

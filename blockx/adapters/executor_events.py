@@ -17,6 +17,7 @@ from typing import Callable, Mapping
 
 import orjson
 
+from blockx.adapters.call_failures import note_call_failed
 from blockx.adapters.dispatch_actor import DispatchActor, dumps_kept
 from blockx.core.call_ids import task_id_of_call
 from blockx.log_event import log_event
@@ -145,6 +146,9 @@ class ExecutorEvents:
                                                    p.get("errorMessage", ""), now, p.get("budgetUsedMs", 0))
                     metrics.call_latency.ended(call_id, p["attemptSeq"], now, bool(cmds))
                     if cmds:
+                        if p.get("errorStack") or p.get("localVars"):    # where it failed: call_failures
+                            note_call_failed(self._runtimes.get(task_id_of_call(call_id)), call_id, p,
+                                             disp.call_state(call_id) != "READY")
                         metrics.call_failed(kind)
                         if self.traces is not None: self.traces.call_done(_own_task(p, call_id), call_id, executor_id, kind or "FAILED")  # trace hook
                         if self.call_spans is not None: self.call_spans.call_done(call_id, kind or "FAILED")  # span hook

@@ -29,12 +29,14 @@ WRAP_BYTES = 64                     # SessionEventBatch > SessionEvent tags, len
 
 
 def result_bytes(snap) -> int:
-    """The bulk of ``snap``'s result in bytes: its outputs, failure message and
-    plugin results (0 without a result)."""
+    """The bulk of ``snap``'s result in bytes: its outputs, failure message,
+    failure traceback and locals, and plugin results (0 without a result)."""
     r = snap.result
     if r is None:
         return 0
     n = sum(map(len, r.outputs)) + len(r.failure_message)
+    if r.failure_call_id:              # a traceback and locals (a name is at most 64, plus framing)
+        n += len(r.failure_traceback) + sum(len(value) + 80 for _name, value in r.failure_locals)
     for p in r.plugin_results:
         n += len(p.details) + len(p.message)
     return n

@@ -130,10 +130,12 @@ def page_request(req: pb.GetTaskResultRequest) -> tuple[int, int | None]:
 
 
 def bulk_bytes(r) -> int:
-    """An upper bound of what ``r``'s outputs, failure message and plugin results
-    take on the wire, by len() alone."""
+    """An upper bound of what ``r``'s outputs, failure message, traceback, locals and
+    plugin results take on the wire, by len() alone."""
     outs = r.outputs
     n = sum(map(len, outs)) + _PER_OUTPUT * len(outs) + len(r.failure_message)
+    if r.failure_call_id:
+        n += len(r.failure_traceback) + sum(len(value) + 80 for _name, value in r.failure_locals)
     for p in r.plugin_results:
         n += len(p.details) + len(p.message) + len(p.plugin) + 16
     return n
@@ -278,7 +280,8 @@ class ResultPages:
                "to see them whole")
         if r.failure_code:
             msg += f". The task's own failure was {r.failure_code}: {r.failure_message[:_KEPT_CHARS]}"
-        head = _header(dataclasses.replace(r, failure_message="", plugin_results=[]), offset, total)
+        head = _header(dataclasses.replace(r, failure_message="", plugin_results=[], failure_traceback="",
+                                           failure_locals=()), offset, total)
         head.failure_code = RESULT_TOO_LARGE
         head.failure_message = msg
         for p in r.plugin_results:

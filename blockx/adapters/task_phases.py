@@ -22,6 +22,7 @@ from blockx.core.types import (
 )
 from blockx.plugins.builder_api import (MAX_EAGER_CALLS, BuildContext, BuilderError, is_async_streaming,
                                         is_streaming)
+from blockx.adapters.call_failures import detail_for
 from blockx.adapters.writer_stream import StreamedWrite
 from blockx.plugins.plugin_api import PluginContext, can_stream, parse_config, stream_options
 
@@ -264,7 +265,7 @@ class TaskPhases:
                 return PhaseOutcome(ok=True, streaming=True)
             calls = builder.build(cmd.function_call.payload, ctx)
         except Exception as exc:  # noqa: BLE001 - BuilderError or a builder bug
-            return PhaseOutcome.failure(fc.BUILDER_FAILED, f"{cmd.function_call.type}: {exc}",
+            return PhaseOutcome.failure(fc.BUILDER_FAILED, fc.prefixed(cmd.function_call.type, _builder_error(exc)),
                                         bool(getattr(exc, "retryable", False)))
         finally:
             if gated:
@@ -294,7 +295,7 @@ class TaskPhases:
                     raise BuilderError(f"more than {MAX_EAGER_CALLS} calls built at once; enable streaming "
                                        "build (STREAM_BUILD_ENABLED=true) or narrow the scan")
         except Exception as exc:  # noqa: BLE001 - BuilderError or a builder bug
-            return PhaseOutcome.failure(fc.BUILDER_FAILED, f"{cmd.function_call.type}: {exc}",
+            return PhaseOutcome.failure(fc.BUILDER_FAILED, fc.prefixed(cmd.function_call.type, _builder_error(exc)),
                                         bool(getattr(exc, "retryable", False)))
         finally:
             if stream is not None:
@@ -507,6 +508,14 @@ class TaskPhases:
         return PhaseOutcome.failure(fc.PLUGIN_FAILED, pr.message, retryable, plugin_results=[pr])
 
 
+def _builder_error(exc: Exception) -> str:
+    """A BuilderError's message is written for the user; a builder's bug also says its type."""
+    text = str(exc)
+    if isinstance(exc, BuilderError):
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def is_async_stream(stream) -> bool:
     return callable(getattr(stream, "abatches", None))
 
@@ -529,7 +538,14 @@ def _with_digests(table: dict, specs) -> Iterator[tuple]:
 def _calls_outcome(conv, rt=None) -> PhaseOutcome:
     # A streamed task's outputs went to its writer; the result keeps the first ones.
     outputs = rt.sink.kept if rt is not None and rt.sink is not None and conv.ok else conv.outputs
-    return PhaseOutcome(ok=conv.ok, failure_code=conv.failure_code, failure_message=conv.failure_message,
-                        retryable=conv.retryable, outputs=outputs, call_count=conv.call_count,
-                        calls_failed=conv.calls_failed, call_retries=conv.call_retries,
-                        cache_hits=conv.cache_hits)
+    out = PhaseOutcome(ok=conv.ok, failure_code=conv.failure_code, failure_message=conv.failure_message,
+                       retryable=conv.retryable, outputs=outputs, call_count=conv.call_count,
+                       calls_failed=conv.calls_failed, call_retries=conv.call_retries,
+                       cache_hits=conv.cache_hits)
+    if not conv.ok:
+        detail = detail_for(rt, conv.failure_message)     # the call the message names (call_failures)
+        if detail is not None:
+            out.failure_call_id = detail.call_id
+            out.failure_traceback = detail.traceback
+            out.failure_locals = tuple(detail.local_vars)
+    return out

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 class TaskRuntime:
     __slots__ = ("task_id", "instance_id", "deadline_ms", "view", "io_scope", "runner",
                  "calls_done", "on_calls_done", "gate", "calls_started", "producer", "credits", "stream",
-                 "sink", "ended")
+                 "sink", "ended", "failure", "child_stacks")
 
     def __init__(self, task_id: str, instance_id: str, deadline_ms: int) -> None:
         self.task_id = task_id
@@ -41,3 +41,7 @@ class TaskRuntime:
         self.stream: CallStream | AsyncCallStream | None = None   # the builder's stream, streaming build
         self.sink: Any = None                 # writer_stream.StreamedWrite: the writer consuming settled batches
         self.ended = False
+        # blockx.adapters.call_failures: the traceback of the root call that failed
+        # first, and failed subcalls' tracebacks on their way to their parents.
+        self.failure: Any = None                         # call_failures.FailureDetail
+        self.child_stacks: dict[str, str] | None = None

@@ -228,8 +228,11 @@ def _phase_events(t0, end_t, phases, task_end, tr) -> list[dict]:
     out = []
     task_args = {"taskId": tr.task_id}
     if task_end is not None:
-        _, _, state, code, message, plugin_results = task_end
+        state, code, message = task_end[2], task_end[3], task_end[4]
         task_args.update({"state": state, **({"failureCode": code, "failureMessage": message} if code else {})})
+        if len(task_end) > 6:       # the call that failed the task (trace_recorder.task_ended)
+            task_args.update({"failureCallId": task_end[6], "failureTraceback": task_end[7],
+                              "failureLocals": dict(task_end[8])})
     else:
         task_args["state"] = "RUNNING"
     out.append({"name": f"task {tr.task_id}", "cat": "task", "ph": "X", "pid": PID, "tid": PHASE_TID,

@@ -30,7 +30,9 @@ default 300 s, would hold gigabytes. A running task's trace is never evicted.
 
 Events as ``TraceBuffer.events`` decodes them, by kind (index 0) and time in us (index 1):
 
-- TASK_START ``(k, t)``; TASK_END ``(k, t, state, failure_code, failure_message, plugin_results)``
+- TASK_START ``(k, t)``; TASK_END ``(k, t, state, failure_code, failure_message, plugin_results)``,
+  and after a call failed the task ``(..., failure_call_id, failure_traceback, failure_locals)``
+  (the traceback cut to TRACE_TRACEBACK_CHARS, the locals as the result bounds them)
 - PHASE ``(k, t, name, detail)``: a phase starts ("builder", "calls", "plugin");
   it ends where the next one starts, or at TASK_END
 - QUEUED ``(k, t, count, batch)``: calls committed to the dispatcher (batch -1: one-shot)
@@ -48,6 +50,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Callable
 
 from blockx._fast import load
+from blockx.adapters.call_failures import clip
 from blockx.core.call_ids import task_id_of_call
 from blockx.core.config_rules import Rule
 
@@ -62,6 +65,7 @@ TASK_START, TASK_END, PHASE, QUEUED, SENT, DONE = _tb.TASK_START, _tb.TASK_END, 
 IO_WAIT, IO_DONE, SUBCALL, RETRY, LOST = _tb.IO_WAIT, _tb.IO_DONE, _tb.SUBCALL, _tb.RETRY, _tb.LOST
 CALL_KINDS, PINNED_KINDS, PINNED_RESERVE = _tb.CALL_KINDS, _tb.PINNED_KINDS, _tb.PINNED_RESERVE
 DEFAULT_MAX_EVENTS = 10_000
+TRACE_TRACEBACK_CHARS = 8 * 1024     # a failed task's traceback in its trace (the result has it whole)
 MIN_MAX_EVENTS = 100
 # An ended trace weighs at least this many events in the retained budget: its
 # TraceBuffer, string table and buffer cost about 2 KB even for a one-call task,
@@ -150,8 +154,13 @@ class TraceStore:
         if tr is None or tr.ended:
             return
         tr.ended = True
-        tr.add_task_event((TASK_END, self._now(), state, result.failure_code, result.failure_message,
-                           tuple(result.plugin_results)))
+        ev: tuple = (TASK_END, self._now(), state, result.failure_code, result.failure_message,
+                     tuple(result.plugin_results))
+        call_id = getattr(result, "failure_call_id", "")
+        if call_id:     # the call that failed the task: where, bounded (a trace holds many tasks)
+            ev += (call_id, clip(result.failure_traceback, TRACE_TRACEBACK_CHARS),
+                   tuple(result.failure_locals))
+        tr.add_task_event(ev)
         tr.trim()
         weight = tr.retained_weight = max(len(tr), RETAINED_FLOOR_EVENTS)
         self._ended.append(tr)

@@ -45,7 +45,7 @@ def submit_request_from_pb(req: pb.SubmitTaskRequest) -> tuple[SubmitTaskRequest
 
 def result_to_pb(r: TaskResult) -> pb.TaskResult:
     s = r.statistic
-    return pb.TaskResult(
+    out = pb.TaskResult(
         state=int(r.state), failure_code=r.failure_code, failure_message=r.failure_message,
         retryable=r.retryable, outputs=r.outputs, outputs_total=len(r.outputs),
         plugin_results=[pb.PluginResult(plugin=p.plugin, ok=p.ok, message=p.message, details=p.details)
@@ -57,6 +57,12 @@ def result_to_pb(r: TaskResult) -> pb.TaskResult:
             call_retries=s.call_retries, cache_hits=s.cache_hits),
         outputs_written=r.outputs_written,
     )
+    if r.failure_call_id:           # only a CALL_FAILED result has them: nothing to pay for otherwise
+        out.failure_call_id = r.failure_call_id
+        out.failure_traceback = r.failure_traceback
+        for n, v in r.failure_locals:
+            out.failure_locals.add(name=n, value=v)
+    return out
 
 
 def slot_response(snap: TaskSnapshot) -> pb.RequestTaskSlotResponse:
@@ -105,6 +111,11 @@ def _fill_result(out: pb.TaskResult, r: TaskResult) -> None:
         out.outputs_written = r.outputs_written
     for p in r.plugin_results:
         out.plugin_results.add(plugin=p.plugin, ok=p.ok, message=p.message, details=p.details)
+    if r.failure_call_id:
+        out.failure_call_id = r.failure_call_id
+        out.failure_traceback = r.failure_traceback
+        for n, v in r.failure_locals:
+            out.failure_locals.add(name=n, value=v)
     # Field by field into the message itself: a TaskStatistic built and merged costs
     # about 16,000 instructions, these nine stores about 11,700 (the bytes are the same).
     st = out.statistic

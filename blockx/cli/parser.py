@@ -31,6 +31,7 @@ from blockx.cli.completers import files
 from blockx.cli.connection import add_tls_arguments
 from blockx.cli.exit import EXIT_OK
 from blockx.cli.help import EXIT_CODES, RAW, epilog
+from blockx.cli.output import COUNTS_HELP, add_output_arguments
 from blockx.cli.serve import cmd_serve
 from blockx.cli.submit import cmd_result, cmd_slot, cmd_submit, cmd_watch
 from blockx.cli.task_args import POLICIES
@@ -79,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sm = sub.add_parser("submit", parents=[client], help="submit a task", description=(
         "Submit a task and wait for its result. Build it from flags (--calls / --payload) "
-        "or from --task-json; explicit flags override fields of the JSON task."), epilog=epilog(
+        "or from --task-json; explicit flags override fields of the JSON task. A failed task's remote "
+        "traceback follows on stderr; a result taller than the terminal is summarized (--json for all). "
+        + COUNTS_HELP + "."), epilog=epilog(
         "blockx submit --calls add:1,2 --calls add1:41",
         "blockx submit --calls sleep_ms:300 --no-wait --task-id t1",
         "blockx submit --task-json task.json --task-id t2 --policy continue",
@@ -112,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     mode = sm.add_mutually_exclusive_group()
     mode.add_argument("--watch", action="store_true", help="print every TaskUpdate until terminal")
     mode.add_argument("--no-wait", action="store_true", help="print the SubmitTask response and exit")
+    add_output_arguments(sm)
     sm.set_defaults(func=cmd_submit)
 
     w = sub.add_parser("watch", parents=[client], help="stream task updates until terminal", description=(
@@ -123,9 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("result", parents=[client], help="get a task's state and result", description=(
         "Print a task's current state, with its result (outputs, plugin results, statistic) once it "
-        "is terminal: every output, fetched page by page. A task is kept for resultRetentionMs after it ends."),
+        "is terminal: every output, fetched page by page. A task is kept for resultRetentionMs after it ends. "
+        "A failed task's remote traceback follows on stderr; a result taller than the terminal is "
+        "summarized (--json for all). " + COUNTS_HELP + "."),
         epilog=epilog("blockx result t1 --compact"), **RAW)
     r.add_argument("task_id", metavar="TASK_ID")
+    add_output_arguments(r)
     r.set_defaults(func=cmd_result)
 
     sl = sub.add_parser("slot", parents=[client], help="reserve a task slot", description=(

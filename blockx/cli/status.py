@@ -23,7 +23,10 @@ def add_parsers(sub, client: argparse.ArgumentParser) -> None:
     from blockx.cli.help import RAW, epilog
 
     st = sub.add_parser("status", parents=[client], help="show a worker's status (slots, tasks, executors)",
-                        description="Print GetWorkerStatus of one worker: a table, or JSON with --json.",
+                        description=("Print GetWorkerStatus of one worker: a table, or JSON with --json. Its call "
+                                     "counts (calls ok / failed / retried) are every call the worker ran, "
+                                     "subcalls included, while a task's statistic.callCount counts its "
+                                     "root calls only."),
                         epilog=epilog("blockx status --worker 127.0.0.1:8081", "blockx status --json --compact"),
                         **RAW)
     st.add_argument("--worker", dest="addr", default=argparse.SUPPRESS, metavar="ADDR",

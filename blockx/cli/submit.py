@@ -12,18 +12,23 @@ result carries its first page (outputsTotal, outputsTruncated). Outputs and plug
 fields on the wire and are decoded, so the printout is plain JSON. A refusal
 prints `error: CODE: message` on stderr and exits 1; a task that reached FAILED
 exits 3 (codes in blockx.cli.exit). The JSON is rendered by blockx.cli.output, the
-session opened by blockx.cli.connection."""
+session opened by blockx.cli.connection; output.show_result also puts a failed
+task's remote traceback on stderr and summarizes, on a terminal, a result taller
+than the screen, and a submit answered with an earlier run of its task id says
+so on stderr."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Iterable
 from typing import Any, TextIO
 
 from blockx.cli.connection import client_command
 from blockx.cli.exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, CLIError
-from blockx.cli.output import dump, exit_for, is_terminal, response_to_json, with_all_outputs
+from blockx.cli.output import (dump, earlier_run_note, exit_for, is_earlier_run, is_terminal, response_to_json,
+                               show_result)
 from blockx.cli.task_args import task_from_args
 
 
@@ -63,11 +68,20 @@ def _watch(client, task_ids: Iterable[str], out: TextIO, print_all: bool, compac
     return last
 
 
+def _note_earlier_run(resp, sent_at_ms: int) -> None:
+    """An answer with an earlier run of this task id (idempotency) is said on stderr."""
+    if is_earlier_run(resp, sent_at_ms):
+        sys.stderr.write(earlier_run_note(resp, int(time.time() * 1000)))
+        sys.stderr.flush()
+
+
 @client_command
 def _submit(ns: argparse.Namespace, client, out: TextIO) -> int:
     task = task_from_args(ns)
+    sent_at_ms = int(time.time() * 1000)
     if ns.no_wait or ns.watch:
         resp = client.submit(task=task, slot_id=ns.slot or "", wait=False).raw
+        _note_earlier_run(resp, sent_at_ms)
         if ns.no_wait or is_terminal(resp.state):
             dump(response_to_json(resp), ns.compact, out)
             return exit_for(resp.state)
@@ -88,12 +102,15 @@ def _submit(ns: argparse.Namespace, client, out: TextIO) -> int:
                 for upd in client.watch([task.task_id]):
                     bars.update(upd)
                     final = upd.raw
-            dump(with_all_outputs(client, final), ns.compact, out)
+            show_result(client, final, ns, out)
             return exit_for(final.state)
-        dump(with_all_outputs(client, resp), ns.compact, out)
+        _note_earlier_run(resp, sent_at_ms)
+        show_result(client, resp, ns, out)
         return exit_for(resp.state)
     final = client.submit(task=task, slot_id=ns.slot or "").raw    # SubmitTaskResponse or terminal TaskUpdate
-    dump(with_all_outputs(client, final), ns.compact, out)
+    if not hasattr(final, "is_terminal"):      # terminal in SubmitTask's own reply: maybe an earlier run
+        _note_earlier_run(final, sent_at_ms)
+    show_result(client, final, ns, out)
     return exit_for(final.state)
 
 
@@ -121,7 +138,7 @@ def cmd_watch(ns: argparse.Namespace, out: TextIO | None = None) -> int:
 @client_command
 def _result(ns: argparse.Namespace, client, out: TextIO) -> int:
     resp = client.result(ns.task_id).raw
-    dump(with_all_outputs(client, resp), ns.compact, out)
+    show_result(client, resp, ns, out)
     return exit_for(resp.state)
 
 

@@ -19,13 +19,16 @@ asked for ``all_outputs=True``; ``outputs(task_id)`` iterates every output
 exceptions (NoSlot, Unavailable, InvalidArgument, InvalidSlot, NotFound,
 SlotUncertain, AlreadyExists, Unauthenticated, PermissionDenied; TracingOff from
 trace()) with the Worker's message; a broken session raises SessionBroken.
+A task that FAILED is an outcome, not an exception, unless asked:
+``outcome.result()`` returns the outputs or raises ``TaskFailed``, whose str()
+holds the remote traceback and the failed frame's locals.
 Credentials (a Worker with WORKER_AUTH_MODE=token): ``token=`` or $BLOCKX_TOKEN,
 else the token the Worker generated on this host (blockx.client.credentials).
 """
 from blockx.client.cluster import Cluster
 from blockx.client.errors import (
     AlreadyExists, BlockxError, InvalidArgument, InvalidSlot, NoSlot, NotFound, PermissionDenied, SessionBroken,
-    SlotUncertain, TracingOff, Unauthenticated, Unavailable,
+    SlotUncertain, TaskFailed, TracingOff, Unauthenticated, Unavailable,
 )
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskProgress, TaskUpdate
 from blockx.client.pages import PagingError
@@ -40,7 +43,7 @@ __all__ = [
     "AlreadyExists", "PermissionDenied", "Unauthenticated",
     "BlockxError", "ClientTLS", "Cluster", "InvalidArgument", "InvalidSlot", "NoSlot", "NotFound", "PagingError",
     "SessionBroken",
-    "SlotLease", "RegistryView", "SlotUncertain", "SyncWorkerClient", "TaskOutcome", "TaskProgress", "TaskTrace", "TaskUpdate", "TracingOff", "Unavailable",
+    "SlotLease", "RegistryView", "SlotUncertain", "SyncWorkerClient", "TaskFailed", "TaskOutcome", "TaskProgress", "TaskTrace", "TaskUpdate", "TracingOff", "Unavailable",
     "WorkerClient", "WorkerInfo",
     "build_task", "call_list_payload", "connect",
 ]

@@ -7,6 +7,11 @@ code: ``NoSlot`` (RESOURCE_EXHAUSTED), ``Unavailable``, ``InvalidArgument``,
 ``trace()`` raises ``TracingOff`` (FAILED_PRECONDITION) on a worker that records no traces.
 A session that broke (the Worker went away, or ended it) raises
 ``SessionBroken`` for every request still waiting and every later one.
+
+``TaskFailed`` is not a refusal: the Worker ran the task and it FAILED.
+``TaskOutcome.result()`` raises it for callers who want exceptions; its str()
+is the failure with the remote traceback and the failed frame's locals, the way
+Python prints an exception that was raised here.
 """
 from __future__ import annotations
 
@@ -75,6 +80,43 @@ class TracingOff(BlockxError):
 class SessionBroken(Unavailable):
     """The session's stream ended: nothing more will arrive on it. ``code`` is the
     status the stream ended with (UNAVAILABLE when the Worker went away)."""
+
+
+class TaskFailed(Exception):
+    """A task that ended FAILED, raised by ``TaskOutcome.result()``. ``outcome`` is
+    the TaskOutcome (its failure_code, failure_message, failure_traceback, ...);
+    ``remote_traceback`` is the traceback of the user's code in the call that
+    failed the task ("" when no user code failed, e.g. a timeout)."""
+
+    def __init__(self, outcome) -> None:
+        super().__init__(outcome.task_id, outcome.failure_code, outcome.failure_message)
+        self.outcome = outcome
+        self.task_id = outcome.task_id
+        self.failure_code = outcome.failure_code
+        self.failure_message = outcome.failure_message
+        self.retryable = outcome.retryable
+        self.call_id = outcome.failure_call_id
+        self.remote_traceback = outcome.failure_traceback
+        self.local_vars = dict(outcome.failure_locals)
+
+    def __str__(self) -> str:
+        head = f"task {self.task_id} failed: {self.failure_code}: {self.failure_message}"
+        return head + failure_details(self.call_id, self.remote_traceback, self.local_vars,
+                                      self.outcome.worker)
+
+
+def failure_details(call_id: str, traceback: str, local_vars: dict, worker: str = "") -> str:
+    """The remote traceback and locals under a failure line ("" when there are none),
+    as TaskFailed and the CLI print them."""
+    if not traceback and not local_vars:
+        return ""
+    where = f"call {call_id}" + (f" on {worker}" if worker else "")
+    out = f"\n\nRemote traceback ({where}):\n" + traceback.rstrip("\n")
+    if local_vars:
+        width = min(max(map(len, local_vars)), 24)
+        out += "\n\nLocal variables of the innermost user frame:\n" + "\n".join(
+            f"  {name:<{width}} = {value}" for name, value in local_vars.items())
+    return out
 
 
 _BY_CODE = {cls.code: cls for cls in (InvalidArgument, NoSlot, Unavailable, InvalidSlot, NotFound, SlotUncertain,

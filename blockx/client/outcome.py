@@ -5,7 +5,10 @@ callers (like the CLI) that need every field as the Worker sent it. A result
 comes in pages (blockx.client.pages): ``outputs`` holds the ones the message
 carried, ``outputs_total`` how many the task has, and ``outputs_truncated`` says
 the rest are still on the Worker (``WorkerClient.complete`` or ``all_outputs=True``
-fetch them).
+fetch them). A failed task's outcome says where it failed: ``failure_call_id``,
+``failure_traceback`` (the user's code, subcalls' tracebacks chained in) and
+``failure_locals`` (name -> repr of the innermost user frame's locals); its
+``result()`` raises ``TaskFailed`` whose str() shows them.
 """
 from __future__ import annotations
 
@@ -58,6 +61,22 @@ class TaskOutcome:
     outputs_total: int = 0                         # the task's outputs, of which ``outputs`` holds a page
     outputs_truncated: bool = False                # more outputs are on the Worker than ``outputs`` holds
     outputs_written: int = 0                       # outputs a streaming writer consumed as their batches settled
+    failure_call_id: str = ""                      # the call that failed the task (CALL_FAILED)
+    failure_traceback: str = ""                    # its traceback in the user's code ("" if none ran)
+    failure_locals: dict = field(default_factory=dict)   # its innermost user frame's locals, as repr strings
+
+    def result(self) -> list:
+        """The outputs when the task SUCCEEDED (those this outcome holds: ask with
+        ``all_outputs=True`` for every page); raises ``TaskFailed`` when it FAILED,
+        with the remote traceback in its message."""
+        if self.state == "SUCCEEDED":
+            return self.outputs
+        if self.state == "FAILED":
+            from blockx.client.errors import TaskFailed
+
+            raise TaskFailed(self)
+        raise RuntimeError(f"task {self.task_id} is {self.state}, not finished: wait for it "
+                           "(submit() waits unless wait=False; or watch() it)")
 
     @property
     def ok(self) -> bool:
@@ -80,7 +99,9 @@ class TaskOutcome:
                    result.failure_message, result.retryable, statistic_dict(result.statistic), worker,
                    plugin_results=[(p.plugin, p.ok, p.message) for p in result.plugin_results], raw=raw,
                    outputs_total=max(result.outputs_total, len(outputs)),
-                   outputs_truncated=result.outputs_truncated, outputs_written=result.outputs_written)
+                   outputs_truncated=result.outputs_truncated, outputs_written=result.outputs_written,
+                   failure_call_id=result.failure_call_id, failure_traceback=result.failure_traceback,
+                   failure_locals={v.name: v.value for v in result.failure_locals})
 
 
 @dataclass(slots=True)

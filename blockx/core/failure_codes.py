@@ -5,6 +5,11 @@ never change spelling. ``RETRYABLE`` says whether a client may resubmit the
 task (on any worker) and expect a different outcome: only ``TIMED_OUT`` and
 ``WORKER_SHUTDOWN`` are retryable by default; a phase outcome may still carry its own ``retryable``
 flag (e.g. a call that failed with a retryable error kind).
+
+A failure message says each thing once: ``prefixed`` puts a prefix (a builder's
+name, a phase) in front of a message unless the message already starts with it,
+so a builder that names itself ("callList: calls[0].args is missing") is not
+named twice by the phase that reports it.
 """
 from __future__ import annotations
 
@@ -35,3 +40,10 @@ RETRYABLE: Final = frozenset({TIMED_OUT, WORKER_SHUTDOWN})
 
 def is_retryable(code: str) -> bool:
     return code in RETRYABLE
+
+
+def prefixed(prefix: str, message: str) -> str:
+    """``"prefix: message"``, or ``message`` when it already starts with that prefix."""
+    if not prefix or message.startswith(prefix + ":"):
+        return message
+    return f"{prefix}: {message}" if message else prefix

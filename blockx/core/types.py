@@ -119,6 +119,11 @@ class TaskResult:
     plugin_results: list[PluginResult] = field(default_factory=list)
     statistic: TaskStatistic = field(default_factory=TaskStatistic)
     outputs_written: int = 0     # outputs a streaming writer consumed as the task ran
+    # The call that decided a CALL_FAILED: its id, its traceback (the user's code,
+    # subcalls' chained in) and its innermost user frame's locals (name, repr).
+    failure_call_id: str = ""
+    failure_traceback: str = ""
+    failure_locals: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(slots=True)
@@ -144,6 +149,10 @@ class PhaseOutcome:
     calls: list[Any] | None = None
     streaming: bool = False
     outputs_written: int = 0     # Plugin: outputs a streaming writer consumed during the Calls phase
+    # Calls, failed: the deciding call's traceback and locals (TaskResult's fields of these names).
+    failure_call_id: str = ""
+    failure_traceback: str = ""
+    failure_locals: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def failure(cls, failure_code: str = "", failure_message: str = "",

@@ -7,7 +7,10 @@ cut short (timeout, lost slot, Watch grace) is charged with the time it ran up
 to ``now``; a phase that reported its own outcome was charged when it did.
 Outputs appear only when the Calls phase reported (in call-list order, as the
 dispatcher delivered them); a writer that consumed them as the task ran reports
-how many it wrote (outputs_written) with the plugin results.
+how many it wrote (outputs_written) with the plugin results. The traceback and
+locals of the call that failed the task travel with the Calls phase's outcome
+and are kept only while the task's failure message is that phase's own (a
+later failure, say a timeout, is not explained by an earlier call's traceback).
 """
 from __future__ import annotations
 
@@ -40,6 +43,12 @@ def terminal_result(ctx: TaskContext, state: TaskState, code: str, message: str,
         stat.cache_hits = calls.cache_hits
     plugin = ctx.plugin_outcome
     if plugin is None:
-        return TaskResult(state, code, message, retryable, outputs, [], stat)
-    return TaskResult(state, code, message, retryable, outputs, plugin.plugin_results, stat,
-                      plugin.outputs_written)
+        res = TaskResult(state, code, message, retryable, outputs, [], stat)
+    else:
+        res = TaskResult(state, code, message, retryable, outputs, plugin.plugin_results, stat,
+                         plugin.outputs_written)
+    if calls is not None and calls.failure_call_id and message == calls.failure_message:
+        res.failure_call_id = calls.failure_call_id
+        res.failure_traceback = calls.failure_traceback
+        res.failure_locals = calls.failure_locals
+    return res

@@ -25,7 +25,7 @@ import orjson
 
 from .code_cache import FunctionCode, FunctionNotFound
 from .failure import (
-    clip, error_kind_of, local_vars_of, message_of, retryable_of, stack_of, MAX_MESSAGE,
+    clip, error_kind_of, local_vars_of, message_of, retryable_of, stack_of, MAX_MESSAGE, MAX_STACK,
 )
 from .jsonenc import OUTPUT_OPTIONS
 from .sdk import BudgetExceeded, IOCallError, RpcError, SubcallError
@@ -40,6 +40,35 @@ ENVELOPE_ROOM = 64 * 1024
 
 _monotonic_ns = time.monotonic_ns
 _dumps = orjson.dumps
+
+
+def subcall_error(function_id: str, value: dict) -> SubcallError:
+    """The SubcallError a failed subcall raises in its parent. The Worker's error is
+    hostile input: each field is type-checked and bounded. When the child ran and
+    failed, the Worker names it in errorMessage ("subcall f (id) failed: KIND: ...")
+    and sends the child's own kind (childErrorKind) and traceback (childErrorStack):
+    the message is used as it came, said once. A subcall the Worker refused before
+    it ran (an unknown function, too deep) has no child kind: its errorKind is the
+    reason, and the message says which subcall."""
+    kind = value.get("errorKind")
+    kind = kind[:64] if isinstance(kind, str) and kind else "SUBCALL_FAILED"
+    message = value.get("errorMessage")
+    message = message if isinstance(message, str) else ""
+    child_kind = value.get("childErrorKind")
+    if isinstance(child_kind, str) and child_kind:
+        child_kind = child_kind[:64]
+        text = message or f"subcall {function_id!r} failed: {child_kind}"
+    elif kind == "SUBCALL_FAILED" and message.startswith("subcall "):
+        child_kind = kind       # the Worker refused it and its message says which subcall and why
+        text = message
+    else:
+        child_kind = kind
+        text = f"subcall {function_id!r} failed: {kind}: {message}" if message else \
+            f"subcall {function_id!r} failed: {kind}"
+    child_tb = value.get("childErrorStack")
+    child_tb = clip(child_tb, MAX_STACK) if isinstance(child_tb, str) else ""
+    return SubcallError(clip(text, MAX_MESSAGE), function_id=function_id, child_error_kind=child_kind,
+                        retryable=value.get("retryable") is True, child_traceback=child_tb)
 
 
 def failed_outcome(kind: str, retryable: bool, message: str, stack: str = "", local_vars=None):
@@ -157,10 +186,10 @@ class Call:
                 raise RpcError(f"IO request to backend {backend!r} failed: {value['errorMessage']}",
                                backend=backend, code=rpc.get("code"), rpc_message=rpc.get("message"),
                                data=rpc.get("data"), retryable=value["retryable"])
+            # The kind is the call's own errorKind (error_kind): the message does not repeat it.
             raise IOCallError(
-                f"IO request to backend {backend!r} failed: {value['errorKind']}: "
-                f"{value['errorMessage']}", backend=backend, error_kind=value["errorKind"],
-                retryable=value["retryable"])
+                f"IO request to backend {backend!r} failed: {value['errorMessage']}", backend=backend,
+                error_kind=value["errorKind"], retryable=value["retryable"])
         return value, sidecar
 
     def wait_subcall(self, function_id: str, args_json: bytes):
@@ -180,10 +209,7 @@ class Call:
         if self.abort is not None or self.budget_ns:
             self._check()
         if not ok:
-            raise SubcallError(
-                f"subcall {function_id!r} failed: {value['errorKind']}: {value['errorMessage']}",
-                function_id=function_id, child_error_kind=value["errorKind"],
-                retryable=value["retryable"])
+            raise subcall_error(function_id, value)
         return value
 
     def wait_sleep(self, ms: float) -> None:

@@ -3,27 +3,40 @@
 Rules: errorKind is the `error_kind` of the SDK's exceptions (IOCallError,
 SubcallError, BudgetExceeded, CallCancelled, user subclasses of SDKError),
 otherwise USER_ERROR; retryable is `bool(exc.retryable)` when the attribute exists, else
-False. errorStack is the traceback with the executor's own frames cut from the
-top, so it starts at the user's code. localVars are those of the innermost frame
-that belongs to user function code (a `<blockx-fn ...>` file), falling back to
-the innermost frame at all: repr'd through reprlib (bounded work on big
-containers), each cut to MAX_VAR_REPR characters, at most MAX_VARS names.
+False. errorStack is the traceback with the executor's own frames left out (the
+call runner above the user's code, the SDK below it), so it reads as the user's
+code alone; a chain (`raise ... from`, an exception raised while handling
+another) is printed oldest first as Python prints it, and a SubcallError that
+carries its child's traceback (relayed by the Worker) shows the child's first,
+as the direct cause. localVars are those of the innermost frame that belongs to
+user function code (a `<blockx-fn ...>` file), falling back to the innermost
+frame at all: repr'd through reprlib (bounded work on big containers), each cut
+to MAX_VAR_REPR characters, at most MAX_VARS names; a name that says it holds a
+secret (password, token, key, ...) shows REDACTED instead of its value.
 Every step tolerates hostile objects (a raising __repr__ / __str__)."""
 
 from __future__ import annotations
 
 import os
+import re
 import reprlib
 import traceback
 import types
 
-from .sdk import CallAborted, SDKError
+from .sdk import CallAborted, SDKError, SubcallError
 
 USER_FILE_PREFIX = "<blockx-fn "
 MAX_VARS = 20
 MAX_VAR_REPR = 200
 MAX_MESSAGE = 8 * 1024
 MAX_STACK = 32 * 1024
+MAX_CHAIN = 8                 # exceptions of one chain printed (cause / context links)
+REDACTED = "<redacted>"
+# A local whose name says it holds a secret: its value is never shown.
+_SECRET_NAME = re.compile(r"passw(or)?d|pwd|secret|token|key|credential|auth|cookie|session_?id",
+                          re.IGNORECASE)
+CAUSE_LINE = "\nThe above exception was the direct cause of the following exception:\n\n"
+CONTEXT_LINE = "\nDuring handling of the above exception, another exception occurred:\n\n"
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -66,6 +79,8 @@ def message_of(exc: BaseException) -> str:
     except Exception as inner:
         text = f"<str() failed: {type(inner).__name__}>"
     name = type(exc).__name__
+    if type(exc) is SubcallError:   # its text already says "subcall ... failed": once is enough
+        return clip(text or name, MAX_MESSAGE)
     if isinstance(exc, MemoryError):
         from . import limits
         if limits.memory_limit_mb:
@@ -87,12 +102,57 @@ def _user_tb(tb: types.TracebackType | None) -> types.TracebackType | None:
     return tb
 
 
+def _internal_file(filename: str) -> bool:
+    return os.path.dirname(os.path.abspath(filename)) == _PKG_DIR
+
+
+def _segment(exc: BaseException) -> str:
+    """One exception of a chain, as Python prints it, without the executor's frames
+    (all of them kept when every frame is the executor's own: its bug shows where)."""
+    frames = traceback.extract_tb(exc.__traceback__, limit=-500)   # the innermost 500: where it broke
+    user = [f for f in frames if not _internal_file(f.filename)]
+    shown = user or frames
+    lines = ["Traceback (most recent call last):\n"] + traceback.format_list(shown) if shown else []
+    lines.extend(traceback.format_exception_only(type(exc), exc))
+    return "".join(lines)
+
+
+def _child_traceback(exc: BaseException) -> str:
+    if not isinstance(exc, SubcallError):
+        return ""
+    text = getattr(exc, "child_traceback", "")
+    return text if isinstance(text, str) else ""
+
+
 def stack_of(exc: BaseException) -> str:
     try:
-        lines = traceback.format_exception(type(exc), exc, _user_tb(exc.__traceback__))
-        return clip("".join(lines), MAX_STACK)
+        chain: list[BaseException] = []       # newest first
+        links: list[str] = []                 # links[i]: between chain[i+1] and chain[i]
+        seen: set[int] = set()
+        cur: BaseException | None = exc
+        while cur is not None and id(cur) not in seen and len(chain) < MAX_CHAIN:
+            seen.add(id(cur))
+            chain.append(cur)
+            if cur.__cause__ is not None:
+                links.append(CAUSE_LINE)
+                cur = cur.__cause__
+            elif cur.__context__ is not None and not cur.__suppress_context__:
+                links.append(CONTEXT_LINE)
+                cur = cur.__context__
+            else:
+                cur = None
+        parts: list[str] = []
+        for i in range(len(chain) - 1, -1, -1):
+            e = chain[i]
+            child = _child_traceback(e)
+            if child:
+                parts.append(child.rstrip("\n") + "\n" + CAUSE_LINE)
+            parts.append(_segment(e))
+            if i > 0:
+                parts.append(links[i - 1])
+        return clip("".join(parts), MAX_STACK)
     except Exception as inner:  # pragma: no cover - traceback formatting of hostile objects
-        return f"<traceback formatting failed: {type(inner).__name__}: {inner}>"
+        return f"<traceback formatting failed: {type(inner).__name__}>"
 
 
 def _innermost_user_frame(tb: types.TracebackType | None) -> types.FrameType | None:
@@ -127,5 +187,5 @@ def local_vars_of(exc: BaseException) -> dict[str, str]:
             continue
         if len(out) >= MAX_VARS:
             break
-        out[name] = safe_repr(value)
+        out[name] = REDACTED if _SECRET_NAME.search(name) else safe_repr(value)
     return out

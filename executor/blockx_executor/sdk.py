@@ -31,7 +31,8 @@ returns `(result, body)` with `body` None when the answer carried no binary part
 Failures the Worker reports come back as exceptions: `IOCallError` for an IO
 (`error_kind` as the backend reported it, e.g. IO_ERROR; `RpcError`, with the
 node's `code` and `rpc_message`, for a JSON-RPC error of the rpc backend) and `SubcallError`
-(`error_kind` SUBCALL_FAILED, `child_error_kind` the child's own kind). Left
+(`error_kind` SUBCALL_FAILED, `child_error_kind` the child's own kind,
+`child_traceback` the child's traceback as text). Left
 uncaught they fail the call with that error_kind and retryable flag (an
 SDKError subclass of your own may set its error_kind too). Any other exception
 fails the call as USER_ERROR, retryable only when the exception has a truthy
@@ -105,10 +106,13 @@ class SubcallError(SDKError):
     error_kind = "SUBCALL_FAILED"
 
     def __init__(self, message: str, *, function_id: str, child_error_kind: str,
-                 retryable: bool = False):
+                 retryable: bool = False, child_traceback: str = ""):
         super().__init__(message, retryable=retryable)
         self.function_id = function_id
         self.child_error_kind = child_error_kind
+        # The child's own traceback as the Worker relayed it (text, bounded): the
+        # parent's traceback shows it first, as Python shows a `raise ... from` cause.
+        self.child_traceback = child_traceback
 
 
 class CallAborted(BaseException):

@@ -51,3 +51,4 @@ def test_the_client_tour_runs(tour_worker):
     assert lines[4].startswith("NotFound: task 'no-such-task' is not known")
     assert lines[5] == "[285]"
     assert lines[6] == "True 10"            # the task's trace: complete, its ten subcalls
+    assert lines[7] == "CALL_FAILED RuntimeError: bad input"     # result() raised TaskFailed

@@ -118,7 +118,7 @@ def test_user_exception_fields(make_worker):
     assert "return helper(x)" in stack
     assert "blockx_executor" not in stack.splitlines()[1]  # starts at user code
     lv = p["localVars"]
-    assert lv["x"] == "5" and lv["secret"] == "'s3cr3t'"
+    assert lv["x"] == "5" and lv["secret"] == "<redacted>"     # a name that says it holds a secret
     assert "outer" not in lv  # the innermost user frame only
     assert len(lv["big"]) <= 200 and len(lv["items"]) <= 200
     assert type(p["budgetUsedMs"]) is int and 0 <= p["budgetUsedMs"] < 5_000  # raised at once

@@ -19,6 +19,9 @@ RESULTS = [
         PluginResult("tableUpserts", True, "wrote 2 rows", b'{"rows":2}'),
         PluginResult("log", False, "", b""),
     ]),
+    TaskResult(TaskState.FAILED, "CALL_FAILED", "call t-1/0 (function f) failed", False, [], [], STAT,
+               failure_call_id="t-1/0", failure_traceback="Traceback ...\nValueError: x\n",
+               failure_locals=(("x", "1"), ("password", "<redacted>"))),
 ]
 
 
