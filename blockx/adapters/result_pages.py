@@ -323,19 +323,23 @@ def _tenant_snapshot(snap):
     """``snap`` with its result's messages as a tenant reads them; ``snap`` itself
     when there is nothing to hide (no failure message, no plugin message)."""
     r = snap.result
-    if r is None or not (r.failure_message or r.plugin_results):
+    if r is None or not (r.failure_message or r.plugin_results or r.failure_traceback):
         return snap
     failure = tenant_message(r.failure_message)
+    traceback = tenant_message(r.failure_traceback)    # its last line repeats the message
     plugins = [p if (m := tenant_message(p.message)) == p.message else dataclasses.replace(p, message=m)
                for p in r.plugin_results]
-    if failure == r.failure_message and all(a is b for a, b in zip(plugins, r.plugin_results)):
+    if (failure == r.failure_message and traceback == r.failure_traceback
+            and all(a is b for a, b in zip(plugins, r.plugin_results))):
         return snap
     return dataclasses.replace(snap, result=dataclasses.replace(r, failure_message=failure,
+                                                                failure_traceback=traceback,
                                                                 plugin_results=plugins))
 
 
 def _tenant_pb(res: pb.TaskResult, r) -> None:
     res.failure_message = r.failure_message
+    res.failure_traceback = r.failure_traceback
     for p, seen in zip(res.plugin_results, r.plugin_results):
         p.message = seen.message
 

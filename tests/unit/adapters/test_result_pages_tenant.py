@@ -59,3 +59,20 @@ def test_a_cut_page_of_a_tenant_result_hides_server_detail_too():
     assert first.result.outputs_truncated and leaks(first.result) == []
     nxt, _ = pages.for_caller(ALICE).reply(snap, "result", offset=len(first.result.outputs))
     assert leaks(nxt.result) == []
+
+
+def test_a_tenant_traceback_hides_server_paths_as_the_message_does():
+    tb = ('Traceback (most recent call last):\n  File "<blockx-fn f@1>", line 2, in main\n'
+          'OSError: cannot read /var/lib/blockx/local.duckdb' + server_only("functions dir '/srv/fn'"))
+    r = TaskResult(TaskState.FAILED, "CALL_FAILED", FULL, False, [], [], TaskStatistic(),
+                   failure_call_id="t-1/0", failure_traceback=tb, failure_locals=(("n", "1"),))
+    snap = TaskSnapshot("t-1", "slot-1", TaskState.FAILED, r)
+    pages = ResultPages()
+    tenant, _ = pages.for_caller(ALICE).reply(snap, "result")
+    seen = tenant.result.failure_traceback
+    assert "<blockx-fn f@1>" in seen and "/var/lib/blockx" not in seen and "/srv/fn" not in seen
+    assert [(v.name, v.value) for v in tenant.result.failure_locals] == [("n", "1")]
+    upd = pages.for_caller(ALICE).fit_update(wire.TaskUpdateEncoder(None)(snap), snap)
+    assert "/var/lib/blockx" not in upd.result.failure_traceback
+    whole, _ = pages.for_caller(ADMIN).reply(snap, "result")
+    assert "/var/lib/blockx" in whole.result.failure_traceback
