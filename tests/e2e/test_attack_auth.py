@@ -332,7 +332,7 @@ def test_mtls_identity_is_the_certificate_subject(start_worker, tmp_path):
     certs = {who: ca.issue(who, server=False) for who in ("alice", "bob", "admin")}
     tls = {who: ClientTLS(ca=ca.cert, cert=c.cert, key=c.key) for who, c in certs.items()}
     env = {"WORKER_AUTH_MODE": "mtls", "WORKER_TLS_CERT": server.cert, "WORKER_TLS_KEY": server.key,
-           "WORKER_TLS_CLIENT_CA": ca.cert}
+           "WORKER_TLS_CLIENT_CA": ca.cert, "WORKER_AUTH_MTLS_ADMINS": "CN=admin"}
     wk = start_worker(env, tls=tls["admin"])
     addr = f"127.0.0.1:{wk.port}"
 
@@ -357,6 +357,57 @@ def test_mtls_identity_is_the_certificate_subject(start_worker, tmp_path):
     finally:
         ca_.close()
         cb.close()
+
+
+def test_mtls_identity_is_one_cn_or_one_san_and_admin_only_by_the_mapping(start_worker, tmp_path):
+    ca = CertAuthority(tmp_path / "pki")
+    server = ca.issue("server")
+    made = {
+        "admin": dict(subject="/CN=admin"),                          # named in WORKER_AUTH_MTLS_ADMINS
+        "two-cns": dict(subject="/CN=admin/CN=alice"),               # ambiguous: refused
+        "multi-valued": dict(subject="/CN=alice+CN=admin"),          # the same in one RDN
+        "tenant": dict(subject="/O=tenant-42/CN=admin"),             # CN admin, but another subject
+        "escaped": dict(subject="/CN=bob\\,CN=admin"),              # one CN whose value holds ",CN=admin"
+        "spiffe": dict(subject="/O=acme", san="URI:spiffe://acme/ops"),
+        "two-sans": dict(subject="/O=acme", san="DNS:a.acme,DNS:b.acme"),
+    }
+    tls = {who: ClientTLS(ca=ca.cert, cert=c.cert, key=c.key)
+           for who, c in ((who, ca.issue(who, server=False, **kw)) for who, kw in made.items())}
+    env = {"WORKER_AUTH_MODE": "mtls", "WORKER_TLS_CERT": server.cert, "WORKER_TLS_KEY": server.key,
+           "WORKER_TLS_CLIENT_CA": ca.cert, "WORKER_AUTH_MTLS_ADMINS": "CN=admin; URI:spiffe://acme/ops"}
+    wk = start_worker(env, tls=tls["admin"])
+    addr = f"127.0.0.1:{wk.port}"
+
+    def status(who):
+        c = auth.channel(addr, tls[who], token=None)
+        try:
+            pb_grpc.WorkerServiceStub(c).GetWorkerStatus(pb.GetWorkerStatusRequest(), timeout=10)
+            return grpc.StatusCode.OK, ""
+        except grpc.RpcError as exc:
+            return exc.code(), exc.details()
+        finally:
+            c.close()
+    for who in ("two-cns", "multi-valued"):
+        code, details = status(who)
+        assert code == grpc.StatusCode.UNAUTHENTICATED and "2 common names" in details, (who, code, details)
+    for who in ("tenant", "escaped"):                            # identities of their own, not admin
+        code, details = status(who)
+        assert code == grpc.StatusCode.PERMISSION_DENIED, (who, code, details)
+    code, details = status("two-sans")
+    assert code == grpc.StatusCode.UNAUTHENTICATED and "2 subject alternative names" in details, details
+    assert status("admin")[0] == grpc.StatusCode.OK
+    assert status("spiffe")[0] == grpc.StatusCode.OK            # a SAN identity, admin by the mapping
+    # The tenant's CN=admin is its own identity: its task is not the real admin's, nor the other way.
+    c = auth.channel(addr, tls["tenant"], token=None)
+    try:
+        st = pb_grpc.WorkerServiceStub(c)
+        st.SubmitTask(pb.SubmitTaskRequest(task=call_list_task("m-tenant", [("add", [1, 2])])), timeout=10)
+        assert wk.wait_terminal("m-tenant").state == pb.TASK_STATE_SUCCEEDED        # the real admin sees it
+        wk.submit_calls("m-admin", [("add", [2, 2])])
+        assert rpc_error(st.GetTaskResult, pb.GetTaskResultRequest(task_id="m-admin"),
+                         timeout=10).code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        c.close()
 
 
 def test_mtls_without_a_client_ca_does_not_start(tmp_path):

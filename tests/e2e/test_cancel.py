@@ -215,10 +215,12 @@ def test_only_the_owner_or_an_admin_may_cancel(owners_worker):
     # Calls that outlive the test whatever the load: every cancel below meets a running task.
     alice.SubmitTask(_task("a1", ms=OUTLIVES_THE_TEST_MS), timeout=5)
     alice.SubmitTask(_task("a2", ms=OUTLIVES_THE_TEST_MS), timeout=5)
-    with pytest.raises(grpc.RpcError) as denied:
+    with pytest.raises(grpc.RpcError) as denied:      # for bob the task does not exist (no existence oracle)
         bob.CancelTask(pb.CancelTaskRequest(task_id="a1", reason="mine"), timeout=5)
-    assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert "only its owner or an admin may cancel it (this call is 'bob')" in denied.value.details()
+    with pytest.raises(grpc.RpcError) as unknown:
+        bob.CancelTask(pb.CancelTaskRequest(task_id="never-used", reason="mine"), timeout=5)
+    assert denied.value.code() == unknown.value.code() == grpc.StatusCode.NOT_FOUND
+    assert denied.value.details() == unknown.value.details().replace("never-used", "a1")
     for tid in ("a1", "a2"):                         # untouched by the refused cancels
         got = alice.GetTaskResult(pb.GetTaskResultRequest(task_id=tid), timeout=5)
         assert got.state == pb.TASK_STATE_RUNNING, f"{tid}: {got}"
