@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
+import queue
 import statistics
 import time
 
@@ -138,3 +138,133 @@ def test_refused_8_mib_requests_leave_the_worker_within_100_mb(w):
         w.stub.CancelTask(pb.CancelTaskRequest(task_id=f"hold-{i}"), timeout=10)
     w.submit_calls("after-flood", [("add", [2, 3])])
     assert w.wait_terminal("after-flood").state == pb.TASK_STATE_SUCCEEDED
+
+
+# ---- fair shares: one identity floods, another keeps its share -----------------------------------
+
+SHARE_ENV = {"TASK_SLOTS": "8",                          # a share of 4 slots per identity (half)
+             "MAX_TASK_SESSIONS_PER_IDENTITY": "3", "MAX_WATCH_STREAMS_PER_IDENTITY": "6",
+             "MAX_PAYLOAD_BYTES": str(2 * MiB), "MAX_QUEUED_CALL_BYTES_PER_IDENTITY": str(2 * MiB),
+             "RESULT_RETENTION_MS": "60000", "CALL_DEADLINE_MS": "60000"}
+CALLS_1_MIB = 25_000       # {"functionId": "sleep_ms", "args": [200]} x 25k: 1 MiB, running while the test lasts
+
+
+def _stub(w, token):
+    ch = auth.channel(f"127.0.0.1:{w.port}", token=token)
+    return ch, pb_grpc.WorkerServiceStub(ch)
+
+
+def _latencies(w, token: str, prefix: str, n: int) -> list[float]:
+    """``n`` small tasks of ``token``'s identity one after the other: each must succeed;
+    the seconds from SubmitTask to its terminal update."""
+    ch, st = _stub(w, token)
+    out = []
+    try:
+        for i in range(n):
+            tid = f"{prefix}-{i}"
+            t0 = time.monotonic()
+            st.SubmitTask(pb.SubmitTaskRequest(task=call_list_task(tid, [("add", [i, 1])])), timeout=30)
+            for upd in st.WatchTasks(pb.WatchTasksRequest(task_ids=[tid]), timeout=60):
+                if upd.is_terminal:
+                    assert upd.result.state == pb.TASK_STATE_SUCCEEDED, upd.result
+                    break
+            out.append(time.monotonic() - t0)
+    finally:
+        ch.close()
+    return out
+
+
+def _refusal(fn, *args, **kw) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as ei:
+        r = fn(*args, **kw)
+        if hasattr(r, "__iter__") and not hasattr(r, "DESCRIPTOR"):
+            next(iter(r))
+    return ei.value
+
+
+def test_one_identity_flooding_slots_sessions_and_call_lists_leaves_another_its_share(tmp_path):
+    tokens = auth.write_tokens(tmp_path, {"alice": ALICE, "bob": BOB, "admin": auth.HARNESS_TOKEN})
+    w = WorkerProcess({"WORKER_AUTH_TOKENS_FILE": tokens, **SHARE_ENV}, functions_dir=make_functions_dir(tmp_path))
+    w.start()
+    held = []
+    try:
+        idle = _latencies(w, BOB, "idle", 10)
+        ch, alice = _stub(w, ALICE)
+        held.append(ch)
+        # Slots: alice reserves what she can; past her share of 4 she is refused, naming the setting.
+        granted = refused = 0
+        for i in range(8):
+            try:
+                alice.RequestTaskSlot(pb.RequestTaskSlotRequest(task_id=f"a-hold-{i}", ttl_ms=600_000), timeout=10)
+                granted += 1
+            except grpc.RpcError as exc:
+                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "maxSlotsPerIdentity" in exc.details()
+                refused += 1
+        assert (granted, refused) == (4, 4)
+        # Large call lists into two of her slots: the second passes her share of queued call bytes.
+        payload = json.dumps({"calls": [{"functionId": "sleep_ms", "args": [200]}] * CALLS_1_MIB}).encode()
+        big = lambda tid, slot: pb.SubmitTaskRequest(slot_id=slot, task=pb.Task(  # noqa: E731
+            task_id=tid, function_call=pb.FunctionCallConfig(type="callList", payload=payload)))
+        slots = [alice.RequestTaskSlot(pb.RequestTaskSlotRequest(task_id=f"a-hold-{i}"), timeout=10).slot_id
+                 for i in range(2)]
+        alice.SubmitTask(big("a-hold-0", slots[0]), timeout=30)
+        err = _refusal(alice.SubmitTask, big("a-hold-1", slots[1]), timeout=30)
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "maxQueuedCallBytesPerIdentity" in err.details()
+        # Sessions that never read, and watch streams left open, up to her shares.
+        sessions, quiet = [], queue.Queue()                  # requests that never come: the sessions stay open
+        for i in range(3):
+            c = grpc.insecure_channel(f"127.0.0.1:{w.port}")
+            held.append(c)
+            call = pb_grpc.WorkerServiceStub(c).TaskSession(iter(quiet.get, None), metadata=auth.metadata(ALICE),
+                                                            timeout=120)
+            sessions.append(call)
+            call.initial_metadata()                          # accepted
+        err = _refusal(alice.TaskSession, iter(quiet.get, None), timeout=10)
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "maxTaskSessionsPerIdentity" in err.details()
+        watches = [alice.WatchTasks(pb.WatchTasksRequest(task_ids=[f"a-hold-{i % 3 + 1}"]), timeout=120)
+                   for i in range(6)]                    # her reservations: they stay open
+        for wt in watches:
+            next(wt)                                         # each open, its first update read
+        err = _refusal(alice.WatchTasks, pb.WatchTasksRequest(task_ids=["a-hold-2"]), timeout=10)
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "maxWatchStreamsPerIdentity" in err.details()
+        # Bob, meanwhile: his tasks run, none refused, and his own streams open.
+        flooded = _latencies(w, BOB, "flooded", 10)
+        ch_b, bob = _stub(w, BOB)
+        held.append(ch_b)
+        bob_watch = bob.WatchTasks(pb.WatchTasksRequest(task_ids=["flooded-0"]), timeout=10)
+        assert next(bob_watch).is_terminal
+        print(f"\nfair shares: bob's task p50 {statistics.median(idle) * 1000:.1f} ms on an idle worker, "
+              f"{statistics.median(flooded) * 1000:.1f} ms while alice holds her share of slots (4 of 8, one "
+              f"running a {len(payload) / MiB:.1f} MiB call list), 3 unread sessions and 6 watch streams")
+        metrics = w.metrics_text()
+        assert 'blockx_identity_slots{identity="alice"} 4.0' in metrics
+        assert 'blockx_share_refusals_total{identity="alice",share="slots"} 4.0' in metrics
+        assert 'blockx_identity_streams{identity="alice",kind="TaskSession"} 3.0' in metrics
+        alice.CancelTask(pb.CancelTaskRequest(task_id="a-hold-0"), timeout=10)
+        for call in sessions:
+            call.cancel()
+        for _ in range(4):
+            quiet.put(None)
+        for wt in watches:
+            wt.cancel()
+    finally:
+        for c in held:
+            c.close()
+        w.stop()
+
+
+def test_past_the_memory_budget_new_work_is_refused_and_reads_still_answer(start_worker):
+    w = start_worker({"WORKER_MEMORY_BUDGET_BYTES": str(16 * MiB)})     # below any Worker's RSS
+    err = _refusal(w.stub.SubmitTask, pb.SubmitTaskRequest(task=call_list_task("over", [("add", [1, 2])])),
+                   timeout=10)
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err
+    assert "over its memory budget" in err.details() and "memoryBudgetBytes, WORKER_MEMORY_BUDGET_BYTES" in err.details()
+    err = _refusal(w.stub.RequestTaskSlot, pb.RequestTaskSlotRequest(task_id="over"), timeout=10)
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "memoryBudgetBytes" in err.details()
+    err = _refusal(w.stub.TaskSession, iter(()), timeout=10)
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "memoryBudgetBytes" in err.details()
+    # Reads are answered: the budget stops new work, not the Worker.
+    err = _refusal(w.stub.GetTaskResult, pb.GetTaskResultRequest(task_id="over"), timeout=10)
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+    assert w.stub.ListTasks(pb.ListTasksRequest(), timeout=10) is not None
+    assert "blockx_memory_budget_bytes 1.6777216e+07" in w.metrics_text()
