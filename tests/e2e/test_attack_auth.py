@@ -545,3 +545,57 @@ def test_the_local_admin_token_never_leaves_for_a_non_loopback_address(start_wor
     p = subprocess.run([sys.executable, "-c", code], env={**env, "STATE_DIR": str(state)},
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "UNAUTHENTICATED" in p.stderr, p.stderr[-400:]
+
+
+def test_another_identitys_task_is_not_found_on_every_rpc_and_session_op_as_an_unknown_id(start_worker, tmp_path):
+    """No answer tells bob that alice's ids exist: each RPC and session operation on
+    her task (finished, or a bare reservation) answers what an id never used answers."""
+    tokens = auth.write_tokens(tmp_path, {"alice": ALICE, "bob": BOB, "admin": auth.HARNESS_TOKEN})
+    wk = start_worker({"WORKER_AUTH_TOKENS_FILE": tokens, "TRACE_ENABLED": "true"}, executors=1)
+    alice_task(wk, "a-done")
+    ch_a, alice = stub(wk, ALICE)
+    ch_b, bob = stub(wk, BOB)
+    try:
+        alice.RequestTaskSlot(pb.RequestTaskSlotRequest(task_id="a-held", ttl_ms=60_000), timeout=10)
+        rpcs = {
+            "GetTaskResult": lambda tid: bob.GetTaskResult(pb.GetTaskResultRequest(task_id=tid), timeout=10),
+            "WatchTasks": lambda tid: bob.WatchTasks(pb.WatchTasksRequest(task_ids=[tid]), timeout=10),
+            "CancelTask": lambda tid: bob.CancelTask(pb.CancelTaskRequest(task_id=tid, reason="x"), timeout=10),
+            "GetTaskTrace": lambda tid: bob.GetTaskTrace(pb.GetTaskTraceRequest(task_id=tid), timeout=10),
+        }
+        for name, call in rpcs.items():
+            unknown = rpc_error(call, "never-used")
+            assert unknown.code() == grpc.StatusCode.NOT_FOUND, (name, unknown)
+            for tid in ("a-done", "a-held"):
+                err = rpc_error(call, tid)
+                assert (err.code(), err.details()) == (unknown.code(), unknown.details().replace("never-used", tid)), \
+                    (name, tid, err.code(), err.details())
+        listed = {t.task_id for t in bob.ListTasks(pb.ListTasksRequest(), timeout=10).tasks}
+        assert not listed & {"a-done", "a-held"}, listed
+        # The same on one session.
+        ops = {
+            "get_result": lambda rid, tid: pb.SessionRequest(request_id=rid,
+                                                             get_result=pb.GetTaskResultRequest(task_id=tid)),
+            "watch": lambda rid, tid: pb.SessionRequest(request_id=rid, watch=pb.WatchTasksRequest(task_ids=[tid])),
+            "cancel": lambda rid, tid: pb.SessionRequest(request_id=rid, cancel=pb.CancelTaskRequest(task_id=tid)),
+        }
+        requests, asked = [], {}
+        for op, make in ops.items():
+            for tid in ("never-used", "a-done", "a-held"):
+                rid = len(requests) + 1
+                requests.append(make(rid, tid))
+                asked[rid] = (op, tid)
+        by_rid = {e.request_id: e for e in session_events(wk, BOB, *requests, n=len(requests))}
+        for rid, (op, tid) in asked.items():
+            ev = by_rid[rid]
+            assert kind(ev) == "error" and ev.error.code == grpc.StatusCode.NOT_FOUND.value[0], (op, tid, ev)
+            unknown = next(by_rid[r] for r, (o, t) in asked.items() if o == op and t == "never-used")
+            assert ev.error.message == unknown.error.message.replace("never-used", tid), (op, tid, ev)
+        # Alice's tasks are untouched: her reservation still stands, her result is hers.
+        assert alice.GetTaskResult(pb.GetTaskResultRequest(task_id="a-held"), timeout=10).state == \
+            pb.TASK_STATE_ALLOCATED
+        assert json.loads(alice.GetTaskResult(pb.GetTaskResultRequest(task_id="a-done"),
+                                              timeout=10).result.outputs[0]) == SECRET
+    finally:
+        ch_a.close()
+        ch_b.close()
