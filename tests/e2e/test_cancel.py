@@ -187,8 +187,10 @@ BOB = "bob-" + "b" * 24
 def owners_worker(tmp_path, functions_dir):
     tokens = auth.write_tokens(tmp_path, {"alice": ALICE, "bob": BOB, "admin": auth.HARNESS_TOKEN})
     # A call's budget (CALL_DEADLINE_MS, 5 s by default) counts its sleep: the long calls need a larger one.
+    # Alice runs 5 tasks at once below: more than the default share of half the slots (fair shares are
+    # tests/e2e/test_hostile_load.py's subject).
     w = WorkerProcess({"WORKER_AUTH_TOKENS_FILE": tokens, "TASK_SLOTS": "8", "RESULT_RETENTION_MS": "60000",
-                       "CALL_DEADLINE_MS": str(2 * OUTLIVES_THE_TEST_MS)},
+                       "CALL_DEADLINE_MS": str(2 * OUTLIVES_THE_TEST_MS), "MAX_SLOTS_PER_IDENTITY": "8"},
                       functions_dir=functions_dir)
     w.start()
     yield w
