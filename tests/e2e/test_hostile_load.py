@@ -29,7 +29,7 @@ MiB = 1024 * 1024
 BIG = 8 * MiB
 ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdef"
 WRONG = "not-a-token-0123456789abcdef"
-# The aim of issue 35: 300 refused 8 MiB requests leave the Worker within 100 MB of its RSS before.
+# The bound held: 300 refused 8 MiB requests leave the Worker within 100 MB of its RSS before.
 REFUSED = 300
 YEAR_MS = 365 * 24 * 3600 * 1000        # a task timeout past maxTaskTimeoutMs: INVALID_ARGUMENT
 RSS_GROWTH_BOUND = 100 * MiB
