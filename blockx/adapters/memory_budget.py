@@ -2,8 +2,9 @@
 
 The budget is memoryBudgetBytes (WORKER_MEMORY_BUDGET_BYTES); 0, the default,
 derives it: 80% of the cgroup's memory limit when the Worker runs under one
-(cgroup v2 ``memory.max``, v1 ``memory.limit_in_bytes``), else 80% of the host's
-MemTotal. The process's resident memory (``/proc/self/statm``) is read every
+(the smallest ``memory.max`` (v2) or ``memory.limit_in_bytes`` (v1) of its
+cgroup, from /proc/self/cgroup, and the cgroups above it), else 80% of the
+host's MemTotal. The process's resident memory (``/proc/self/statm``) is read every
 REFRESH_S on the event loop, not per call. While it is at or over the budget,
 new work is refused RESOURCE_EXHAUSTED with ``refusal()``, which names the budget
 and its setting: SubmitTask, RequestTaskSlot and a new TaskSession before their
@@ -30,8 +31,9 @@ log = logging.getLogger("blockx.memory")
 REFRESH_S = 0.25
 DEFAULT_PERCENT = 80
 SETTING = "memoryBudgetBytes, WORKER_MEMORY_BUDGET_BYTES"
+CONFIGURED = "as configured"
 _PAGE = os.sysconf("SC_PAGE_SIZE")
-_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+_CGROUP_ROOT = "/sys/fs/cgroup"
 _NO_LIMIT = 1 << 60            # cgroup v1 reports "no limit" as a huge number
 
 
@@ -43,12 +45,38 @@ def _read(path: str) -> str | None:
         return None
 
 
+def _limit_files(cgroup_text: str) -> list[str]:
+    """The memory limit files of this process's cgroups and of every cgroup above them."""
+    out = []
+    for line in cgroup_text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":                                   # v2: 0::/path
+            base, name = _CGROUP_ROOT, "memory.max"
+        elif "memory" in controllers.split(","):                # v1: N:memory:/path
+            base, name = f"{_CGROUP_ROOT}/memory", "memory.limit_in_bytes"
+        else:
+            continue
+        path = path.rstrip("/")
+        while True:
+            out.append(f"{base}{path}/{name}")
+            if not path:
+                break
+            path = path.rpartition("/")[0]
+    return out
+
+
 def memory_limit() -> tuple[int, str]:
-    """(bytes, where from): the cgroup's memory limit, else the host's MemTotal."""
-    for path in _CGROUP_LIMITS:
+    """(bytes, where from): the smallest cgroup memory limit, else the host's MemTotal."""
+    best: tuple[int, str] | None = None
+    for path in _limit_files(_read("/proc/self/cgroup") or ""):
         text = (_read(path) or "").strip()
-        if text.isdigit() and 0 < int(text) < _NO_LIMIT:
-            return int(text), f"the cgroup memory limit ({path})"
+        if text.isdigit() and 0 < int(text) < _NO_LIMIT and (best is None or int(text) < best[0]):
+            best = int(text), f"the cgroup memory limit ({path})"
+    if best is not None:
+        return best
     for line in (_read("/proc/meminfo") or "").splitlines():
         if line.startswith("MemTotal:"):
             return int(line.split()[1]) * 1024, "the host's MemTotal"
@@ -58,7 +86,7 @@ def memory_limit() -> tuple[int, str]:
 def resolve_budget(configured: int) -> tuple[int, str]:
     """(budget bytes, how it was chosen) for memoryBudgetBytes ``configured`` (0: derived)."""
     if configured > 0:
-        return configured, SETTING.split(",")[0]
+        return configured, CONFIGURED
     limit, source = memory_limit()
     if limit <= 0:
         return 0, "off: no memory limit is known"
@@ -79,7 +107,7 @@ class MemoryBudget:
 
     __slots__ = ("budget", "source", "rss", "over", "refusals", "_fd", "_handle", "_trimmed_at", "_loop")
 
-    def __init__(self, budget: int, source: str = SETTING) -> None:
+    def __init__(self, budget: int, source: str = CONFIGURED) -> None:
         self.budget = budget           # 0: off
         self.source = source
         self.rss = 0
@@ -118,7 +146,7 @@ class MemoryBudget:
             return None
         self.refusals += 1
         return (f"the worker is over its memory budget: {_mb(self.rss)} resident of {_mb(self.budget)} "
-                f"({SETTING}; {self.source}), so it takes no new work until its running tasks free memory; "
+                f"({SETTING}: {self.source}), so it takes no new work until its running tasks free memory; "
                 "retry later or on another worker")
 
     # ---- the refresh timer on the loop -------------------------------------------------
