@@ -21,11 +21,13 @@ grpc.health.v1 is never checked (probes carry no credentials).
 The caller the gate identified reaches the handler through a context variable
 tagged with the call's asyncio Task (grpc.aio runs a call's interceptors and its
 handler in one Task); ``gated_caller`` returns it only inside that same Task, so
-a value can never be taken for another call's."""
+a value can never be taken for another call's. The Task is held weakly: a task
+the handler starts copies the context, and must not keep the call's Task alive."""
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import weakref
 from collections.abc import Callable
 
 import grpc
@@ -33,8 +35,8 @@ import grpc
 from blockx.adapters.auth import Authenticator, Unauthenticated
 
 _current_task = asyncio.current_task
-# (the call's Task, its caller): set by the gate, read by the handler of the same call.
-_GATED: contextvars.ContextVar[tuple[object, object] | None] = contextvars.ContextVar("blockx_gated_caller",
+# (a weak reference to the call's Task, its caller): set by the gate, read by the handler of the same call.
+_GATED: contextvars.ContextVar[tuple[weakref.ref, object] | None] = contextvars.ContextVar("blockx_gated_caller",
                                                                                       default=None)
 UNSET = object()            # gated_caller(): the gate did not identify this call
 _HEALTH = "/grpc.health.v1.Health/"
@@ -44,7 +46,7 @@ NEW_WORK = ("SubmitTask", "RequestTaskSlot", "TaskSession")
 def gated_caller():
     """The caller the gate identified for the running call, else UNSET."""
     v = _GATED.get()
-    if v is None or v[0] is not _current_task():
+    if v is None or v[0]() is not _current_task():
         return UNSET
     return v[1]
 
@@ -80,7 +82,9 @@ class CallGate(grpc.aio.ServerInterceptor):
                 caller = self._auth.caller_from_metadata(handler_call_details.invocation_metadata)
             except Unauthenticated as exc:
                 return self._refuse(method, "UNAUTHENTICATED", str(exc))
-            _GATED.set((_current_task(), caller))
+            task = _current_task()
+            if task is not None:
+                _GATED.set((weakref.ref(task), caller))
         over = self._over_budget
         if over is not None and method.rpartition("/")[2] in NEW_WORK:
             message = over()
