@@ -5,7 +5,9 @@
   the identity is the token's name.
 - ``mtls``: the port speaks mutual TLS (a client CA is configured, so a client
   without a certificate it signed never completes the handshake); the identity
-  is the client certificate's subject, admin when its common name is ``admin``.
+  comes from the client certificate: its subject when it has exactly one common
+  name, else its one subject alternative name (blockx.adapters.mtls_identity).
+  An identity is admin only when authMtlsAdmins names it: never by its CN.
 - ``none``: no authentication; every caller is the unrestricted caller.
 
 Handlers resolve the caller once per RPC or stream, at entry (``caller``), and
@@ -22,7 +24,8 @@ from collections.abc import Callable
 import grpc
 from grpc_reflection.v1alpha import reflection
 
-from blockx.adapters.auth_tokens import ADMIN, TokenFileError, TokenStore, local_token_problem, read_tokens
+from blockx.adapters.auth_tokens import TokenFileError, TokenStore, local_token_problem, read_tokens
+from blockx.adapters.mtls_identity import SAN_KINDS as _SAN_KINDS, IdentityRefused, peer_identity
 from blockx.client.credentials import is_local_address
 from blockx.core.owners import Caller
 
@@ -60,16 +63,18 @@ class Unauthenticated(Exception):
 
 
 class Authenticator:
-    __slots__ = ("mode", "tokens", "_mtls_callers")
+    __slots__ = ("mode", "tokens", "mtls_admins", "_mtls_callers")
 
-    def __init__(self, mode: str, tokens: TokenStore | None = None) -> None:
+    def __init__(self, mode: str, tokens: TokenStore | None = None, *,
+                 mtls_admins: frozenset[str] = frozenset()) -> None:
         if mode not in MODES:
             raise ValueError(f"auth mode {mode!r} is not one of {', '.join(MODES)}")
         if mode == "token" and tokens is None:
             raise ValueError("token auth needs a TokenStore")
         self.mode = mode
         self.tokens = tokens
-        self._mtls_callers: dict[bytes, Caller] = {}
+        self.mtls_admins = mtls_admins        # mtls: the identities that are admin (authMtlsAdmins)
+        self._mtls_callers: dict[tuple, Caller] = {}
 
     @property
     def required(self) -> bool:
@@ -79,41 +84,52 @@ class Authenticator:
         """The identity of the call (None: no authentication); raises Unauthenticated."""
         mode = self.mode
         if mode == "token":
-            for key, value in context.invocation_metadata() or ():
-                if key == "authorization":
-                    break
-            else:
-                raise Unauthenticated(
-                    "this worker requires a bearer token (WORKER_AUTH_MODE=token): send the metadata "
-                    "`authorization: Bearer <token>`; the blockx CLI takes --token or $BLOCKX_TOKEN, and "
-                    "on the worker's host finds <STATE_DIR>/auth-token by itself")
-            if type(value) is bytes:
-                value = value.decode("latin-1")
-            if not value.startswith(_BEARER):
-                raise Unauthenticated("the authorization metadata must be `Bearer <token>`")
-            assert self.tokens is not None     # __init__ refuses token mode without a TokenStore
-            caller = self.tokens.identify(value[7:].strip())
-            if caller is None:
-                raise Unauthenticated(
-                    "the bearer token is not one this worker accepts: check --token / $BLOCKX_TOKEN "
-                    "against the worker's tokens file (WORKER_AUTH_TOKENS_FILE, or <STATE_DIR>/auth-token)")
-            return caller
+            return self.caller_from_metadata(context.invocation_metadata())
         if mode == "mtls":
             return self._peer_caller(context)
         return None
 
+    def caller_from_metadata(self, metadata) -> Caller:
+        """Token mode: the identity of the bearer token in ``metadata``; raises Unauthenticated.
+        Reads the metadata only, so the call gate (blockx.adapters.call_gate) can run it
+        before the request is received."""
+        for key, value in metadata or ():
+            if key == "authorization":
+                break
+        else:
+            raise Unauthenticated(
+                "this worker requires a bearer token (WORKER_AUTH_MODE=token): send the metadata "
+                "`authorization: Bearer <token>`; the blockx CLI takes --token or $BLOCKX_TOKEN, and "
+                "on the worker's host finds <STATE_DIR>/auth-token by itself")
+        if type(value) is bytes:
+            value = value.decode("latin-1")
+        if not value.startswith(_BEARER):
+            raise Unauthenticated("the authorization metadata must be `Bearer <token>`")
+        assert self.tokens is not None     # __init__ refuses token mode without a TokenStore
+        caller = self.tokens.identify(value[7:].strip())
+        if caller is None:
+            raise Unauthenticated(
+                "the bearer token is not one this worker accepts: check --token / $BLOCKX_TOKEN "
+                "against the worker's tokens file (WORKER_AUTH_TOKENS_FILE, or <STATE_DIR>/auth-token)")
+        return caller
+
     def _peer_caller(self, context) -> Caller:
         auth = context.auth_context() or {}
         subject = (auth.get("x509_subject") or [b""])[0]
-        cn = (auth.get("x509_common_name") or [b""])[0]
-        if not subject and not cn:
-            raise Unauthenticated("this worker requires a client certificate (WORKER_AUTH_MODE=mtls): "
-                                  "connect with --tls-cert / --tls-key signed by its WORKER_TLS_CLIENT_CA")
-        key = subject or cn
+        sans = tuple((kind, v) for key, kind in _SAN_KINDS for v in auth.get(key) or ())
+        key = (subject, sans)
         caller = self._mtls_callers.get(key)
         if caller is None:
-            name = subject.decode("utf-8", "replace") if subject else f"CN={cn.decode('utf-8', 'replace')}"
-            caller = Caller(name, admin=cn == ADMIN.encode())
+            if not subject and not sans:
+                raise Unauthenticated("this worker requires a client certificate (WORKER_AUTH_MODE=mtls): "
+                                      "connect with --tls-cert / --tls-key signed by its WORKER_TLS_CLIENT_CA")
+            try:
+                name = peer_identity(subject.decode("utf-8", "replace"),
+                                     [(kind, v.decode("utf-8", "replace")) for kind, v in sans],
+                                     [v.decode("utf-8", "replace") for v in auth.get("peer_spiffe_id") or ()])
+            except IdentityRefused as exc:
+                raise Unauthenticated(str(exc)) from None
+            caller = Caller(name, admin=name in self.mtls_admins)
             if len(self._mtls_callers) < 10_000:
                 self._mtls_callers[key] = caller
         return caller

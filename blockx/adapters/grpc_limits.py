@@ -20,6 +20,11 @@ API defines:
   open at once (blockx.adapters.open_streams), refused RESOURCE_EXHAUSTED.
 - ``watch_max_pending_updates``: a WatchTasks stream's queue (its overflow ends
   that stream RESOURCE_EXHAUSTED).
+- ``max_task_sessions_per_identity``, ``max_watch_streams_per_identity``: the
+  same streams of one identity (its fair share; admin and the unrestricted
+  caller are not limited), refused RESOURCE_EXHAUSTED.
+- ``memory_budget_bytes``: the Worker's resident memory past which new work is
+  refused (blockx.adapters.memory_budget); 0 derives it.
 """
 from __future__ import annotations
 
@@ -39,6 +44,9 @@ GRPC_RULES = (
     Rule("max_task_sessions", 1),
     Rule("max_watch_streams", 1),
     Rule("watch_max_pending_updates", 1),
+    Rule("max_task_sessions_per_identity", 1),
+    Rule("max_watch_streams_per_identity", 1),
+    Rule("memory_budget_bytes", 0, note="0 = 80% of the memory limit"),
 )
 
 
@@ -52,13 +60,17 @@ class GrpcLimits:
     max_watch_streams: int = 1_000
     watch_max_pending_updates: int = DEFAULT_MAX_PENDING
     result_page_bytes: int = MiB
+    max_task_sessions_per_identity: int = 16
+    max_watch_streams_per_identity: int = 256
+    memory_budget_bytes: int = 0
 
     @classmethod
     def from_config(cls, cfg) -> "GrpcLimits":
         """From a WorkerFullConfig."""
         return cls(cfg.grpc_max_message_bytes, cfg.grpc_max_concurrent_streams, cfg.grpc_max_concurrent_rpcs,
                    cfg.grpc_max_connections, cfg.max_task_sessions, cfg.max_watch_streams,
-                   cfg.watch_max_pending_updates, cfg.result_page_bytes)
+                   cfg.watch_max_pending_updates, cfg.result_page_bytes, cfg.max_task_sessions_per_identity,
+                   cfg.max_watch_streams_per_identity, cfg.memory_budget_bytes)
 
     def server_options(self) -> list[tuple[str, int]]:
         return [("grpc.max_receive_message_length", self.max_message_bytes),

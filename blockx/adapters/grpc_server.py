@@ -5,7 +5,16 @@ answers INTERNAL with a short message, is counted in blockx_grpc_requests_total
 and logs its traceback (``_guarded``), for every RPC including the streams; it
 never takes the server down. Every handler resolves its caller once at entry
 (``_caller``, blockx.adapters.auth: UNAUTHENTICATED without valid credentials)
-and the core decides what that caller may see (blockx.core.owners)."""
+and the core decides what that caller may see (blockx.core.owners).
+
+A call without credentials never reaches a handler: the call gate
+(blockx.adapters.call_gate) refuses it before grpc reads its request, and hands
+the caller it identified to the handler. A refused call holds nothing once it is
+answered: grpc keeps the exception of ``context.abort`` with the call, and that
+exception's traceback holds the handler's frames (the decoded request among
+them), a reference cycle only the cyclic collector would free. ``_guarded``
+takes the frames and chained exceptions off it (``_forget``) before grpc
+re-raises it, so the request goes as soon as the call ends."""
 from __future__ import annotations
 
 import asyncio
@@ -24,6 +33,7 @@ from blockx.adapters.open_streams import OpenStreams
 from blockx.adapters.request_decode import Undecodable, add_worker_service
 from blockx.adapters.result_pages import PageTooLarge, ResultPages, page_request
 from blockx.adapters.auth import Authenticator, GuardedReflection, Unauthenticated
+from blockx.adapters.call_gate import UNSET, CallGate, gated_caller
 from blockx.adapters.cancel import cancel, cancel_response
 from blockx.adapters.task_listing import list_tasks
 from blockx.adapters.session import (
@@ -33,7 +43,7 @@ from blockx.adapters.subscriptions import CLOSED, GONE, OVERFLOW, Subscription
 from blockx.adapters.trace_context import incoming as incoming_trace_context
 from blockx.adapters.trace_export import chrome_trace
 from blockx.core.types import TaskState
-from blockx.core.errors import WorkerError
+from blockx.core.errors import ShareExceededError, WorkerError
 from blockx.core.worker_requests import require_task_id
 from blockx.tenant_view import tenant_strings
 from blockx.worker.v1 import worker_pb2 as pb
@@ -49,9 +59,18 @@ def _status(err: WorkerError) -> grpc.StatusCode:
     return grpc.StatusCode[err.grpc_status_name]
 
 
+def _forget(exc: BaseException) -> None:
+    """Drop what an aborted call's exception holds: its frames and chained exceptions."""
+    exc.__traceback__ = None
+    exc.__context__ = None
+    exc.__cause__ = None
+
+
 def _guarded(handler):
     """A bug behind the RPC answers INTERNAL (counted, traceback logged) instead of
-    grpc's UNKNOWN "Unexpected <class ...>" with the exception text."""
+    grpc's UNKNOWN "Unexpected <class ...>" with the exception text. An abort
+    (``context.abort``) ends here: grpc re-raises the exception it kept once the
+    handler returns, and ``_forget`` has taken the handler's frames off it."""
     name = handler.__name__
     timed = name not in _STREAMS        # blockx_grpc_request_duration_seconds: unary RPCs only
 
@@ -59,27 +78,39 @@ def _guarded(handler):
     async def wrapper(self, request, context):
         if type(request) is Undecodable:
             self._count(name, "INVALID_ARGUMENT")
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.refusal())
+            message = request.refusal()
+            del request
+            try:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+            except grpc.aio.AbortError as exc:
+                _forget(exc)
+            return None
         t0 = perf_counter()
         try:
             return await handler(self, request, context)
-        except (asyncio.CancelledError, grpc.aio.AbortError):
+        except asyncio.CancelledError:
             raise
+        except grpc.aio.AbortError as exc:
+            _forget(exc)
         except Exception:  # noqa: BLE001 - the point of this wrapper
             log.exception("%s failed with an unexpected error", name)
             self._count(name, "INTERNAL")
-            await context.abort(grpc.StatusCode.INTERNAL,
-                                f"internal error in the worker while handling {name}; see its log")
+            try:
+                await context.abort(grpc.StatusCode.INTERNAL,
+                                    f"internal error in the worker while handling {name}; see its log")
+            except grpc.aio.AbortError as exc:
+                _forget(exc)
         finally:
             if timed and self._metrics is not None:
                 self._metrics.observe_grpc(name, perf_counter() - t0)
+        return None
     return wrapper
 
 
 class WorkerService(pb_grpc.WorkerServiceServicer):
     def __init__(self, orch, metrics=None, *, status=None, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
                  session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES, limits: GrpcLimits | None = None,
-                 auth: Authenticator | None = None) -> None:
+                 auth: Authenticator | None = None, over_budget=None) -> None:
         self._orch = orch
         self._auth = auth if auth is not None else Authenticator("none")
         self._metrics = metrics
@@ -89,11 +120,25 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
         limits = limits or GrpcLimits()
         self._limits = limits
         self._delivery = delivery = ResultPages(limits.result_page_bytes, limits.max_message_bytes)
-        self._sessions = OpenStreams("TaskSession", limits.max_task_sessions, "maxTaskSessions, MAX_TASK_SESSIONS")
-        self._watches = OpenStreams("WatchTasks", limits.max_watch_streams, "maxWatchStreams, MAX_WATCH_STREAMS")
+        self._sessions = OpenStreams("TaskSession", limits.max_task_sessions, "maxTaskSessions, MAX_TASK_SESSIONS",
+                                     limits.max_task_sessions_per_identity,
+                                     "maxTaskSessionsPerIdentity, MAX_TASK_SESSIONS_PER_IDENTITY")
+        self._watches = OpenStreams("WatchTasks", limits.max_watch_streams, "maxWatchStreams, MAX_WATCH_STREAMS",
+                                    limits.max_watch_streams_per_identity,
+                                    "maxWatchStreamsPerIdentity, MAX_WATCH_STREAMS_PER_IDENTITY")
+        share_refused = metrics.share_refused if metrics is not None else None
         self._session_limits = {"max_pending_events": session_max_pending_events,
-                                "max_pending_bytes": session_max_pending_bytes, "delivery": delivery}
+                                "max_pending_bytes": session_max_pending_bytes, "delivery": delivery,
+                                "over_budget": over_budget, "share_refused": share_refused}
+        if metrics is not None:
+            metrics.identity_streams_fn = self.streams_by_identity
         self._reads_trace_context = bool(getattr(orch, "wants_trace_context", False))   # spans or shadow on
+
+    def streams_by_identity(self) -> dict[tuple[str, str], int]:
+        """(kind, identity) -> open streams, for the identities held to a share (metrics)."""
+        out = {("TaskSession", who): n for who, n in self._sessions.by_identity().items()}
+        out.update({("WatchTasks", who): n for who, n in self._watches.by_identity().items()})
+        return out
 
     def _trace_context(self, context):
         """The caller's W3C trace context (trace_context.py), read only when something uses it."""
@@ -106,6 +151,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     async def _caller(self, context, method: str):
         """The call's identity (None: unrestricted); UNAUTHENTICATED ends the call."""
+        caller = gated_caller()
+        if caller is not UNSET:
+            return caller
         try:
             return self._auth.caller(context)
         except Unauthenticated as exc:
@@ -117,7 +165,14 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     async def _refuse(self, context, method: str, err: WorkerError):
         self._count(method, err.grpc_status_name)
+        if type(err) is ShareExceededError and self._metrics is not None:
+            self._metrics.share_refused(err.identity, err.share)
         await context.abort(_status(err), err.message)
+
+    def _stream_refused(self, method: str, streams: OpenStreams, caller, share: str) -> None:
+        self._count(method, "RESOURCE_EXHAUSTED")
+        if self._metrics is not None and streams.identity_full(caller):
+            self._metrics.share_refused(caller.name, share)
 
     async def _watch_overflow(self, context):
         self._count("WatchTasks", "RESOURCE_EXHAUSTED")
@@ -144,10 +199,12 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     @_guarded
     async def SubmitTask(self, request, context):
-        try:                        # _caller inline: no coroutine per task on the unary path
-            caller = self._auth.caller(context)
-        except Unauthenticated as exc:
-            await self._unauthenticated(context, "SubmitTask", exc)
+        caller = gated_caller()     # _caller inline: no coroutine per task on the unary path
+        if caller is UNSET:
+            try:
+                caller = self._auth.caller(context)
+            except Unauthenticated as exc:
+                await self._unauthenticated(context, "SubmitTask", exc)
         try:
             req, shadow = wire.submit_request_from_pb(request)
             snap = self._orch.submit_task(req, shadow=shadow, raw_request=request, caller=caller,
@@ -174,10 +231,12 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     @_guarded
     async def WatchTasks(self, request, context):
-        try:                        # _caller inline, as in SubmitTask
-            caller = self._auth.caller(context)
-        except Unauthenticated as exc:
-            await self._unauthenticated(context, "WatchTasks", exc)
+        caller = gated_caller()     # _caller inline, as in SubmitTask
+        if caller is UNSET:
+            try:
+                caller = self._auth.caller(context)
+            except Unauthenticated as exc:
+                await self._unauthenticated(context, "WatchTasks", exc)
         orch = self._orch
         subs = orch.subscriptions
         task_ids = list(dict.fromkeys(request.task_ids))   # dedupe, keep order
@@ -204,9 +263,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             except WorkerError as err:
                 await self._refuse(context, "WatchTasks", err)
         watches = self._watches
-        if not watches.enter():
-            self._count("WatchTasks", "RESOURCE_EXHAUSTED")
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, watches.refusal())
+        if not watches.enter(caller):
+            self._stream_refused("WatchTasks", watches, caller, "watch_streams")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, watches.refusal(caller))
         # A client that stops reading overflows the queue: the handler is cancelled
         # out of the write it waits on, and this stream alone ends. A task already
         # terminal in its snapshot publishes nothing more: only the others are attached
@@ -262,7 +321,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 raise                       # the client went away
             await self._watch_overflow(context)
         finally:
-            watches.leave()
+            watches.leave(caller)
             if sub is not None:
                 subs.detach(sub, disconnected=not finished)
 
@@ -292,9 +351,9 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             self._count("TaskSession", "UNAVAILABLE")
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the worker is shutting down")
         sessions = self._sessions
-        if not sessions.enter():
-            self._count("TaskSession", "RESOURCE_EXHAUSTED")
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, sessions.refusal())
+        if not sessions.enter(caller):
+            self._stream_refused("TaskSession", sessions, caller, "task_sessions")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, sessions.refusal(caller))
         try:
             # The client waits for this before its first write: a refusal above reaches it as
             # its status, never raced by a write into a closed stream.
@@ -302,7 +361,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
             session = Session(self._orch, self._encoder, self._count, caller=caller,
                               trace_context=self._trace_context(context), **self._session_limits)
         except BaseException:
-            sessions.leave()
+            sessions.leave(caller)
             raise
         subs.register(session)
         loop = asyncio.get_running_loop()
@@ -324,7 +383,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
                 self._count("TaskSession", end.code)
                 await context.abort(grpc.StatusCode[end.code], end.message)
         finally:
-            sessions.leave()
+            sessions.leave(caller)
             reader.cancel()
             writer.cancel()
             subs.detach(session, disconnected=not finished)
@@ -424,15 +483,20 @@ def build_server(orch, *, listen_addr: str, keepalive_time_ms: int, keepalive_ti
                  session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  tls=None, status=None,
                  limits: GrpcLimits | None = None,
-                 auth: Authenticator | None = None) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+                 auth: Authenticator | None = None,
+                 budget=None) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """A server with WorkerService, grpc.health.v1 (starts NOT_SERVING, open to
     probes) and reflection (behind `auth`). Returns (server, health servicer,
     bound port). With `tls` (blockx.adapters.tls.ServerTLS) the port speaks TLS
     only. `auth` None: no authentication (what WORKER_AUTH_MODE=none configures).
-    ``limits`` (blockx.adapters.grpc_limits) bounds messages, streams, RPCs and connections."""
+    ``limits`` (blockx.adapters.grpc_limits) bounds messages, streams, RPCs and connections;
+    ``budget`` (blockx.adapters.memory_budget.MemoryBudget) refuses new work past the
+    Worker's memory budget. The call gate (blockx.adapters.call_gate) sees every call first."""
     limits = limits or GrpcLimits()
     auth = auth if auth is not None else Authenticator("none")
-    server = grpc.aio.server(options=[
+    count = metrics.grpc_request if metrics is not None else None
+    over_budget = budget.refusal if budget is not None else None
+    server = grpc.aio.server(interceptors=[CallGate(auth, count, over_budget)], options=[
         ("grpc.keepalive_time_ms", keepalive_time_ms),
         ("grpc.keepalive_timeout_ms", keepalive_timeout_ms),
         ("grpc.keepalive_permit_without_calls", 1),
@@ -442,7 +506,8 @@ def build_server(orch, *, listen_addr: str, keepalive_time_ms: int, keepalive_ti
     ], maximum_concurrent_rpcs=limits.max_concurrent_rpcs)
     add_worker_service(WorkerService(
         orch, metrics, status=status, session_max_pending_events=session_max_pending_events,
-        session_max_pending_bytes=session_max_pending_bytes, limits=limits, auth=auth), server)
+        session_max_pending_bytes=session_max_pending_bytes, limits=limits, auth=auth,
+        over_budget=over_budget), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(GuardedReflection(

@@ -31,23 +31,27 @@ DEFAULT_MAX_VALUES = 64
 _ALLOWED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:/-")
 
 
-def valid_label_value(value: object) -> bool:
-    """True when ``value`` is a str of at most MAX_LABEL_LENGTH allowed characters."""
+def valid_label_value(value: object, allowed: frozenset[str] = _ALLOWED) -> bool:
+    """True when ``value`` is a str of at most MAX_LABEL_LENGTH ``allowed`` characters."""
     return (type(value) is str and len(value) <= MAX_LABEL_LENGTH
-            and (not value or _ALLOWED.issuperset(value)))
+            and (not value or allowed.issuperset(value)))
 
 
 class LabelValues:
     """The values one label may take (see the module docstring)."""
 
-    __slots__ = ("label", "max_values", "_known", "_admitted", "_extra")
+    __slots__ = ("label", "max_values", "_allowed", "_known", "_admitted", "_extra")
 
-    def __init__(self, label: str, known: Iterable[str] = (), max_values: int = DEFAULT_MAX_VALUES) -> None:
+    def __init__(self, label: str, known: Iterable[str] = (), max_values: int = DEFAULT_MAX_VALUES,
+                 extra_chars: str = "") -> None:
+        """``extra_chars``: characters this label allows beyond the common set (an
+        identity's ``@`` and ``=``, as in ``ops@acme`` or ``CN=alice``)."""
         if max_values < 0:
             raise ValueError(f"label {label!r}: max_values must be >= 0, got {max_values}")
         self.label = label
         self.max_values = max_values
-        self._known = frozenset(v for v in known if valid_label_value(v)) | {OTHER}
+        self._allowed = _ALLOWED | frozenset(extra_chars)
+        self._known = frozenset(v for v in known if valid_label_value(v, self._allowed)) | {OTHER}
         self._admitted: set[str] = set(self._known)
         self._extra = 0
 
@@ -55,7 +59,7 @@ class LabelValues:
         """``value`` itself when it may be a label value, else OTHER."""
         if type(value) is str and value in self._admitted:     # the common case: one set lookup
             return value
-        if not valid_label_value(value) or self._extra >= self.max_values:
+        if not valid_label_value(value, self._allowed) or self._extra >= self.max_values:
             return OTHER
         self._extra += 1
         self._admitted.add(value)            # type: ignore[arg-type]

@@ -23,8 +23,9 @@ Labels. `direction`, `phase`, `method`, `code`, `state` (slots, etcd) take value
 from the Worker's own code. The labels whose values an executor or a task can
 choose go through blockx.adapters.metric_labels.LabelValues when counted (or, for
 gauges read at scrape time, when exported): `error_kind` (user code picks it),
-`failure_code` and the task `state`, `executor` (an executor names itself) and
-`limit`. A value outside the allowed charset or length, or past the cap of
+`failure_code` and the task `state`, `executor` (an executor names itself),
+`limit` and `identity` (a token's name or a certificate's subject: at most
+IDENTITY_LABELS distinct values, the rest `other`). A value outside the allowed charset or length, or past the cap of
 distinct values, is counted as `other`, so no executor can make unbounded series.
 """
 
@@ -63,6 +64,8 @@ __all__ = [
 log = logging.getLogger("blockx.metrics")
 
 SLOT_STATES = ("free", "allocated", "running")
+IDENTITY_LABELS = 64                    # distinct identities with their own series; the rest are "other"
+SHARES = ("slots", "queued_call_bytes", "task_sessions", "watch_streams")
 _NO_SLOTS = dict.fromkeys(SLOT_STATES, 0)   # until slots_fn (WorkerCore's counts) is wired
 ETCD_STATES = ("idle", "disabled", "registering", "registered", "retrying", "deregistered")
 # The error kinds and task outcomes the Worker, its cores and the SDK produce
@@ -135,6 +138,8 @@ class Metrics:
         self.executor_label = LabelValues("executor", max_values=256)
         self.limit_label = LabelValues("limit", ("memory",))
         self.attach_refusal_label = LabelValues("reason", ATTACH_REFUSAL_KINDS)
+        self.identity_label = LabelValues("identity", max_values=IDENTITY_LABELS, extra_chars="@=")
+        self.share_refusals: Counter[tuple[str, str]] = Counter()     # (identity label, share): fair shares
 
         # ---- gauges: a value the owner sets, or a callback read at scrape time ----
         self.slots_fn: Callable[[], Mapping[str, int]] | None = None
@@ -144,6 +149,11 @@ class Metrics:
         self.outbox_depth_fn: Callable[[], int] | None = None
         self.etcd_state = "idle"
         self.calls_queued = 0            # root calls READY for an executor (set by the orchestrator's tick)
+        # Fair shares: identity -> (slots, queued call bytes) (WorkerCore.identity_holdings);
+        # (kind, identity) -> open streams; (resident bytes, budget bytes, refusals) of the memory budget.
+        self.identity_holdings_fn: Callable[[], Mapping[str, tuple[int, int]]] | None = None
+        self.identity_streams_fn: Callable[[], Mapping[tuple[str, str], int]] | None = None
+        self.memory_budget_fn: Callable[[], tuple[int, int, int]] | None = None
 
         # ---- latency (blockx.adapters.latency_metrics): calls per function, tasks, unary RPCs ----
         self.call_latency = CallLatency()
@@ -189,6 +199,10 @@ class Metrics:
 
     def grpc_request(self, method: str, code: str) -> None:
         self.grpc_requests[(method, code)] += 1
+
+    def share_refused(self, identity: str, share: str) -> None:
+        """A request refused because ``identity`` holds its whole ``share`` (one of SHARES)."""
+        self.share_refusals[(self.identity_label(identity), share)] += 1
 
     def observe_phase(self, phase: str, seconds: float) -> None:
         self.phase_seconds.observe(phase, seconds)
@@ -242,6 +256,17 @@ class Metrics:
             thread.join(timeout)
 
 
+def _identity_sums(items: Iterable[tuple[tuple[str, ...], int]], label: LabelValues) -> dict[tuple[str, ...], int]:
+    """Sums by (identity label, *rest): the identities past the label's cap summed into OTHER.
+    The unrestricted caller ("") has no share and no series."""
+    out: dict[tuple[str, ...], int] = {}
+    for (identity, *rest), n in items:
+        if identity:
+            key = (label(identity), *rest)
+            out[key] = out.get(key, 0) + n
+    return out
+
+
 def _snapshot(counter: Mapping) -> dict:
     # dict(Counter) is one C-level copy under the GIL: safe against the loop
     # thread inserting a new key mid-scrape, unlike iterating the live object.
@@ -264,6 +289,46 @@ class _WorkerCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         return list(self._families(describe_only=False))
+
+    def _share_families(self, describe_only: bool) -> Iterable[Metric]:
+        """Fair shares per identity (core.worker_shares, open_streams) and the memory budget."""
+        m = self._m
+        label = m.identity_label
+        held = GaugeMetricFamily("blockx_identity_slots", "Task slots an identity holds (reserved or running).",
+                                 labels=["identity"])
+        nbytes = GaugeMetricFamily("blockx_identity_queued_call_bytes",
+                                   "Payload bytes of an identity's tasks that have not ended.", labels=["identity"])
+        streams = GaugeMetricFamily("blockx_identity_streams", "TaskSession / WatchTasks streams an identity has open.",
+                                    labels=["identity", "kind"])
+        refused = CounterMetricFamily("blockx_share_refusals",
+                                      "Requests refused because the identity held its whole share, by share.",
+                                      labels=["identity", "share"])
+        budget = GaugeMetricFamily("blockx_memory_budget_bytes",
+                                   "Resident memory past which new work is refused (memoryBudgetBytes); 0 = off.")
+        budget_refused = CounterMetricFamily("blockx_memory_budget_refusals",
+                                             "New work refused because the worker was over its memory budget.")
+        if not describe_only:
+            holdings = _read(m.identity_holdings_fn, {}, "identity_holdings_fn") or {}
+            items = list(holdings.items())
+            for (who,), n in sorted(_identity_sums((((o,), v[0]) for o, v in items), label).items()):
+                held.add_metric([who], n)
+            for (who,), n in sorted(_identity_sums((((o,), v[1]) for o, v in items), label).items()):
+                nbytes.add_metric([who], n)
+            open_ = _read(m.identity_streams_fn, {}, "identity_streams_fn") or {}
+            pairs = (((who, kind), n) for (kind, who), n in open_.items())
+            for (who, kind), n in sorted(_identity_sums(pairs, label).items()):
+                streams.add_metric([who, kind], n)
+            for (who, share), n in sorted(_snapshot(m.share_refusals).items()):
+                refused.add_metric([who, share], n)
+            mem = _read(m.memory_budget_fn, (0, 0, 0), "memory_budget_fn") or (0, 0, 0)
+            budget.add_metric([], mem[1])
+            budget_refused.add_metric([], mem[2])
+        yield held
+        yield nbytes
+        yield streams
+        yield refused
+        yield budget
+        yield budget_refused
 
     def _families(self, *, describe_only: bool) -> Iterable[Metric]:
         m = self._m
@@ -325,6 +390,8 @@ class _WorkerCollector(Collector):
         yield counter("blockx_executor_frames_refused",
                       "Executor frames about a call not dispatched to that executor, dropped.",
                       0 if describe_only else m.executor_frames_refused)
+
+        yield from self._share_families(describe_only)
 
         slots = GaugeMetricFamily("blockx_slots", "Task slots by state.", labels=["state"])
         if not describe_only:

@@ -35,7 +35,7 @@ from blockx.adapters import wire
 from blockx.adapters.cancel import cancel, cancel_response
 from blockx.adapters.request_decode import Undecodable
 from blockx.adapters.result_pages import PageTooLarge, ResultPages, page_request
-from blockx.core.errors import InvalidArgumentError, WorkerError
+from blockx.core.errors import InvalidArgumentError, ShareExceededError, WorkerError
 from blockx.core.worker_requests import require_task_id
 from blockx.worker.v1 import worker_pb2 as pb
 
@@ -64,13 +64,16 @@ class SessionEnd(Exception):
 class Session:
     __slots__ = ("_orch", "_subs", "_encoder", "_count", "_caller", "_max_events", "_max_bytes", "_loop",
                  "_delivery", "_batch_bytes", "_out", "_sizes", "_bytes", "_waiter", "_last", "_shown",
-                 "_eof", "_end", "overflowed", "_trace_context")
+                 "_eof", "_end", "overflowed", "_trace_context", "_over_budget", "_share_refused")
 
     def __init__(self, orch, encoder: wire.TaskUpdateEncoder, count, *,
                  max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
-                 delivery: ResultPages | None = None, caller=None, trace_context=None) -> None:
+                 delivery: ResultPages | None = None, caller=None, trace_context=None,
+                 over_budget=None, share_refused=None) -> None:
         self._orch = orch
+        self._over_budget = over_budget          # () -> refusal | None: the memory budget (memory_budget.py)
+        self._share_refused = share_refused      # (identity, share) -> None: the fair-share metric
         self._caller = caller                    # the stream's identity, resolved once (blockx.adapters.auth)
         self._trace_context = trace_context      # the stream's W3C trace context, parent of its tasks (trace_context.py)
         self._delivery = delivery = (delivery or ResultPages()).for_caller(caller)   # a tenant's: no server paths
@@ -115,6 +118,11 @@ class Session:
         op = req.WhichOneof("op")
         orch = self._orch
         try:
+            if (op == "submit" or op == "request_slot") and self._over_budget is not None:
+                refused = self._over_budget()
+                if refused is not None:
+                    self._error(rid, "RESOURCE_EXHAUSTED", refused, op)
+                    return
             if op == "submit":
                 self._submit(rid, req.submit, req.follow)
             elif op == "request_slot":
@@ -140,6 +148,8 @@ class Session:
                 return
         except (WorkerError, PageTooLarge) as err:
             self._error(rid, err.grpc_status_name, err.message, op)
+            if type(err) is ShareExceededError and self._share_refused is not None:
+                self._share_refused(err.identity, err.share)
             return
         except Exception:  # noqa: BLE001 - a bug answers this request, never ends the session
             log.exception("TaskSession %s request %d failed", op, rid)

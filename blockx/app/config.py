@@ -97,6 +97,14 @@ class WorkerSection:
     max_result_handler_config_bytes: int = _f(_WORKER["max_result_handler_config_bytes"],
                                               env="MAX_RESULT_HANDLER_CONFIG_BYTES")
     max_instance_id_bytes: int = _f(_WORKER["max_instance_id_bytes"], env="MAX_INSTANCE_ID_BYTES")
+    max_slots_per_identity: int = _f(_WORKER["max_slots_per_identity"], env="MAX_SLOTS_PER_IDENTITY",
+                                     doc="fair share: task slots (reserved or running) one identity may hold; "
+                                         "0 = half of taskSlots, at least 1; admin is not limited")
+    max_queued_call_bytes_per_identity: int = _f(_WORKER["max_queued_call_bytes_per_identity"],
+                                                 env="MAX_QUEUED_CALL_BYTES_PER_IDENTITY",
+                                                 doc="fair share: payload bytes of one identity's tasks that have "
+                                                     "not ended (their calls are built from them); at least "
+                                                     "maxPayloadBytes; admin is not limited")
 
 
 @dataclass
@@ -282,6 +290,15 @@ class WorkerFullConfig:
                                    doc="client connections at once; a connection past it is closed")
     max_task_sessions: int = _f(1_000, env="MAX_TASK_SESSIONS", doc="TaskSession streams open at once")
     max_watch_streams: int = _f(1_000, env="MAX_WATCH_STREAMS", doc="WatchTasks streams open at once")
+    max_task_sessions_per_identity: int = _f(16, env="MAX_TASK_SESSIONS_PER_IDENTITY",
+                                             doc="fair share: TaskSession streams one identity keeps open; "
+                                                 "admin is not limited")
+    max_watch_streams_per_identity: int = _f(256, env="MAX_WATCH_STREAMS_PER_IDENTITY",
+                                             doc="fair share: WatchTasks streams one identity keeps open; "
+                                                 "admin is not limited")
+    memory_budget_bytes: int = _f(0, env="WORKER_MEMORY_BUDGET_BYTES",
+                                  doc="resident memory past which new work is refused RESOURCE_EXHAUSTED; "
+                                      "0 = 80% of the cgroup memory limit, else of the host's memory")
     watch_max_pending_updates: int = _f(65_536, env="WATCH_MAX_PENDING_UPDATES",
                                         doc="WatchTasks: updates queued for a client that does not read")
     executor_restart_enabled: bool = _f(True, env="EXECUTOR_RESTART_ENABLED")
@@ -326,6 +343,9 @@ class WorkerFullConfig:
     tls_client_ca: str = _f("", env="WORKER_TLS_CLIENT_CA", doc="set: mutual TLS, clients need a cert it signed")
     auth_mode: str = _f("token", env="WORKER_AUTH_MODE",
                         doc="token (bearer tokens), mtls (client certificate subject) or none")
+    auth_mtls_admins: str = _f("", env="WORKER_AUTH_MTLS_ADMINS",
+                               doc="authMode mtls: the identities that are admin, separated by ';' (a subject "
+                                   "such as CN=ops,O=acme, or URI:spiffe://...); empty: no admin over mTLS")
     auth_tokens_file: str = _f("", env="WORKER_AUTH_TOKENS_FILE",
                                doc="`name token` a line, re-read on SIGHUP; empty: <stateDir>/auth-token, "
                                    "generated (admin) at start")
@@ -428,6 +448,8 @@ class WorkerFullConfig:
             "max_payload_bytes": self.worker.max_payload_bytes,
             "max_result_handler_config_bytes": self.worker.max_result_handler_config_bytes,
             "max_instance_id_bytes": self.worker.max_instance_id_bytes,
+            "max_slots_per_identity": self.worker.max_slots_per_identity,
+            "max_queued_call_bytes_per_identity": self.worker.max_queued_call_bytes_per_identity,
         })
 
     def admission_config(self) -> AdmissionConfig:

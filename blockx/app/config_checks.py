@@ -32,7 +32,8 @@ from blockx.adapters.trace_recorder import TRACE_RULES
 from blockx.adapters.writer_stream import WRITER_STREAM_RULES
 from blockx.app.addresses import split_host_port
 from blockx.app.config_fields import env_vars_of, json_name
-from blockx.core.config import ADMISSION_RULES, CONFIG_RULES, deadline_problem, retention_problem, ttl_problem
+from blockx.core.config import (ADMISSION_RULES, CONFIG_RULES, deadline_problem, retention_problem, share_problem,
+                                ttl_problem)
 from blockx.core.config_rules import Rule, Wording, check
 from blockx.core.dispatch.config import DISPATCHER_RULES
 from blockx.plugins.data.urls import data_source_problems
@@ -164,7 +165,9 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
         for problem in (deadline_problem(cfg.worker.task_deadline_ms, cfg.worker.max_task_timeout_ms, both),
                         retention_problem(cfg.function_snapshot_retention_ms, cfg.worker.max_task_timeout_ms,
                                           both),
-                        ttl_problem(cfg.worker.default_ttl_ms, cfg.worker.max_slot_ttl_ms, both)):
+                        ttl_problem(cfg.worker.default_ttl_ms, cfg.worker.max_slot_ttl_ms, both),
+                        share_problem(cfg.worker.max_queued_call_bytes_per_identity, cfg.worker.max_payload_bytes,
+                                      both)):
             if problem:
                 out.append(problem)
     check(cfg.admission, ADMISSION_RULES, section((cfg.admission, "admission.")), out)

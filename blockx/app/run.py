@@ -41,6 +41,9 @@ from blockx.adapters.executor.run_as import executor_run_as_user
 from blockx.adapters.executor.sandbox import Sandbox, SandboxLimits
 from blockx.adapters.grpc_limits import GrpcLimits
 from blockx.adapters.grpc_server import build_server, set_alive, set_health
+from blockx.adapters.heap_release import release_large_blocks
+from blockx.adapters.memory_budget import MemoryBudget
+from blockx.adapters.mtls_identity import admin_identities
 from blockx.adapters.systemd_notify import SystemdNotifier
 from blockx.adapters.metrics import Metrics
 from blockx.adapters import otel_export
@@ -89,7 +92,7 @@ def authenticator(cfg) -> Authenticator:
     """WORKER_AUTH_MODE: token (WORKER_AUTH_TOKENS_FILE, else the generated
     <stateDir>/auth-token), mtls or none."""
     if cfg.auth_mode != "token":
-        return Authenticator(cfg.auth_mode)
+        return Authenticator(cfg.auth_mode, mtls_admins=admin_identities(cfg.auth_mtls_admins))
     if cfg.auth_tokens_file:
         return Authenticator("token", TokenStore(cfg.auth_tokens_file))
     # checked on the descriptors it is read from, at start and on SIGHUP: the config check may be stale
@@ -160,6 +163,7 @@ def serve(cfg, profile) -> int:
     # Executors are started with vfork/posix_spawn (no atfork handlers), but keep
     # gRPC's fork support off so nothing in this process ever forks noisily.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+    release_large_blocks()      # a refused megabyte request gives its memory back (heap_release.py)
     setup_logging(cfg.log_level, batched=True, lean_records=True,
                   static_fields={"service": profile.service, "deployment": profile.deployment})
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -358,12 +362,16 @@ class Worker:
         self.auth = authenticator(cfg)
         status = WorkerStatusReader(core=core, adapter=self.adapter, metrics=metrics, pool=self.pool, fcode=fcode,
                                     started_at_ms=self.started_at_ms)
+        budget = MemoryBudget.from_config(cfg.memory_budget_bytes)
+        budget.start()
+        metrics.memory_budget_fn = lambda: (budget.rss, budget.budget, budget.refusals)
+        metrics.identity_holdings_fn = core.identity_holdings
         server, self.health, port = build_server(
             self.orch, listen_addr=cfg.grpc_listen_addr(), keepalive_time_ms=cfg.grpc_keepalive_time_ms,
             keepalive_timeout_ms=cfg.grpc_keepalive_timeout_ms, metrics=metrics,
             session_max_pending_events=cfg.session_max_pending_events,
             session_max_pending_bytes=cfg.session_max_pending_bytes, tls=self.tls, status=status,
-            limits=GrpcLimits.from_config(cfg), auth=self.auth)
+            limits=GrpcLimits.from_config(cfg), auth=self.auth, budget=budget)
         await set_health(self.health, False)
         self.worker_addr = cfg.resolved_worker_addr(port)
         self.publisher = EtcdPublisher(
@@ -385,7 +393,8 @@ class Worker:
             loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
         log_event(log, "worker_serving", listen=cfg.listen_addr, port=port, worker_addr=self.worker_addr,
                   executors=cfg.executor_count, spawn_mode=cfg.executor_spawn_mode,
-                  task_slots=cfg.worker.task_slots, pid=os.getpid(),
+                  task_slots=cfg.worker.task_slots, identity_slot_share=core.identity_slot_share,
+                  memory_budget=budget.budget, memory_budget_from=budget.source, pid=os.getpid(),
                   socket=cfg.socket_path, etcd=cfg.etcd_endpoints if cfg.etcd_enabled else "disabled",
                   tls="off" if self.tls is None else ("mutual" if self.tls.mutual else "on"),
                   auth=self.auth.mode,
@@ -401,7 +410,12 @@ class Worker:
         # Everything built so far lives until exit: keep it out of every future
         # collection, and collect the young generation less often. A queued call
         # is a handful of objects, so with the default threshold (700) a 100k-call
-        # task triggers hundreds of collections that each rescan live calls.
+        # task triggers hundreds of collections that each rescan live calls. No
+        # refused request waits for the collector (grpc_server.py breaks the abort
+        # cycle; the call gate never reads an unauthenticated one), so the
+        # threshold does not decide what a flood of them costs: 300 refused 8 MiB
+        # requests (tests/e2e/test_hostile_load.py) left +16 MB at 700 and +11 MB
+        # at 20,000; with the cycle in place they left +1.7 GB at 20,000.
         gc.collect()
         gc.freeze()
         gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
@@ -448,6 +462,7 @@ class Worker:
         if shadow is not None:
             await shadow.close()
         await server.stop(GRPC_STOP_GRACE_S)
+        budget.stop()
         if spans is not None:       # the exporter process flushes the spans it holds, then exits
             await spans.sink.close()
         metrics.stop_http()

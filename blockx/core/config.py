@@ -23,7 +23,7 @@ from blockx.core.config_rules import Rule, Wording, check
 
 __all__ = ["ADMISSION_JSON_KEYS", "ADMISSION_RULES", "CONFIG_RULES", "JSON_KEYS", "MAX_RETRY_JITTER_PERCENT",
            "SNAPSHOT_RETENTION_SLACK_MS", "AdmissionConfig", "Config", "ConfigError",
-           "deadline_problem", "retention_problem", "ttl_problem"]
+           "deadline_problem", "retention_problem", "share_problem", "ttl_problem"]
 
 # Extra retention on top of maxTaskTimeoutMs when functionSnapshotRetentionMs is 0.
 SNAPSHOT_RETENTION_SLACK_MS: Final = 10_000
@@ -48,6 +48,8 @@ CONFIG_RULES: Final = (
     Rule("max_payload_bytes", 1),
     Rule("max_result_handler_config_bytes", 1),
     Rule("max_instance_id_bytes", 1),
+    Rule("max_slots_per_identity", 0, note="0 = half of taskSlots, at least 1"),
+    Rule("max_queued_call_bytes_per_identity", 1),
 )
 
 ADMISSION_RULES: Final = tuple(
@@ -81,6 +83,15 @@ def retention_problem(retention_ms: int, max_timeout_ms: int, name: Callable[[st
     return None
 
 
+def share_problem(max_bytes: int, max_payload_bytes: int, name: Callable[[str], str]) -> str | None:
+    """One identity's share of queued call bytes must hold at least one task of the largest payload."""
+    if 0 < max_bytes < max_payload_bytes:
+        return (f"{name('max_queued_call_bytes_per_identity')} ({max_bytes}) must be at least "
+                f"{name('max_payload_bytes')} ({max_payload_bytes}), or a task of the largest payload "
+                "could never be submitted")
+    return None
+
+
 def _core_wording(keys: dict[str, str]) -> Wording:
     return Wording(lambda field: f"{keys[field]} ({field})")
 
@@ -104,6 +115,9 @@ class Config:
     max_payload_bytes: int = 16 * 1024 * 1024         # task.function_call.payload
     max_result_handler_config_bytes: int = 1024 * 1024
     max_instance_id_bytes: int = 256
+    # Fair shares of one identity (core.worker_shares); admin and the unrestricted caller have none.
+    max_slots_per_identity: int = 0                   # 0 = half of task_slots, at least 1
+    max_queued_call_bytes_per_identity: int = 64 * 1024 * 1024   # payload bytes of its tasks not yet ended
 
     @property
     def effective_function_snapshot_retention_ms(self) -> int:
@@ -119,7 +133,9 @@ class Config:
             for problem in (deadline_problem(self.task_deadline_ms, self.max_task_timeout_ms, wording.name),
                             retention_problem(self.function_snapshot_retention_ms, self.max_task_timeout_ms,
                                               wording.name),
-                            ttl_problem(self.default_ttl_ms, self.max_slot_ttl_ms, wording.name)):
+                            ttl_problem(self.default_ttl_ms, self.max_slot_ttl_ms, wording.name),
+                            share_problem(self.max_queued_call_bytes_per_identity, self.max_payload_bytes,
+                                          wording.name)):
                 if problem:
                     bad.append(problem)
         if bad:
@@ -189,6 +205,8 @@ JSON_KEYS: Final = {
     "maxPayloadBytes": "max_payload_bytes",
     "maxResultHandlerConfigBytes": "max_result_handler_config_bytes",
     "maxInstanceIdBytes": "max_instance_id_bytes",
+    "maxSlotsPerIdentity": "max_slots_per_identity",
+    "maxQueuedCallBytesPerIdentity": "max_queued_call_bytes_per_identity",
 }
 JSON_KEYS_REVERSE: Final = {v: k for k, v in JSON_KEYS.items()}
 

@@ -81,6 +81,16 @@ class NoSlotError(_Coded):
     CODE = NO_SLOT
 
 
+class ShareExceededError(NoSlotError):
+    """The caller's identity holds its whole share of the worker (core.worker_shares);
+    ``identity`` and ``share`` ("slots" or "queued_call_bytes") say which, for metrics."""
+
+    def __init__(self, message: str, identity: str, share: str) -> None:
+        super().__init__(message)
+        self.identity = identity
+        self.share = share
+
+
 class UnavailableError(_Coded):
     """The worker is draining and takes no new tasks; use another worker."""
     CODE = UNAVAILABLE

@@ -168,6 +168,8 @@ class SlotEntry:
     task_id: str | None = None
     lease_expires_at_ms: int = 0       # meaningful only while ALLOCATED
     generation: int = 0                # bumped on every allocation; invalidates old lease timers
+    owner: str = ""                    # the identity holding it (core.owners.owner_of), while not FREE
+    queued_bytes: int = 0              # the payload bytes of the task submitted into it (its share)
 
 
 @dataclass(slots=True)

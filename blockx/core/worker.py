@@ -19,6 +19,8 @@ Parts (each owns its state; WorkerCore composes them and owns only the
   FIFO and the Watch stream counts.
 - ``worker_timers.TaskTimers``: task deadlines and Watch grace timers, and the
   rule that picks a task's earliest due timer.
+- ``worker_shares.Shares``: the fair share of slots and queued call bytes one
+  identity may hold (counted by the slot table).
 - ``worker_requests``: request validation and defaults (no state);
   ``worker_results``: the terminal result of a converging task (no state).
 
@@ -81,8 +83,8 @@ RPCs (raise ``WorkerError``; return a result with ``snapshot`` + ``commands``):
   ``handle_submit_task(req, now, caller=None) -> SubmitTaskResult``
   ``handle_get_task_result(task_id, caller=None) -> GetTaskResultOutput``
   ``handle_cancel_task(task_id, reason, now, caller=None) -> CancelTaskResult``
-  (core.worker_cancel: FAILED / CANCELLED through ConvergeTask; PermissionDenied
-  for another's task), ``list_tasks(filter, now, caller=None) -> TaskListPage``
+  (core.worker_cancel: FAILED / CANCELLED through ConvergeTask; NotFound for
+  another's task, as for an unknown id), ``list_tasks(filter, now, caller=None) -> TaskListPage``
   (core.worker_listing).
   ``caller`` (core.owners.Caller; None: unrestricted) decides ownership: a task
   id belongs to the identity that reserved or submitted it; another identity
@@ -121,10 +123,11 @@ from .types import (ActivationResult, CancelTaskResult, Command, ConvergeTask, C
                     StartBuilderPhase, StartCallPhase, StartPluginPhase, SubmitTaskRequest,
                     SubmitTaskResult, TaskContext, TaskIndexEntry, TaskPhase, TaskSnapshot,
                     TaskState)
-from .worker_cancel import cancel_message, check_reason, refuse_other, reservation_result
+from .worker_cancel import cancel_message, check_reason, reservation_result
 from .worker_listing import TaskListFilter, TaskListPage, list_tasks
 from .worker_requests import check_reserved_slot, require_task_id, resolve_submit, resolve_ttl
 from .worker_results import terminal_result
+from .worker_shares import Shares
 from .worker_slots import SlotTable
 from .worker_tasks import TaskIndex
 from .worker_timers import DueFailure, TaskTimers
@@ -144,13 +147,14 @@ R = TypeVar("R", bound=CoreResult)
 class WorkerCore:
     """The Worker's Sans-IO decision engine (see the module docstring)."""
 
-    __slots__ = ("config", "_slots", "_tasks", "_timers", "_ready", "_draining")
+    __slots__ = ("config", "_slots", "_shares", "_tasks", "_timers", "_ready", "_draining")
 
     def __init__(self, config: Config | None = None) -> None:
         # A private copy: the slot table is sized once, so later edits to the caller's
         # Config must not change the core's view of it.
         self.config = cfg = replace(config if config is not None else Config()).validate()
         self._slots = SlotTable(cfg.task_slots)
+        self._shares = Shares(cfg.task_slots, cfg.max_slots_per_identity, cfg.max_queued_call_bytes_per_identity)
         self._tasks = TaskIndex(cfg.result_retention_ms)
         self._timers = TaskTimers(cfg.watch_disconnect_grace_ms, self._slots)
         self._ready = False
@@ -198,6 +202,16 @@ class WorkerCore:
     def get_index_entry(self, task_id: str) -> TaskIndexEntry | None:
         return self._tasks.entry(task_id)
 
+    def identity_holdings(self) -> dict[str, tuple[int, int]]:
+        """identity -> (slots held, queued call bytes) for every identity holding a slot
+        ("" is the unrestricted caller); a copy, for metrics."""
+        return self._slots.holders()
+
+    @property
+    def identity_slot_share(self) -> int:
+        """The slots one identity (not admin) may hold at once (core.worker_shares)."""
+        return self._shares.slot_cap
+
     def derive_heartbeat(self, now: int) -> dict[str, Any]:
         s = self._slots
         return {"taskSlots": s.size, "reservedSlots": s.allocated, "runningTasks": s.running,
@@ -222,7 +236,7 @@ class WorkerCore:
         if self._draining:
             raise UnavailableError(
                 "worker is draining and takes no new tasks; request a slot on another worker")
-        entry = self._reserve(task_id, ttl, now, entry, owner_of(caller))
+        entry = self._reserve(task_id, ttl, now, entry, caller)
         return RequestTaskSlotResult(_snapshot(entry))
 
     def handle_submit_task(self, req: SubmitTaskRequest, now: int,
@@ -248,9 +262,12 @@ class WorkerCore:
             self._expire_reservation_if_due(entry, now)
         if req.slot_id:
             check_reserved_slot(task_id, req.slot_id, entry)
-        elif entry is None or entry.slot_index < 0:
-            entry = self._reserve(task_id, cfg.default_ttl_ms, now, entry, owner_of(caller))
+        nbytes = len(function_call.payload)
+        self._shares.check_bytes(self._slots, caller, nbytes)     # before an inline reservation
+        if not req.slot_id and (entry is None or entry.slot_index < 0):
+            entry = self._reserve(task_id, cfg.default_ttl_ms, now, entry, caller)
         assert entry is not None
+        self._slots.charge(self._slots.slots[entry.slot_index], nbytes)
         slot_id = entry.slot_id
         ctx = TaskContext(task_id, slot_id, entry.slot_index, now + timeout_ms, now, function_call,
                           result_handler, policy, retry, instance_id)
@@ -263,10 +280,7 @@ class WorkerCore:
         require_task_id(task_id)
         entry = self._tasks.entry(task_id)
         if entry is None or not may_use(entry.owner, caller):   # another's task reads as unknown
-            raise NotFoundError(
-                f"task {task_id!r} is not known to this worker: it was never submitted here, or "
-                f"its result was purged {self.config.result_retention_ms} ms (resultRetentionMs) "
-                "after it finished")
+            raise self._unknown(task_id)
         if entry.lease_lost_at_ms >= 0:
             raise NotFoundError(
                 f"task {task_id!r} was never submitted: its reservation of {entry.slot_id} expired "
@@ -281,14 +295,9 @@ class WorkerCore:
         require_task_id(task_id)
         reason = check_reason(reason)
         entry = self._tasks.entry(task_id)
-        if entry is None or entry.lease_lost_at_ms >= 0:
-            raise NotFoundError(
-                f"task {task_id!r} is not known to this worker: it was never submitted here, or "
-                f"its result was purged {self.config.result_retention_ms} ms (resultRetentionMs) "
-                "after it finished")
-        if not may_use(entry.owner, caller):
-            assert caller is not None
-            raise refuse_other(task_id, entry.owner, caller)
+        # Another identity's task reads as unknown here too: no answer tells that the id exists.
+        if entry is None or entry.lease_lost_at_ms >= 0 or not may_use(entry.owner, caller):
+            raise self._unknown(task_id)
         if entry.result is not None:
             return CancelTaskResult(_snapshot(entry), [], False)
         ctx = entry.ctx
@@ -503,13 +512,15 @@ class WorkerCore:
     # ---- transitions shared by the handlers ------------------------------------------
 
     def _reserve(self, task_id: str, ttl_ms: int, now: int,
-                 previous: TaskIndexEntry | None, owner: str = "") -> TaskIndexEntry:
+                 previous: TaskIndexEntry | None, caller: Caller | None) -> TaskIndexEntry:
         slots = self._slots
         if slots.free_capacity <= 0:
             raise NoSlotError(
                 f"no free task slot: all {slots.size} slots are reserved ({slots.allocated}) or "
                 f"running ({slots.running}); retry later or on another worker")
-        entry = self._tasks.reserve(task_id, slots.allocate(task_id, now + ttl_ms), previous, owner)
+        self._shares.check_slot(slots, caller)
+        owner = owner_of(caller)
+        entry = self._tasks.reserve(task_id, slots.allocate(task_id, now + ttl_ms, owner), previous, owner)
         entry.created_at_ms = now
         return entry
 
@@ -539,6 +550,13 @@ class WorkerCore:
         task_id, slot_id = ctx.task_id, ctx.slot_id
         return answer(TaskSnapshot(task_id, slot_id, state, result),
                       [ConvergeTask(task_id, slot_id, state, result, phase)])
+
+    def _unknown(self, task_id: str) -> NotFoundError:
+        """The one answer for an id that is unknown, purged, or another identity's."""
+        return NotFoundError(
+            f"task {task_id!r} is not known to this worker: it was never submitted here, or "
+            f"its result was purged {self.config.result_retention_ms} ms (resultRetentionMs) "
+            "after it finished")
 
     def _maybe_snapshot(self, task_id: str) -> TaskSnapshot | None:
         entry = self._tasks.entry(task_id)

@@ -1,9 +1,10 @@
 """CancelTask: the rules of cancelling a task, and the result it ends with.
 
 Rules:
-- Only the task's owner or an admin may cancel it (``core.owners``): another
-  identity is refused PermissionDenied. An unknown id, or the tombstone of a
-  reservation that lapsed before SubmitTask, is NotFound.
+- Only the task's owner or an admin may cancel it (``core.owners``): for another
+  identity the task does not exist, NotFound with the very message of an unknown
+  id (a different answer would tell that the id is in use). An unknown id, or the
+  tombstone of a reservation that lapsed before SubmitTask, is NotFound.
 - A terminal task is not changed: the answer is its snapshot (applied False).
 - A submitted task converges FAILED / ``CANCELLED`` (not retryable) in the
   phase it is in: queued for activation or an admission gate, in its Builder,
@@ -22,7 +23,7 @@ Rules:
 from __future__ import annotations
 
 from . import failure_codes as fc
-from .errors import InvalidArgumentError, PermissionDeniedError
+from .errors import InvalidArgumentError
 from .owners import Caller
 from .types import TaskResult, TaskState, TaskStatistic
 
@@ -38,12 +39,6 @@ def check_reason(reason: str) -> str:
     return reason.strip()
 
 
-def refuse_other(task_id: str, owner: str, caller: Caller) -> PermissionDeniedError:
-    return PermissionDeniedError(
-        f"task {task_id!r} belongs to another identity: only its owner or an admin may cancel it "
-        f"(this call is {caller.name!r})")
-
-
 def cancel_message(reason: str, caller: Caller | None) -> str:
     who = f"by {caller.name!r}" if caller is not None else "through CancelTask"
     return f"the task was cancelled {who}: {reason}" if reason else f"the task was cancelled {who}"
@@ -55,4 +50,4 @@ def reservation_result(message: str, now: int) -> TaskResult:
                       statistic=TaskStatistic(0, now))
 
 
-__all__ = ["MAX_CANCEL_REASON_CHARS", "cancel_message", "check_reason", "refuse_other", "reservation_result"]
+__all__ = ["MAX_CANCEL_REASON_CHARS", "cancel_message", "check_reason", "reservation_result"]

@@ -12,6 +12,11 @@ Rules:
   kept exact so capacity and the heartbeat are O(1).
 - Leases live in a lazily invalidated TimerHeap keyed by slot generation, so a
   lease armed for an earlier reservation of the same slot can never fire.
+- Each slot that is not FREE records its ``owner`` (the identity that reserved
+  it) and, once a task is submitted into it, that task's payload bytes
+  (``charge``). Per owner, ``held`` counts the slots and ``held_bytes`` sums
+  those bytes; both change only in allocate / charge / release, so they are
+  always exactly what the slots say (core.worker_shares reads them).
 
 The table knows nothing of tasks beyond the owning task id; WorkerCore keeps the
 task index consistent with it inside the same method call.
@@ -42,7 +47,7 @@ def _lease_live(at_ms: int, slot: SlotEntry, generation: Any) -> bool:
 
 
 class SlotTable:
-    __slots__ = ("slots", "size", "allocated", "running", "_by_id", "_free", "_leases")
+    __slots__ = ("slots", "size", "allocated", "running", "_by_id", "_free", "_leases", "_held", "_held_bytes")
 
     def __init__(self, task_slots: int) -> None:
         if task_slots <= 0:
@@ -54,6 +59,8 @@ class SlotTable:
         self.allocated = 0
         self.running = 0
         self._leases = TimerHeap(_lease_live)
+        self._held: dict[str, int] = {}         # owner -> slots ALLOCATED or RUNNING (no zero entries)
+        self._held_bytes: dict[str, int] = {}   # owner -> queued_bytes of those slots (no zero entries)
 
     # ---- lookups ----------------------------------------------------------
 
@@ -78,18 +85,42 @@ class SlotTable:
                 "omit slot_id to reserve a slot inline")
         return self.slots[i]
 
+    def held(self, owner: str) -> int:
+        """Slots ``owner`` holds (ALLOCATED or RUNNING)."""
+        return self._held.get(owner, 0)
+
+    def held_bytes(self, owner: str) -> int:
+        """The payload bytes of the tasks submitted into ``owner``'s slots."""
+        return self._held_bytes.get(owner, 0)
+
+    def holders(self) -> dict[str, tuple[int, int]]:
+        """owner -> (slots, bytes) for every owner holding a slot (a copy; metrics)."""
+        hb = self._held_bytes
+        return {o: (n, hb.get(o, 0)) for o, n in self._held.items()}
+
     # ---- transitions --------------------------------------------------------
 
-    def allocate(self, task_id: str, lease_expires_at_ms: int) -> SlotEntry:
-        """FREE -> ALLOCATED for the lowest free index. Caller checked free_capacity."""
+    def allocate(self, task_id: str, lease_expires_at_ms: int, owner: str = "") -> SlotEntry:
+        """FREE -> ALLOCATED for the lowest free index, held by ``owner``. Caller checked
+        free_capacity (and the owner's share, core.worker_shares)."""
         slot = self.slots[heappop(self._free)]
         slot.state = _ALLOCATED
         slot.task_id = task_id
+        slot.owner = owner
+        held = self._held
+        held[owner] = held.get(owner, 0) + 1
         slot.lease_expires_at_ms = lease_expires_at_ms
         slot.generation += 1
         self.allocated += 1
         self._leases.push(lease_expires_at_ms, slot, slot.generation, self.size)
         return slot
+
+    def charge(self, slot: SlotEntry, nbytes: int) -> None:
+        """The task submitted into ``slot`` holds ``nbytes`` of its owner's share until release."""
+        if nbytes > 0:
+            slot.queued_bytes = nbytes
+            hb = self._held_bytes
+            hb[slot.owner] = hb.get(slot.owner, 0) + nbytes
 
     def activate(self, slot: SlotEntry) -> None:
         """ALLOCATED -> RUNNING: the lease stops mattering (its timer goes stale)."""
@@ -105,6 +136,22 @@ class SlotTable:
             self.running -= 1
         else:
             raise AssertionError(f"{slot.slot_id} released while FREE")
+        owner = slot.owner
+        held = self._held
+        n = held[owner] - 1
+        if n:
+            held[owner] = n
+        else:
+            del held[owner]
+        if slot.queued_bytes:
+            hb = self._held_bytes
+            b = hb[owner] - slot.queued_bytes
+            if b:
+                hb[owner] = b
+            else:
+                del hb[owner]
+            slot.queued_bytes = 0
+        slot.owner = ""
         slot.state = _FREE
         slot.task_id = None
         slot.lease_expires_at_ms = 0

@@ -332,7 +332,7 @@ def test_mtls_identity_is_the_certificate_subject(start_worker, tmp_path):
     certs = {who: ca.issue(who, server=False) for who in ("alice", "bob", "admin")}
     tls = {who: ClientTLS(ca=ca.cert, cert=c.cert, key=c.key) for who, c in certs.items()}
     env = {"WORKER_AUTH_MODE": "mtls", "WORKER_TLS_CERT": server.cert, "WORKER_TLS_KEY": server.key,
-           "WORKER_TLS_CLIENT_CA": ca.cert}
+           "WORKER_TLS_CLIENT_CA": ca.cert, "WORKER_AUTH_MTLS_ADMINS": "CN=admin"}
     wk = start_worker(env, tls=tls["admin"])
     addr = f"127.0.0.1:{wk.port}"
 
@@ -357,6 +357,57 @@ def test_mtls_identity_is_the_certificate_subject(start_worker, tmp_path):
     finally:
         ca_.close()
         cb.close()
+
+
+def test_mtls_identity_is_one_cn_or_one_san_and_admin_only_by_the_mapping(start_worker, tmp_path):
+    ca = CertAuthority(tmp_path / "pki")
+    server = ca.issue("server")
+    made = {
+        "admin": dict(subject="/CN=admin"),                          # named in WORKER_AUTH_MTLS_ADMINS
+        "two-cns": dict(subject="/CN=admin/CN=alice"),               # ambiguous: refused
+        "multi-valued": dict(subject="/CN=alice+CN=admin"),          # the same in one RDN
+        "tenant": dict(subject="/O=tenant-42/CN=admin"),             # CN admin, but another subject
+        "escaped": dict(subject="/CN=bob\\,CN=admin"),              # one CN whose value holds ",CN=admin"
+        "spiffe": dict(subject="/O=acme", san="URI:spiffe://acme/ops"),
+        "two-sans": dict(subject="/O=acme", san="DNS:a.acme,DNS:b.acme"),
+    }
+    tls = {who: ClientTLS(ca=ca.cert, cert=c.cert, key=c.key)
+           for who, c in ((who, ca.issue(who, server=False, **kw)) for who, kw in made.items())}
+    env = {"WORKER_AUTH_MODE": "mtls", "WORKER_TLS_CERT": server.cert, "WORKER_TLS_KEY": server.key,
+           "WORKER_TLS_CLIENT_CA": ca.cert, "WORKER_AUTH_MTLS_ADMINS": "CN=admin; URI:spiffe://acme/ops"}
+    wk = start_worker(env, tls=tls["admin"])
+    addr = f"127.0.0.1:{wk.port}"
+
+    def status(who):
+        c = auth.channel(addr, tls[who], token=None)
+        try:
+            pb_grpc.WorkerServiceStub(c).GetWorkerStatus(pb.GetWorkerStatusRequest(), timeout=10)
+            return grpc.StatusCode.OK, ""
+        except grpc.RpcError as exc:
+            return exc.code(), exc.details()
+        finally:
+            c.close()
+    for who in ("two-cns", "multi-valued"):
+        code, details = status(who)
+        assert code == grpc.StatusCode.UNAUTHENTICATED and "2 common names" in details, (who, code, details)
+    for who in ("tenant", "escaped"):                            # identities of their own, not admin
+        code, details = status(who)
+        assert code == grpc.StatusCode.PERMISSION_DENIED, (who, code, details)
+    code, details = status("two-sans")
+    assert code == grpc.StatusCode.UNAUTHENTICATED and "2 subject alternative names" in details, details
+    assert status("admin")[0] == grpc.StatusCode.OK
+    assert status("spiffe")[0] == grpc.StatusCode.OK            # a SAN identity, admin by the mapping
+    # The tenant's CN=admin is its own identity: its task is not the real admin's, nor the other way.
+    c = auth.channel(addr, tls["tenant"], token=None)
+    try:
+        st = pb_grpc.WorkerServiceStub(c)
+        st.SubmitTask(pb.SubmitTaskRequest(task=call_list_task("m-tenant", [("add", [1, 2])])), timeout=10)
+        assert wk.wait_terminal("m-tenant").state == pb.TASK_STATE_SUCCEEDED        # the real admin sees it
+        wk.submit_calls("m-admin", [("add", [2, 2])])
+        assert rpc_error(st.GetTaskResult, pb.GetTaskResultRequest(task_id="m-admin"),
+                         timeout=10).code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        c.close()
 
 
 def test_mtls_without_a_client_ca_does_not_start(tmp_path):
@@ -494,3 +545,57 @@ def test_the_local_admin_token_never_leaves_for_a_non_loopback_address(start_wor
     p = subprocess.run([sys.executable, "-c", code], env={**env, "STATE_DIR": str(state)},
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "UNAUTHENTICATED" in p.stderr, p.stderr[-400:]
+
+
+def test_another_identitys_task_is_not_found_on_every_rpc_and_session_op_as_an_unknown_id(start_worker, tmp_path):
+    """No answer tells bob that alice's ids exist: each RPC and session operation on
+    her task (finished, or a bare reservation) answers what an id never used answers."""
+    tokens = auth.write_tokens(tmp_path, {"alice": ALICE, "bob": BOB, "admin": auth.HARNESS_TOKEN})
+    wk = start_worker({"WORKER_AUTH_TOKENS_FILE": tokens, "TRACE_ENABLED": "true"}, executors=1)
+    alice_task(wk, "a-done")
+    ch_a, alice = stub(wk, ALICE)
+    ch_b, bob = stub(wk, BOB)
+    try:
+        alice.RequestTaskSlot(pb.RequestTaskSlotRequest(task_id="a-held", ttl_ms=60_000), timeout=10)
+        rpcs = {
+            "GetTaskResult": lambda tid: bob.GetTaskResult(pb.GetTaskResultRequest(task_id=tid), timeout=10),
+            "WatchTasks": lambda tid: bob.WatchTasks(pb.WatchTasksRequest(task_ids=[tid]), timeout=10),
+            "CancelTask": lambda tid: bob.CancelTask(pb.CancelTaskRequest(task_id=tid, reason="x"), timeout=10),
+            "GetTaskTrace": lambda tid: bob.GetTaskTrace(pb.GetTaskTraceRequest(task_id=tid), timeout=10),
+        }
+        for name, call in rpcs.items():
+            unknown = rpc_error(call, "never-used")
+            assert unknown.code() == grpc.StatusCode.NOT_FOUND, (name, unknown)
+            for tid in ("a-done", "a-held"):
+                err = rpc_error(call, tid)
+                assert (err.code(), err.details()) == (unknown.code(), unknown.details().replace("never-used", tid)), \
+                    (name, tid, err.code(), err.details())
+        listed = {t.task_id for t in bob.ListTasks(pb.ListTasksRequest(), timeout=10).tasks}
+        assert not listed & {"a-done", "a-held"}, listed
+        # The same on one session.
+        ops = {
+            "get_result": lambda rid, tid: pb.SessionRequest(request_id=rid,
+                                                             get_result=pb.GetTaskResultRequest(task_id=tid)),
+            "watch": lambda rid, tid: pb.SessionRequest(request_id=rid, watch=pb.WatchTasksRequest(task_ids=[tid])),
+            "cancel": lambda rid, tid: pb.SessionRequest(request_id=rid, cancel=pb.CancelTaskRequest(task_id=tid)),
+        }
+        requests, asked = [], {}
+        for op, make in ops.items():
+            for tid in ("never-used", "a-done", "a-held"):
+                rid = len(requests) + 1
+                requests.append(make(rid, tid))
+                asked[rid] = (op, tid)
+        by_rid = {e.request_id: e for e in session_events(wk, BOB, *requests, n=len(requests))}
+        for rid, (op, tid) in asked.items():
+            ev = by_rid[rid]
+            assert kind(ev) == "error" and ev.error.code == grpc.StatusCode.NOT_FOUND.value[0], (op, tid, ev)
+            unknown = next(by_rid[r] for r, (o, t) in asked.items() if o == op and t == "never-used")
+            assert ev.error.message == unknown.error.message.replace("never-used", tid), (op, tid, ev)
+        # Alice's tasks are untouched: her reservation still stands, her result is hers.
+        assert alice.GetTaskResult(pb.GetTaskResultRequest(task_id="a-held"), timeout=10).state == \
+            pb.TASK_STATE_ALLOCATED
+        assert json.loads(alice.GetTaskResult(pb.GetTaskResultRequest(task_id="a-done"),
+                                              timeout=10).result.outputs[0]) == SECRET
+    finally:
+        ch_a.close()
+        ch_b.close()

@@ -31,15 +31,18 @@ class CertAuthority:
                  "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
                  cwd=self.dir)
 
-    def issue(self, name: str, *, server: bool = True, cn: str | None = None) -> CertPair:
+    def issue(self, name: str, *, server: bool = True, cn: str | None = None, subject: str | None = None,
+              san: str | None = None) -> CertPair:
+        """``subject``: an openssl -subj (``/O=tenant-42/CN=admin``), else ``/CN=<cn or name>``;
+        ``san``: a client certificate's subjectAltName (``URI:spiffe://acme/ops,DNS:ops.acme``)."""
         key, csr, cert = (str(self.dir / f"{name}.{ext}") for ext in ("key", "csr", "pem"))
         ext = self.dir / f"{name}.ext"
         if server:
             ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n")
         else:
-            ext.write_text("extendedKeyUsage=clientAuth\n")
+            ext.write_text((f"subjectAltName={san}\n" if san else "") + "extendedKeyUsage=clientAuth\n")
         _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key,
-                 "-out", csr, "-subj", f"/CN={cn or name}", cwd=self.dir)
+                 "-out", csr, "-subj", subject or f"/CN={cn or name}", cwd=self.dir)
         _openssl("x509", "-req", "-in", csr, "-CA", self.cert, "-CAkey", self.key, "-CAcreateserial",
                  "-out", cert, "-days", "2", "-extfile", str(ext), cwd=self.dir)
         return CertPair(cert, key)

@@ -74,3 +74,29 @@ def test_executor_ids_from_heartbeats_are_bounded_and_summed_into_other():
     assert mem["exec-0"] == 100
     assert sum(mem.values()) == 100 + 10 + 5 + 400             # nothing lost, the rest under `other`
     assert len(_series(m, "blockx_executor_memory_bytes")) == len(series)    # stable across scrapes
+
+
+def test_an_identity_label_allows_at_and_equals_and_is_still_bounded():
+    from blockx.adapters.metric_labels import OTHER, LabelValues
+    ident = LabelValues("identity", max_values=2, extra_chars="@=")
+    assert ident("ops@acme") == "ops@acme" and ident("CN=alice") == "CN=alice"
+    assert ident("CN=bob") == OTHER                          # past the cap
+    assert ident("CN=alice,O=acme") == OTHER                 # a comma is not allowed
+    assert LabelValues("plain")("ops@acme") == OTHER         # other labels keep the common set
+
+
+def test_the_per_identity_families_sum_the_identities_past_the_cap_and_skip_the_unrestricted():
+    from blockx.adapters.metrics import Metrics
+    m = Metrics(process_metrics=False)
+    m.identity_holdings_fn = lambda: {"alice": (2, 100), "": (1, 5), "CN=bob,O=x": (1, 1), "CN=carol,O=x": (3, 2)}
+    m.identity_streams_fn = lambda: {("TaskSession", "alice"): 3, ("WatchTasks", "alice"): 1}
+    m.memory_budget_fn = lambda: (1, 2048, 3)
+    m.share_refused("alice", "slots")
+    text = m.render().decode()
+    for line in ('blockx_identity_slots{identity="alice"} 2.0', 'blockx_identity_slots{identity="other"} 4.0',
+                 'blockx_identity_queued_call_bytes{identity="other"} 3.0',
+                 'blockx_identity_streams{identity="alice",kind="TaskSession"} 3.0',
+                 'blockx_share_refusals_total{identity="alice",share="slots"} 1.0',
+                 "blockx_memory_budget_bytes 2048.0", "blockx_memory_budget_refusals_total 3.0"):
+        assert line in text, line
+    assert 'identity=""' not in text

@@ -64,3 +64,23 @@ def test_a_request_that_does_not_decode_becomes_an_undecodable_saying_why():
     assert bad.refusal().startswith("the request is not a valid blockx.worker.v1.GetTaskResultRequest message (")
     assert "UTF-8" in bad.refusal()
     assert type(decode(b"\xff\xff\xff")) is Undecodable
+
+
+def test_open_streams_hold_each_identity_to_its_share_but_not_admin():
+    from blockx.core.owners import Caller
+    alice, bob, admin = Caller("alice"), Caller("bob"), Caller("admin", admin=True)
+    o = OpenStreams("TaskSession", 5, "maxTaskSessions, MAX_TASK_SESSIONS", 2,
+                    "maxTaskSessionsPerIdentity, MAX_TASK_SESSIONS_PER_IDENTITY")
+    assert o.enter(alice) and o.enter(alice) and not o.enter(alice)
+    assert o.identity_full(alice) and o.refusal(alice).startswith(
+        "identity 'alice' has 2 TaskSession streams open on this worker, its share "
+        "(maxTaskSessionsPerIdentity, MAX_TASK_SESSIONS_PER_IDENTITY)")
+    assert o.enter(bob) and o.enter(admin) and o.enter(admin) and not o.enter(admin)   # the worker-wide bound
+    assert not o.identity_full(admin) and o.refusal(admin).startswith("5 TaskSession streams are open")
+    assert o.by_identity() == {"alice": 2, "bob": 1}
+    o.leave(alice)
+    assert o.enter(alice) and o.by_identity() == {"alice": 2, "bob": 1}     # her stream went back to her share
+    assert not o.enter(bob) and not o.identity_full(bob)                     # the worker is full again
+    for c in (alice, alice, bob, admin, admin):
+        o.leave(c)
+    assert o.open == 0 and o.by_identity() == {}

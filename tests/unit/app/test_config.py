@@ -105,6 +105,13 @@ SPEC_ENV_VARS = {
     "AUDIT_MODE": "auditMode", "AUDIT_ALLOWLIST_FILE": "auditAllowlistFile",
     "AUDIT_ALLOWLIST_ETCD_PREFIX": "auditAllowlistEtcdPrefix",
     "WORKER_AUTH_MODE": "authMode", "WORKER_AUTH_TOKENS_FILE": "authTokensFile",
+    "WORKER_AUTH_MTLS_ADMINS": "authMtlsAdmins",
+    # fair shares and the memory budget
+    "MAX_SLOTS_PER_IDENTITY": "worker.maxSlotsPerIdentity",
+    "MAX_QUEUED_CALL_BYTES_PER_IDENTITY": "worker.maxQueuedCallBytesPerIdentity",
+    "MAX_TASK_SESSIONS_PER_IDENTITY": "maxTaskSessionsPerIdentity",
+    "MAX_WATCH_STREAMS_PER_IDENTITY": "maxWatchStreamsPerIdentity",
+    "WORKER_MEMORY_BUDGET_BYTES": "memoryBudgetBytes",
     "SHADOW_SUBMIT_TOKEN_FILE": "shadowSubmitTokenFile",
     # task traces
     "TRACE_ENABLED": "traceEnabled", "TRACE_MAX_EVENTS_PER_TASK": "traceMaxEventsPerTask",
@@ -142,7 +149,10 @@ def test_defaults_match_the_spec_tables():
         "defaultBaseBackoffMs": 10, "defaultRetryJitterPercent": 5,
         "maxSlotTtlMs": 600000, "maxPayloadBytes": 16 * 1024 * 1024,
         "maxResultHandlerConfigBytes": 1024 * 1024, "maxInstanceIdBytes": 256,
+        "maxSlotsPerIdentity": 0, "maxQueuedCallBytesPerIdentity": 64 * 1024 * 1024,
     }
+    assert (d["maxTaskSessionsPerIdentity"], d["maxWatchStreamsPerIdentity"], d["memoryBudgetBytes"],
+            d["authMtlsAdmins"]) == (16, 256, 0, "")
     assert (d["grpcMaxMessageBytes"], d["grpcMaxConcurrentStreams"], d["grpcMaxConcurrentRpcs"],
             d["grpcMaxConnections"], d["maxTaskSessions"], d["maxWatchStreams"],
             d["watchMaxPendingUpdates"]) == (64 * 1024 * 1024, 1000, 10000, 1000, 1000, 1000, 65536)

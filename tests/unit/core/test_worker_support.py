@@ -57,14 +57,19 @@ def check_invariants(w: WorkerCore) -> None:
     tasks = w._tasks.active
     allocated = running = 0
     free = set()
+    held: dict[str, list[int]] = {}          # owner -> [slots, queued bytes], from the slots themselves
     for s in slots.slots:
         assert s.slot_id == f"slot-{s.index}"
         if s.state is SlotState.FREE:
-            assert s.task_id is None, s
+            assert s.task_id is None and s.owner == "" and s.queued_bytes == 0, s
             free.add(s.index)
             continue
         entry = index.get(s.task_id)
         assert entry is not None, f"{s.slot_id} held by unknown task {s.task_id}"
+        assert s.owner == entry.owner, (s, entry)
+        h = held.setdefault(s.owner, [0, 0])
+        h[0] += 1
+        h[1] += s.queued_bytes
         assert entry.slot_index == s.index and entry.slot_id == s.slot_id, (s, entry)
         assert entry.result is None and entry.lease_lost_at_ms < 0, "slot held by a terminal task"
         assert not entry.state.is_terminal
@@ -76,6 +81,7 @@ def check_invariants(w: WorkerCore) -> None:
             assert entry.ctx is not None and entry.ctx.phase in (
                 TaskPhase.BUILDER, TaskPhase.CALLS, TaskPhase.PLUGIN), (s, entry.ctx)
     assert (slots.allocated, slots.running) == (allocated, running)
+    assert slots.holders() == {o: (n, b) for o, (n, b) in held.items()}      # the shares' counts are the slots'
     assert set(slots._free) == free and len(slots._free) == len(free)
     assert slots.free_capacity == len(free) >= 0
     for task_id, entry in index.items():
