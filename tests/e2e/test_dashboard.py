@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import secrets
 import shutil
 import subprocess
@@ -157,7 +158,7 @@ def wait_for(driver, predicate, what: str, timeout: float = 30.0):
         except Exception as exc:  # noqa: BLE001 - the page is still drawing; try again
             last = exc
         time.sleep(0.1)
-    shot(driver, "timeout-" + what.replace(" ", "-")[:40])
+    shot(driver, "timeout-" + re.sub(r"[^a-z0-9]+", "-", what.lower())[:40])
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
@@ -249,7 +250,7 @@ def test_fleet_page_shows_both_workers_with_their_counts(fleet, dashboard):
                  "three more fleet updates", timeout=20)
         print(f"3 fleet updates in {time.monotonic() - t0:.2f}s")
         # a task running on a worker shows in its row (slots used, phase)
-        submit(fleet[0], auth.HARNESS_TOKEN, "fleet-busy-" + secrets.token_hex(4), [("sleep_ms", [3000])] * 2)
+        submit(fleet[0], auth.HARNESS_TOKEN, "fleet-busy-" + secrets.token_hex(4), [("sleepy", [3, i]) for i in range(2)])
         a = f"127.0.0.1:{fleet[0].port}"
         busy = wait_for(d, lambda d: (r := fleet_rows(d)[a])["slots"] == "1/8" and r, "the busy worker's slot in use")
         assert "Calls 1" in busy["phases"], busy
@@ -266,10 +267,10 @@ def test_running_task_progress_moves_then_its_timeline(fleet, dashboard):
 
     w = fleet[1]
     tid = "progress-" + secrets.token_hex(4)
-    submit(w, ALICE, tid, [("sleep_ms", [150])] * 40)
     d = new_browser()
     try:
         login(d, dashboard.url, ALICE)
+        submit(w, ALICE, tid, [("sleepy", [0.2, i]) for i in range(40)])      # about 4 s on 2 executors
         assert text_of(d, "who").startswith("tenant ")
         d.get(f"{dashboard.url}#/task?worker=127.0.0.1:{w.port}&id={quote(tid)}")
         seen: set[int] = set()
@@ -309,7 +310,7 @@ def test_cancel_a_task_from_its_page(fleet, dashboard):
 
     w = fleet[0]
     tid = "cancel-me-" + secrets.token_hex(4)
-    submit(w, ALICE, tid, [("sleep_ms", [500])] * 200)
+    submit(w, ALICE, tid, [("sleepy", [0.5, i]) for i in range(100)])
     d = new_browser()
     try:
         login(d, dashboard.url, ALICE)
@@ -371,7 +372,7 @@ def test_a_second_identity_cannot_see_the_first_ones_tasks(fleet, dashboard):
 def test_posts_need_the_sessions_csrf_token_and_own_origin(fleet, dashboard):
     w = fleet[1]
     tid = "csrf-" + secrets.token_hex(4)
-    submit(w, ALICE, tid, [("sleep_ms", [500])] * 100)
+    submit(w, ALICE, tid, [("sleepy", [0.5, i]) for i in range(100)])
     d = new_browser()
     try:
         login(d, dashboard.url, ALICE)

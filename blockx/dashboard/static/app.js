@@ -293,10 +293,10 @@ async function taskView(main, params) {
   const refresh = el("button", { type: "button", id: "timeline-refresh", text: "Refresh timeline" });
   const tlInfo = el("p", { class: "muted", id: "timeline-info" });
   main.append(el("h2", { text: "Task " + id }), facts, el("p", {}, bar, " ", cancel), tb,
-    el("h3", { text: "Outputs" }), outputs,
     el("h3", { text: "Timeline" }), el("p", { class: "legend" },
       ...Object.keys(COLORS).map((k) => el("span", {}, el("i", { class: "c-" + (k === "subcall" ? "other" : k) }), k))),
-    timeline, tlInfo, el("p", {}, refresh, " ", download));
+    timeline, tlInfo, el("p", {}, refresh, " ", download),
+    el("h3", { text: "Outputs" }), outputs);
 
   const setProgress = (p) => {
     if (!p) return;
