@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from blockx.cli.status_render import status_to_json
 from blockx.client.outcome import state_name, statistic_dict
 
 OUTPUT_CHARS = 2000
@@ -68,11 +67,16 @@ def progress_json(p) -> dict[str, int]:
     return {"calls_total": p.total, "calls_done": p.done, "calls_failed": p.failed, "calls_retried": p.retried}
 
 
-def status_row(status) -> dict[str, Any]:
+ACTIVE_PHASES = ("PREPARING", "BUILDER", "CALLS", "PLUGIN")
+
+
+def status_row(st) -> dict[str, Any]:
     """The fleet row's part that comes from GetWorkerStatus (admin only)."""
-    s = status_to_json(status)
-    ex = s["executors"]
-    return {"version": s["version"], "ready": s["ready"], "draining": s["draining"], "slots": s["slots"],
-            "tasks_by_phase": s["tasksByPhase"], "executors_healthy": sum(1 for e in ex if e["healthy"]),
-            "executors_total": len(ex), "executor_restarts": sum(e["restarts"] for e in ex),
-            "uptime_ms": s["uptimeMs"], "etcd_state": s["etcdState"], "counters": s["counters"]}
+    ex = st.executors
+    return {"version": st.version, "ready": st.ready, "draining": st.draining,
+            "slots": {"total": st.slots.total, "free": st.slots.free, "reserved": st.slots.reserved,
+                      "running": st.slots.running},
+            "tasks_by_phase": {p: st.tasks_by_phase.get(p, 0) for p in ACTIVE_PHASES},
+            "executors_healthy": sum(1 for e in ex if e.healthy), "executors_total": len(ex),
+            "executor_restarts": sum(e.restarts for e in ex), "uptime_ms": st.uptime_ms,
+            "etcd_state": st.etcd_state}
