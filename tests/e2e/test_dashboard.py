@@ -211,11 +211,11 @@ def submit(worker: WorkerProcess, token: str, task_id: str, calls: list[tuple[st
 
 
 def http(url: str, *, cookie: str = "", method: str = "GET", body: dict | None = None,
-         headers: dict | None = None) -> tuple[int, dict, bytes]:
+         headers: dict | None = None, ssl_context=None) -> tuple[int, dict, bytes]:
     req = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
                                  headers={**({"Cookie": cookie} if cookie else {}), **(headers or {})})
     try:
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=10, context=ssl_context) as r:
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers), exc.read()
@@ -420,3 +420,70 @@ def test_security_headers_of_every_answer(dashboard):
         assert headers["Referrer-Policy"] == "no-referrer"
     status, _h, body = http(dashboard.url + "api/fleet")
     assert status == 401 and b"log in" in body
+
+
+def test_a_worker_serves_its_own_pages_only_when_asked(fleet, tmp_path):
+    from tests.e2e.conftest import make_functions_dir
+
+    assert all(w.find_event("dashboard_listening") is None for w in fleet)       # off by default
+    tokens = auth.write_tokens(tmp_path, {"admin": auth.HARNESS_TOKEN, "alice": ALICE})
+    w = WorkerProcess({"DASHBOARD_LISTEN": "127.0.0.1:0", "WORKER_AUTH_TOKENS_FILE": tokens},
+                      functions_dir=make_functions_dir(tmp_path), executors=1)
+    try:
+        w.start()
+        ev = w.wait_event("dashboard_listening")
+        base = f"http://127.0.0.1:{ev['port']}"
+        own = {"Content-Type": "application/json", "Origin": base}
+        status, _h, body = http(base + "/api/login", method="POST", body={"token": "not-a-token-of-this-worker"},
+                                headers=own)
+        assert status == 401, body
+        status, headers, body = http(base + "/api/login", method="POST", body={"token": ALICE}, headers=own)
+        assert status == 200, body
+        me = json.loads(body)
+        assert me["identity"] == "alice" and me["admin"] is False       # the worker knows its tokens' names
+        set_cookie = headers["Set-Cookie"]
+        assert "HttpOnly" in set_cookie and "SameSite=Strict" in set_cookie
+        cookie = set_cookie.split(";", 1)[0]
+        status, _h, body = http(base + "/api/fleet", cookie=cookie)
+        assert status == 200
+        assert [r["addr"] for r in json.loads(body)["workers"]] == [f"127.0.0.1:{w.port}"]
+        status, _h, body = http(base + "/", cookie=cookie)
+        assert status == 200 and b"/static/app.js" in body
+    finally:
+        w.stop()
+
+
+def test_under_tls_the_pages_are_https_and_the_cookie_secure(tmp_path):
+    import ssl
+
+    from blockx.client import ClientTLS
+    from tests.e2e.conftest import make_functions_dir
+    from tests.support.certs import CertAuthority
+
+    ca = CertAuthority(tmp_path / "pki")
+    server = ca.issue("server")
+    tokens = auth.write_tokens(tmp_path, {"admin": auth.HARNESS_TOKEN, "alice": ALICE})
+    w = WorkerProcess({"DASHBOARD_LISTEN": "127.0.0.1:0", "WORKER_AUTH_TOKENS_FILE": tokens,
+                       "WORKER_TLS_CERT": server.cert, "WORKER_TLS_KEY": server.key, "BLOCKX_TLS_CA": ca.cert},
+                      functions_dir=make_functions_dir(tmp_path), executors=1, tls=ClientTLS(ca=ca.cert))
+    try:
+        w.start()
+        ev = w.wait_event("dashboard_listening")
+        assert ev["scheme"] == "https"
+        base = f"https://127.0.0.1:{ev['port']}"
+        trust = ssl.create_default_context(cafile=ca.cert)
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            http(f"http://127.0.0.1:{ev['port']}/")                    # no plain http beside it
+        status, headers, body = http(base + "/api/login", method="POST", body={"token": ALICE}, ssl_context=trust,
+                                     headers={"Content-Type": "application/json", "Origin": base})
+        assert status == 200, body
+        set_cookie = headers["Set-Cookie"]
+        assert set_cookie.startswith("__Host-bx_session=")
+        assert "Secure" in set_cookie and "HttpOnly" in set_cookie and "SameSite=Strict" in set_cookie
+        assert headers["Strict-Transport-Security"].startswith("max-age=")
+        status, _h, body = http(base + "/api/fleet", cookie=set_cookie.split(";", 1)[0], ssl_context=trust)
+        assert status == 200
+        (row,) = json.loads(body)["workers"]
+        assert row["addr"] == f"127.0.0.1:{w.port}" and row["error"] == ""      # reached its own TLS port
+    finally:
+        w.stop()
