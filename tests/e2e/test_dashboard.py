@@ -310,7 +310,7 @@ def test_cancel_a_task_from_its_page(fleet, dashboard):
 
     w = fleet[0]
     tid = "cancel-me-" + secrets.token_hex(4)
-    submit(w, ALICE, tid, [("sleepy", [0.5, i]) for i in range(100)])
+    submit(w, ALICE, tid, [("sleepy", [0.5, i]) for i in range(20)])
     d = new_browser()
     try:
         login(d, dashboard.url, ALICE)
@@ -333,7 +333,7 @@ def test_cancel_a_task_from_its_page(fleet, dashboard):
 def test_a_second_identity_cannot_see_the_first_ones_tasks(fleet, dashboard):
     from selenium.webdriver.common.by import By
 
-    w = fleet[0]
+    w = fleet[1]
     tid = "alice-only-" + secrets.token_hex(4)
     submit(w, ALICE, tid, [("add", [1, 2])])
     w.wait_terminal(tid)
@@ -372,7 +372,7 @@ def test_a_second_identity_cannot_see_the_first_ones_tasks(fleet, dashboard):
 def test_posts_need_the_sessions_csrf_token_and_own_origin(fleet, dashboard):
     w = fleet[1]
     tid = "csrf-" + secrets.token_hex(4)
-    submit(w, ALICE, tid, [("sleepy", [0.5, i]) for i in range(100)])
+    submit(w, ALICE, tid, [("sleepy", [0.5, i]) for i in range(20)])
     d = new_browser()
     try:
         login(d, dashboard.url, ALICE)
