@@ -81,6 +81,8 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--tasks", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--big-task", type=int, default=100_000, metavar="CALLS",
+                   help="then one task of this many calls: its page with the timeline (0: skip)")
     ns = p.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="blockx-bench-dash-")
     tokens = auth.write_tokens(tmp, {"admin": auth.HARNESS_TOKEN})
@@ -92,6 +94,11 @@ def main(argv=None) -> int:
             w.start()
         addrs = [f"127.0.0.1:{w.port}" for w in workers]
         t0 = time.monotonic()
+        if ns.big_task:
+            workers[0].submit_calls("big", [("add1", [i]) for i in range(ns.big_task)], rpc_timeout=120)
+            workers[0].wait_terminal("big", timeout=300)
+            print(f"a task of {ns.big_task} calls finished in {time.monotonic() - t0:.1f}s")
+            t0 = time.monotonic()
         asyncio.run(fill(addrs, ns.tasks))
         print(f"{ns.workers} workers, {ns.tasks} tasks submitted and finished in {time.monotonic() - t0:.1f}s")
         dash = subprocess.Popen([sys.executable, "-m", "blockx", "dashboard", "--workers", ",".join(addrs),
@@ -128,11 +135,19 @@ def main(argv=None) -> int:
                 d.get(url + first)
                 wait(d, "return document.body.dataset.timeline")
                 tl_s = time.monotonic() - t
+                big = ""
+                if ns.big_task:
+                    d.get("about:blank")
+                    t = time.monotonic()
+                    d.get(url + f"#/task?worker={addrs[0]}&id=big")
+                    wait(d, "return document.body.dataset.timeline", timeout=60)
+                    info = d.execute_script("return document.getElementById('timeline-info').textContent")
+                    big = f"; the {ns.big_task}-call task's page with its timeline {(time.monotonic() - t) * 1000:.0f} ms ({info})"
                 rss, hwm = rss_kb(dash.pid)
                 print(f"round {r + 1}: fleet first contentful paint {fcp:.0f} ms, fleet table with {n} workers "
                       f"{drawn * 1000:.0f} ms (page clock {nav_table:.0f} ms); tasks page ({rows} rows) "
                       f"{tasks_s * 1000:.0f} ms; a task with its timeline {tl_s * 1000:.0f} ms; dashboard RSS "
-                      f"{rss / 1024:.1f} MB (peak {hwm / 1024:.1f} MB)")
+                      f"{rss / 1024:.1f} MB (peak {hwm / 1024:.1f} MB){big}")
             finally:
                 d.quit()
                 shutil.rmtree(profile, ignore_errors=True)

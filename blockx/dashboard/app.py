@@ -51,6 +51,8 @@ RPC_TIMEOUT_S = 10.0
 LOGIN_RATE_PER_S = 5.0
 LOGIN_BURST = 20
 SWEEP_INTERVAL_S = 10.0
+# The request's session, as the guard found it (a typed key where aiohttp has them).
+SESSION_KEY: Any = web.RequestKey("session", Session) if hasattr(web, "RequestKey") else "session"
 _TASK_ID = re.compile(r"[\x21-\x7e]{1,256}")
 _TOKEN = re.compile(r"[\x21-\x7e]{1,512}")
 _HTTP_OF_CODE = {"NOT_FOUND": 404, "PERMISSION_DENIED": 403, "UNAUTHENTICATED": 401, "INVALID_ARGUMENT": 400,
@@ -189,7 +191,7 @@ class Dashboard:
                 return _error(401, "not logged in (or the session expired): log in with a token")
             if request.method == "POST" and not session.csrf_ok(request.headers.get(CSRF_HEADER)):
                 return _error(403, f"the {CSRF_HEADER} header is missing or not this session's")
-            request["session"] = session
+            request[SESSION_KEY] = session
         return await handler(request)
 
     def _scheme(self) -> str:
@@ -281,7 +283,7 @@ class Dashboard:
         return resp
 
     async def me(self, request: web.Request) -> web.Response:
-        s: Session = request["session"]
+        s: Session = request[SESSION_KEY]
         return web.json_response({"logged_in": True, "identity": s.identity, "admin": s.admin, "csrf": s.csrf,
                                   "states": STATES, "phases": PHASES})
 
@@ -305,14 +307,14 @@ class Dashboard:
                 "reads": p.reads if p is not None else 0}
 
     async def fleet(self, request: web.Request) -> web.Response:
-        s: Session = request["session"]
+        s: Session = request[SESSION_KEY]
         p = self._poller(s)
         if p is not None and p.reads == 0:
             await p.wait_read(POLL_FIRST_WAIT_S)
         return web.json_response(self.snapshot(s))
 
     async def fleet_events(self, request: web.Request) -> web.StreamResponse:
-        s: Session = request["session"]
+        s: Session = request[SESSION_KEY]
         return await self._stream(request, s, self._fleet_frames(s, request))
 
     async def _fleet_frames(self, s: Session, request: web.Request):
@@ -349,7 +351,7 @@ class Dashboard:
     # ---- tasks ---------------------------------------------------------------------
 
     async def tasks(self, request: web.Request) -> web.Response:
-        s: Session = request["session"]
+        s: Session = request[SESSION_KEY]
         q = request.query
         states = [x for x in q.get("state", "").upper().split(",") if x]
         phases = [x for x in q.get("phase", "").upper().split(",") if x]
@@ -397,7 +399,7 @@ class Dashboard:
             return out, "", f"{exc.code.name}: {exc.message}"
 
     async def task(self, request: web.Request) -> web.Response:
-        s: Session = request["session"]
+        s: Session = request[SESSION_KEY]
         addr, tid = self._worker(request), self._task_id(request.query.get("id"))
         try:
             c = await self.pool.get(s.token, addr)
@@ -407,7 +409,7 @@ class Dashboard:
         return web.json_response(result_json(r.task_id, r.state, r.result if r.HasField("result") else None, addr))
 
     async def task_outputs(self, request: web.Request) -> web.Response:
-        s: Session = request["session"]
+        s: Session = request[SESSION_KEY]
         addr, tid = self._worker(request), self._task_id(request.query.get("id"))
         try:
             offset = max(0, int(request.query.get("offset", "0")))
@@ -421,7 +423,7 @@ class Dashboard:
         return web.json_response(result_json(r.task_id, r.state, r.result if r.HasField("result") else None, addr))
 
     async def task_events(self, request: web.Request) -> web.StreamResponse:
-        s: Session = request["session"]
+        s: Session = request[SESSION_KEY]
         addr, tid = self._worker(request), self._task_id(request.query.get("id"))
         try:
             c = await self.pool.get(s.token, addr)
@@ -442,7 +444,7 @@ class Dashboard:
             yield {"error": f"{exc.code.name}: {exc.message}"}
 
     async def task_timeline(self, request: web.Request) -> web.Response:
-        s: Session = request["session"]
+        s: Session = request[SESSION_KEY]
         addr, tid = self._worker(request), self._task_id(request.query.get("id"))
         try:
             c = await self.pool.get(s.token, addr)
@@ -458,7 +460,7 @@ class Dashboard:
         return web.json_response(lanes)
 
     async def task_trace_file(self, request: web.Request) -> web.Response:
-        s: Session = request["session"]
+        s: Session = request[SESSION_KEY]
         addr, tid = self._worker(request), self._task_id(request.query.get("id"))
         try:
             c = await self.pool.get(s.token, addr)
@@ -470,7 +472,7 @@ class Dashboard:
                             headers={"Content-Disposition": f'attachment; filename="trace-{safe}.json"'})
 
     async def task_cancel(self, request: web.Request) -> web.Response:
-        s: Session = request["session"]
+        s: Session = request[SESSION_KEY]
         try:
             body = await request.json()
         except (ValueError, UnicodeDecodeError):
