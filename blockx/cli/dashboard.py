@@ -47,14 +47,14 @@ def add_parser(sub) -> None:
     files(g.add_argument("--tls-cert", default=os.environ.get("WORKER_TLS_CERT", ""), metavar="PEM",
                          help="certificate the dashboard serves https with; also makes the cookie Secure"))
     files(g.add_argument("--tls-key", default=os.environ.get("WORKER_TLS_KEY", ""), metavar="PEM",
-                         help="its key"))
+                         help="the key of --tls-cert (PEM)"))
     w = d.add_argument_group("reaching the workers' gRPC ports (default: $BLOCKX_TLS_CA / _CERT / _KEY)")
     files(w.add_argument("--worker-ca", default=os.environ.get("BLOCKX_TLS_CA", ""), metavar="PEM",
                          help="CA that signed the workers' certificates: gRPC over TLS"))
     files(w.add_argument("--worker-cert", default=os.environ.get("BLOCKX_TLS_CERT", ""), metavar="PEM",
                          help="client certificate, for workers whose port speaks mutual TLS"))
     files(w.add_argument("--worker-key", default=os.environ.get("BLOCKX_TLS_KEY", ""), metavar="PEM",
-                         help="its key"))
+                         help="the key of --worker-cert (PEM)"))
     d.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="a host name the browser may use to reach the dashboard (repeatable); bound to "
                         "loopback it answers 127.0.0.1, localhost and [::1] only, which keeps DNS-rebinding "

@@ -280,6 +280,7 @@ async function taskView(main, params) {
   const q = qs({ worker, id });
   const facts = el("dl", { class: "facts" },
     ...fact("task", "task-id", id), ...fact("worker", "task-worker", worker), ...fact("state", "task-state", "..."),
+    ...fact("phase", "task-phase", "-"),
     ...fact("progress", "task-progress-text", "-"), ...fact("retries", "task-retries", "-"),
     ...fact("cache hits", "task-cache-hits", "-"), ...fact("duration", "task-duration", "-"),
     ...fact("failure", "task-failure", "-"));
@@ -300,6 +301,7 @@ async function taskView(main, params) {
 
   const setProgress = (p) => {
     if (!p) return;
+    sawProgress = true;
     const total = p.calls_total, done = p.calls_done;
     document.getElementById("task-progress-text").textContent =
       `${done}/${total || "?"} calls done` + (p.calls_failed ? `, ${p.calls_failed} failed` : "");
@@ -307,10 +309,17 @@ async function taskView(main, params) {
     bar.firstChild.style.width = total ? Math.round(100 * done / total) + "%" : "0";
     document.getElementById("task-retries").textContent = String(p.calls_retried);
   };
+  // The phase as the updates show it: GetTaskResult and WatchTasks carry no phase
+  // field, but progress comes only from the Calls phase on (the tasks list has the
+  // worker's own phase column).
+  let sawProgress = false;
   const setState = (s) => {
     const e = document.getElementById("task-state");
     e.textContent = s; e.className = "state-" + s;
     document.body.dataset.taskState = s;
+    document.getElementById("task-phase").textContent =
+      s === "SUCCEEDED" || s === "FAILED" ? "TERMINAL" : s === "ALLOCATED" ? "RESERVED"
+        : sawProgress ? "CALLS (or PLUGIN once every call is done)" : "PREPARING or BUILDER (no call progress yet)";
   };
   const loadTimeline = async () => {
     try {
@@ -365,8 +374,8 @@ async function taskView(main, params) {
     cancel.hidden = false;
     const es = openStream("/api/task/events?" + q, async (f) => {
       if (f.error) { showError(f.error); es.close(); return; }
-      setState(f.state);
       setProgress(f.progress);
+      setState(f.state);
       if (f.terminal) { es.close(); await showResult(); }
     });
   }
