@@ -346,6 +346,7 @@ class Dashboard:
             self.streams[key] -= 1
             if not self.streams[key]:
                 del self.streams[key]
+            await frames.aclose()         # a closed tab ends its watch and lets go of its client now
         return resp
 
     # ---- tasks ---------------------------------------------------------------------
@@ -425,21 +426,17 @@ class Dashboard:
     async def task_events(self, request: web.Request) -> web.StreamResponse:
         s: Session = request[SESSION_KEY]
         addr, tid = self._worker(request), self._task_id(request.query.get("id"))
-        try:
-            c = await self.pool.get(s.token, addr)
-        except BlockxError as exc:
-            return _from_blockx(exc)
-        return await self._stream(request, s, self._task_frames(c, tid))
+        return await self._stream(request, s, self._task_frames(s.token, addr, tid))
 
-    @staticmethod
-    async def _task_frames(c, tid: str):
+    async def _task_frames(self, token: str, addr: str, tid: str):
         try:
-            async for u in c.watch([tid]):
-                frame: dict[str, Any] = {"state": u.state, "terminal": u.is_terminal,
-                                         "progress": progress_json(u.progress) if u.progress else None}
-                yield frame
-                if u.is_terminal:
-                    break
+            async with self.pool.hold(token, addr) as c:
+                async for u in c.watch([tid]):
+                    frame: dict[str, Any] = {"state": u.state, "terminal": u.is_terminal,
+                                             "progress": progress_json(u.progress) if u.progress else None}
+                    yield frame
+                    if u.is_terminal:
+                        break
         except BlockxError as exc:
             yield {"error": f"{exc.code.name}: {exc.message}"}
 

@@ -4,14 +4,17 @@ shared by every browser session of that token, made on first use.
 The dashboard calls each worker with the token of the person asking (the worker
 enforces who owns which task), so a pool entry is keyed by the token and is used
 for that token's requests only. Entries unused for ``idle_s`` are closed by
-``sweep`` (and every entry of a token no live session holds); a broken session is
-replaced on next use; at ``capacity`` the least recently used entry is closed."""
+``sweep`` (and every entry of a token no live session holds), except those a
+live view holds (``hold``: a task page's progress watch may run for as long as
+the task does, with no other request); a broken session is replaced on next use;
+at ``capacity`` the least recently used entry is closed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from blockx.client import WorkerClient
 from blockx.tls.client_tls import ClientTLS
@@ -35,6 +38,7 @@ class ClientPool:
         self._clock = clock
         self._entries: OrderedDict[tuple[bytes, str], tuple[WorkerClient, float]] = OrderedDict()
         self._connecting: dict[tuple[bytes, str], asyncio.Future] = {}
+        self._held: dict[tuple[bytes, str], int] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -67,17 +71,34 @@ class ClientPool:
         finally:
             self._connecting.pop(key, None)
         fut.set_result(c)
-        while len(self._entries) >= self.capacity:
-            _k, (old, _t) = self._entries.popitem(last=False)
+        for k in [k for k in self._entries if not self._held.get(k)][:max(0, len(self._entries) - self.capacity + 1)]:
+            old, _t = self._entries.pop(k)
             await old.close()
         self._entries[key] = (c, self._clock())
         return c
 
+    @contextlib.asynccontextmanager
+    async def hold(self, token: str, addr: str) -> AsyncIterator[WorkerClient]:
+        """``get``, and keep the entry out of the idle sweep until the block ends."""
+        key = _key(token, addr)
+        c = await self.get(token, addr)
+        self._held[key] = self._held.get(key, 0) + 1
+        try:
+            yield c
+        finally:
+            self._held[key] -= 1
+            if not self._held[key]:
+                del self._held[key]
+                if key in self._entries:
+                    self._entries[key] = (self._entries[key][0], self._clock())
+
     async def sweep(self, live_tokens: set[str]) -> int:
-        """Close the idle entries and those of tokens no session holds; how many closed."""
+        """Close the idle entries and those of tokens no session holds (a held entry
+        of a live token stays); how many closed."""
         live = {hashlib.sha256(t.encode("utf-8", "surrogatepass")).digest() for t in live_tokens}
         now = self._clock()
-        dead = [k for k, (_c, t) in self._entries.items() if now - t > self.idle_s or k[0] not in live]
+        dead = [k for k, (_c, t) in self._entries.items()
+                if k[0] not in live or (now - t > self.idle_s and not self._held.get(k))]
         for k in dead:
             c, _t = self._entries.pop(k)
             await c.close()

@@ -282,6 +282,7 @@ def test_running_task_progress_moves_then_its_timeline(fleet, dashboard):
             return len({n for n in seen if 0 < n < 40}) >= 2
         wait_for(d, moved, "the progress to move twice below 40/40", timeout=40)
         assert "/40 calls done" in text_of(d, "task-progress-text")
+        assert text_of(d, "task-phase").startswith("CALLS")
         shot(d, "task-running")
         wait_for(d, lambda d: d.execute_script("return document.body.dataset.taskState") == "SUCCEEDED",
                  "the task to succeed", timeout=60)
@@ -293,7 +294,7 @@ def test_running_task_progress_moves_then_its_timeline(fleet, dashboard):
         assert int(d.find_element(By.ID, "timeline-canvas").get_attribute("data-spans")) >= 40
         assert text_of(d, "task-progress-text").startswith("40/40")
         assert "outputs 1 to 40 of 40" in text_of(d, "outputs-range")
-        assert text_of(d, "task-failure") == "none"
+        assert text_of(d, "task-failure") == "none" and text_of(d, "task-phase") == "TERMINAL"
         shot(d, "task-timeline")
         # the Perfetto file behind the download link is the worker's trace
         href = d.find_element(By.ID, "trace-download").get_attribute("href")
@@ -422,6 +423,25 @@ def test_security_headers_of_every_answer(dashboard):
     assert status == 401 and b"log in" in body
 
 
+def test_a_worker_that_leaves_the_registry_shows_as_gone(etcd, fleet, dashboard, tmp_path):
+    from tests.e2e.conftest import make_functions_dir
+
+    (third,) = start_workers(etcd, 1, make_functions_dir(tmp_path), {"TASK_SLOTS": "2"})
+    addr = f"127.0.0.1:{third.port}"
+    d = new_browser()
+    try:
+        login(d, dashboard.url, auth.HARNESS_TOKEN)
+        wait_for(d, lambda d: fleet_rows(d).get(addr, {}).get("state") == "ready", "the third worker, ready")
+        third.stop()                                  # SIGTERM: it drains and deregisters
+        wait_for(d, lambda d: fleet_rows(d).get(addr, {}).get("state") == "gone", "the third worker, gone")
+        assert all(fleet_rows(d)[f"127.0.0.1:{w.port}"]["state"] == "ready" for w in fleet)
+        shot(d, "fleet-gone")
+        assert_clean(d)
+    finally:
+        close_browser(d)
+        third.stop()
+
+
 def test_a_worker_serves_its_own_pages_only_when_asked(fleet, tmp_path):
     from tests.e2e.conftest import make_functions_dir
 
@@ -487,3 +507,32 @@ def test_under_tls_the_pages_are_https_and_the_cookie_secure(tmp_path):
         assert row["addr"] == f"127.0.0.1:{w.port}" and row["error"] == ""      # reached its own TLS port
     finally:
         w.stop()
+
+
+def test_the_pool_keeps_a_client_a_live_view_is_using(fleet):
+    """A task page's live progress holds its worker's client for as long as the task
+    runs; the idle sweep (which closes clients nobody asked for lately) must not
+    close it under the watch."""
+    import asyncio
+
+    from blockx.dashboard.clients import ClientPool
+
+    w = fleet[0]
+    tid = "held-" + secrets.token_hex(4)
+    submit(w, ALICE, tid, [("sleepy", [0.3, i]) for i in range(8)])         # about 1.2 s on 2 executors
+    now = [0.0]
+
+    async def go():
+        pool = ClientPool(None, clock=lambda: now[0], idle_s=1.0)
+        try:
+            async with pool.hold(ALICE, f"127.0.0.1:{w.port}") as c:
+                states = []
+                async for u in c.watch([tid]):
+                    states.append(u.state)
+                    now[0] += 5.0                                 # long past the idle time, still watching
+                    assert await pool.sweep({ALICE}) == 0
+                return states
+        finally:
+            await pool.close()
+    states = asyncio.run(go())
+    assert states[-1] == "SUCCEEDED"
