@@ -22,18 +22,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from urllib.parse import quote, urlsplit
 
 import pytest
 
 from blockx.worker.v1 import worker_pb2 as pb
-from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 from tests.support import auth
+from tests.support.dashboard import http, submit
 from tests.support.etcd import EtcdServer
 from tests.support.fleet import start_workers
-from tests.support.worker import WorkerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -66,7 +63,8 @@ def fleet(etcd, tmp_path_factory):
     tokens = auth.write_tokens(tmp_path_factory.mktemp("tokens"), {"admin": auth.HARNESS_TOKEN, "alice": ALICE,
                                                                     "bob": BOB})
     workers = start_workers(etcd, 2, fdir, {"TASK_SLOTS": "8", "RESULT_RETENTION_MS": "120000",
-                                            "WORKER_AUTH_TOKENS_FILE": tokens, "EXECUTOR_COUNT": "2"}, executors=2)
+                                            "CALL_DEADLINE_MS": "120000", "WORKER_AUTH_TOKENS_FILE": tokens,
+                                            "EXECUTOR_COUNT": "2"}, executors=2)
     try:
         yield workers
     finally:
@@ -200,27 +198,6 @@ def text_of(driver, el_id: str) -> str:
 # ---- tasks, submitted as an identity -----------------------------------------------------
 
 
-def submit(worker: WorkerProcess, token: str, task_id: str, calls: list[tuple[str, list]]) -> None:
-    ch = auth.channel(f"127.0.0.1:{worker.port}", token=token)
-    try:
-        task = pb.Task(task_id=task_id, function_call=pb.FunctionCallConfig(type="callList", payload=json.dumps(
-            {"calls": [{"functionId": f, "args": a} for f, a in calls]}).encode()))
-        pb_grpc.WorkerServiceStub(ch).SubmitTask(pb.SubmitTaskRequest(task=task), timeout=10)
-    finally:
-        ch.close()
-
-
-def http(url: str, *, cookie: str = "", method: str = "GET", body: dict | None = None,
-         headers: dict | None = None, ssl_context=None) -> tuple[int, dict, bytes]:
-    req = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
-                                 headers={**({"Cookie": cookie} if cookie else {}), **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=10, context=ssl_context) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
-
-
 def cookie_of(driver) -> dict:
     (c,) = [c for c in driver.get_cookies() if c["name"] == "bx_session"]
     return c
@@ -311,7 +288,7 @@ def test_cancel_a_task_from_its_page(fleet, dashboard):
 
     w = fleet[0]
     tid = "cancel-me-" + secrets.token_hex(4)
-    submit(w, ALICE, tid, [("sleepy", [0.5, i]) for i in range(20)])
+    submit(w, ALICE, tid, [("sleep_ms", [60_000 + i]) for i in range(4)])   # cancellable waits (sdk.sleep)
     d = new_browser()
     try:
         login(d, dashboard.url, ALICE)
@@ -373,7 +350,7 @@ def test_a_second_identity_cannot_see_the_first_ones_tasks(fleet, dashboard):
 def test_posts_need_the_sessions_csrf_token_and_own_origin(fleet, dashboard):
     w = fleet[1]
     tid = "csrf-" + secrets.token_hex(4)
-    submit(w, ALICE, tid, [("sleepy", [0.5, i]) for i in range(20)])
+    submit(w, ALICE, tid, [("sleep_ms", [60_000 + i]) for i in range(4)])   # cancellable waits (sdk.sleep)
     d = new_browser()
     try:
         login(d, dashboard.url, ALICE)
@@ -440,99 +417,3 @@ def test_a_worker_that_leaves_the_registry_shows_as_gone(etcd, fleet, dashboard,
     finally:
         close_browser(d)
         third.stop()
-
-
-def test_a_worker_serves_its_own_pages_only_when_asked(fleet, tmp_path):
-    from tests.e2e.conftest import make_functions_dir
-
-    assert all(w.find_event("dashboard_listening") is None for w in fleet)       # off by default
-    tokens = auth.write_tokens(tmp_path, {"admin": auth.HARNESS_TOKEN, "alice": ALICE})
-    w = WorkerProcess({"DASHBOARD_LISTEN": "127.0.0.1:0", "WORKER_AUTH_TOKENS_FILE": tokens},
-                      functions_dir=make_functions_dir(tmp_path), executors=1)
-    try:
-        w.start()
-        ev = w.wait_event("dashboard_listening")
-        base = f"http://127.0.0.1:{ev['port']}"
-        own = {"Content-Type": "application/json", "Origin": base}
-        status, _h, body = http(base + "/api/login", method="POST", body={"token": "not-a-token-of-this-worker"},
-                                headers=own)
-        assert status == 401, body
-        status, headers, body = http(base + "/api/login", method="POST", body={"token": ALICE}, headers=own)
-        assert status == 200, body
-        me = json.loads(body)
-        assert me["identity"] == "alice" and me["admin"] is False       # the worker knows its tokens' names
-        set_cookie = headers["Set-Cookie"]
-        assert "HttpOnly" in set_cookie and "SameSite=Strict" in set_cookie
-        cookie = set_cookie.split(";", 1)[0]
-        status, _h, body = http(base + "/api/fleet", cookie=cookie)
-        assert status == 200
-        assert [r["addr"] for r in json.loads(body)["workers"]] == [f"127.0.0.1:{w.port}"]
-        status, _h, body = http(base + "/", cookie=cookie)
-        assert status == 200 and b"/static/app.js" in body
-    finally:
-        w.stop()
-
-
-def test_under_tls_the_pages_are_https_and_the_cookie_secure(tmp_path):
-    import ssl
-
-    from blockx.client import ClientTLS
-    from tests.e2e.conftest import make_functions_dir
-    from tests.support.certs import CertAuthority
-
-    ca = CertAuthority(tmp_path / "pki")
-    server = ca.issue("server")
-    tokens = auth.write_tokens(tmp_path, {"admin": auth.HARNESS_TOKEN, "alice": ALICE})
-    w = WorkerProcess({"DASHBOARD_LISTEN": "127.0.0.1:0", "WORKER_AUTH_TOKENS_FILE": tokens,
-                       "WORKER_TLS_CERT": server.cert, "WORKER_TLS_KEY": server.key, "BLOCKX_TLS_CA": ca.cert},
-                      functions_dir=make_functions_dir(tmp_path), executors=1, tls=ClientTLS(ca=ca.cert))
-    try:
-        w.start()
-        ev = w.wait_event("dashboard_listening")
-        assert ev["scheme"] == "https"
-        base = f"https://127.0.0.1:{ev['port']}"
-        trust = ssl.create_default_context(cafile=ca.cert)
-        with pytest.raises((urllib.error.URLError, ConnectionError)):
-            http(f"http://127.0.0.1:{ev['port']}/")                    # no plain http beside it
-        status, headers, body = http(base + "/api/login", method="POST", body={"token": ALICE}, ssl_context=trust,
-                                     headers={"Content-Type": "application/json", "Origin": base})
-        assert status == 200, body
-        set_cookie = headers["Set-Cookie"]
-        assert set_cookie.startswith("__Host-bx_session=")
-        assert "Secure" in set_cookie and "HttpOnly" in set_cookie and "SameSite=Strict" in set_cookie
-        assert headers["Strict-Transport-Security"].startswith("max-age=")
-        status, _h, body = http(base + "/api/fleet", cookie=set_cookie.split(";", 1)[0], ssl_context=trust)
-        assert status == 200
-        (row,) = json.loads(body)["workers"]
-        assert row["addr"] == f"127.0.0.1:{w.port}" and row["error"] == ""      # reached its own TLS port
-    finally:
-        w.stop()
-
-
-def test_the_pool_keeps_a_client_a_live_view_is_using(fleet):
-    """A task page's live progress holds its worker's client for as long as the task
-    runs; the idle sweep (which closes clients nobody asked for lately) must not
-    close it under the watch."""
-    import asyncio
-
-    from blockx.dashboard.clients import ClientPool
-
-    w = fleet[0]
-    tid = "held-" + secrets.token_hex(4)
-    submit(w, ALICE, tid, [("sleepy", [0.3, i]) for i in range(8)])         # about 1.2 s on 2 executors
-    now = [0.0]
-
-    async def go():
-        pool = ClientPool(None, clock=lambda: now[0], idle_s=1.0)
-        try:
-            async with pool.hold(ALICE, f"127.0.0.1:{w.port}") as c:
-                states = []
-                async for u in c.watch([tid]):
-                    states.append(u.state)
-                    now[0] += 5.0                                 # long past the idle time, still watching
-                    assert await pool.sweep({ALICE}) == 0
-                return states
-        finally:
-            await pool.close()
-    states = asyncio.run(go())
-    assert states[-1] == "SUCCEEDED"
