@@ -7,7 +7,7 @@ It prints, per round: the fleet page's first contentful paint (the browser's
 paint timing, from navigation start), the time from navigation to the fleet
 table drawn with every worker (the first server-sent event), the tasks page
 load, the timeline's fetch and draw, and the dashboard process's RSS (VmRSS and
-VmHWM, its peak). Aims (issue 39): first paint under 1 s, RSS under 100 MB.
+VmHWM, its peak). The aims: first paint under 1 s, RSS under 100 MB.
 
     .venv/bin/python bench/dashboard_paint.py [--workers 3] [--tasks 1000] [--rounds 3]
 """
