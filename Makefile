@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(VPY) -m pytest
 ARGS    ?=
 
-.PHONY: build dist image image-base podman kubernetes-validate serve test typecheck test-compiled test-twins etcd iproute2 redis bubblewrap runc postgres prometheus tmux ganache bench bench-instructions bench-peers bench-micro bench-micro-ci clean
+.PHONY: build dist image image-base podman kubernetes-validate serve test typecheck test-compiled test-twins etcd iproute2 redis bubblewrap runc postgres prometheus tmux chromium ganache bench bench-instructions bench-peers bench-micro bench-micro-ci clean
 
 build: $(STAMP)
 	$(VPY) setup.py -q build_ext --inplace
@@ -90,6 +90,12 @@ tmux:
 	@command -v tmux >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null)
 	@command -v tmux >/dev/null 2>&1 || { echo "tmux is missing and could not be installed" >&2; exit 1; }
 
+# chromium and chromium-driver (Debian's) run the dashboard's browser tests (tests/e2e/test_dashboard.py),
+# headless; Selenium is given both paths, so it never downloads a browser or a driver.
+chromium:
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { echo "chromium or chromium-driver is missing and could not be installed" >&2; exit 1; }
+
 # PostgreSQL (Debian's initdb + pg_ctl) is a test dependency of the data-plane
 # suites: they start a throwaway cluster of their own on a free loopback port.
 postgres:
@@ -109,7 +115,7 @@ ganache:
 	@test -x $(GANACHE) || npm install --prefix .npm-tools --no-audit --no-fund --silent ganache@7
 	@test -x $(GANACHE) || { echo "ganache is missing and could not be installed (npm install ganache@7)" >&2; exit 1; }
 
-test: build etcd redis bubblewrap runc postgres prometheus tmux ganache iproute2 podman image kubernetes-validate typecheck test-compiled test-twins bench-micro-ci
+test: build etcd redis bubblewrap runc postgres prometheus tmux chromium ganache iproute2 podman image kubernetes-validate typecheck test-compiled test-twins bench-micro-ci
 
 # mypy over blockx/ (its settings: [tool.mypy] in pyproject.toml).
 typecheck: build

@@ -84,7 +84,8 @@ setup(
     # code) make the installed package typed; MANIFEST.in lists the sdist's files.
     package_data={"blockx._fast": ["*.pxd", "*.pyx", "*.pyi"],
                   "blockx.core.dispatch": ["*.pxd", "*.pyx", "*.pyi"], "blockx": ["py.typed", "examples/functions/*.py"],
-                  "blockx.worker.v1": ["*.pyi"], "blockx_executor": ["py.typed"]},
+                  "blockx.worker.v1": ["*.pyi"], "blockx_executor": ["py.typed"],
+                  "blockx.dashboard": ["static/*.html", "static/*.js", "static/*.css", "static/*.svg"]},
     ext_modules=extensions,
     # Compile the extensions two at a time (`make build`, and a wheel build).
     options={"build_ext": {"parallel": min(4, os.cpu_count() or 1)}},

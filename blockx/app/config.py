@@ -329,6 +329,8 @@ class WorkerFullConfig:
                                                 doc="backstop beside pub/sub: the epoch key read every N ms")
     socket_path: str = _f(default_factory=default_socket_path, env="EXECUTOR_SOCKET_PATH")
     metrics_listen: str = _f("127.0.0.1:9464", env="METRICS_LISTEN", doc="empty disables")
+    dashboard_listen: str = _f("", env="DASHBOARD_LISTEN",
+                               doc="the worker's own dashboard pages (blockx.dashboard), host:port; empty disables")
     # the memory diagnostics log line (a JSON key only, no environment variable)
     memory_diagnostics_interval_ms: int = _f(60_000, doc="memory_diagnostics log line every N ms; 0 disables")
     shadow_submit_target_addr: str = _f("", env="SHADOW_SUBMIT_TARGET_ADDR")

@@ -203,6 +203,7 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
                    "Unix socket path limit")
 
     addr("metricsListen", cfg.metrics_listen, allow_empty=True)
+    addr("dashboardListen", cfg.dashboard_listen, allow_empty=True)
 
     rate = cfg.shadow_submit_sample_rate
     addr("shadowSubmitTargetAddr", cfg.shadow_submit_target_addr, allow_empty=True)

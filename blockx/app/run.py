@@ -386,6 +386,10 @@ class Worker:
         ticker = loop.create_task(self._ticker())
         memdiag = loop.create_task(self.memory_diagnostics.run())
         await server.start()
+        own_dashboard = None              # the Worker's own dashboard pages: DASHBOARD_LISTEN, off by default
+        if cfg.dashboard_listen:
+            from blockx.dashboard.own import start_own_dashboard
+            own_dashboard = await start_own_dashboard(cfg, self.worker_addr, self.auth)
         await set_alive(self.health)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
@@ -461,6 +465,8 @@ class Worker:
         log_event(log, "shutdown_step", step="watch_streams_closed")
         if shadow is not None:
             await shadow.close()
+        if own_dashboard is not None:
+            await own_dashboard.stop()
         await server.stop(GRPC_STOP_GRACE_S)
         budget.stop()
         if spans is not None:       # the exporter process flushes the spans it holds, then exits

@@ -153,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_trace_parser(sub, client)
     from blockx.cli.tasks import add_parsers as add_task_parsers    # cancel, tasks, health
     add_task_parsers(sub, client)
+    from blockx.cli.dashboard import add_parser as add_dashboard_parser    # the fleet in a browser
+    add_dashboard_parser(sub)
     add_completion_parser(sub)
     return p
 
