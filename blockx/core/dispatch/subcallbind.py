@@ -165,11 +165,6 @@ class SubcallBinder:
         self._try_bind(child, out)
         return False
 
-    def waits_on(self, leader: CallRecord, child: CallRecord):
-        """True when ``leader`` waits, through its subtree and the calls its
-        subtree waits on, for one of ``child``'s ancestors (introspection)."""
-        return _waits_on(leader, child)
-
     def _not_active(self, parent_call_id):
         return SubcallRejected(
             REJECT_PARENT_NOT_ACTIVE,
