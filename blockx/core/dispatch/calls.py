@@ -10,7 +10,8 @@ Rules and theory of operation:
   call id and only increments ``attempt_count`` (the attempt seq the executor
   echoes), so late frames of an older attempt are told apart by that number.
 - A READY call is in exactly one place: its task's ready queue, the waiter
-  list of a singleflight leader (``leader`` set), the retry timer
+  list of a singleflight leader (``leader`` set; a subcall waiter is also listed
+  under its parent), the retry timer
   (``retry_armed``), or, for subcalls, the SubcallBinder's parking
   (``parked``).
 - A root gets its context when it is admitted (``take_call`` makes it from the

@@ -45,8 +45,10 @@ The last path segment tells the forms apart, so ids are unique across tasks.
 
 Theory of operation: per-task ReadyQueue, admission window
 (``task_max_inflight_calls`` root calls RUNNING/WAITING), a per-task cache of
-successful outputs and singleflight (a second call with the key of an
-in-flight root waits for it) keyed by ``cachekey.cache_key``; Filter -> Score
+successful outputs and singleflight (a second root with the key of an
+in-flight root waits for it; a subcall with the key of an in-flight root or
+subcall of its task waits for it, unless that would close a cycle; see
+subcalls) keyed by ``cachekey.cache_key``; Filter -> Score
 executor selection; retries ``base * 2^(attempt-1)`` + jitter via
 ArmCallRetry; stale events dropped; FAST_FAIL stops dispatching on the first
 final root failure and drain-cancels the rest once nothing is in flight; DONE

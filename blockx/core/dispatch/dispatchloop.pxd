@@ -166,6 +166,11 @@ cdef class CallLifecycle:
     cdef int _set_terminal(self, CallRecord ctx, bint ok, object output, object kind,
                            object message, object retryable, object budget_used_ms,
                            bint counted, list out, bint notify) except -1
+    cdef int _settle_waiters(self, CallRecord ctx, bint ok, object output, object kind,
+                             object message, object retryable, bint counted,
+                             list out) except -1
+    cdef int _release_subcall_waiters(self, CallRecord ctx, list out) except -1
+    cdef int _hand_off(self, CallRecord leader, list moved, list out) except -1
 
 
 cdef tuple _check_spec(task_id, Py_ssize_t i, spec)

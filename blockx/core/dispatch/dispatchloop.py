@@ -641,6 +641,7 @@ class CallLifecycle:
         out: list = []
         ctx: CallRecord
         nxt: CallRecord
+        lead: CallRecord
         task: TaskCalls
         rec: ExecutorRecord
         view: ExecutorView
@@ -679,9 +680,13 @@ class CallLifecycle:
                 self._set_terminal(ctx, True, cached, "", "", False, 0, True, out, True)
                 continue
             leader = task.flights.get(key)
-            if leader is not None and leader is not ctx:  # ctx itself leads while retrying
-                _join(leader, ctx)
-                continue
+            # ctx itself leads while retrying; a root never waits on a subcall
+            # (a subcall leader gives no attempts of its own to the roots' policy).
+            if leader is not None and leader is not ctx:
+                lead = leader
+                if lead.parent is None:
+                    _join(lead, ctx)
+                    continue
             if not views:
                 i = -1
             else:
@@ -780,6 +785,8 @@ class CallLifecycle:
         else:
             ctx.retry_armed = True
             self.retry.requeue(ctx, now, out)
+            if ctx.waiters:
+                self._release_subcall_waiters(ctx, out)
         return 0
 
     # --- waits ----------------------------------------------------------------------------
@@ -811,7 +818,9 @@ class CallLifecycle:
         """Register a subcall of ``parent_call_id``: ``(child_call_id, commands)``,
         or ``(SubcallRejected, [])`` when the SubcallBinder refuses it. A result
         in the task's cache answers it at once (CompleteCallFromCache, then
-        SubcallDone); otherwise it binds beside its parent or is parked.
+        SubcallDone); a call of the task with its key in flight makes it wait
+        (no command: the leader's end answers it the same way); otherwise it
+        leads its key and binds beside its parent or is parked.
         ``args_json`` must be canonical (cachekey.canonical_args_json)."""
         child: CallRecord
         task: TaskCalls
@@ -928,6 +937,8 @@ class CallLifecycle:
             ctx.bound = False
             ctx.retry_armed = True
             self.retry.arm(ctx, now, out)
+            if ctx.waiters:
+                self._release_subcall_waiters(ctx, out)
         else:
             self._set_terminal(ctx, False, None, kind, message, retryable, budget_used_ms, True,
                                out, True)
@@ -1125,6 +1136,20 @@ class CallLifecycle:
                         None, ERR_SUBCALL_FAILED,
                         f"subcall {ctx.function_id} ({ctx.call_id}) failed: {kind}: {message}",
                         retryable, budget_used_ms, parent.attempt_count, kind))
+            if ctx.leader is not None:
+                # A waiter that ends first (its parent ended): its leader forgets it.
+                w = ctx.leader
+                ctx.leader = None
+                if w.waiters:
+                    try:
+                        w.waiters.remove(ctx)
+                    except ValueError:
+                        pass
+            key = ctx.key
+            if task.flights.get(key) is ctx:
+                del task.flights[key]
+            if ctx.waiters:
+                self._settle_waiters(ctx, ok, output, kind, message, retryable, counted, out)
             return 0
         del task.pending[ctx.call_id]
         key = ctx.key
@@ -1149,16 +1174,109 @@ class CallLifecycle:
                 self.tasks.stop(task, "call failed")
         if task.flights.get(key) is ctx:
             del task.flights[key]
-        waiters = ctx.waiters
-        if waiters:
-            ctx.waiters = None
-            for ww in waiters:
-                w = ww
-                self._set_terminal(w, ok, output, kind, message, retryable, 0, counted, out, True)
+        if ctx.waiters:
+            self._settle_waiters(ctx, ok, output, kind, message, retryable, counted, out)
         batch = task.batches[ctx.batch_idx]
         batch.remaining -= 1
         if batch.remaining == 0:
             task.settle_ready.append(batch)
         if not task.dirty:
             self.tasks.mark_dirty(task)
+        return 0
+
+    # --- singleflight -----------------------------------------------------------------------
+
+    def _settle_waiters(self, ctx, ok, output, kind, message, retryable, counted, out):
+        """ctx, a leader, is DONE: its waiters end with its result. Roots wait on
+        roots only and take any result, as ever. A subcall waiter takes a result
+        the function gave (an output; a final root failure; a subcall's failure
+        that is not retryable); when the leader ended without one (cancelled with
+        its parent or its task's drain, or a retryable failure of its one
+        attempt), the subcall waiters are handed over instead (``_hand_off``)."""
+        w: CallRecord
+        task: TaskCalls = ctx.task
+        waiters: list = ctx.waiters
+        ctx.waiters = None
+        deliver: cython.bint = ok or (counted and (ctx.parent is None or not retryable))
+        moved: list = None
+        for ww in waiters:
+            w = ww
+            if w.parent is None:
+                self._set_terminal(w, ok, output, kind, message, retryable, 0, counted, out, True)
+            elif deliver:
+                w.leader = None
+                if w.state != _DONE:
+                    out.append(CompleteCallFromCache(w.call_id, task.task_id, True,
+                                                     w.parent.call_id))
+                    self._set_terminal(w, ok, output, kind, message, retryable, 0, counted, out,
+                                       True)
+            else:
+                if moved is None:
+                    moved = []
+                moved.append(w)
+        if moved is not None:
+            self._hand_off(ctx, moved, out)
+        return 0
+
+    def _release_subcall_waiters(self, ctx, out):
+        """A root leader went back to READY (a retry, a failed bind): its root
+        waiters stay, its subcall waiters do not wait on a call that may not run
+        again (its task may stop dispatching meanwhile)."""
+        w: CallRecord
+        stay: list = []
+        moved: list = []
+        for ww in ctx.waiters:
+            w = ww
+            if w.parent is None:
+                stay.append(w)
+            else:
+                moved.append(w)
+        if moved:
+            ctx.waiters = stay if stay else None
+            self._hand_off(ctx, moved, out)
+        return 0
+
+    def _hand_off(self, leader, moved, out):
+        """Subcall waiters whose leader will not answer them: a result cached
+        meanwhile answers them; else the first whose parent still runs leads in
+        its place (it binds beside its own parent, and no longer counts as a
+        cache hit) and the others wait on it. A waiter whose parent is ending is
+        left to that parent's subtree cancellation, as is every waiter of a
+        task being cancelled."""
+        w: CallRecord
+        p: CallRecord
+        first: CallRecord = None
+        task: TaskCalls = leader.task
+        for ww in moved:
+            w = ww
+            w.leader = None
+        if task.removed:
+            return 0
+        key = leader.key
+        cached = task.cache.get(key)
+        for ww in moved:
+            w = ww
+            if w.state == _DONE:
+                continue
+            p = w.parent
+            siblings = p.children
+            if (p.state != _RUNNING and p.state != _WAITING) or not siblings \
+                    or w.call_id not in siblings:
+                continue
+            if cached is not None:
+                out.append(CompleteCallFromCache(w.call_id, task.task_id, True, p.call_id))
+                self._set_terminal(w, True, cached, "", "", False, 0, True, out, True)
+            elif first is None:
+                first = w
+                task.cache_hits -= 1
+            else:
+                w.leader = first
+                if first.waiters is None:
+                    first.waiters = [w]
+                else:
+                    first.waiters.append(w)
+        if first is not None:
+            if task.flights.get(key) is None:
+                task.flights[key] = first
+            self.subcalls.try_bind(first, out)
         return 0

@@ -13,7 +13,8 @@ Events (each takes ``now`` and returns the adapter's commands, in order):
   call_waiting       RUNNING -> WAITING (io, subcall) of the current attempt
   call_resumed       WAITING -> RUNNING once its ResumeCall was written
   add_subcall        a running call asks for a subcall (SubcallBinder checks
-                     it; the task's cache may answer it at once)
+                     it; the task's cache may answer it at once, or it waits on
+                     the task's in-flight call with its key)
   call_completed     UnbindCall, then terminal accounting
   call_failed        UnbindCall, the subtree cancelled, then a retry
                      (RetryScheduler) or terminal accounting
@@ -45,7 +46,9 @@ Rules and theory of operation:
   the output cap), counts a failure (FAST_FAIL stops the task on the first
   final root failure), settles its batch and marks the task dirty. A subcall's
   result fills the cache and resumes its parent (SubcallDone) unless it was
-  cancelled. Ending a call cancels its subtree.
+  cancelled, and resolves its subcall waiters (CompleteCallFromCache, then
+  SubcallDone) or hands them over when it carries no result of the function
+  (rules in blockx/core/dispatch/subcalls.py). Ending a call cancels its subtree.
 - A failed attempt is retried when it is retryable, a root, has attempts left
   and its task still dispatches; the call is READY with ``retry_armed`` until
   ``retry_ready`` hands it back, once.

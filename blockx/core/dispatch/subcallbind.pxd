@@ -3,7 +3,10 @@ cimport cython
 from blockx._fast.scoring cimport ExecutorView
 from blockx._fast.cachekey cimport cache_key_c
 from blockx.core.dispatch.callcmds cimport new_bind_call
-from blockx.core.dispatch.dispatchloop cimport CallRecord, ExecutorRecord
+from blockx.core.dispatch.dispatchloop cimport CallRecord, ExecutorRecord, TaskCalls
+
+
+cdef bint _waits_on(CallRecord leader, CallRecord child) except -1
 
 
 @cython.final

@@ -31,6 +31,34 @@ DONE = cython.declare(cython.int, 3)
 __all__ = ["SubcallBinder"]
 
 
+def _waits_on(leader: CallRecord, child: CallRecord):
+    # Joining makes child's ancestors wait on leader: refused when leader already
+    # waits on one of them (a cycle nothing would ever end). The edges are a
+    # call's active children and, for a subcall that waits, its leader; the walk
+    # covers what leader waits on, so it costs only when a subcall joins a flight.
+    n: CallRecord
+    ancestors: set = set()
+    a = child.parent
+    while a is not None:
+        ancestors.add(a)
+        n = a
+        a = n.parent
+    seen: set = set()
+    stack: list = [leader]
+    while stack:
+        n = stack.pop()
+        if n in ancestors:
+            return True
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.children:
+            stack.extend(n.children.values())
+        if n.leader is not None:
+            stack.append(n.leader)
+    return False
+
+
 @cython.final
 @cython.cclass
 class SubcallBinder:
@@ -104,8 +132,9 @@ class SubcallBinder:
         return child
 
     def attach(self, child: CallRecord, out: list):
-        """A new child the cache did not answer: list it under its parent and
-        bind it beside the parent, or park it."""
+        """A new child the cache did not answer: list it under its parent, then
+        wait on the task's in-flight call with its key (singleflight: True, no
+        command), or lead its key and bind beside the parent, or park."""
         parent: CallRecord = child.parent
         children = parent.children
         if children is None:
@@ -113,7 +142,28 @@ class SubcallBinder:
         else:
             siblings: dict = children
             siblings[child.call_id] = child
+        task: TaskCalls = child.task
+        flights: dict = task.flights
+        key = child.key
+        lead = flights.get(key)
+        if lead is None:
+            flights[key] = child
+        else:
+            leader: CallRecord = lead
+            # A root leads while it runs: one backing off may never run again
+            # (its task stops dispatching), so it is not waited on.
+            if ((leader.parent is not None or leader.state == RUNNING
+                 or leader.state == WAITING) and not _waits_on(leader, child)):
+                child.leader = leader
+                if leader.waiters is None:
+                    leader.waiters = [child]
+                else:
+                    waiters: list = leader.waiters
+                    waiters.append(child)
+                task.cache_hits += 1
+                return True
         self._try_bind(child, out)
+        return False
 
     def _not_active(self, parent_call_id):
         return SubcallRejected(

@@ -23,9 +23,25 @@ Rules and theory of operation:
   bound and on every executor snapshot update.
 - A cached result (the task's CallCache) answers at once: CompleteCallFromCache
   then SubcallDone, no executor involved.
-- Subcalls never join a singleflight nor lead one (they only read the cache):
-  a subcall waiting on an unrelated root that itself waits on a subcall could
-  deadlock across calls, bounded only by budgets.
+- Singleflight (the task's, as for roots): a child whose key is in flight in
+  its task (a root RUNNING / WAITING, or another subcall not yet DONE) waits
+  on that leader instead of binding (READY with ``leader`` set, listed under
+  its parent, counted in cache_hits) and ends with the leader's result:
+  CompleteCallFromCache then SubcallDone. A child whose key is not in flight
+  leads it. A root backing off is not waited on (its task may stop dispatching
+  before it runs again), and a join that would close a cycle is refused: when
+  the leader already waits (through its subtree, and the leaders its subtree's
+  waiters wait on) on one of the child's ancestors, the child runs on its own,
+  as it would without singleflight. Roots do not wait on subcall leaders.
+- A leader's result reaches its subcall waiters when the function gave one (an
+  output; a final root failure; a subcall failure that is not retryable). A
+  leader that ends without one (cancelled with its parent, its task drained, a
+  retryable failure of a subcall's one attempt) or a root leader that goes back
+  to READY (a retry, a failed bind) hands its subcall waiters over: a result
+  cached meanwhile answers them, else the first whose parent still runs leads
+  in its place and binds beside its own parent (no longer a cache hit), the
+  others wait on it. A waiter whose parent ends is cancelled with that subtree
+  and leaves its leader's list; a cancelled task takes all of its calls at once.
 - When the parent ends or one of its attempts fails, its whole subtree is
   cancelled (``cancel_subtree``) without resuming it.
 Subcall ids are ``f"{parent_call_id}/sub-{n}"`` with ``n`` from this binder's

@@ -4,11 +4,15 @@ root calls that the adapters' progress updates carry), and random schedules.
 
 The random schedules: tasks with duplicate keys (cache / singleflight),
 completions, retryable and final failures, bind failures, executor loss and
-return, capacity changes, subcalls, cancellations and time. Invariants after
-every step: no task has more root calls in flight than its window, no executor
-more root calls than executor_max_inflight, the core's local_inflight equals the
-reservations the adapter holds, a converged or cancelled task has nothing in
-flight, and a task converges at most once. At teardown everything is driven to
+return, capacity changes, subcalls (whose keys may match roots and each other:
+subcall singleflight), cancellations and time. Invariants after every step: no
+task has more root calls in flight than its window, no executor more root calls
+than executor_max_inflight, the core's local_inflight equals the reservations
+the adapter holds, a converged or cancelled task has nothing in flight, a task
+converges at most once, a subcall waiting on a singleflight leader waits on one
+that is live (a running root, or a subcall not DONE) under a running parent,
+nothing waits on itself (the wait graph of children and leaders has no cycle),
+and every subcall answer (SubcallDone) is the one its key's function gives. At teardown everything is driven to
 quiescence and each surviving task must have converged exactly once with the
 outputs an independent oracle predicts (call-list order, failed roots skipped)."""
 from __future__ import annotations
@@ -21,7 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from blockx.core.dispatch.types import RetryPolicy
 from blockx.core.dispatch.commands import BindCall
 from blockx.core.dispatch.config import DispatcherConfig
-from blockx.core.dispatch.calls import DONE
+from blockx.core.dispatch.calls import DONE, READY, RUNNING, WAITING
 from blockx.core.dispatch.types import PinnedCall, RetryPolicy
 from blockx.core.dispatch.commands import BindCall
 from blockx.core.dispatch.types import PinnedCall
@@ -83,8 +87,36 @@ EXECUTORS = ("e1", "e2")
 POISON = "p"   # a root of this function always fails with a user error
 
 
-def _output(args_json: bytes) -> bytes:
-    return b'{"r":' + args_json + b"}"
+def _output(function_id: str, args_json: bytes) -> bytes:
+    return b'{"' + function_id.encode() + b'":' + args_json + b"}"
+
+
+def _wait_cycle(calls) -> bool:
+    """A cycle among live calls of: a call waits on its children, a subcall
+    waiter on its leader."""
+    def edges(c):
+        out = [x for x in (c.children or {}).values() if x.state != DONE]
+        if c.parent is not None and c.leader is not None and c.state != DONE:
+            out.append(c.leader)
+        return out
+    colour: dict[int, int] = {}
+    for start in calls:
+        if start.state == DONE or id(start) in colour:
+            continue
+        stack = [(start, iter(edges(start)))]
+        colour[id(start)] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                colour[id(node)] = 2
+                stack.pop()
+            elif colour.get(id(nxt)) == 1:
+                return True
+            elif id(nxt) not in colour:
+                colour[id(nxt)] = 1
+                stack.append((nxt, iter(edges(nxt))))
+    return False
 
 
 class DispatcherMachine(RuleBasedStateMachine):
@@ -101,6 +133,8 @@ class DispatcherMachine(RuleBasedStateMachine):
         self.n = 0
         self.requests = 0
         self.seen_done = 0
+        self.expected: dict[str, tuple[str, bytes]] = {}   # request id -> (function, args)
+        self.answered: set[str] = set()
         # Count every root's transitions into DONE at the single accounting point.
         self.done_counts: dict[str, int] = {}
         core = self.h.core
@@ -132,12 +166,14 @@ class DispatcherMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.h.live)
     @rule(i=st.integers(0, 100))
     def finish_call(self, i):
-        cid = self._pick_live(i)
+        self._finish(self._pick_live(i))
+
+    def _finish(self, cid):
         cmd = self.h.live[cid]
-        if cmd.function_id == POISON and not cmd.parent_call_id:
+        if cmd.function_id == POISON:
             self.h.fail(cid, "USER_ERROR", False, "poison")
         else:
-            self.h.complete(cid)
+            self.h.complete(cid, output=_output(cmd.function_id, cmd.args_json))
 
     @precondition(lambda self: self.h.live)
     @rule(i=st.integers(0, 100), kind=st.sampled_from(["EXECUTOR_LOST", "OUTBOX_FULL",
@@ -146,15 +182,37 @@ class DispatcherMachine(RuleBasedStateMachine):
         self.h.fail(self._pick_live(i), kind, True, "transient")
 
     @precondition(lambda self: self.h.live)
-    @rule(i=st.integers(0, 100), fn=st.sampled_from(["s", "f"]), a=st.integers(0, 2),
+    @rule(i=st.integers(0, 100), fn=st.sampled_from(["s", "f", "g", POISON]), a=st.integers(0, 2),
           waiting=st.booleans())
     def request_subcall(self, i, fn, a, waiting):
+        # Digest "d", as the roots': a subcall f(1) has the key of a root f(1).
         cid = self._pick_live(i)
         cmd = self.h.live[cid]
         if waiting:
             self.h.core.handle_call_waiting(cid, cmd.attempt_seq, self.h.now)
+        self._ask(cid, fn, a)
+
+    def _ask(self, cid, fn, a):
+        cmd = self.h.live[cid]
         self.requests += 1
-        self.h.subcall(cid, fn, a, request_id=f"r{self.requests}")
+        rid = f"r{self.requests}"
+        args = orjson.dumps([a])
+        self.expected[rid] = (fn, args)
+        _, cmds = self.h.core.add_subcall(cid, cmd.executor_id, rid, fn, "d", args, 100,
+                                          self.h.now)
+        self.h.feed(cmds)
+
+    @precondition(lambda self: len(self.h.live) > 1)
+    @rule(i=st.integers(0, 100), j=st.integers(1, 100), fn=st.sampled_from(["s", "f", POISON]),
+          a=st.integers(0, 1))
+    def two_calls_ask_alike(self, i, j, fn, a):
+        # The same subcall from two live calls at once: the second waits on the first.
+        live = sorted(self.h.live)
+        first = live[i % len(live)]
+        second = live[(i + j) % len(live)]
+        self._ask(first, fn, a)
+        if second != first and second in self.h.live:
+            self._ask(second, fn, a)
 
     def _parents_with_live_children(self):
         live = self.h.live
@@ -168,9 +226,8 @@ class DispatcherMachine(RuleBasedStateMachine):
         cid = parents[i % len(parents)]
         if how == "retry":
             self.h.fail(cid, "RESUME_SEND_FAILED", True, "resume lost")
-        elif how == "complete" and not (self.h.live[cid].function_id == POISON
-                                        and not self.h.live[cid].parent_call_id):
-            self.h.complete(cid)
+        elif how == "complete":
+            self._finish(cid)
         else:
             eid = self.h.live[cid].executor_id
             if eid not in self.lost:
@@ -249,6 +306,33 @@ class DispatcherMachine(RuleBasedStateMachine):
         self.seen_done = len(self.h.subcall_done)
 
     @invariant()
+    def subcall_answers_are_their_functions_once(self):
+        for done in self.h.subcall_done:
+            if done.request_id in self.answered:
+                continue
+            self.answered.add(done.request_id)
+            fn, args = self.expected[done.request_id]
+            if done.ok:
+                assert done.output_json == _output(fn, args), (done, fn, args)
+            elif done.child_error_kind == "USER_ERROR":
+                assert fn == POISON, done
+        assert len({d.child_call_id for d in self.h.subcall_done}) == len(self.h.subcall_done)
+
+    @invariant()
+    def subcall_waiters_wait_on_live_leaders_without_cycles(self):
+        calls = list(self.h.core.calls.by_id.values())
+        for c in calls:
+            if c.parent is None or c.leader is None or c.state == DONE:
+                continue
+            lead = c.leader
+            assert c.state == READY and not c.parked, c
+            assert lead.state != DONE and c in (lead.waiters or []), (c, lead)
+            if lead.parent is None:
+                assert lead.state in (RUNNING, WAITING), (c, lead)
+            assert c.parent.state in (RUNNING, WAITING) and c.call_id in (c.parent.children or {}), c
+        assert not _wait_cycle(calls)
+
+    @invariant()
     def roots_end_done_at_most_once(self):
         assert all(n == 1 for n in self.done_counts.values()), self.done_counts
 
@@ -269,12 +353,7 @@ class DispatcherMachine(RuleBasedStateMachine):
             h.set_executor(eid, usable_contexts=8, healthy=True, heartbeat_seq=self.hb)
         for _ in range(500):
             if h.live:
-                cid = sorted(h.live)[0]
-                cmd = h.live[cid]
-                if cmd.function_id == POISON and not cmd.parent_call_id:
-                    h.fail(cid, "USER_ERROR", False, "poison")
-                else:
-                    h.complete(cid)
+                self._finish(sorted(h.live)[0])
             elif h.timers:
                 h.advance(h.timers[0][0] - h.now)
             else:
@@ -291,13 +370,14 @@ class DispatcherMachine(RuleBasedStateMachine):
                 assert not c.ok and c.failure_code == "CALL_FAILED" and c.outputs == []
             else:
                 assert c.ok, c
-                assert c.outputs == [_output(s.args_json) for s in calls
+                assert c.outputs == [_output(s.function_id, s.args_json) for s in calls
                                      if s.function_id != POISON]
                 assert c.calls_failed == sum(s.function_id == POISON for s in calls)
         for eid in EXECUTORS:
             assert h.core.executor_view(eid).local_inflight == 0
         assert not h.bound
         assert h.core.pending_bind_subcalls() == []
+        assert all(c.state == DONE for c in h.core.calls.by_id.values() if c.parent is not None)
         # Binds only ever went to executors that existed.
         assert {c.executor_id for c in h.log if type(c) is BindCall} <= set(EXECUTORS)
 
