@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from blockx.client import WorkerClient
 from blockx.worker.v1 import worker_pb2 as pb
 
 SPANS = ("task", "activation", "builder", "calls", "call", "plugin")
+WAYS = ("unary", "session")
 BLOCK = 25              # tasks per block; the unary and session blocks alternate
 
 
@@ -91,44 +93,57 @@ async def _session_task(session: WorkerClient, tid: str, i: int) -> float:
     return secs
 
 
-async def worker_budget(worker: BenchWorker, n: int, timeout: float) -> dict:
-    """``n`` sequential tasks each way; the client's latency and the trace spans."""
-    client = Client(worker.addr, worker.token)
-    ids: dict[str, list[str]] = {"unary": [], "session": []}
-    client_us: dict[str, list[float]] = {"unary": [], "session": []}
+async def worker_budget(workers: dict[str, BenchWorker], n: int, timeout: float) -> dict:
+    """``n`` sequential tasks each way on each worker, in blocks that alternate
+    the ways and rotate the workers; per worker and way the client's latency
+    and the medians of the trace spans."""
+    clients = {label: Client(w.addr, w.token) for label, w in workers.items()}
+    sessions: dict[str, WorkerClient] = {}
+    ids = {(label, way): [] for label in workers for way in WAYS}
+    client_us: dict[tuple, list[float]] = {key: [] for key in ids}
     deadline = time.monotonic() + timeout
     try:
-        async with WorkerClient(worker.addr, token=worker.token) as session:
-            await sc.warm_up(client, ["add"])
+        for label, w in workers.items():
+            sessions[label] = s = WorkerClient(w.addr, token=w.token)
+            await s.connect()
+            await sc.warm_up(clients[label], ["add"])
             for i in range(20):                        # the session path's lazy parts, too
-                await _session_task(session, sc.new_id("lwarm"), i)
-            prefix = sc.new_id("l")
-            i = 0
-            while i < n:
-                for way in ("unary", "session"):
+                await _session_task(s, sc.new_id("lwarm"), i)
+        prefix = sc.new_id("l")
+        labels = list(workers)
+        i = block = 0
+        while i < n:
+            for label in labels[block % len(labels):] + labels[:block % len(labels)]:
+                for way in WAYS:
                     for j in range(i, min(n, i + BLOCK)):
-                        tid = f"{prefix}-{way[0]}-{j}"
-                        secs = await (_unary_task(client, tid, j) if way == "unary"
-                                      else _session_task(session, tid, j))
-                        ids[way].append(tid)
-                        client_us[way].append(secs * 1e6)
-                    if time.monotonic() > deadline:
-                        raise BenchFailure(f"(l) exceeded {timeout}s after {i} tasks each way")
-                i += BLOCK
-        out: dict = {"tasks_each_way": n}
-        for way in ("unary", "session"):
+                        tid = f"{prefix}-{label}-{way[0]}-{j}"
+                        secs = await (_unary_task(clients[label], tid, j) if way == "unary"
+                                      else _session_task(sessions[label], tid, j))
+                        ids[label, way].append(tid)
+                        client_us[label, way].append(secs * 1e6)
+            if time.monotonic() > deadline:
+                raise BenchFailure(f"(l) exceeded {timeout}s after {i} tasks each way")
+            i += BLOCK
+            block += 1
+        out: dict = {}
+        for (label, way), tids in ids.items():
             spans: dict[str, list[int]] = {s: [] for s in SPANS}
-            for tid in ids[way]:
-                tr = await client.stub.GetTaskTrace(pb.GetTaskTraceRequest(task_id=tid), timeout=10)
+            for tid in tids:
+                tr = await clients[label].stub.GetTaskTrace(pb.GetTaskTraceRequest(task_id=tid), timeout=10)
                 for s, us in spans_of(tr.chrome_trace_json).items():
                     if s in spans:
                         spans[s].append(us)
-            out[way] = {"client_p50_us": _median(client_us[way]), "client_p90_us": _p(client_us[way], 90),
-                        "span_median_us": {s: _median(v) for s, v in spans.items()},
-                        "span_p90_us": {s: _p(v, 90) for s, v in spans.items()}}
+            cu = client_us[label, way]
+            out.setdefault(label, {})[way] = {
+                "client_p50_us": _median(cu), "client_p90_us": _p(cu, 90),
+                "span_median_us": {s: _median(v) for s, v in spans.items()},
+                "span_p90_us": {s: _p(v, 90) for s, v in spans.items()}}
         return out
     finally:
-        await client.close()
+        for s in sessions.values():
+            await s.close()
+        for c in clients.values():
+            await c.close()
 
 
 # ---- the floors ------------------------------------------------------------------------
@@ -209,43 +224,57 @@ async def _grpc_pings(client: Client, n: int) -> dict:
 
 
 def table(res: dict) -> str:
-    """The span table (stderr): medians of each span, unary and session, and the floors."""
-    u, s, f = res["unary"], res["session"], res["floors"]
+    """The span table (stderr): medians of each span, unary and session (and the
+    baseline's, with --l-baseline), and the floors."""
+    f = res["floors"]
+    cols = [(label, way) for label in res["workers"] for way in WAYS]
+    head = "".join(f" {(way if label == 'worker' else label + ' ' + way):>14}" for label, way in cols)
     rows = [f"(l) one-call task, {res['tasks_each_way']} sequential each way, median us",
-            f"  {'span':<12} {'unary':>8} {'session':>8}"]
+            f"  {'span':<12}{head}"]
     for span in SPANS:
-        rows.append(f"  {span:<12} {u['span_median_us'][span]:>8.0f} {s['span_median_us'][span]:>8.0f}")
-    rows.append(f"  {'client p50':<12} {u['client_p50_us']:>8.0f} {s['client_p50_us']:>8.0f}")
-    rows.append(f"  floors: UDS round trip {f['uds']['round_trip_us']:.0f}, grpc unary {f['grpc']['unary_p50_us']:.0f}, "
+        rows.append(f"  {span:<12}" + "".join(f" {res[label][way]['span_median_us'][span]:>14.0f}"
+                                             for label, way in cols))
+    rows.append(f"  {'client p50':<12}" + "".join(f" {res[label][way]['client_p50_us']:>14.0f}"
+                                                 for label, way in cols))
+    rows.append(f"  floors: UDS round trip {f['uds_round_trip_us']:.0f}, grpc unary {f['grpc']['unary_p50_us']:.0f}, "
                 f"SubmitTask+WatchTasks {f['grpc']['submit_watch_p50_us']:.0f}, bidi {f['grpc']['bidi_p50_us']:.0f}")
-    rows.append(f"  call / UDS floor: unary {res['call_over_uds_floor']['unary']}x, "
-                f"session {res['call_over_uds_floor']['session']}x")
     return "\n".join(rows)
 
 
 async def run_latency_budget(ns, sizes: dict, report: dict) -> None:
+    """(l); with --l-baseline DIR also a Worker run from that checkout, side by side."""
     n = sizes["l_tasks"]
-    floors = {"uds": await uds_floor(sizes["l_uds_round_trips"], timeout=120),
-              "grpc": await grpc_floor(sizes["l_grpc_round_trips"], timeout=120)}
-    w = BenchWorker(executors=ns.executors, auth=ns.auth)
+    floors: dict = {"uds": await uds_floor(sizes["l_uds_round_trips"], timeout=120),
+                    "grpc": await grpc_floor(sizes["l_grpc_round_trips"], timeout=120)}
+    workers = {"worker": BenchWorker(executors=ns.executors, auth=ns.auth)}
+    baseline = getattr(ns, "l_baseline", None)
+    if baseline:
+        workers["baseline"] = BenchWorker(executors=ns.executors, auth=ns.auth, root=os.path.abspath(baseline))
     try:
-        await asyncio.to_thread(w.start)
-        res = await worker_budget(w, n, timeout=300)
+        for w in workers.values():
+            await asyncio.to_thread(w.start)
+        res = await worker_budget(workers, n, timeout=600)
     except Exception as exc:
-        exc.add_note("worker log tail:\n" + w.tail(20))
+        for label, w in workers.items():
+            exc.add_note(f"{label} log tail:\n" + w.tail(20))
         raise
     finally:
-        await asyncio.to_thread(w.stop)
-        w.cleanup()
-    # the floors once more after the worker's part: the machine's drift shows in the pair
-    again = await uds_floor(sizes["l_uds_round_trips"], timeout=120)
-    floors["uds_after"] = again
+        for w in workers.values():
+            await asyncio.to_thread(w.stop)
+            w.cleanup()
+    # the floor once more after the workers' part: the machine's drift shows in the pair
+    floors["uds_after"] = await uds_floor(sizes["l_uds_round_trips"], timeout=120)
+    uds = floors["uds_round_trip_us"] = round(statistics.median(
+        [floors["uds"]["round_trip_us"], floors["uds_after"]["round_trip_us"]]), 1)
+    res["tasks_each_way"] = n
+    res["workers"] = list(workers)
     res["floors"] = floors
-    uds = statistics.median([floors["uds"]["round_trip_us"], again["round_trip_us"]])
-    res["call_over_uds_floor"] = {way: round(res[way]["span_median_us"]["call"] / uds, 2) if uds else None
-                                  for way in ("unary", "session")}
-    res["unary_client_over_floor"] = round(res["unary"]["client_p50_us"]
-                                           / (floors["grpc"]["submit_watch_p50_us"] + uds), 2)
-    res["session_client_over_floor"] = round(res["session"]["client_p50_us"] / (floors["grpc"]["bidi_p50_us"] + uds), 2)
+    g = floors["grpc"]
+    for label in workers:
+        r = res[label]
+        r["call_over_uds_floor"] = {way: round(r[way]["span_median_us"]["call"] / uds, 2) if uds else None
+                                    for way in WAYS}
+        r["unary_client_over_floor"] = round(r["unary"]["client_p50_us"] / (g["submit_watch_p50_us"] + uds), 2)
+        r["session_client_over_floor"] = round(r["session"]["client_p50_us"] / (g["bidi_p50_us"] + uds), 2)
     report["results"]["l_latency_budget"] = res
     print(table(res), file=sys.stderr, flush=True)

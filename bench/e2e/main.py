@@ -63,12 +63,12 @@ SIZES = {
     "default": {"a": [10_000, 100_000], "b_tasks": 5_000, "b_inflight": 64, "c_tasks": 1_000,
                 "d_parents": 100, "d_subcalls": 100, "d_io_parents": 100, "d_io": 100,
                 "e_calls": 100_000, "f_tasks": 5_000, "f_task_ms": 500, "s_calls": 10_000, "s_tasks": 500,
-                "g_rows": 1_000_000, "r_parents": 32, "r_reads": 100, "r_repeat": 10,
+                "g_rows": 1_000_000, "g_idle_s": 6.5, "r_parents": 32, "r_reads": 100, "r_repeat": 10,
                 "l_tasks": 300, "l_uds_round_trips": 20_000, "l_grpc_round_trips": 1_000},
     "quick": {"a": [2_000, 10_000], "b_tasks": 500, "b_inflight": 64, "c_tasks": 200,
               "d_parents": 20, "d_subcalls": 20, "d_io_parents": 20, "d_io": 20,
-              "e_calls": 10_000, "f_tasks": 1_000, "f_task_ms": 500, "s_calls": 2_000, "s_tasks": 100,
-              "g_rows": 50_000, "r_parents": 16, "r_reads": 25, "r_repeat": 5,
+              "e_calls": 10_000, "f_tasks": 300, "f_task_ms": 500, "s_calls": 2_000, "s_tasks": 100,
+              "g_rows": 50_000, "g_idle_s": 0.0, "r_parents": 16, "r_reads": 25, "r_repeat": 5,
               "l_tasks": 50, "l_uds_round_trips": 2_000, "l_grpc_round_trips": 200},
 }
 
@@ -93,10 +93,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--g-warm", type=int, default=0,
                    help="(g): run each writer part first on a bundle of this many rows, so its pre-task RSS "
                         "already holds what any first use loads (default 0: none)")
-    p.add_argument("--g-idle-s", type=float, default=6.5,
+    p.add_argument("--g-idle-s", type=float, default=None,
                    help="(g): seconds the worker is left idle after the warm-up and after each writer part before "
                         "`rss_idle_bytes` is read: past dataPlane.duckdbIdleCloseMs (5 s by default), when the DuckDB "
-                        "sources have handed their buffer pools back (default 6.5; 0: not read)")
+                        "sources have handed their buffer pools back (default 6.5, quick 0; 0: not read)")
     p.add_argument("--rss-executors", type=int, default=1, help="EXECUTOR_COUNT of the (e) worker (default 1)")
     p.add_argument("--b-max-outstanding", type=int, default=192,
                    help="(b): tasks submitted and not yet terminal, below TASK_SLOTS=256 (default 192)")
@@ -120,6 +120,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="OTEL_TRACES_SAMPLER of the exporting worker (default always_on; always_off keeps the "
                         "worker's recording and the pipe and drops every task in the exporter process, which "
                         "isolates the worker's own cost)")
+    p.add_argument("--l-baseline", metavar="DIR",
+                   help="(l): also run a Worker from the checkout DIR (its extensions and generated code built, "
+                        "e.g. a `git worktree` of main), side by side in alternating blocks: a before/after")
     p.add_argument("--timeout", type=float, default=600.0, help="bound of the whole run in seconds")
     ns = p.parse_args(argv)
     ns.only = [s.strip() for s in ns.only.split(",") if s.strip()]
@@ -454,7 +457,8 @@ async def run_bundle_worker(ns, sizes: dict, report: dict) -> None:
         res = await _with_cpu(w, sc.bundle_pipeline(client, w, "data/*.parquet", rows, targets, timeout=3600,
                                                     scans=tuple(p for p in parts if "scan" in p.lower()),
                                                     warm=("warm/*.parquet", ns.g_warm) if ns.g_warm else None,
-                                                    idle_s=ns.g_idle_s))
+                                                    idle_s=sizes["g_idle_s"] if ns.g_idle_s is None
+                                                    else ns.g_idle_s))
         res["targets"] = {"local": "duckdb", "main": "postgresql" if pg is not None else "not installed",
                           "bundle": "bundleWrite (Parquet)"}
         report["results"]["g_bundle_pipeline"] = res
