@@ -116,25 +116,21 @@ class Orchestrator:
         ``unary``: the unary SubmitTask RPC, whose start may linger to go with others
         (start_coalescer.py); a session's tasks arrive in batches and start at once."""
         res = self.core.handle_submit_task(req, self._wall(), caller)
-        accepted = None
+        accepted = False
         for cmd in res.commands:
             if type(cmd) is PrepareTaskActivation:
-                accepted = cmd
-                rt = self._start_task(cmd, trace_context, unary)
+                accepted = True
+                self._start_task(cmd, trace_context, unary)
             elif type(cmd) is ConvergeTask:
                 self._on_task_terminal(cmd)
         snap = res.snapshot
-        if accepted is not None:
+        if accepted:
             self.metrics.tasks_submitted += 1
             self.subscriptions.publish(snap)
             if self.shadow is not None and raw_request is not None and not shadow:
                 # the copy carries the trace on: the task span when spans are exported, else the caller's
                 self.shadow.maybe_forward(raw_request, trace_context if self.spans is None
                                           else self.spans.trace_context(snap.task_id))
-            if unary:
-                # After the accepted snapshot went out: a task that ends inside its
-                # start (a missing builder) reaches its watchers after it.
-                self._starts.start(rt, accepted, len(self._runtimes) > 1)
         return snap
 
     def get_task_result(self, task_id: str, caller=None) -> TaskSnapshot:
@@ -167,18 +163,16 @@ class Orchestrator:
 
     # ---- task lifecycle ----------------------------------------------------------
 
-    def _start_task(self, cmd: PrepareTaskActivation, trace_context=None, unary: bool = False) -> TaskRuntime:
-        """The task's runtime. A session's task starts in the next loop iteration
-        (its follow watch attaches after submit_task returns); a unary one is
-        started by submit_task through the StartCoalescer."""
+    def _start_task(self, cmd: PrepareTaskActivation, trace_context=None, unary: bool = False) -> None:
         rt = TaskRuntime(cmd.task_id, cmd.instance_id, cmd.deadline_ms)
         self._runtimes[cmd.task_id] = rt
         if self.traces is not None: self.traces.task_started(cmd.task_id)  # trace hook
         if self.spans is not None: self.spans.task_started(cmd.task_id, cmd.instance_id, trace_context)  # span hook
-        if not unary:
+        if unary:
+            self._starts.start(rt, cmd, len(self._runtimes) > 1)
+        else:
             self._loop.call_soon(self.phases.drive, rt, cmd)
         self._arm_deadline_timer()
-        return rt
 
     def _on_task_terminal(self, cmd: ConvergeTask) -> None:
         tid = cmd.task_id

@@ -13,14 +13,7 @@ after the first of them was held: their calls leave in one flush, the
 executors read them in one wake-up and answer them together.
 
 Rules:
-- ``window`` 0 (the default): every start runs inline, in the SubmitTask handler
-  (after the orchestrator published the accepted snapshot): its ExecuteCall
-  leaves with the next outbox flush while gRPC sends the answer. Deferring it
-  to the next loop iteration put the answer's send (and whatever else was
-  ready) in front of the task: measured by make bench (l), that hop was most
-  of a lone unary task's activation span. A start that raises is logged; the
-  SubmitTask still answers (the task's own failures converge it as always).
-- With a window, a task starts at once (the next loop iteration) when none is
+- A task starts at once (the next loop iteration, as it always did) when none is
   held and either no other task is running or the previous unary start came
   ``window`` or more ago: the sequential tasks of a lone client never wait.
 - Held tasks start in arrival order, together, ``window`` after the first was
@@ -31,8 +24,8 @@ Rules:
   throughput for up to ``window`` of latency (submitLingerMs, off by default).
 - A held task that ends before it starts (CancelTask, its deadline, the drain)
   is skipped by the driver itself (TaskPhases.drive returns for an ended task).
-- This object holds only the order of the held starts and the time of the
-  last one; the tasks' state stays the core's."""
+- ``window`` 0 holds nothing. This object holds only the order of the held
+  starts and the time of the last one; the tasks' state stays the core's."""
 from __future__ import annotations
 
 import logging
@@ -64,8 +57,8 @@ class StartCoalescer:
         """Start (now, or with the ones held) the task of ``rt``; ``others_running``:
         another task of this worker has not ended."""
         loop = self._loop
-        if not self._window_s:               # off (the default): no clock read, no loop hop
-            self._start_now(rt, cmd)
+        if not self._window_s:               # off (the default): no clock read on the hot path
+            loop.call_soon(self._drive, rt, cmd)
             return
         now = loop.time()
         last, self._last = self._last, now
@@ -80,12 +73,6 @@ class StartCoalescer:
             self._release_handle = loop.call_soon(self._release)
         elif len(held) == 1:
             self._release_handle = loop.call_later(self._window_s, self._release)
-
-    def _start_now(self, rt, cmd) -> None:
-        try:
-            self._drive(rt, cmd)
-        except Exception:  # noqa: BLE001 - the SubmitTask that carried it still answers
-            log.exception("starting task %s failed", getattr(rt, "task_id", "?"))
 
     def _release(self) -> None:
         self._release_handle = None

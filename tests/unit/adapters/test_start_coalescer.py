@@ -145,18 +145,3 @@ async def test_close_cancels_the_held_starts():
     sc.close()
     await asyncio.sleep(0.1)
     assert [t for t, _ in seen] == ["a"] and sc.held == 0
-
-
-async def test_window_zero_starts_inline_and_logs_a_start_that_raises(caplog):
-    seen: list[str] = []
-
-    def drive(rt, cmd):
-        if rt.task_id == "bad":
-            raise RuntimeError("boom")
-        seen.append(rt.task_id)
-    sc = StartCoalescer(asyncio.get_running_loop(), 0, drive)
-    with caplog.at_level(logging.ERROR, logger="blockx.orchestrator"):
-        for name in ("a", "bad", "b"):
-            sc.start(_Rt(name), None, others_running=True)
-    assert seen == ["a", "b"]                # in the caller's step: no loop iteration in between
-    assert any("starting task bad failed" in r.getMessage() for r in caplog.records)
