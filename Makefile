@@ -115,7 +115,7 @@ ganache:
 	@test -x $(GANACHE) || npm install --prefix .npm-tools --no-audit --no-fund --silent ganache@7
 	@test -x $(GANACHE) || { echo "ganache is missing and could not be installed (npm install ganache@7)" >&2; exit 1; }
 
-test: build etcd redis bubblewrap runc postgres prometheus tmux chromium ganache iproute2 podman image kubernetes-validate typecheck test-compiled test-twins bench-micro-ci
+test: build etcd redis bubblewrap runc postgres prometheus tmux chromium ganache iproute2 podman image kubernetes-validate typecheck test-compiled test-twins bench-micro-ci bench-quick
 
 # mypy over blockx/ (its settings: [tool.mypy] in pyproject.toml).
 typecheck: build
@@ -136,6 +136,13 @@ bench-micro-ci: build
 
 bench: build ganache bubblewrap runc
 	$(VPY) bench/e2e_load.py $(ARGS)
+
+# Every scenario of `make bench` at small sizes: exits non-zero when any scenario
+# fails, so `make test` catches a broken benchmark (the JSON report goes to stdout;
+# no $(ARGS): under `make test` they are pytest's).
+.PHONY: bench-quick
+bench-quick: build ganache bubblewrap runc etcd postgres
+	$(VPY) bench/e2e_load.py --quick
 
 # Instructions per call / subcall / IO round trip of the Worker and its executors,
 # counted by callgrind: repeatable on a noisy machine, for comparing two builds.

@@ -1,6 +1,6 @@
 """Instructions per operation of the Worker and of its executors, counted by
 callgrind: `make bench-instructions` or `.venv/bin/python bench/instructions.py
-[--only a,d,io,b,bs,bf] [--calls N] [--subcalls-per-parent N] [--tasks N]`.
+[--only a,d,io,b,bs,bf,c,cs] [--calls N] [--subcalls-per-parent N] [--tasks N] [--root DIR]`.
 
 Why: these machines are small and shared, and their speed drifts by up to 2x
 within an hour, so a change of 5-10% in CPU per call is lost in the noise of
@@ -20,7 +20,11 @@ trips, (b) `--tasks` one-call tasks over the unary contract (SubmitTask, then
 WatchTasks to the terminal update, as `make bench` (b) does), (bs) the same tasks
 over one TaskSession, (bf) the (b) tasks against bench/peers/grpc_floor.py, a
 WorkerService that answers the same RPCs with the same messages and does no work
-(grpc.aio's own cost of the unary contract, the floor under (b)). Everything runs ~50x slower under callgrind, so a read brings larger
+(grpc.aio's own cost of the unary contract, the floor under (b)), (c) and (cs)
+the (b) and (bs) tasks one at a time, each awaited before the next (make bench's
+(c) and (l): a lone task's cost, nothing shared with others). `--root DIR` runs
+the Worker of another checkout (its extensions built): the same count for a
+baseline build, to compare with this one's. Everything runs ~50x slower under callgrind, so a read brings larger
 batches of frames than at full speed: per-read costs weigh less here than in
 `make bench`. Prints one JSON object: instructions per op for the Worker and
 for the executors together."""
@@ -94,6 +98,12 @@ async def _scenario(client: Client, w: harness.BenchWorker, which: str, n: int, 
     if which == "bs":
         await sc.session_task_throughput(w.addr, n, 64, timeout=timeout, token=w.token)
         return n
+    if which == "c":
+        await sc.latency(client, n, timeout=timeout)
+        return n
+    if which == "cs":
+        await sc.session_latency(w.addr, n, timeout=timeout, token=w.token)
+        return n
     if which == "a":
         await sc.call_throughput(client, n, timeout=timeout)
         return n
@@ -134,10 +144,11 @@ async def measure(which: str, args, tmp: str) -> dict:
     prefix = os.path.join(tmp, f"cg-{which}")
     # Callgrind opens its output file as the executor starts (as root): an executor
     # that then left root for EXECUTOR_USER could not write its counts.
-    w = CallgrindWorker(prefix, executors=2, env={"EXECUTOR_USER": "root", **args.worker_env})
+    w = CallgrindWorker(prefix, executors=2, env={"EXECUTOR_USER": "root", **args.worker_env}, root=args.root)
     await asyncio.to_thread(w.start)
     client = Client(w.addr, w.token)
-    n = {"a": args.calls, "b": args.tasks, "bs": args.tasks}.get(which, args.subcalls_per_parent)
+    n = {"a": args.calls, "b": args.tasks, "bs": args.tasks, "c": args.tasks, "cs": args.tasks}.get(
+        which, args.subcalls_per_parent)
     try:
         await sc.warm_up(client, ["add1", "subcall_loop", "io_loop"])
         await _scenario(client, w, which, max(5, n // 5), args.timeout)     # warm-up, not counted
@@ -160,11 +171,14 @@ async def measure(which: str, args, tmp: str) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="a,d,io", help="scenarios: a (calls), d (subcalls), io, "
-                    "b (unary tasks), bs (session tasks), bf (b against a no-work gRPC server)")
+                    "b (unary tasks), bs (session tasks), bf (b against a no-work gRPC server), "
+                    "c / cs (b / bs one task at a time)")
     ap.add_argument("--calls", type=int, default=20000, help="calls of the (a) task")
     ap.add_argument("--subcalls-per-parent", type=int, default=100,
                     help="sequential subcalls (or IO round trips) of each of the 100 parents")
-    ap.add_argument("--tasks", type=int, default=1000, help="one-call tasks of (b) and (bs)")
+    ap.add_argument("--tasks", type=int, default=1000, help="one-call tasks of (b), (bs), (c) and (cs)")
+    ap.add_argument("--root", metavar="DIR", default=None,
+                    help="run the Worker of the checkout DIR (its extensions built; default: this one)")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--keep", metavar="DIR",
                     help="write the callgrind files to DIR and keep them (callgrind_annotate DIR/cg-b.PID "
@@ -181,9 +195,11 @@ def main() -> int:
         env[name] = value
     args.worker_env = env
     which = [w.strip() for w in args.only.split(",") if w.strip()]
-    bad = [w for w in which if w not in ("a", "d", "io", "b", "bs", "bf")]
+    bad = [w for w in which if w not in ("a", "d", "io", "b", "bs", "bf", "c", "cs")]
     if bad:
-        ap.error(f"unknown scenario(s) {', '.join(bad)}: choose from a, d, io, b, bs, bf")
+        ap.error(f"unknown scenario(s) {', '.join(bad)}: choose from a, d, io, b, bs, bf, c, cs")
+    if args.root:
+        args.root = os.path.abspath(args.root)
     missing = [t for t in ("valgrind", "callgrind_control", "callgrind_annotate") if not shutil.which(t)]
     if missing:
         print(f"bench/instructions.py needs {', '.join(missing)} (Debian package valgrind)", file=sys.stderr)
@@ -196,7 +212,8 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps({"results": results, "calls": args.calls, "worker_env": args.worker_env,
-                      "subcalls_per_parent": args.subcalls_per_parent, "tasks": args.tasks}))
+                      "subcalls_per_parent": args.subcalls_per_parent, "tasks": args.tasks,
+                      "root": args.root or str(ROOT)}))
     return 0
 
 

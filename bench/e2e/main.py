@@ -17,6 +17,15 @@ throwaway PostgreSQL cluster).
 (r) RPC reads/s through the Worker's rpc IO backend against a real ganache
 node, beside the same node read directly by one Python client in the same run,
 and the cache hit rate of repeated reads (counted from the node's own log).
+(l) the latency budget of one task: sequential one-call tasks, unary and over a
+session, the median of each of their trace spans (GetTaskTrace) beside the floors
+measured in the same run (a Unix-socket round trip, grpc.aio unary and bidi
+ping-pongs; bench/e2e/budget.py).
+
+Each scenario group runs on its own: one that fails is recorded in the report's
+"errors" (with the worker's log tail), the others still run and are printed,
+and the run exits 1. `--quick` runs every scenario at small sizes, as `make
+test` does (`make bench-quick`), so a broken scenario fails CI.
 
 --auth token|none runs the workers with that WORKER_AUTH_MODE (default token,
 the Worker's default); --auth compare runs (b) and (c), unary and session, on
@@ -44,7 +53,7 @@ from bench.e2e.client import Client
 from bench.e2e.harness import BENCH_TOKEN, ROOT, BenchWorker, WorkerError
 from bench.e2e.profiling import format_table, top_entries
 
-ALL = ("a", "b", "c", "d", "e", "f", "g", "s", "r")
+ALL = ("a", "b", "c", "d", "e", "f", "g", "s", "r", "l")
 # (s): the spawn modes and the Worker settings of each (sandbox-oci: a runc container per executor).
 SPAWN_MODES = {"process": {"EXECUTOR_SPAWN_MODE": "process"},
                "sandbox": {"EXECUTOR_SPAWN_MODE": "sandbox", "EXECUTOR_SANDBOX_RUNTIME": "bwrap"},
@@ -54,11 +63,13 @@ SIZES = {
     "default": {"a": [10_000, 100_000], "b_tasks": 5_000, "b_inflight": 64, "c_tasks": 1_000,
                 "d_parents": 100, "d_subcalls": 100, "d_io_parents": 100, "d_io": 100,
                 "e_calls": 100_000, "f_tasks": 5_000, "f_task_ms": 500, "s_calls": 10_000, "s_tasks": 500,
-                "g_rows": 1_000_000, "r_parents": 32, "r_reads": 100, "r_repeat": 10},
+                "g_rows": 1_000_000, "g_idle_s": 6.5, "r_parents": 32, "r_reads": 100, "r_repeat": 10,
+                "l_tasks": 300, "l_uds_round_trips": 20_000, "l_grpc_round_trips": 1_000},
     "quick": {"a": [2_000, 10_000], "b_tasks": 500, "b_inflight": 64, "c_tasks": 200,
               "d_parents": 20, "d_subcalls": 20, "d_io_parents": 20, "d_io": 20,
-              "e_calls": 10_000, "f_tasks": 1_000, "f_task_ms": 500, "s_calls": 2_000, "s_tasks": 100,
-              "g_rows": 50_000, "r_parents": 16, "r_reads": 25, "r_repeat": 5},
+              "e_calls": 10_000, "f_tasks": 300, "f_task_ms": 500, "s_calls": 2_000, "s_tasks": 100,
+              "g_rows": 50_000, "g_idle_s": 0.0, "r_parents": 16, "r_reads": 25, "r_repeat": 5,
+              "l_tasks": 50, "l_uds_round_trips": 2_000, "l_grpc_round_trips": 200},
 }
 
 
@@ -68,7 +79,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--executors", type=int, default=2, help="EXECUTOR_COUNT of the measured worker (default 2)")
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run in well under a minute")
     p.add_argument("--only", default=",".join(ALL),
-                   help="comma-separated scenarios to run, of a,b,c,d,e,f,g,s,r (default: all)")
+                   help="comma-separated scenarios to run, of a,b,c,d,e,f,g,s,r,l (default: all)")
     p.add_argument("--s-rounds", type=int, default=1,
                    help="(s): rounds of the spawn modes, interleaved; medians over them (default 1)")
     p.add_argument("--fleet-executors", type=int, default=1, help="EXECUTOR_COUNT of each (f) worker (default 1)")
@@ -82,10 +93,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--g-warm", type=int, default=0,
                    help="(g): run each writer part first on a bundle of this many rows, so its pre-task RSS "
                         "already holds what any first use loads (default 0: none)")
-    p.add_argument("--g-idle-s", type=float, default=6.5,
+    p.add_argument("--g-idle-s", type=float, default=None,
                    help="(g): seconds the worker is left idle after the warm-up and after each writer part before "
                         "`rss_idle_bytes` is read: past dataPlane.duckdbIdleCloseMs (5 s by default), when the DuckDB "
-                        "sources have handed their buffer pools back (default 6.5; 0: not read)")
+                        "sources have handed their buffer pools back (default 6.5, quick 0; 0: not read)")
     p.add_argument("--rss-executors", type=int, default=1, help="EXECUTOR_COUNT of the (e) worker (default 1)")
     p.add_argument("--b-max-outstanding", type=int, default=192,
                    help="(b): tasks submitted and not yet terminal, below TASK_SLOTS=256 (default 192)")
@@ -109,6 +120,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="OTEL_TRACES_SAMPLER of the exporting worker (default always_on; always_off keeps the "
                         "worker's recording and the pipe and drops every task in the exporter process, which "
                         "isolates the worker's own cost)")
+    p.add_argument("--l-baseline", metavar="DIR",
+                   help="(l): also run a Worker from the checkout DIR (its extensions and generated code built, "
+                        "e.g. a `git worktree` of main), side by side in alternating blocks: a before/after")
     p.add_argument("--timeout", type=float, default=600.0, help="bound of the whole run in seconds")
     ns = p.parse_args(argv)
     ns.only = [s.strip() for s in ns.only.split(",") if s.strip()]
@@ -443,7 +457,8 @@ async def run_bundle_worker(ns, sizes: dict, report: dict) -> None:
         res = await _with_cpu(w, sc.bundle_pipeline(client, w, "data/*.parquet", rows, targets, timeout=3600,
                                                     scans=tuple(p for p in parts if "scan" in p.lower()),
                                                     warm=("warm/*.parquet", ns.g_warm) if ns.g_warm else None,
-                                                    idle_s=ns.g_idle_s))
+                                                    idle_s=sizes["g_idle_s"] if ns.g_idle_s is None
+                                                    else ns.g_idle_s))
         res["targets"] = {"local": "duckdb", "main": "postgresql" if pg is not None else "not installed",
                           "bundle": "bundleWrite (Parquet)"}
         report["results"]["g_bundle_pipeline"] = res
@@ -486,7 +501,7 @@ async def run_rpc_worker(ns, sizes: dict, report: dict) -> None:
     out = report["results"]["r_rpc"] = {"node": "ganache " + node.url}
     try:
         await _start(w)
-        client = Client(w.addr)
+        client = Client(w.addr, w.token)
         await sc.warm_up(client, ["add1"])
         await sc.rpc_direct(node.url, 4, 10, timeout=120)            # warm the node
         await sc.rpc_reads(client, 4, 10, 1, timeout=120)
@@ -508,7 +523,7 @@ async def run_rpc_worker(ns, sizes: dict, report: dict) -> None:
         w = BenchWorker(executors=ns.executors, env={
             "WORKER_CONFIG": conf, "RPC_ENDPOINTS": json.dumps({"node": {"urls": [node.url], "concurrency": 16}})})
         await _start(w)
-        client = Client(w.addr)
+        client = Client(w.addr, w.token)
         await sc.warm_up(client, ["add1"])
         await sc.rpc_reads(client, 4, 10, 1, timeout=120)
         out["worker_uncached_max_batch_1"] = await _with_cpu(w, sc.rpc_reads(client, p, n, 1, timeout=300))
@@ -537,7 +552,48 @@ def _add_profile(ns, report: dict, label: str, path: str) -> None:
     print(format_table(summary), file=sys.stderr)
 
 
-async def run(ns) -> dict:
+# The scenario groups in the order they run: (the scenarios of the group, its runner).
+# A group runs when --only names any of its scenarios; one that raises is recorded in
+# the report's "errors" and the next group still runs (its figures are printed), but
+# the run exits 1: a broken scenario fails `make bench`, it is never just missing.
+async def _fleet(ns, sizes: dict, report: dict) -> None:
+    from bench.e2e.fleet import run_fleet
+    await run_fleet(ns, sizes, report)
+
+
+async def _latency_budget(ns, sizes: dict, report: dict) -> None:
+    from bench.e2e.budget import run_latency_budget
+    await run_latency_budget(ns, sizes, report)
+
+
+GROUPS = (("abcd", run_main_worker), ("e", run_rss_worker), ("f", _fleet), ("s", run_spawn_modes),
+          ("g", run_bundle_worker), ("r", run_rpc_worker), ("l", _latency_budget))
+
+
+def _error_entry(scenarios: str, exc: BaseException, timeout: float) -> dict:
+    msg = (f"the run exceeded --timeout {timeout:g} s" if isinstance(exc, asyncio.TimeoutError)
+           else f"{type(exc).__name__}: {exc}")
+    return {"scenarios": scenarios, "error": msg, "notes": list(getattr(exc, "__notes__", []))}
+
+
+async def run_groups(ns, sizes: dict, report: dict, groups=GROUPS) -> None:
+    """Every group --only asks for, each on its own: an error is recorded
+    (report["errors"]) and the rest still run."""
+    errors = report.setdefault("errors", [])
+    for letters, runner in groups:
+        picked = "".join(s for s in letters if s in ns.only)
+        if not picked:
+            continue
+        t0 = time.perf_counter()
+        try:
+            await runner(ns, sizes, report)
+        except Exception as exc:  # noqa: BLE001 - recorded, and the run fails at its end
+            errors.append(_error_entry(",".join(picked), exc, ns.timeout))
+            print(f"scenario {','.join(picked)} failed: {errors[-1]['error']}", file=sys.stderr, flush=True)
+        report.setdefault("group_elapsed_s", {})[",".join(picked)] = round(time.perf_counter() - t0, 2)
+
+
+async def run(ns, groups=GROUPS) -> dict:
     sizes = SIZES["quick" if ns.quick else "default"]
     report: dict = {
         "benchmark": "blockx e2e load",
@@ -551,47 +607,40 @@ async def run(ns) -> dict:
                   "b_watch_delay_ms": ns.b_watch_delay_ms,
                   "rss_executors": ns.rss_executors},
         "results": {},
+        "errors": [],
     }
     t0 = time.perf_counter()
     report["auth"] = ns.auth
-    if ns.auth == "compare":
-        await run_auth_compare(ns, sizes, report)
-        report["elapsed_s"] = round(time.perf_counter() - t0, 2)
-        return report
     report["otel"] = ns.otel
-    if ns.otel == "compare":
-        await run_otel_compare(ns, sizes, report)
-        report["elapsed_s"] = round(time.perf_counter() - t0, 2)
-        return report
-    if any(s in ns.only for s in "abcd"):
-        await run_main_worker(ns, sizes, report)
-    if "e" in ns.only:
-        await run_rss_worker(ns, sizes, report)
-    if "f" in ns.only:
-        from bench.e2e.fleet import run_fleet
-        await run_fleet(ns, sizes, report)
-    if "s" in ns.only:
-        await run_spawn_modes(ns, sizes, report)
-    if "g" in ns.only:
-        await run_bundle_worker(ns, sizes, report)
-    if "r" in ns.only:
-        await run_rpc_worker(ns, sizes, report)
+    try:
+        if ns.auth == "compare":
+            await run_auth_compare(ns, sizes, report)
+        elif ns.otel == "compare":
+            await run_otel_compare(ns, sizes, report)
+        else:
+            await run_groups(ns, sizes, report, groups)
+    except Exception as exc:  # noqa: BLE001 - a compare run is one group
+        report["errors"].append(_error_entry(",".join(ns.only), exc, ns.timeout))
     report["elapsed_s"] = round(time.perf_counter() - t0, 2)
     return report
 
 
-def main(argv=None) -> int:
+def main(argv=None, groups=GROUPS) -> int:
+    """Prints the one JSON object (every figure, and "errors"); 0 when every scenario
+    ran, 1 when any failed or the run as a whole did (--timeout)."""
     ns = parse_args(argv)
     # Every blockx.client the bench opens (sessions, the fleet's Cluster) sends the token
     # the bench's token-mode workers accept.
     os.environ["BLOCKX_TOKEN"] = BENCH_TOKEN
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            report = runner.run(asyncio.wait_for(run(ns), ns.timeout))
+            report = runner.run(asyncio.wait_for(run(ns, groups), ns.timeout))
     except Exception as exc:  # noqa: BLE001 - any failure is reported as the one JSON object
-        msg = (f"the run exceeded --timeout {ns.timeout:g} s" if isinstance(exc, asyncio.TimeoutError)
-               else f"{type(exc).__name__}: {exc}")
-        print(json.dumps({"error": msg, "notes": getattr(exc, "__notes__", [])}))
+        print(json.dumps({"errors": [_error_entry(",".join(ns.only), exc, ns.timeout)]}))
         return 1
     print(json.dumps(report))
+    if report["errors"]:
+        print(f"{len(report['errors'])} scenario group(s) failed: "
+              + "; ".join(f"({e['scenarios']}) {e['error']}" for e in report["errors"]), file=sys.stderr)
+        return 1
     return 0

@@ -7,7 +7,10 @@ id, plus one): the messages the Worker writes for a task that ended before its
 watch opened (the common case in (b); a task still running costs the Worker one
 more update). No tasks run, no token is checked, no state is kept: what this
 process spends per task is grpc.aio's own cost of the pattern, the floor under
-the Worker's unary path. It prints its port on the first line of stdout."""
+the Worker's unary path. TaskSession answers each SessionRequestBatch with one
+SessionEventBatch holding a `submitted` event per request (RUNNING): a bidi
+ping-pong, the floor under a task over a session (make bench's (l)). It prints
+its port on the first line of stdout."""
 from __future__ import annotations
 
 import asyncio
@@ -31,6 +34,11 @@ class FloorService(pb_grpc.WorkerServiceServicer):
             out = str(int(tid.rsplit("-", 1)[1]) + 1).encode()
             await context.write(pb.TaskUpdate(task_id=tid, state=_SUCCEEDED, is_terminal=True, result=pb.TaskResult(
                 state=_SUCCEEDED, outputs=[out])))
+
+    async def TaskSession(self, request_iterator, context):
+        async for batch in request_iterator:
+            yield pb.SessionEventBatch(events=[pb.SessionEvent(request_id=r.request_id, submitted=pb.SubmitTaskResponse(
+                task_id=r.submit.task.task_id, state=_RUNNING)) for r in batch.requests])
 
 
 async def serve() -> None:

@@ -19,6 +19,10 @@ Invariants:
   outcome reported through `post`; only a full outbox makes one await.
 - Frames of one `data_received` chunk are handled as one batch with one epilogue
   (the epilogue's cost is paid once per read, not once per call).
+- Work that must not run inside a step (a task's next phase after its Calls
+  phase converged) is handed to `after_run`: it runs once the run that asked
+  ends (queue drained, epilogue done, `running` off), in the same call stack,
+  rather than a loop iteration later; asked outside a run, in the next iteration.
 
 The actor owns its queue, its background sends and its retry timers. It reads
 the task runtimes (streaming credits, producers) through the mapping the
@@ -84,6 +88,7 @@ class DispatchActor:
         self._loop = asyncio.get_running_loop()
         self._queue: deque = deque()
         self.running = False
+        self._after: deque = deque()              # (fn, args) to run once the current run ends
         self._bg: set[asyncio.Task] = set()
         # The call ids whose ResumeCall was written, taken once per loop iteration (_notice).
         self._written = _WrittenLog(self._schedule_resumed, self._resume_lost)
@@ -128,6 +133,22 @@ class DispatchActor:
                     log.exception("dispatch epilogue failed")
         finally:
             self.running = False
+        after = self._after
+        while after and not self.running:   # a callback that posts runs a new step, which drains the rest
+            fn, args = after.popleft()
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - one callback's bug must not keep the others from running
+                log.exception("dispatch after-run callback failed")
+
+    def after_run(self, fn: Callable, *args) -> None:
+        """Run ``fn(*args)`` once the current run of the actor ends (its queue and
+        epilogue done), in the same call stack; outside a run, in the next loop
+        iteration (as a callback would)."""
+        if self.running:
+            self._after.append((fn, args))
+        else:
+            self._loop.call_soon(fn, *args)
 
     def run_commands(self, cmds: list, now: int) -> None:
         """Carry out commands of the core now, from inside an actor step: for an

@@ -179,11 +179,12 @@ class TaskPhases:
 
     def _calls_done_inline(self, rt, conv) -> None:
         """The dispatch actor's ConvergeTaskCalls for a Calls phase started inline.
-        The task moves on in a callback after the actor's batch (as a resumed Task
-        would), so the actor's batch and its epilogue stay the actor's alone."""
+        The task moves on once the actor's run ends (DispatchActor.after_run), so
+        the actor's batch and its epilogue stay the actor's alone, without a loop
+        iteration in between (a lone task's terminal update waited for one)."""
         self.leave_calls(rt)
         outcome = _calls_outcome(conv, rt)
-        self._loop.call_soon(self._advance, rt, lambda: self._apply_core(self.core.handle_task_phase_finished(
+        self.actor.after_run(self._advance, rt, lambda: self._apply_core(self.core.handle_task_phase_finished(
             rt.task_id, TaskPhase.CALLS, outcome, self._wall())))
 
     def leave_calls(self, rt) -> None:

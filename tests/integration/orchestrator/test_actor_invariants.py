@@ -96,9 +96,11 @@ async def test_a_chunk_of_frames_is_one_batch_with_one_epilogue(make_harness):
     f = h.fake
     f.deliver("exec-1", [f.completed("t/1", 1), f.completed("t/2", 2), f.completed("t/0", 0)])
     # Every handler of the chunk ran before the (single) epilogue, which then
-    # loops only until quiescent.
+    # loops only until quiescent. The task's terminal path follows once that run
+    # has ended (DispatchActor.after_run), in a run of its own: its dispatcher
+    # cancel and that run's epilogue, with no frame handled in it.
     assert trace == [("completed", "t/1"), ("completed", "t/2"), ("completed", "t/0"),
-                     ("epilogue", ["ConvergeTaskCalls"]), ("epilogue", [])]
+                     ("epilogue", ["ConvergeTaskCalls"]), ("epilogue", []), ("epilogue", [])]
     assert outputs(await h.terminal("t")) == [0, 1, 2]
 
 
@@ -111,7 +113,8 @@ async def test_separate_chunks_each_get_their_own_epilogue(make_harness):
     h.fake.complete("t/0", 0)
     h.fake.complete("t/1", 1)
     assert trace == [("completed", "t/0"), ("epilogue", []),
-                     ("completed", "t/1"), ("epilogue", ["ConvergeTaskCalls"]), ("epilogue", [])]
+                     ("completed", "t/1"), ("epilogue", ["ConvergeTaskCalls"]), ("epilogue", []),
+                     ("epilogue", [])]      # the terminal path's own run, after that one (after_run)
     await h.terminal("t")
 
 
