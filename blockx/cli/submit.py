@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from typing import Any, TextIO
 
 from blockx.cli.connection import client_command
-from blockx.cli.exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, CLIError
+from blockx.cli.exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, UsageError
 from blockx.cli.output import dump, exit_for, is_terminal, response_to_json, with_all_outputs
 from blockx.cli.task_args import task_from_args
 
@@ -65,7 +65,7 @@ def _watch(client, task_ids: Iterable[str], out: TextIO, print_all: bool, compac
 
 @client_command
 def _submit(ns: argparse.Namespace, client, out: TextIO) -> int:
-    task = task_from_args(ns)
+    task = ns.built_task
     if ns.no_wait or ns.watch:
         resp = client.submit(task=task, slot_id=ns.slot or "", wait=False).raw
         if ns.no_wait or is_terminal(resp.state):
@@ -98,12 +98,13 @@ def _submit(ns: argparse.Namespace, client, out: TextIO) -> int:
 
 
 def cmd_submit(ns: argparse.Namespace, out: TextIO | None = None) -> int:
+    ns.built_task = task_from_args(ns)     # a usage error (exit 2) ends it here, before it connects
     if getattr(ns, "etcd", None):
         from blockx.cli.fleet import cmd_submit_cluster
 
         if ns.slot:
-            raise CLIError("--slot names a slot on one worker; it cannot be used with --etcd")
-        return cmd_submit_cluster(ns, task_from_args(ns), out or sys.stdout, dump)
+            raise UsageError("--slot names a slot on one worker; it cannot be used with --etcd")
+        return cmd_submit_cluster(ns, ns.built_task, out or sys.stdout, dump)
     return _submit(ns, out)
 
 
@@ -138,5 +139,5 @@ def _slot(ns: argparse.Namespace, client, out: TextIO) -> int:
 
 def cmd_slot(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     if ns.ttl_ms < 0:
-        raise CLIError("--ttl-ms must be >= 0")
+        raise UsageError("--ttl-ms must be >= 0")
     return _slot(ns, out)

@@ -140,7 +140,7 @@ def test_workers_table_and_submit_through_etcd(etcd, tmp_path, capsys, functions
         obj = json.loads(out)
         assert obj["state"] == "SUCCEEDED" and obj["result"]["outputs"] == [42]
         assert obj["worker"] in reg and obj["attempts"] == 1
-        code, out, err = run_cli(["submit", "--etcd", etcd.endpoint, "--calls", "fail:boom"], capsys)
+        code, out, err = run_cli(["submit", "--etcd", etcd.endpoint, "--calls", "fail:\"boom\""], capsys)
         assert code == 3 and json.loads(out)["state"] == "FAILED"
         code, out, err = run_cli(["submit", "--etcd", etcd.endpoint, "--watch", "--calls", "sleep_ms:50"], capsys)
         assert code == 0, err
