@@ -121,13 +121,15 @@ test: build etcd redis bubblewrap runc postgres prometheus tmux ganache iproute2
 # integration test whose server binary (etcd, PostgreSQL, Redis, promtool, ...) is not installed
 # skips and names the `make` target that installs it; under `make test`, which installs them all,
 # REQUIRE_TEST_BINARIES turns any such skip into a failure (tests/support/binaries.py).
+# The suites run on every core (pytest-xdist, the dev extra): CHECK_JOBS=1 runs them in one process.
+CHECK_JOBS ?= auto
 check: build typecheck check-compiled check-twins bench-micro-ci
 
 check-compiled: build
-	$(PYTEST) -q -p no:cacheprovider tests/unit tests/integration $(ARGS)
+	$(PYTEST) -q -p no:cacheprovider -n $(CHECK_JOBS) tests/unit tests/integration $(ARGS)
 
 check-twins: build
-	BLOCKX_NO_EXTENSIONS=1 $(PYTEST) -q -p no:cacheprovider tests/unit tests/integration $(ARGS)
+	BLOCKX_NO_EXTENSIONS=1 $(PYTEST) -q -p no:cacheprovider -n $(CHECK_JOBS) tests/unit tests/integration $(ARGS)
 
 # mypy over blockx/ (its settings: [tool.mypy] in pyproject.toml).
 typecheck: build
