@@ -157,7 +157,7 @@ def test_commands_without_etcd_fail_clearly(capsys, tmp_path):
     code, out, err = run_cli(["workers", "--etcd", dead, "--timeout", "0.5"], capsys)
     assert code == 1 and "error: etcd " + dead in err
     code, out, err = run_cli(["functions", "push", str(tmp_path / "nope"), "--etcd", dead], capsys)
-    assert code == 1 and "is not a directory" in err
+    assert code == 2 and "is not a directory" in err         # the command line names no directory: usage
 
 
 def test_function_code_survives_an_etcd_outage_and_follows_pushes_after_it(tmp_path, capsys):
