@@ -1,4 +1,6 @@
-# BlockX Worker. `make serve` builds and runs a worker; `make test` builds and runs every test.
+# BlockX Worker. `make serve` builds and runs a worker (the dev profile: the example functions);
+# `make check` is the test command for an edit (no root, no apt, no image: minutes); `make test` builds
+# and runs every test, as CI does.
 PY      ?= python3
 VENV    := .venv
 VPY     := $(VENV)/bin/python
@@ -7,7 +9,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(VPY) -m pytest
 ARGS    ?=
 
-.PHONY: build dist image image-base podman kubernetes-validate serve test typecheck test-compiled test-twins etcd iproute2 redis bubblewrap runc postgres prometheus tmux chromium ganache bench bench-instructions bench-peers bench-micro bench-micro-ci clean
+.PHONY: build dist image image-base podman kubernetes-validate serve check check-compiled check-twins test typecheck test-compiled test-twins etcd iproute2 redis bubblewrap runc postgres prometheus tmux chromium ganache bench bench-instructions bench-peers bench-micro bench-micro-ci clean
 
 build: $(STAMP)
 	$(VPY) setup.py -q build_ext --inplace
@@ -28,6 +30,14 @@ dist: $(STAMP)
 	$(VPY) -m build --no-isolation --outdir dist .
 	@ls -l dist
 
+# $(call apt_install,CHECK,PACKAGES,WHAT): when the shell test CHECK fails (the tool is not
+# there), install the Debian PACKAGES (needs root), then CHECK again; still failing, stop
+# naming WHAT. One recipe for every test dependency target below.
+define apt_install
+@{ $(1) ; } >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null)
+@{ $(1) ; } >/dev/null 2>&1 || { echo "$(3) is missing and could not be installed" >&2; exit 1; }
+endef
+
 # ---- the OCI image (Containerfile). podman reads deploy/image/containers.conf (runc,
 # no default ulimits, cgroupfs: what a machine that is itself a container needs).
 # BASE is the base image; left empty, a local Debian base is built once
@@ -40,8 +50,7 @@ BASE       ?=
 # A CA bundle pip inside the build trusts (given as a build secret, never stored in the image).
 PIP_CA     ?= $(PIP_CERT)
 podman:
-	@command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap >/dev/null)
-	@command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 || { echo "podman, runc or debootstrap is missing and could not be installed" >&2; exit 1; }
+	$(call apt_install,command -v podman && command -v runc && command -v debootstrap,podman runc debootstrap,podman$(comma) runc or debootstrap)
 
 image-base: podman
 	@test -n "$(BASE)" || sh deploy/image/debian-base.sh $(LOCAL_BASE)
@@ -55,40 +64,38 @@ kubernetes-validate: $(STAMP)
 	@$(VPY) -c "import kubernetes_validate" 2>/dev/null || $(PIP) install -q "kubernetes-validate>=1.30"
 # ---- end the OCI image ----
 
+# The developer's worker: the dev profile (the shipped example functions, the dev builders and
+# writers, the devstub IO backend), so the README's first `blockx submit` runs. `blockx serve`
+# itself keeps the production default (block: no functions until configured); ARGS="--profile
+# block" or BLOCKX_PROFILE=block gives that one here.
 serve: build
-	$(VENV)/bin/blockx serve $(ARGS)
+	BLOCKX_PROFILE=$${BLOCKX_PROFILE:-dev} $(VENV)/bin/blockx serve $(ARGS)
 
 # etcd-server is a test dependency of the e2e suite (a real etcd, started by the tests).
 etcd:
-	@command -v etcd >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null)
-	@command -v etcd >/dev/null 2>&1 || { echo "etcd is missing and could not be installed" >&2; exit 1; }
+	$(call apt_install,command -v etcd,etcd-server,etcd)
 
 # iproute2 (`ip`) builds the network namespaces, bridge and veth pairs of the
 # multi-host fault tests (tests/support/netns.py); they need root.
 iproute2:
-	@command -v ip >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null)
-	@command -v ip >/dev/null 2>&1 || { echo "iproute2 (ip) is missing and could not be installed" >&2; exit 1; }
+	$(call apt_install,command -v ip,iproute2,iproute2 (ip))
 
 # redis-server is a test dependency of the FUNCTIONS_SOURCE=redis suites (a real Redis,
 # started by the tests on a free loopback port, without persistence).
 redis:
-	@command -v redis-server >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null)
-	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server is missing and could not be installed" >&2; exit 1; }
+	$(call apt_install,command -v redis-server,redis-server,redis-server)
 
 # bubblewrap (bwrap) runs executors in EXECUTOR_SPAWN_MODE=sandbox; the sandbox suites need it.
 bubblewrap:
-	@command -v bwrap >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null)
-	@command -v bwrap >/dev/null 2>&1 || { echo "bubblewrap (bwrap) is missing and could not be installed" >&2; exit 1; }
+	$(call apt_install,command -v bwrap,bubblewrap,bubblewrap (bwrap))
 
 # runc runs executors in EXECUTOR_SANDBOX_RUNTIME=oci (an OCI container per executor); the sandbox suites need it.
 runc:
-	@command -v runc >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null)
-	@command -v runc >/dev/null 2>&1 || { echo "runc is missing and could not be installed" >&2; exit 1; }
+	$(call apt_install,command -v runc,runc,runc)
 
 # tmux runs `blockx top` and the progress bar on a real terminal in the e2e suite (read with capture-pane).
 tmux:
-	@command -v tmux >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null)
-	@command -v tmux >/dev/null 2>&1 || { echo "tmux is missing and could not be installed" >&2; exit 1; }
+	$(call apt_install,command -v tmux,tmux,tmux)
 
 # chromium and chromium-driver (Debian's) run the dashboard's browser tests (tests/e2e/test_dashboard.py),
 # headless; Selenium is given both paths, so it never downloads a browser or a driver.
@@ -99,14 +106,12 @@ chromium:
 # PostgreSQL (Debian's initdb + pg_ctl) is a test dependency of the data-plane
 # suites: they start a throwaway cluster of their own on a free loopback port.
 postgres:
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { echo "PostgreSQL is missing and could not be installed" >&2; exit 1; }
+	$(call apt_install,ls /usr/lib/postgresql/*/bin/initdb || command -v initdb,postgresql,PostgreSQL)
 
 # promtool (Debian's prometheus package) checks and unit-tests
 # deploy/prometheus/alerts.yml and the dashboard's PromQL.
 prometheus:
-	@command -v promtool >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null)
-	@command -v promtool >/dev/null 2>&1 || { echo "promtool is missing and could not be installed (Debian package prometheus)" >&2; exit 1; }
+	$(call apt_install,command -v promtool,prometheus,promtool (Debian package prometheus))
 
 # ganache (npm) is the Ethereum JSON-RPC node the rpc IO backend's suites and `make bench` start;
 # it goes into the project's .npm-tools/ (gitignored), never a global install.
@@ -117,16 +122,31 @@ ganache:
 
 test: build etcd redis bubblewrap runc postgres prometheus tmux chromium ganache iproute2 podman image kubernetes-validate typecheck test-compiled test-twins bench-micro-ci bench-quick
 
+# The test command for an edit: the build, mypy, the unit and integration suites compiled and as
+# pure-Python twins, and the micro-benchmark check. No root, no apt, no image, no e2e. An
+# integration test whose server binary (etcd, PostgreSQL, Redis, promtool, ...) is not installed
+# skips and names the `make` target that installs it; under `make test`, which installs them all,
+# REQUIRE_TEST_BINARIES turns any such skip into a failure (tests/support/binaries.py).
+# The suites run on every core (pytest-xdist, the dev extra): CHECK_JOBS=1 runs them in one process.
+CHECK_JOBS ?= auto
+check: build typecheck check-compiled check-twins bench-micro-ci
+
+check-compiled: build
+	$(PYTEST) -q -p no:cacheprovider -n $(CHECK_JOBS) tests/unit tests/integration $(ARGS)
+
+check-twins: build
+	BLOCKX_NO_EXTENSIONS=1 $(PYTEST) -q -p no:cacheprovider -n $(CHECK_JOBS) tests/unit tests/integration $(ARGS)
+
 # mypy over blockx/ (its settings: [tool.mypy] in pyproject.toml).
 typecheck: build
 	$(VPY) -m mypy
 
 test-compiled:
-	$(PYTEST) -q -p no:cacheprovider tests $(ARGS)
+	BLOCKX_REQUIRE_TEST_BINARIES=1 $(PYTEST) -q -p no:cacheprovider tests $(ARGS)
 
 # The pure-Python twins of every hot path pass the same unit suites.
 test-twins:
-	BLOCKX_NO_EXTENSIONS=1 $(PYTEST) -q -p no:cacheprovider tests/unit $(ARGS)
+	BLOCKX_REQUIRE_TEST_BINARIES=1 BLOCKX_NO_EXTENSIONS=1 $(PYTEST) -q -p no:cacheprovider tests/unit $(ARGS)
 
 bench-micro: build
 	$(VPY) -m bench.micro
@@ -147,7 +167,7 @@ bench-quick: build ganache bubblewrap runc etcd postgres
 # Instructions per call / subcall / IO round trip of the Worker and its executors,
 # counted by callgrind: repeatable on a noisy machine, for comparing two builds.
 bench-instructions: build
-	@command -v valgrind >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null)
+	$(call apt_install,command -v valgrind,valgrind,valgrind)
 	$(VPY) bench/instructions.py $(ARGS)
 
 # This Worker beside Ray on trivial one-call jobs (64 in flight, and sequential): jobs/s and the
@@ -161,5 +181,10 @@ bench-peers: build
 		|| $(PEERS_VENV)/bin/pip install -q "ray==$(RAY_VERSION)"
 	$(VPY) bench/bench_peers.py --ray-python $(PEERS_VENV)/bin/python $(ARGS)
 
+# Every build output: setuptools' build/, dist/ and egg-info, the gRPC code generated from proto/,
+# and for each directory setup.py compiles (its COMPILED_DIRS) Cython's C, annotation HTML and the
+# extension modules. tests/unit/packaging/test_make_clean.py runs it on a tree of such files.
+COMPILED_DIRS := blockx/_fast blockx/core/dispatch
 clean:
-	rm -rf build dist blockx/_fast/*.c blockx/_fast/*.so blockx/worker/v1/*_pb2*.py* *.egg-info
+	rm -rf build dist *.egg-info blockx/worker/v1/*_pb2*.py*
+	rm -f $(foreach d,$(COMPILED_DIRS),$(d)/*.c $(d)/*.so $(d)/*.html)

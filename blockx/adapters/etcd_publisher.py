@@ -10,9 +10,11 @@ One background task on the Worker's event loop runs the whole protocol:
                  a refresh answering TTL <= 0, or a put answering "lease not
                  found", means the lease is gone (revoked, expired during an
                  outage): register again at once with a new lease
-    retrying:    any etcd error: log (rate-limited), drop the connection, wait
-                 an exponential, jittered backoff, then carry on; the lease is
-                 kept, so after a short outage a refresh simply revives it
+    retrying:    any etcd error: log it (one WARNING per outage, then one INFO
+                 line a minute with the count: blockx.adapters.outage_log),
+                 drop the connection, wait an exponential, jittered backoff,
+                 then carry on; the lease is kept, so after a short outage a
+                 refresh simply revives it (INFO etcd_recovered)
 
 etcd is never allowed to stall the Worker: every RPC carries a gRPC deadline and
 is additionally bounded by asyncio.wait_for, `deregister()` and `stop()` have a
@@ -52,6 +54,7 @@ from typing import Any
 
 import orjson
 
+from blockx.adapters.outage_log import REMIND, WARN, OutageLog
 from blockx.etcd.connection import EtcdConnection, describe_etcd_error
 from blockx.etcd.endpoints import parse_endpoints
 
@@ -95,7 +98,7 @@ class EtcdPublisher:
         backoff_max_ms: int = 5000,
         call_timeout_ms: int | None = None,
         deregister_timeout_ms: int = 2000,
-        error_log_interval_s: float = 5.0,
+        error_log_interval_s: float = 60.0,
         rand: Callable[[], float] = random.random,
         tls: Any = None,
     ) -> None:
@@ -128,7 +131,7 @@ class EtcdPublisher:
         self._log = logger or logging.getLogger("blockx.etcd")
         self._metrics = metrics
         self._rand = rand
-        self._error_log_interval_s = error_log_interval_s
+        self._outage = OutageLog(error_log_interval_s)
 
         self._client: Any = None
         self._endpoint_idx = 0
@@ -138,8 +141,6 @@ class EtcdPublisher:
         self._wake = asyncio.Event()
         self._seq = 0
         self._failures = 0              # consecutive failed cycles (drives backoff)
-        self._last_error_log = -1e18
-        self._suppressed = 0
         self._state = PublisherState.IDLE
         self.last_error: str | None = None
         self._last_good: dict = {}
@@ -274,11 +275,10 @@ class EtcdPublisher:
     # ---- success / failure bookkeeping ---------------------------------------
     def _on_success(self) -> None:
         if self._failures:
-            self._log_event(logging.INFO, "etcd_recovered", failures=self._failures,
-                            suppressed_logs=self._suppressed, endpoint=self._current_endpoint())
+            down_s = time.monotonic() - self._outage.since
+            self._log_event(logging.INFO, "etcd_recovered", failures=self._outage.recovered(),
+                            down_s=round(down_s, 1), endpoint=self._current_endpoint())
             self._failures = 0
-            self._suppressed = 0
-            self._last_error_log = -1e18
             self.last_error = None
         self._set_state(PublisherState.REGISTERED)
 
@@ -289,15 +289,18 @@ class EtcdPublisher:
         self._set_state(PublisherState.RETRYING)
         delay = self._backoff(self._failures)
         now = time.monotonic()
-        if now - self._last_error_log >= self._error_log_interval_s:
+        quiet = self._outage.quiet
+        verdict = self._outage.failed(now)
+        if verdict == WARN:
             self._log_event(logging.WARNING, "etcd_unavailable", error=self.last_error,
-                            endpoint=self._current_endpoint(), failures=self._failures,
-                            suppressed_logs=self._suppressed, retry_in_ms=int(delay * 1000),
+                            endpoint=self._current_endpoint(), retry_in_ms=int(delay * 1000),
+                            lease_id=self._lease_id,
+                            note=f"retrying; a line every {self._outage.interval_s:g} s while it lasts")
+        elif verdict == REMIND:
+            self._log_event(logging.INFO, "etcd_still_unavailable", error=self.last_error,
+                            endpoint=self._current_endpoint(), failures=self._outage.failures,
+                            unlogged_failures=quiet, down_s=round(now - self._outage.since, 1),
                             lease_id=self._lease_id)
-            self._last_error_log = now
-            self._suppressed = 0
-        else:
-            self._suppressed += 1
         # A fresh channel next time, on the next endpoint: gRPC's own reconnect
         # backoff grows to minutes, and another member may be up.
         await self._close_client()

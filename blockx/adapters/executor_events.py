@@ -73,7 +73,9 @@ class ExecutorEvents:
         # the exit is reaped) goes into the failed calls' message.
         detail = self._limit_kill_reason(executor_id)
         detail = f"killed by its {detail}" if detail else ""
-        log.warning("executor %s lost: %s%s", executor_id, reason, f" ({detail})" if detail else "")
+        # an orderly stop ends every executor on purpose: INFO then, not an alarm
+        level = logging.INFO if getattr(self.adapter, "closing", False) else logging.WARNING
+        log.log(level, "executor %s lost: %s%s", executor_id, reason, f" ({detail})" if detail else "")
         if self.traces is not None: self.traces.executor_lost(executor_id, detail or reason)  # trace hook
         snaps = self._snapshots()
         self.actor.post(lambda n: self._apply_executor_lost(executor_id, snaps, n, detail))

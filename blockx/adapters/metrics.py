@@ -162,7 +162,7 @@ class Metrics:
         # executor_usage_fn: ExecutorAdapter.resource_usage, read at scrape time
         # -> [(executor_id, memory_bytes, cpu_user_ms, cpu_system_ms)]; an executor
         # that is not attached has no series. worker_ready_fn / worker_draining_fn:
-        # WorkerCore's flags (what the etcd heartbeat publishes).
+        # what the etcd heartbeat publishes (WorkerStatusReader.ready; WorkerCore.draining).
         self.executor_usage_fn: Callable[[], Iterable[tuple[str, int, int, int]]] | None = None
         self.worker_ready_fn: Callable[[], bool] | None = None
         self.worker_draining_fn: Callable[[], bool] | None = None
@@ -420,7 +420,8 @@ class _WorkerCollector(Collector):
         yield m.grpc_seconds.family(describe_only)
         yield from _executor_families(m, describe_only)
         for name, doc, fn, attr in (
-            ("blockx_worker_ready", "1 once the Worker is ready (an executor became healthy), as published to etcd.",
+            ("blockx_worker_ready", "1 while the Worker is ready (an executor healthy, not draining), as published "
+             "to etcd.",
              m.worker_ready_fn, "worker_ready_fn"),
             ("blockx_worker_draining", "1 while the Worker drains (shutdown requested).",
              m.worker_draining_fn, "worker_draining_fn"),

@@ -46,6 +46,12 @@ class WorkerStatusReader:
         self._wall = wall
         self.started_at_ms = wall() if started_at_ms is None else started_at_ms
 
+    def ready(self) -> bool:
+        """Readiness as it is published (the etcd heartbeat, this status, the health
+        service): WorkerCore's own rule (an executor healthy, not draining), read
+        from its heartbeat rather than restated here. blockx_worker_ready reads it."""
+        return bool(self.core.derive_heartbeat(self._wall())["ready"])
+
     def read(self) -> pb.WorkerStatus:
         now = self._wall()
         core = self.core

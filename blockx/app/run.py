@@ -354,7 +354,6 @@ class Worker:
         metrics.outbox_depth_fn = self.adapter.max_outbox_backlog
         # executors' RSS / CPU and the readiness flags, read at scrape time
         metrics.executor_usage_fn = self.adapter.resource_usage
-        metrics.worker_ready_fn = lambda: core.ready
         metrics.worker_draining_fn = lambda: core.draining
         self.memory_diagnostics = MemoryDiagnostics(core=core, disp=disp, fcode=fcode, adapter=self.adapter,
                                                     interval_ms=cfg.memory_diagnostics_interval_ms)
@@ -366,6 +365,7 @@ class Worker:
         budget.start()
         metrics.memory_budget_fn = lambda: (budget.rss, budget.budget, budget.refusals)
         metrics.identity_holdings_fn = core.identity_holdings
+        metrics.worker_ready_fn = status.ready      # as published: 0 while draining
         server, self.health, port = build_server(
             self.orch, listen_addr=cfg.grpc_listen_addr(), keepalive_time_ms=cfg.grpc_keepalive_time_ms,
             keepalive_timeout_ms=cfg.grpc_keepalive_timeout_ms, metrics=metrics,
@@ -450,6 +450,7 @@ class Worker:
         await idle_sources.stop()
         unfinished = self.orch.end_unfinished_tasks()    # their watchers get a terminal update
         log_event(log, "shutdown_step", step="tasks_ended", unfinished_tasks=unfinished)
+        self.adapter.stopping()        # the executors' connections end on purpose from here
         await self.pool.stop()
         self.executor_env.close()
         log_event(log, "shutdown_step", step="executor_pool_stopped")

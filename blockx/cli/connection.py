@@ -1,8 +1,12 @@
 """How a client command reaches a worker: the --tls-* / --token options, the
 ClientTLS and token they name, and `client_command`, which runs a command body
 over one session (blockx.client) and turns a refusal into `error: CODE: message`,
-exit 1. The client library (and grpc) is imported on first use, so `blockx serve`
-and `--help` do not pay for it."""
+exit 1. An address where nothing listens, or nothing answers within
+--connect-timeout (1 s), ends the command at once with `error: UNAVAILABLE:
+nothing listens at ADDR (connection refused)` or `... no answer from ADDR`
+(blockx.client.reach). A TLS file that cannot be read is a usage error (exit 2).
+The client library (and grpc) is imported on first use, so `blockx serve` and
+`--help` do not pay for it."""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ import argparse
 import sys
 from typing import TextIO
 
-from blockx.cli.exit import EXIT_ERROR, CLIError
+from blockx.cli.arg_types import positive_seconds
+from blockx.cli.exit import EXIT_ERROR, UsageError
 
 
 def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +31,23 @@ def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token", default=None, metavar="TOKEN",
                         help="bearer token for a worker with WORKER_AUTH_MODE=token (default: $BLOCKX_TOKEN, "
                              "else the token the worker generated on this host, <STATE_DIR>/auth-token)")
+
+
+# blockx.client.reach.DEFAULT_CONNECT_TIMEOUT_S (a unit test keeps them equal), spelt out here
+# because importing blockx.client imports grpc, which `--help` should not wait for.
+DEFAULT_CONNECT_TIMEOUT_S = 1.0
+
+
+def add_connect_timeout_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--connect-timeout", type=positive_seconds, default=DEFAULT_CONNECT_TIMEOUT_S,
+                        metavar="SECONDS", help="how long the address may take to answer before the command "
+                        "fails with 'no answer from ADDR'; a refused connection fails at once "
+                        "(default: %(default)s)")
+
+
+def connect_timeout(ns: argparse.Namespace) -> float:
+    """--connect-timeout, for the commands that have it (a namespace built by hand may not)."""
+    return getattr(ns, "connect_timeout", None) or DEFAULT_CONNECT_TIMEOUT_S
 
 
 def token_from_args(ns: argparse.Namespace):
@@ -46,7 +68,7 @@ def tls_from_args(ns: argparse.Namespace):
     try:
         return ClientTLS(ca, cert, key)
     except ValueError as exc:
-        raise CLIError(str(exc)) from None
+        raise UsageError(str(exc)) from None
 
 
 def client_command(fn):
@@ -58,7 +80,7 @@ def client_command(fn):
 
         out = out or sys.stdout
         try:
-            with connect(ns.addr, connect_timeout_s=ns.rpc_timeout, tls=tls_from_args(ns),
+            with connect(ns.addr, connect_timeout_s=connect_timeout(ns), tls=tls_from_args(ns),
                          token=token_from_args(ns)) as client:
                 return fn(ns, client, out)
         except BlockxError as exc:
@@ -66,7 +88,7 @@ def client_command(fn):
             print(f"error: {exc.code.name}: {term_safe(exc.message, keep_newlines=True)}", file=sys.stderr)
             return EXIT_ERROR
         except TLSFileError as exc:
-            raise CLIError(str(exc)) from None
+            raise UsageError(str(exc)) from None
 
     wrapper.__name__ = fn.__name__
     return wrapper

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from blockx.cli.exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, CLIError
+from blockx.cli.exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, CLIError, UsageError
 from blockx.cli.text import term_safe
 from blockx.plugins.function_code_redis_store import DEFAULT_REDIS_PREFIX
 
@@ -82,7 +82,7 @@ def etcd_connection(ns: argparse.Namespace, endpoints: str | None = None):
             server_name=pick("etcd_server_name", "ETCD_SERVER_NAME"), user=pick("etcd_user", "ETCD_USER"),
             password="" if password_file else env.get("ETCD_PASSWORD", ""), password_file=password_file)
     except ValueError as exc:
-        raise CLIError(f"etcd settings: {exc} (flags --etcd-*, or the ETCD_* environment variables)") from None
+        raise UsageError(f"etcd settings: {exc} (flags --etcd-*, or the ETCD_* environment variables)") from None
 
 
 def add_parsers(sub, client_parent: argparse.ArgumentParser) -> None:
@@ -152,7 +152,7 @@ async def _kv(conn, fn, timeout: float):
     from blockx.etcd.connection import EtcdAuthError, describe_etcd_error
 
     if not conn.endpoints:
-        raise CLIError("--etcd: no endpoints given")
+        raise UsageError("--etcd: no endpoints given")
     last: Exception | None = None
     for ep in conn.endpoints:
         async with conn.channel(ep) as ch:
@@ -248,7 +248,7 @@ def collect_functions(directory: str, prefix: str, max_request_bytes: int | None
 
     d = Path(directory)
     if not d.is_dir():
-        raise CLIError(f"{directory!r} is not a directory")
+        raise UsageError(f"{directory!r} is not a directory")
     problems: list[str] = []
     out: list[tuple[str, bytes]] = []
     for path in sorted(d.iterdir()):
@@ -347,7 +347,7 @@ async def _with_redis(url: str, timeout: float, fn):
     try:
         client = redis_client(url, timeout)
     except ValueError as exc:
-        raise CLIError(f"--redis {redacted_url(url)!r}: {exc}") from None
+        raise UsageError(f"--redis {redacted_url(url)!r}: {exc}") from None
     try:
         return await fn(client)
     except (RedisError, RedisCodeError, OSError) as exc:
@@ -362,7 +362,7 @@ def _redis_keys(prefix: str | None):
     try:
         return RedisCodeKeys(prefix or DEFAULT_REDIS_PREFIX)
     except ValueError as exc:
-        raise CLIError(f"--prefix: {exc}") from None
+        raise UsageError(f"--prefix: {exc}") from None
 
 
 def _redis_push(ns: argparse.Namespace, out: TextIO) -> int:

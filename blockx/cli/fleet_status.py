@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from blockx.cli.exit import EXIT_OK, CLIError
+from blockx.cli.exit import EXIT_OK, CLIError, UsageError
 from blockx.cli.text import term_safe
 from blockx.cli.top import Rates, KeyReader
 
@@ -48,7 +48,7 @@ async def _one_status(addr: str, ns: argparse.Namespace, timeout: float):
     from blockx.client import BlockxError, WorkerClient
 
     async def go():
-        async with WorkerClient(addr, connect_timeout_s=timeout, fail_fast=True, tls=tls_from_args(ns),
+        async with WorkerClient(addr, connect_timeout_s=timeout, tls=tls_from_args(ns),
                                 token=token_from_args(ns)) as c:
             return await c.status(timeout_s=timeout)
     try:
@@ -129,7 +129,7 @@ def cmd_status_fleet(ns: argparse.Namespace, out: TextIO | None = None) -> int:
 def cmd_top_fleet(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     if ns.interval <= 0:
-        raise CLIError("--interval must be > 0")
+        raise UsageError("--interval must be > 0")
     keys = KeyReader(sys.stdin)
     try:
         return asyncio.run(_top_fleet(ns, out, keys))

@@ -10,8 +10,9 @@ from typing import Any
 
 EXIT_CODES = """exit codes:
   0    ok
-  1    an RPC or input error ("error: CODE: message" on stderr)
-  2    bad usage or configuration
+  1    the worker refused, or could not be reached ("error: CODE: message" on stderr)
+  2    bad usage or configuration: a flag, or input it names (--calls, --payload, a file);
+       nothing was sent
   3    a task reached FAILED
   130  interrupted"""
 

@@ -13,9 +13,9 @@ blockx.cli.text, blockx.cli.progress and blockx.cli.completers.
 Client commands print JSON on stdout: one indented object for submit / result /
 slot, one compact object per line for streams (watch, submit --watch). Outputs
 and plugin details are JSON on the wire (bytes fields) and are decoded, so the
-printout is plain JSON. Exit codes: 0 ok, 1 RPC or input error ("error: CODE:
-message" on stderr), 2 bad usage or configuration, 3 a task reached FAILED,
-130 interrupted."""
+printout is plain JSON. Exit codes (blockx.cli.exit): 0 ok, 1 the worker
+refused or could not be reached ("error: CODE: message" on stderr), 2 bad usage
+or configuration (nothing was sent), 3 a task reached FAILED, 130 interrupted."""
 
 from __future__ import annotations
 
@@ -27,8 +27,10 @@ from typing import TextIO
 
 from blockx import __version__
 from blockx.app.profile_names import PROFILE_NAMES
+from blockx.cli.call_grammar import GRAMMAR_HELP as CALLS_GRAMMAR, calls_arg
 from blockx.cli.completers import files
-from blockx.cli.connection import add_tls_arguments
+from blockx.cli.arg_types import non_negative_int, positive_seconds
+from blockx.cli.connection import add_connect_timeout_argument, add_tls_arguments
 from blockx.cli.exit import EXIT_OK
 from blockx.cli.help import EXIT_CODES, RAW, epilog
 from blockx.cli.output import COUNTS_HELP, add_output_arguments
@@ -73,39 +75,45 @@ def build_parser() -> argparse.ArgumentParser:
     client = argparse.ArgumentParser(add_help=False)
     client.add_argument("--addr", default=os.environ.get("BLOCKX_ADDR", DEFAULT_ADDR),
                         help=f"worker address host:port (default: $BLOCKX_ADDR or {DEFAULT_ADDR})")
-    client.add_argument("--rpc-timeout", type=float, default=DEFAULT_RPC_TIMEOUT_S, metavar="SECONDS",
+    client.add_argument("--rpc-timeout", type=positive_seconds, default=DEFAULT_RPC_TIMEOUT_S, metavar="SECONDS",
                         help="deadline of each unary RPC (default: %(default)s)")
+    add_connect_timeout_argument(client)
     client.add_argument("--compact", action="store_true", help="print single-line JSON")
     add_tls_arguments(client)
 
     sm = sub.add_parser("submit", parents=[client], help="submit a task", description=(
-        "Submit a task and wait for its result. Build it from flags (--calls / --payload) "
-        "or from --task-json; explicit flags override fields of the JSON task. A failed task's remote "
-        "traceback follows on stderr; a result taller than the terminal is summarized (--json for all). "
-        + COUNTS_HELP + "."), epilog=epilog(
+        "Submit a task and wait for its result. Build it from flags (--calls / --payload)\n"
+        "or from --task-json; explicit flags override fields of the JSON task.\n\n"
+        "--calls FN:ARGS, " + CALLS_GRAMMAR + "\n"
+        "A call outside this grammar exits 2, naming its column; nothing is sent.\n\n"
+        "A failed task's remote traceback follows on stderr; a result taller than the terminal\n"
+        "is summarized (--json for all). " + COUNTS_HELP + "."), epilog=epilog(
         "blockx submit --calls add:1,2 --calls add1:41",
         "blockx submit --calls sleep_ms:300 --no-wait --task-id t1",
         "blockx submit --task-json task.json --task-id t2 --policy continue",
         "blockx submit --etcd 127.0.0.1:2379 --calls square:7 --watch"), **RAW)
     sm.add_argument("--task-id", default=None, help="task id (default: a new UUID)")
     sm.add_argument("--builder", default=None, help="call builder name (default: callList)")
-    sm.add_argument("--calls", action="append", default=None, metavar="FN:ARGS",
-                    help="a callList call, e.g. 'add:1,2' or 'echo:{\"k\":1}' (repeatable)")
+    sm.add_argument("--calls", action="append", default=None, metavar="FN:ARGS", type=calls_arg,
+                    help="a callList call, e.g. 'add:1,2' or 'echo:{\"k\":1}' (repeatable; the grammar is above)")
     sm.add_argument("--payload", default=None, metavar="JSON|@FILE", help="builder payload (JSON)")
     sm.add_argument("--result-handler", default=None, metavar="PLUGIN", help="the task's plugin, e.g. log or test")
     sm.add_argument("--result-config", default=None, metavar="JSON|@FILE", help="the plugin's config (JSON)")
-    sm.add_argument("--timeout-ms", type=int, default=None, help="task timeout (0: the worker's default)")
+    sm.add_argument("--timeout-ms", type=non_negative_int, default=None,
+                    help="task timeout (0: the worker's default)")
     sm.add_argument("--policy", default=None, choices=tuple(POLICIES),
                     help="call failure policy: fast-fail (a call that fails for good, retries spent, stops "
                          "the task's other calls), continue (every call runs), or unspecified (the "
                          "worker's default)")
-    sm.add_argument("--max-attempts", type=int, default=None, help="call retry: max attempts")
-    sm.add_argument("--base-backoff-ms", type=int, default=None, help="call retry: base backoff")
-    sm.add_argument("--jitter-percent", type=int, default=None, help="call retry: jitter percent (0..5)")
+    sm.add_argument("--max-attempts", type=non_negative_int, default=None, help="call retry: max attempts")
+    sm.add_argument("--base-backoff-ms", type=non_negative_int, default=None, help="call retry: base backoff")
+    sm.add_argument("--jitter-percent", type=non_negative_int, default=None,
+                    help="call retry: jitter percent (0..5)")
     sm.add_argument("--instance-id", default=None, help="fairness key")
     files(sm.add_argument("--task-json", default=None, metavar="FILE|-", help="the task as JSON (- for stdin)"))
-    sm.add_argument("--slot", default=None, metavar="SLOT_ID", help="slot id from a prior `blockx slot`")
-    sm.add_argument("--etcd", nargs="?", default=None, const=os.environ.get("BLOCKX_ETCD") or "127.0.0.1:2379",
+    where = sm.add_mutually_exclusive_group()      # a slot is one worker's: it cannot go with --etcd
+    where.add_argument("--slot", default=None, metavar="SLOT_ID", help="slot id from a prior `blockx slot`")
+    where.add_argument("--etcd", nargs="?", default=None, const=os.environ.get("BLOCKX_ETCD") or "127.0.0.1:2379",
                     metavar="ENDPOINTS", help="place the task on a worker registered in etcd (blockx.client.Cluster) "
                     "instead of --addr; ENDPOINTS defaults to $BLOCKX_ETCD or 127.0.0.1:2379")
     sm.add_argument("--etcd-prefix", default="/blockx/workers/", metavar="PREFIX",
@@ -141,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         "blockx slot t1 --ttl-ms 5000",
         "blockx submit --task-id t1 --slot SLOT_ID --calls add:1,2"), **RAW)
     sl.add_argument("task_id", metavar="TASK_ID")
-    sl.add_argument("--ttl-ms", type=int, default=0, help="reservation TTL (0: the worker's default)")
+    sl.add_argument("--ttl-ms", type=non_negative_int, default=0, help="reservation TTL (0: the worker's default)")
     sl.set_defaults(func=cmd_slot)
 
     from blockx.cli.fleet import add_parsers as add_fleet_parsers

@@ -15,6 +15,7 @@ import json
 import sys
 from typing import TextIO
 
+from blockx.cli.arg_types import non_negative_int, positive_seconds
 from blockx.cli.exit import EXIT_OK
 from blockx.cli.status_render import render_status, status_to_json
 
@@ -42,10 +43,10 @@ def add_parsers(sub, client: argparse.ArgumentParser) -> None:
                          epilog=epilog("blockx top --worker 127.0.0.1:8081 --interval 2"), **RAW)
     top.add_argument("--worker", dest="addr", default=argparse.SUPPRESS, metavar="ADDR",
                      help="worker address host:port (same as --addr)")
-    top.add_argument("--interval", type=float, default=1.0, metavar="S",
+    top.add_argument("--interval", type=positive_seconds, default=1.0, metavar="S",
                      help="seconds between refreshes (default: %(default)s)")
     _add_fleet_arguments(top)
-    top.add_argument("--iterations", type=int, default=0, metavar="N",
+    top.add_argument("--iterations", type=non_negative_int, default=0, metavar="N",
                      help="stop after N refreshes (default: until q / Ctrl-C)")
     top.set_defaults(func=cmd_top_any)
 

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from typing import Any, TextIO
 
 from blockx.cli.connection import client_command
-from blockx.cli.exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, CLIError
+from blockx.cli.exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, UsageError
 from blockx.cli.output import (dump, earlier_run_note, exit_for, is_earlier_run, is_terminal, response_to_json,
                                show_result)
 from blockx.cli.task_args import task_from_args
@@ -77,7 +77,7 @@ def _note_earlier_run(resp, sent_at_ms: int) -> None:
 
 @client_command
 def _submit(ns: argparse.Namespace, client, out: TextIO) -> int:
-    task = task_from_args(ns)
+    task = ns.built_task
     sent_at_ms = int(time.time() * 1000)
     if ns.no_wait or ns.watch:
         resp = client.submit(task=task, slot_id=ns.slot or "", wait=False).raw
@@ -115,12 +115,13 @@ def _submit(ns: argparse.Namespace, client, out: TextIO) -> int:
 
 
 def cmd_submit(ns: argparse.Namespace, out: TextIO | None = None) -> int:
+    ns.built_task = task_from_args(ns)     # a usage error (exit 2) ends it here, before it connects
     if getattr(ns, "etcd", None):
         from blockx.cli.fleet import cmd_submit_cluster
 
         if ns.slot:
-            raise CLIError("--slot names a slot on one worker; it cannot be used with --etcd")
-        return cmd_submit_cluster(ns, task_from_args(ns), out or sys.stdout, dump)
+            raise UsageError("--slot names a slot on one worker; it cannot be used with --etcd")
+        return cmd_submit_cluster(ns, ns.built_task, out or sys.stdout, dump)
     return _submit(ns, out)
 
 
@@ -155,5 +156,5 @@ def _slot(ns: argparse.Namespace, client, out: TextIO) -> int:
 
 def cmd_slot(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     if ns.ttl_ms < 0:
-        raise CLIError("--ttl-ms must be >= 0")
+        raise UsageError("--ttl-ms must be >= 0")
     return _slot(ns, out)

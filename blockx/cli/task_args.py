@@ -1,10 +1,10 @@
 """Building the pb.Task a `blockx submit` command line describes.
 
-Two ways in: flags (--calls FN:ARGS for a callList, or --payload for any builder)
-or --task-json, the proto JSON form in which payload and result-handler config hold
+Two ways in: flags (--calls FN:ARGS for a callList, its grammar in
+blockx.cli.call_grammar, or --payload for any builder) or --task-json, the proto JSON form in which payload and result-handler config hold
 JSON directly rather than base64. Explicit flags override fields of the JSON task,
 so a saved task can be re-sent with a new id or timeout. Every bad input is a
-CLIError naming the flag, raised before anything is sent to the worker."""
+UsageError (exit 2) naming the flag, raised before anything is sent to the worker."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import sys
 import uuid
 from typing import Any, TextIO
 
-from blockx.cli.exit import CLIError
+from blockx.cli.call_grammar import parse_call
+from blockx.cli.exit import UsageError
 
 # --policy values -> CallFailurePolicy enum names (one spelling each).
 POLICIES = {
@@ -23,32 +24,6 @@ POLICIES = {
     "continue": "CALL_FAILURE_POLICY_CONTINUE",
     "unspecified": "CALL_FAILURE_POLICY_UNSPECIFIED",
 }
-
-
-def parse_call(text: str) -> dict[str, Any]:
-    """'add:1,2' -> {"functionId": "add", "args": [1, 2]}.
-
-    ARGS is read as the inside of a JSON array ('1,2', '"a,b"', '{"k":1},[2]'); if
-    that is not valid JSON, it is split on commas and each part is JSON or else a
-    plain string ('echo:hello' -> ["hello"])."""
-    fid, _, rest = text.partition(":")
-    fid = fid.strip()
-    if not fid:
-        raise CLIError(f"--calls {text!r}: missing function id (expected FN:ARGS, e.g. add:1,2)")
-    rest = rest.strip()
-    if not rest:
-        return {"functionId": fid, "args": []}
-    try:
-        args = json.loads("[" + rest + "]")
-    except ValueError:
-        args = []
-        for part in rest.split(","):
-            part = part.strip()
-            try:
-                args.append(json.loads(part))
-            except ValueError:
-                args.append(part)
-    return {"functionId": fid, "args": args}
 
 
 def _read_text(value: str, what: str, stdin: TextIO | None = None) -> str:
@@ -59,7 +34,7 @@ def _read_text(value: str, what: str, stdin: TextIO | None = None) -> str:
             with open(value[1:], encoding="utf-8") as fh:
                 return fh.read()
         except OSError as exc:
-            raise CLIError(f"{what}: cannot read {value[1:]!r}: {exc.strerror or exc}") from None
+            raise UsageError(f"{what}: cannot read {value[1:]!r}: {exc.strerror or exc}") from None
     return value
 
 
@@ -67,7 +42,7 @@ def _json_bytes(text: str, what: str) -> bytes:
     try:
         json.loads(text)
     except ValueError as exc:
-        raise CLIError(f"{what} is not valid JSON: {exc}") from None
+        raise UsageError(f"{what} is not valid JSON: {exc}") from None
     return text.strip().encode()
 
 
@@ -87,7 +62,7 @@ def task_from_json(obj: Any):
     from blockx.worker.v1 import worker_pb2 as pb
 
     if not isinstance(obj, dict):
-        raise CLIError("--task-json must hold a JSON object")
+        raise UsageError("--task-json must hold a JSON object")
     obj = dict(obj)
     for outer, inner in (("functionCall", "payload"), ("function_call", "payload"),
                          ("resultHandler", "config"), ("result_handler", "config")):
@@ -104,7 +79,7 @@ def task_from_json(obj: Any):
     try:
         return json_format.ParseDict(obj, pb.Task())
     except json_format.ParseError as exc:
-        raise CLIError(f"--task-json: {exc}") from None
+        raise UsageError(f"--task-json: {exc}") from None
 
 
 def task_from_args(ns: argparse.Namespace, stdin: TextIO | None = None):
@@ -116,13 +91,13 @@ def task_from_args(ns: argparse.Namespace, stdin: TextIO | None = None):
         try:
             task = task_from_json(json.loads(text))
         except ValueError as exc:
-            if isinstance(exc, CLIError):
+            if isinstance(exc, UsageError):
                 raise
-            raise CLIError(f"--task-json is not valid JSON: {exc}") from None
+            raise UsageError(f"--task-json is not valid JSON: {exc}") from None
     else:
         task = pb.Task()
         if ns.calls is None and ns.payload is None:
-            raise CLIError("submit needs --calls, --payload or --task-json")
+            raise UsageError("submit needs --calls, --payload or --task-json")
 
     if ns.task_id is not None:
         task.task_id = ns.task_id
@@ -130,12 +105,14 @@ def task_from_args(ns: argparse.Namespace, stdin: TextIO | None = None):
         task.task_id = str(uuid.uuid4())
 
     if ns.calls is not None and ns.payload is not None:
-        raise CLIError("give either --calls or --payload, not both")
+        raise UsageError("give either --calls or --payload, not both")
     builder = ns.builder
     if ns.calls is not None:
         if builder not in (None, "callList"):
-            raise CLIError(f"--calls builds a callList payload; it cannot be used with --builder {builder}")
-        payload = {"calls": [parse_call(c) for c in ns.calls]}
+            raise UsageError(f"--calls builds a callList payload; it cannot be used with --builder {builder}")
+        # argparse parsed each --calls already (call_grammar.calls_arg); a namespace built
+        # by hand may still hold the text
+        payload = {"calls": [c if isinstance(c, dict) else parse_call(c) for c in ns.calls]}
         task.function_call.type = "callList"
         task.function_call.payload = json.dumps(payload, separators=(",", ":")).encode()
     elif ns.payload is not None:
@@ -144,10 +121,10 @@ def task_from_args(ns: argparse.Namespace, stdin: TextIO | None = None):
     elif builder is not None:
         task.function_call.type = builder
     if not task.function_call.type:
-        raise CLIError("the task names no builder (functionCall.type)")
+        raise UsageError("the task names no builder (functionCall.type)")
 
     if ns.result_config is not None and ns.result_handler is None and not task.HasField("result_handler"):
-        raise CLIError("--result-config needs --result-handler")
+        raise UsageError("--result-config needs --result-handler")
     if ns.result_handler is not None:
         task.result_handler.type = ns.result_handler
     if ns.result_config is not None:
@@ -155,7 +132,7 @@ def task_from_args(ns: argparse.Namespace, stdin: TextIO | None = None):
                                                  "--result-config")
     if ns.timeout_ms is not None:
         if ns.timeout_ms < 0:
-            raise CLIError("--timeout-ms must be >= 0")
+            raise UsageError("--timeout-ms must be >= 0")
         task.task_timeout_ms = ns.timeout_ms
     if ns.policy is not None:
         task.call_failure_policy = pb.CallFailurePolicy.Value(POLICIES[ns.policy])
@@ -164,7 +141,7 @@ def task_from_args(ns: argparse.Namespace, stdin: TextIO | None = None):
         v = getattr(ns, flag)
         if v is not None:
             if v < 0:
-                raise CLIError(f"--{flag.replace('_', '-')} must be >= 0")
+                raise UsageError(f"--{flag.replace('_', '-')} must be >= 0")
             setattr(task.call_retry_policy, attr, v)
     if ns.instance_id is not None:
         task.instance_id = ns.instance_id

@@ -23,7 +23,7 @@ from blockx.cli.connection import client_command, tls_from_args
 from blockx.cli.output import dump, exit_for, response_to_json
 from blockx.cli.help import RAW, epilog
 from blockx.cli.status_render import fmt_duration
-from blockx.cli.exit import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CLIError
+from blockx.cli.exit import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CLIError, UsageError
 from blockx.cli.text import term_safe
 
 STATES = ("allocated", "running", "succeeded", "failed")
@@ -31,7 +31,8 @@ PHASES = ("reserved", "preparing", "builder", "calls", "plugin", "terminal")
 HEALTH_EXIT_CODES = """exit codes:
   0    the worker is ready: its health service answers SERVING
   1    the worker answers but is not ready (no healthy executor yet) or is draining
-  2    bad usage, or the worker could not be reached within --rpc-timeout"""
+  2    bad usage, or no worker answered: nothing listens at the address, or nothing
+       answered within --connect-timeout (or a Check within --rpc-timeout)"""
 
 
 def add_parsers(sub, client: argparse.ArgumentParser) -> None:
@@ -141,7 +142,7 @@ def _tasks(ns: argparse.Namespace, client, out: TextIO) -> int:
 
 def cmd_tasks(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     if ns.page_size < 0:
-        raise CLIError(f"--page-size is {ns.page_size}: it must be 0 (the worker's default) or positive")
+        raise UsageError(f"--page-size is {ns.page_size}: it must be 0 (the worker's default) or positive")
     return _tasks(ns, out)
 
 
@@ -150,8 +151,7 @@ def cmd_tasks(ns: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def cmd_health(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     """0 SERVING, 1 any other answer, 2 no answer (HEALTH_EXIT_CODES)."""
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    import asyncio
 
     out = out or sys.stdout
     try:
@@ -159,30 +159,64 @@ def cmd_health(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     except CLIError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    channel = (grpc.insecure_channel(ns.addr) if tls is None
-               else grpc.secure_channel(ns.addr, tls.credentials()))
+    from blockx.tls.client_tls import TLSFileError
+
     try:
-        resp = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=ns.service), timeout=ns.rpc_timeout, wait_for_ready=True)
-    except grpc.RpcError as exc:
-        code = exc.code()
-        if code == grpc.StatusCode.NOT_FOUND:      # the server answers: it knows no such service
-            print(f"{ns.addr}: SERVICE_UNKNOWN ({term_safe(ns.service)!r} is not a service of this worker)",
-                  file=out)
-            return EXIT_ERROR
-        print(f"error: {code.name}: cannot check the health of {ns.addr}: {term_safe(exc.details() or '')}",
-              file=sys.stderr)
+        resp = asyncio.run(_check_health(ns, tls))
+    except TLSFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as exc:                       # an address grpc cannot parse
         print(f"error: --addr {ns.addr!r}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    finally:
-        channel.close()
+    except _NoHealth as exc:
+        if exc.service_unknown:                     # the server answers: it knows no such service
+            print(f"{ns.addr}: SERVICE_UNKNOWN ({term_safe(ns.service)!r} is not a service of this worker)",
+                  file=out)
+            return EXIT_ERROR
+        print(f"error: {exc.code}: cannot check the health of {ns.addr}: {term_safe(exc.message)}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    from grpc_health.v1 import health_pb2
+
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
     print(f"{ns.addr}: {status}", file=out)
     out.flush()
     return EXIT_OK if resp.status == health_pb2.HealthCheckResponse.SERVING else EXIT_ERROR
 
+
+class _NoHealth(Exception):
+    def __init__(self, code: str, message: str, service_unknown: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.service_unknown = service_unknown
+
+
+async def _check_health(ns: argparse.Namespace, tls):
+    """The Check answer, once the address answered (blockx.client.reach: a refused
+    or silent address is told at once, not as the RPC's DEADLINE_EXCEEDED)."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from blockx.cli.connection import connect_timeout
+    from blockx.client.reach import Unreachable, wait_ready
+    from blockx.tls.client_tls import aio_channel
+
+    channel = aio_channel(ns.addr, tls)
+    try:
+        try:
+            await wait_ready(channel, ns.addr, min(connect_timeout(ns), ns.rpc_timeout), tls=tls is not None)
+        except Unreachable as exc:
+            raise _NoHealth(exc.code.name, exc.message) from None
+        try:
+            return await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=ns.service), timeout=ns.rpc_timeout)
+        except grpc.RpcError as exc:
+            code = exc.code()
+            raise _NoHealth(code.name, exc.details() or "", code == grpc.StatusCode.NOT_FOUND) from None
+    finally:
+        await channel.close()
 
 
 __all__ = ["HEALTH_EXIT_CODES", "add_parsers", "cmd_cancel", "cmd_health", "cmd_tasks", "summary_to_json",

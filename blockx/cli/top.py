@@ -1,7 +1,9 @@
 """`blockx top`: one Worker's status, live on the terminal, like top.
 
 Every --interval seconds it reads GetWorkerStatus and redraws the screen (rich
-Live, alternate screen): the header of `blockx status`, the rates of tasks and
+Live, alternate screen) on a terminal; into a pipe or a file it prints each
+refresh as a frame of its own, one after the other (a blank line between), as
+`top -b` does. Each frame: the header of `blockx status`, the rates of tasks and
 calls per second computed from the deltas of the Worker's cumulative counters
 between two reads (``Rates``), and the executors table. It fits a plain 80x24
 terminal. `q` quits (exit 0), and so does Ctrl-C. When stdin is not a terminal
@@ -20,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
-from blockx.cli.exit import EXIT_OK, CLIError
+from blockx.cli.exit import EXIT_OK, UsageError
 from blockx.cli.text import term_safe
 
 
@@ -63,7 +65,7 @@ def rates_lines(r: Rates | None) -> list[str]:
             f"calls/s: {r.calls:.1f} finished, {r.calls_failed:.1f} failed, {r.calls_retried:.1f} retried"]
 
 
-def render_top(st, rates: Rates | None, *, error: str = "", interval: float = 1.0):
+def render_top(st, rates: Rates | None, *, error: str = "", interval: float = 1.0, keys: bool = True):
     from rich.console import Group
     from rich.text import Text
 
@@ -77,7 +79,7 @@ def render_top(st, rates: Rates | None, *, error: str = "", interval: float = 1.
     if st is not None:
         parts.append(executors_table(st))
     parts.append(Text(""))
-    parts.append(Text(f"q quit   refresh {interval:g}s", style="dim"))
+    parts.append(Text(f"q quit   refresh {interval:g}s" if keys else f"refresh {interval:g}s", style="dim"))
     return Group(*parts)
 
 
@@ -98,6 +100,11 @@ class KeyReader:
         except (OSError, ValueError, AttributeError):
             self._fd = None
 
+    @property
+    def active(self) -> bool:
+        """Keys are read (stdin is a terminal): `q` quits."""
+        return self._fd is not None
+
     def wait(self, timeout: float) -> str:
         """A key pressed within timeout seconds, else ""."""
         if self._fd is None:
@@ -117,13 +124,13 @@ class KeyReader:
 
 def cmd_top(ns: argparse.Namespace, out: TextIO | None = None) -> int:
     if ns.interval <= 0:
-        raise CLIError("--interval must be > 0")
+        raise UsageError("--interval must be > 0")
     from blockx.extras import MissingExtra, require
 
     try:
         require("cli", "`blockx top`")
-    except MissingExtra as exc:
-        raise CLIError(str(exc)) from None
+    except MissingExtra as exc:                  # configuration: exit 2, as `blockx serve` without its extra
+        raise UsageError(str(exc)) from None
     from blockx.cli.connection import client_command
 
     return client_command(_top)(ns, out)
@@ -131,34 +138,59 @@ def cmd_top(ns: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def _top(ns: argparse.Namespace, client, out: TextIO) -> int:
     from rich.console import Console
-    from rich.live import Live
-
-    from blockx.client import BlockxError
 
     console = Console(file=out, highlight=False)
     keys = KeyReader(sys.stdin)
-    prev = cur = None
-    refreshes = 0
     try:
-        with Live(console=console, screen=console.is_terminal, auto_refresh=False,
-                  transient=False) as live:
-            while True:
-                started = time.monotonic()
-                refreshes += 1
-                error = ""
-                try:
-                    st = client.status(timeout_s=max(ns.rpc_timeout, ns.interval))
-                    prev, cur = cur, st
-                except BlockxError as exc:
-                    error = f"{exc.code.name}: {exc.message}"
-                live.update(render_top(cur, Rates.between(prev, cur) if cur is not None else None,
-                                       error=error, interval=ns.interval), refresh=True)
-                if ns.iterations and refreshes >= ns.iterations:
-                    return EXIT_OK
-                key = keys.wait(ns.interval - (time.monotonic() - started))
-                if key in ("q", "Q"):
-                    return EXIT_OK
+        if console.is_terminal:
+            return _top_live(ns, client, console, keys)
+        return _top_frames(ns, client, console, keys)
     except KeyboardInterrupt:
         return EXIT_OK
     finally:
         keys.restore()
+
+
+def _frames(ns: argparse.Namespace, client, keys: KeyReader):
+    """(status, rates, error) once per refresh until --iterations or q."""
+    from blockx.client import BlockxError
+
+    prev = cur = None
+    refreshes = 0
+    while True:
+        started = time.monotonic()
+        refreshes += 1
+        error = ""
+        try:
+            st = client.status(timeout_s=max(ns.rpc_timeout, ns.interval))
+            prev, cur = cur, st
+        except BlockxError as exc:
+            error = f"{exc.code.name}: {exc.message}"
+        yield render_top(cur, Rates.between(prev, cur) if cur is not None else None,
+                         error=error, interval=ns.interval, keys=keys.active)
+        if ns.iterations and refreshes >= ns.iterations:
+            return
+        key = keys.wait(ns.interval - (time.monotonic() - started))
+        if key in ("q", "Q"):
+            return
+
+
+def _top_live(ns: argparse.Namespace, client, console, keys: KeyReader) -> int:
+    from rich.live import Live
+
+    with Live(console=console, screen=True, auto_refresh=False, transient=False) as live:
+        for frame in _frames(ns, client, keys):
+            live.update(frame, refresh=True)
+    return EXIT_OK
+
+
+def _top_frames(ns: argparse.Namespace, client, console, keys: KeyReader) -> int:
+    """Not a terminal: rich Live would only print the last frame, when it stops.
+    Each frame is printed whole and flushed as it comes, for `| cat`, a log file
+    or `| grep` to follow."""
+    for n, frame in enumerate(_frames(ns, client, keys)):
+        if n:
+            console.print()
+        console.print(frame)
+        console.file.flush()
+    return EXIT_OK

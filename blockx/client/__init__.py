@@ -18,7 +18,10 @@ asked for ``all_outputs=True``; ``outputs(task_id)`` iterates every output
 (blockx.client.pages; ``PagingError`` if the pages do not join up). Refusals raise typed
 exceptions (NoSlot, Unavailable, InvalidArgument, InvalidSlot, NotFound,
 SlotUncertain, AlreadyExists, Unauthenticated, PermissionDenied; TracingOff from
-trace()) with the Worker's message; a broken session raises SessionBroken.
+trace()) with the Worker's message; a broken session raises SessionBroken. An
+address where no Worker answers raises at once an Unreachable (an Unavailable):
+NothingListens (connection refused) or NoAnswer (nothing within the connect
+timeout, 1 s by default), blockx.client.reach.
 A task that FAILED is an outcome, not an exception, unless asked:
 ``outcome.result()`` returns the outputs or raises ``TaskFailed``, whose str()
 holds the remote traceback and the failed frame's locals.
@@ -32,6 +35,7 @@ from blockx.client.errors import (
 )
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskProgress, TaskUpdate
 from blockx.client.pages import PagingError
+from blockx.client.reach import NoAnswer, NothingListens, Unreachable
 from blockx.client.registry import RegistryView, WorkerInfo
 from blockx.client.sync import SyncWorkerClient, connect
 from blockx.client.tasks import build_task, call_list_payload
@@ -41,6 +45,7 @@ from blockx.client.worker_client import WorkerClient
 
 __all__ = [
     "AlreadyExists", "PermissionDenied", "Unauthenticated",
+    "NoAnswer", "NothingListens", "Unreachable",
     "BlockxError", "ClientTLS", "Cluster", "InvalidArgument", "InvalidSlot", "NoSlot", "NotFound", "PagingError",
     "SessionBroken",
     "SlotLease", "RegistryView", "SlotUncertain", "SyncWorkerClient", "TaskFailed", "TaskOutcome", "TaskProgress", "TaskTrace", "TaskUpdate", "TracingOff", "Unavailable",

@@ -12,7 +12,9 @@ Theory of operation.
   per worker, opened on first use and reused; all of this client's tasks to that
   worker share it.
 - Failover before a task runs: a refusal (NoSlot, or Unavailable from a draining
-  worker, or a worker that cannot be reached) places the task on another worker;
+  worker, or a registered address where nothing listens or nothing answers within
+  ``connect_timeout_s``, told at the first failed attempt: blockx.client.reach)
+  places the task on another worker;
   it does not count as a resubmit. When every placeable worker refused, the
   client backs off briefly and tries again, up to ``wait_for_worker_s``.
 - Failover after: a session that breaks while the task was submitted (the
@@ -46,6 +48,7 @@ from blockx.client.credentials import TOKEN_FROM_ENV
 from blockx.client.errors import NoSlot, NotFound, SessionBroken, Unavailable
 from blockx.client.outcome import TaskOutcome, TaskUpdate
 from blockx.client.placement import Placement
+from blockx.client.reach import DEFAULT_CONNECT_TIMEOUT_S
 from blockx.client.registry import DEFAULT_PREFIX, RegistryView, WorkerInfo
 from blockx.client.tasks import build_task
 from blockx.client.worker_client import WorkerClient
@@ -89,8 +92,9 @@ class Cluster:
     ``blockx.etcd.connection.EtcdConnection`` saying all of it."""
 
     def __init__(self, etcd_endpoints: EtcdConnection | str | Iterable[str], prefix: str = DEFAULT_PREFIX, *,
-                 max_resubmits: int = 2, resubmit_retryable: bool = False, connect_timeout_s: float = 3.0,
-                 wait_for_worker_s: float = 30.0, etcd_wait_s: float = 5.0, probe_timeout_s: float = 3.0,
+                 max_resubmits: int = 2, resubmit_retryable: bool = False,
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, wait_for_worker_s: float = 30.0,
+                 etcd_wait_s: float = 5.0, probe_timeout_s: float = 3.0,
                  on_placement: Callable[[str, str], None] | None = None,
                  rand: Callable[[], float] = random.random,
                  token: str | None | object = TOKEN_FROM_ENV) -> None:
@@ -348,7 +352,7 @@ class Cluster:
         fut = self._opening.get(addr)
         if fut is None:
             fut = self._opening[addr] = asyncio.get_running_loop().create_future()
-            c = WorkerClient(addr, connect_timeout_s=self.connect_timeout_s, fail_fast=True, token=self._token)
+            c = WorkerClient(addr, connect_timeout_s=self.connect_timeout_s, token=self._token)
             try:
                 await c.connect()
             except Unavailable as exc:

@@ -30,6 +30,7 @@ from blockx.client.errors import (InvalidArgument, NoSlot, SessionBroken, Tracin
                                   from_rpc_error)
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate, decode_output, state_name
 from blockx.client.pages import all_pages, pages_after
+from blockx.client.reach import DEFAULT_CONNECT_TIMEOUT_S, wait_ready
 from blockx.client.tasks import build_task
 from blockx.tls.client_tls import TLS_FROM_ENV, ClientTLS, aio_channel
 from blockx.client.trace import TaskTrace
@@ -105,9 +106,9 @@ class _UpdateQueue:
 class WorkerClient:
     """``async with WorkerClient("127.0.0.1:8081") as c: outcome = await c.submit(calls=[("add", [1, 2])])``"""
 
-    def __init__(self, addr: str, *, connect_timeout_s: float = 10.0,
+    def __init__(self, addr: str, *, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
                  channel_options: Iterable[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS,
-                 fail_fast: bool = False, tls: ClientTLS | None | object = TLS_FROM_ENV,
+                 fail_fast: bool = True, tls: ClientTLS | None | object = TLS_FROM_ENV,
                  token: str | None | object = TOKEN_FROM_ENV) -> None:
         self.addr = addr
         # TLS_FROM_ENV: BLOCKX_TLS_CA / _CERT / _KEY when set, else plaintext (blockx.tls.client_tls).
@@ -115,10 +116,10 @@ class WorkerClient:
         # TOKEN_FROM_ENV: BLOCKX_TOKEN, else this host's <STATE_DIR>/auth-token for an address on this
         # host (blockx.client.credentials).
         self._metadata = auth_metadata(resolve_token(token, addr=addr))
+        # How long the address may take to answer; a refused or failed connection
+        # raises at once whatever it is (blockx.client.reach). ``fail_fast`` is how
+        # every client connects now: the parameter stays for callers that pass it.
         self._connect_timeout_s = connect_timeout_s
-        # fail_fast: a refused connection raises Unavailable at once instead of
-        # retrying until connect_timeout_s (a Cluster has other workers to try).
-        self._fail_fast = fail_fast
         self._channel_options = list(channel_options)
         self._channel: grpc.aio.Channel | None = None
         self._call: Any = None            # the TaskSession stream call, once opened
@@ -140,13 +141,12 @@ class WorkerClient:
         await self.close()
 
     async def connect(self) -> None:
-        """Open the channel and the session; Unavailable if the worker cannot be reached."""
+        """Open the channel and the session. An Unreachable (an Unavailable) at once
+        when nothing listens at the address, or when it does not answer within
+        ``connect_timeout_s``: the message says which (blockx.client.reach)."""
         self._channel = aio_channel(self.addr, self.tls, self._channel_options)
         try:
-            await asyncio.wait_for(self._channel_ready(), self._connect_timeout_s)
-        except asyncio.TimeoutError:
-            await self._channel.close()
-            raise Unavailable(f"cannot reach a worker at {self.addr} within {self._connect_timeout_s:g} s") from None
+            await wait_ready(self._channel, self.addr, self._connect_timeout_s, tls=self.tls is not None)
         except Unavailable:
             await self._channel.close()
             raise
@@ -157,8 +157,9 @@ class WorkerClient:
         # the status replace it with INTERNAL). A Worker too old to send it answers only
         # the first request: after SESSION_ACCEPT_WAIT_S the session goes ahead anyway.
         try:
-            await asyncio.wait_for(asyncio.shield(call.initial_metadata()),
-                                   min(SESSION_ACCEPT_WAIT_S, self._connect_timeout_s))
+            # not bounded by connect_timeout_s: the address answered, and a loaded
+            # Worker may take longer than a connection does to accept a session
+            await asyncio.wait_for(asyncio.shield(call.initial_metadata()), SESSION_ACCEPT_WAIT_S)
         except asyncio.TimeoutError:
             pass
         except grpc.RpcError:
@@ -172,19 +173,6 @@ class WorkerClient:
             raise error_for(code, f"the worker at {self.addr} refused the session: {details}")
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._read_loop()), loop.create_task(self._write_loop())]
-
-    async def _channel_ready(self) -> None:
-        channel = self._channel
-        assert channel is not None          # connect() opened it
-        if not self._fail_fast:
-            await channel.channel_ready()
-            return
-        state = channel.get_state(try_to_connect=True)
-        while state != grpc.ChannelConnectivity.READY:
-            if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-                raise Unavailable(f"cannot connect to a worker at {self.addr} (connection failed)")
-            await channel.wait_for_state_change(state)
-            state = channel.get_state(try_to_connect=True)
 
     async def close(self) -> None:
         """End the session (tasks keep running on the Worker) and the channel."""

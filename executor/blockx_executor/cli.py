@@ -164,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
         log.info("worker closed the connection before attach: %s", exc)
         conn.close()
         return EXIT_OK if exc.clean else 3
-    log.info("attached to %s (max inflight %d)", args.socket_path, args.executor_max_inflight)
+    # DEBUG: the Worker logs the attach itself (with the pid and contexts), once it
+    # accepted it; this line would reach its log a second time, as executor_output.
+    log.debug("attached to %s (max inflight %d)", args.socket_path, args.executor_max_inflight)
     heartbeats.start()
     preemption = None
     if args.budget_preempt_ms:

@@ -140,7 +140,7 @@ def test_workers_table_and_submit_through_etcd(etcd, tmp_path, capsys, functions
         obj = json.loads(out)
         assert obj["state"] == "SUCCEEDED" and obj["result"]["outputs"] == [42]
         assert obj["worker"] in reg and obj["attempts"] == 1
-        code, out, err = run_cli(["submit", "--etcd", etcd.endpoint, "--calls", "fail:boom"], capsys)
+        code, out, err = run_cli(["submit", "--etcd", etcd.endpoint, "--calls", "fail:\"boom\""], capsys)
         assert code == 3 and json.loads(out)["state"] == "FAILED"
         code, out, err = run_cli(["submit", "--etcd", etcd.endpoint, "--watch", "--calls", "sleep_ms:50"], capsys)
         assert code == 0, err
@@ -157,7 +157,7 @@ def test_commands_without_etcd_fail_clearly(capsys, tmp_path):
     code, out, err = run_cli(["workers", "--etcd", dead, "--timeout", "0.5"], capsys)
     assert code == 1 and "error: etcd " + dead in err
     code, out, err = run_cli(["functions", "push", str(tmp_path / "nope"), "--etcd", dead], capsys)
-    assert code == 1 and "is not a directory" in err
+    assert code == 2 and "is not a directory" in err         # the command line names no directory: usage
 
 
 def test_function_code_survives_an_etcd_outage_and_follows_pushes_after_it(tmp_path, capsys):

@@ -131,3 +131,34 @@ def test_top_without_a_terminal_stops_after_its_iterations(start_worker):
                        timeout=60)
     assert r.returncode == 0, r.stderr
     assert "exec-0" in r.stdout
+
+
+def test_top_into_a_pipe_prints_every_frame(start_worker):
+    # `blockx top --iterations 3 | cat` printed one frame (rich Live draws the last one
+    # when it stops, off a terminal); each refresh is a frame of its own.
+    w = start_worker(executors=1)
+    r = subprocess.run(f"{BLOCKX} top --worker 127.0.0.1:{w.port} --interval 0.2 --iterations 3 | cat",
+                       shell=True, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert sum(line.startswith("tasks/s: ") for line in r.stdout.splitlines()) == 3, r.stdout
+    assert r.stdout.count("refresh 0.2s") == 3 and "q quit" not in r.stdout    # no keys read from a pipe
+    assert "calls/s: 0.0 finished" in r.stdout          # the 2nd and 3rd frames have rates
+    assert "exec-0" in r.stdout
+
+
+def test_top_into_a_pipe_flushes_each_frame_as_it_comes(start_worker):
+    w = start_worker(executors=1)
+    p = subprocess.Popen([BLOCKX, "top", "--worker", f"127.0.0.1:{w.port}", "--interval", "0.2"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = 0
+        deadline = time.monotonic() + 30
+        while seen < 2:                     # top runs on (no --iterations): frames arrive while it does
+            assert time.monotonic() < deadline, "no second frame within 30 s"
+            line = p.stdout.readline()
+            assert line, p.stderr.read()
+            seen += line.startswith("tasks/s: ")
+        assert p.poll() is None
+    finally:
+        p.terminate()
+        p.wait(10)

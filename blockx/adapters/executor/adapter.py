@@ -27,7 +27,10 @@ Theory of operation:
 - Losing a connection (closed, broken, malformed frame, heartbeat timeout,
   reconnect, adapter close) always goes through _lose(): it unregisters the
   connection, fails pending resume/cancel sends with ExecutorGone, aborts the
-  transport and reports on_executor_lost exactly once per attached era.
+  transport and reports on_executor_lost exactly once per attached era. A
+  loss is a WARNING, except once the Worker is stopping (``stopping()``, called
+  before the pool SIGTERMs the executors, then ``close()``): an orderly stop
+  closes every connection on purpose, and says so at INFO.
   check_heartbeat_timeouts() also reports through on_executor_lost; its return
   value only lists the ids for logs and tests."""
 
@@ -168,6 +171,17 @@ class ExecutorAdapter:
             unlink_if_ours(path, identity)
             raise
         self._private.append((path, identity, server))
+
+    def stopping(self) -> None:
+        """The Worker is shutting down: executors are about to be stopped on purpose,
+        so the connections they close are expected (logged at INFO, not WARNING),
+        and a connection that arrives from now on is refused."""
+        self._closing = True
+
+    @property
+    def closing(self) -> bool:
+        """``stopping()`` or ``close()`` ran: a lost executor is the stop's doing."""
+        return self._closing
 
     async def close(self) -> None:
         self._closing = True

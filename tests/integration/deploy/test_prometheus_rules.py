@@ -11,6 +11,7 @@ import subprocess
 import pytest
 import yaml
 
+from tests.support.binaries import missing
 from tests.support.promql import (ALERTS, ALERTS_TEST, DASHBOARD, alert_rules, dashboard,
                                   dashboard_exprs, dashboard_panels, metric_names)
 
@@ -18,7 +19,8 @@ from tests.support.promql import (ALERTS, ALERTS_TEST, DASHBOARD, alert_rules, d
 @pytest.fixture(scope="module")
 def promtool() -> str:
     path = shutil.which("promtool")
-    assert path, "promtool is missing: run `make prometheus` (Debian package prometheus)"
+    if not path:
+        missing("promtool", "run `make prometheus` (Debian package prometheus)")
     return path
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 
@@ -413,3 +414,32 @@ async def _async(value):
 
 async def _async_not(awaitable):
     return not await awaitable
+
+
+async def test_an_outage_logs_one_warning_then_counted_reminders_then_info_when_back():
+    # The reminder interval is injected (0.4 s for the minute), so the rule is seen in
+    # seconds: one WARNING for the whole outage, INFO reminders carrying the count,
+    # INFO when etcd is back, and a new WARNING only for a new outage.
+    port = free_port()
+    p = publisher([f"127.0.0.1:{port}"], HB(), backoff_initial_ms=20, backoff_max_ms=60,
+                  error_log_interval_s=0.4)
+    await p.start()
+    try:
+        await eventually(lambda: _async(len(p.test_log.events("etcd_still_unavailable")) >= 2), timeout=20,
+                         what="two reminders")
+        warnings = [r for r in p.test_log.records if r.levelno >= logging.WARNING]
+        assert [r.event for r in warnings] == ["etcd_unavailable"], [r.getMessage() for r in warnings]
+        reminders = p.test_log.events("etcd_still_unavailable")
+        assert all(r.levelno == logging.INFO for r in reminders)
+        counts = [r.fields["failures"] for r in reminders]
+        assert counts == sorted(counts) and counts[0] >= 2 and p._failures >= counts[-1]
+        assert all(r.fields["down_s"] >= 0.4 * (i + 1) - 0.05 for i, r in enumerate(reminders))
+        with EtcdServer(client_port=port) as etcd:
+            await eventually(lambda: _async(p.state == PublisherState.REGISTERED), timeout=20, what="registered")
+            back = p.test_log.events("etcd_recovered")
+            assert len(back) == 1 and back[0].levelno == logging.INFO and back[0].fields["failures"] >= counts[-1]
+            await etcd.astop()
+            await eventually(lambda: _async(len(p.test_log.events("etcd_unavailable")) == 2), timeout=20,
+                             what="a second outage's WARNING")
+    finally:
+        await p.stop()

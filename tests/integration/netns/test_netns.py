@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from tests.support.binaries import unavailable
 from tests.support.netns import Network, missing_capability
 
 # A TCP round trip from inside a namespace: connect to host:port, send, read the echo.
@@ -22,10 +23,10 @@ SERVE = ("import socket,sys\n"
 @pytest.fixture
 def network():
     if os.geteuid() != 0:
-        pytest.skip("network namespaces need root (ip netns add); run as root")
+        unavailable("network namespaces need root (ip netns add); run as root")
     why = missing_capability()
     if why:
-        pytest.fail(f"cannot run the multi-host tests: {why}")
+        unavailable(f"cannot run the multi-host tests: {why}")
     with Network(["a", "b"]) as net:
         yield net
 
@@ -69,10 +70,10 @@ def test_no_traffic_leaves_the_namespaces(network):
 
 def test_close_kills_what_runs_inside_and_deletes_every_namespace():
     if os.geteuid() != 0:
-        pytest.skip("network namespaces need root (ip netns add); run as root")
+        unavailable("network namespaces need root (ip netns add); run as root")
     why = missing_capability()
     if why:
-        pytest.fail(f"cannot run the multi-host tests: {why}")
+        unavailable(f"cannot run the multi-host tests: {why}")
     net = Network(["a", "b"]).create()
     made = net.existing()
     assert len(made) == 3 and all(n.startswith(f"bx{net.run_id}-") for n in made)

@@ -80,12 +80,17 @@ def test_status_and_top_take_worker_or_addr():
     assert (ns.addr, ns.interval) == ("h:3", 0.2)
 
 
-def test_top_refuses_a_non_positive_interval():
-    from blockx.cli.exit import CLIError
+def test_top_refuses_a_non_positive_interval(capsys):
+    from blockx.cli.exit import EXIT_USAGE, UsageError
     from blockx.cli.top import cmd_top
 
-    with pytest.raises(CLIError, match="--interval must be > 0"):
-        cmd_top(build_parser().parse_args(["top", "--interval", "0"]))
+    with pytest.raises(SystemExit) as ei:                  # the parser refuses it (exit 2)
+        build_parser().parse_args(["top", "--interval", "0"])
+    assert ei.value.code == EXIT_USAGE and "argument --interval" in capsys.readouterr().err
+    ns = build_parser().parse_args(["top"])
+    ns.interval = 0                                        # a namespace built by hand: cmd_top checks too
+    with pytest.raises(UsageError, match="--interval must be > 0"):
+        cmd_top(ns)
 
 
 def test_updates_print_their_progress_in_json():
