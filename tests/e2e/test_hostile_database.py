@@ -241,3 +241,75 @@ def test_duckdb_ordinary_selects_still_run(plane):
          "SELECT g, count(*) AS n, sum(i) AS s, row_number() OVER (ORDER BY g) AS rn FROM t GROUP BY g ORDER BY g")
     assert outputs(plane.dbscan("local", q)) == [{"g": 0, "n": 3, "s": 18, "rn": 1}, {"g": 1, "n": 3, "s": 12, "rn": 2},
                                                   {"g": 2, "n": 3, "s": 15, "rn": 3}]
+
+
+# --- the role docs/data-plane.md advises -------------------------------------------
+
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "data-plane.md"
+
+
+def _role_block() -> str:
+    text = DOCS.read_text()
+    section = text[text.index("### The database role"):]
+    return section[section.index("```sql\n") + 7:section.index("\n```", section.index("```sql\n"))]
+
+
+def test_the_role_docs_data_plane_md_advises_reads_its_grants_and_cannot_signal(postgres_server, caplog):
+    """docs/data-plane.md's role block, run as written (its database and role
+    names made unique) against a real PostgreSQL; then, as that role, what the
+    Worker's own checks would never let through is refused by the server too:
+    ending another session of the role, reading the server's files, a table
+    without a grant. The Worker's source still scans and upserts, and logs no
+    data_source_privileged."""
+    from blockx.plugins.data.pg import PgSource
+
+    db, role = "app_" + uuid.uuid4().hex[:8], "bw_" + uuid.uuid4().hex[:8]
+    sql = _role_block().replace("DATABASE app", f"DATABASE {db}").replace("blockx_worker", role)
+    admin_dsn = postgres_server.dsn.rsplit("/", 1)[0] + "/" + db
+    host = postgres_server.dsn.split("@", 1)[1].rsplit("/", 1)[0]
+    role_dsn = f"postgresql://{role}:change-me@{host}/{db}"
+
+    async def check():
+        root = await asyncpg.connect(postgres_server.dsn)
+        try:
+            await root.execute(f"CREATE DATABASE {db}")
+        finally:
+            await root.close()
+        admin = await asyncpg.connect(admin_dsn)
+        try:
+            await admin.execute("CREATE TABLE events (id bigint PRIMARY KEY, v text); "
+                                "CREATE TABLE users (id bigint PRIMARY KEY); "
+                                "CREATE TABLE results (id bigint PRIMARY KEY, n bigint); "
+                                "CREATE TABLE secret (x text); INSERT INTO events VALUES (1, 'a'), (2, 'b')")
+            await admin.execute(sql)                                  # the docs' block, as written
+        finally:
+            await admin.close()
+        other = await asyncpg.connect(role_dsn)        # another session of the role (another tenant's scan)
+        me = await asyncpg.connect(role_dsn)
+        try:
+            for query, needle in (("SELECT pg_terminate_backend($1)", "permission denied for function"),
+                                  ("SELECT pg_cancel_backend($1)", "permission denied for function")):
+                with pytest.raises(asyncpg.PostgresError) as ei:
+                    await me.fetchval(query, other.get_server_pid())
+                assert needle in str(ei.value), ei.value
+            for query in ("SELECT pg_read_file('/etc/passwd')", "SELECT * FROM secret"):
+                with pytest.raises(asyncpg.PostgresError) as ei:
+                    await me.fetch(query)
+                assert "permission denied" in str(ei.value), ei.value
+            assert await other.fetchval("SELECT 1") == 1                # still there
+        finally:
+            await me.close()
+            await other.close()
+        src = PgSource("main", role_dsn, statement_timeout_ms=PHASE_IO_MS)
+        try:
+            columns, rows = await src.fetch_rows("SELECT id, v FROM events ORDER BY id", [], 10)
+            assert rows == [(1, "a"), (2, "b")]
+            types = await src.table_columns(None, "results")
+            assert types == {"id": "bigint", "n": "bigint"}
+            assert await src.upsert(None, "results", ["id"], [(("id", "n"), [[1, 2], [10, 20]])], types=types) == 2
+        finally:
+            await src.aclose()
+
+    with caplog.at_level("WARNING", logger="blockx.data"):
+        _run(check())
+    assert not [r for r in caplog.records if r.getMessage() == "data_source_privileged"]
