@@ -10,15 +10,14 @@ arguments (f(1, 11)). The query must be a plain, side-effect-free query
 (PostgreSQL: one SELECT, VALUES or TABLE in a READ ONLY transaction, through a
 server-side cursor; DuckDB: exactly one SELECT calling no function that changes
 the database or shows its configuration; pg_sql and duck_sql say what is
-refused), each step bounded by phaseIoTimeoutMs or the task's remaining time,
-whichever is smaller. It is opened in the Builder phase, so a bad or refused
+refused), each step bounded by phaseIoTimeoutMs (the task's deadline cancels
+the scan, and so stops its query, sooner). It is opened in the Builder phase, so a bad or refused
 query, an unknown source or a write fails the task with BUILDER_FAILED and the
 database's message (a statement timeout or a lost connection: retryable). A row larger than
 dataPlane.scanMaxRowBytes as call arguments fails the task BUILDER_FAILED too."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from blockx.json_types import json_type
@@ -79,9 +78,9 @@ class DbScanBuilder:
             raise BuilderError(f"{NAME}: params must be an array of scalars (numbers, strings, booleans, null)")
         try:
             source = self.data.source(data.get("source"))
-            deadline_ms = getattr(ctx, "deadline_ms", 0) or 0
-            budget = max(1, deadline_ms - int(time.time() * 1000)) if deadline_ms else None
-            scan = await source.open_scan(query, params, timeout_ms=budget)
+            # Bounded by phaseIoTimeoutMs; the task's deadline is the core's (on
+            # its clock), which ends the phase and so cancels the scan.
+            scan = await source.open_scan(query, params)
         except DataSourceError as exc:
             raise builder_error(NAME, exc) from None
         return ScanStream(scan, row_to_call(fid, mode, scan.columns), self.data.scan_fetch_rows,
