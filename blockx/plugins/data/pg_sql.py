@@ -8,17 +8,17 @@ session (PREPARE, SET, LISTEN), takes a lock, runs other statements (EXECUTE,
 DO, CALL) or a function that acts on other sessions (pg_terminate_backend,
 pg_advisory_lock, set_config). So exactly one SELECT, VALUES or TABLE statement
 is accepted, without INTO, FOR UPDATE/SHARE or a data-modifying WITH, and
-calling none of REFUSED_FUNCTIONS. The function list is a second layer: a view
+calling none of REFUSED_FUNCTIONS, found by walking the whole parse tree
+(libpg_query's JSON: subqueries, CTEs, joins, every clause). The function list is a second layer: a view
 or a function the role may call can still reach them, which only the role's
 own grants stop (docs/data-plane.md, "The database role")."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from pglast import ast, parse_sql
-from pglast.parser import ParseError
-from pglast.visitors import Visitor
+from pglast.parser import ParseError, parse_sql_json
 
 from blockx.plugins.data.errors import DataSourceError
 
@@ -57,8 +57,7 @@ def refused_function(name: str) -> bool:
     return n in REFUSED_FUNCTIONS or n.startswith(REFUSED_PREFIXES)
 
 
-def _keyword(stmt: Any, text: str) -> str:
-    kind = type(stmt).__name__
+def _keyword(kind: str, text: str) -> str:
     if kind == "VariableSetStmt":
         return "RESET" if text.lstrip().upper().startswith("RESET") else "SET"
     if kind == "TransactionStmt":
@@ -67,33 +66,37 @@ def _keyword(stmt: Any, text: str) -> str:
     return _KEYWORDS.get(kind) or kind.removesuffix("Stmt").upper()
 
 
-class _Check(Visitor):
-    """Walks one SELECT's tree: the first thing refused, as a message (or None)."""
+_WRITES = ("InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt")
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.problem: str | None = None
 
-    def _refuse(self, why: str) -> None:
-        if self.problem is None:
-            self.problem = why
-
-    def visit_FuncCall(self, ancestors, node: ast.FuncCall) -> None:
-        name = node.funcname[-1].sval if node.funcname else ""
-        if refused_function(name):
-            self._refuse(f"refused the function {name.lower()}: it acts beyond the query (on other sessions, "
-                         "locks, settings or the server's files)")
-
-    def visit_SelectStmt(self, ancestors, node: ast.SelectStmt) -> None:
-        if node.intoClause is not None:
-            self._refuse("refused SELECT ... INTO: it creates a table")
-        if node.lockingClause:
-            self._refuse("refused SELECT ... FOR UPDATE/SHARE: it locks rows")
-
-    def _write(self, ancestors, node) -> None:
-        self._refuse(f"refused a data-modifying {_KEYWORDS[type(node).__name__]} inside the query")
-
-    visit_InsertStmt = visit_UpdateStmt = visit_DeleteStmt = visit_MergeStmt = _write
+def _refusal(tree: Any) -> str | None:
+    """The first thing refused in a SELECT's parse tree (libpg_query's JSON, each
+    node a one-key object named for its type), walked whole; None if none."""
+    stack = [tree]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, list):
+            stack.extend(n)
+            continue
+        if not isinstance(n, dict):
+            continue
+        for kind, node in n.items():
+            if kind == "FuncCall" and isinstance(node, dict):
+                names = node.get("funcname") or []
+                name = str((names[-1].get("String") or {}).get("sval", "")) if names else ""
+                if refused_function(name):
+                    return (f"refused the function {name.lower()}: it acts beyond the query (on other sessions, "
+                            "locks, settings or the server's files)")
+            elif kind == "SelectStmt" and isinstance(node, dict):
+                if node.get("intoClause"):
+                    return "refused SELECT ... INTO: it creates a table"
+                if node.get("lockingClause"):
+                    return "refused SELECT ... FOR UPDATE/SHARE: it locks rows"
+            elif kind in _WRITES:
+                return f"refused a data-modifying {_KEYWORDS[kind]} inside the query"
+            if isinstance(node, (dict, list)):
+                stack.append(node)
+    return None
 
 
 def check_plain_query(query: object) -> str:
@@ -102,20 +105,19 @@ def check_plain_query(query: object) -> str:
     if not isinstance(query, str) or not query.strip():
         raise DataSourceError("the query must be a non-empty string")
     try:
-        stmts = parse_sql(query)
+        stmts = json.loads(parse_sql_json(query)).get("stmts", [])
     except ParseError as exc:
         raise DataSourceError(f"PostgreSQL: {exc}") from None
     if len(stmts) != 1:
         raise DataSourceError(f"refused {len(stmts)} statements: {PLAIN}")
     raw = stmts[0]
-    stmt = raw.stmt
-    if not isinstance(stmt, ast.SelectStmt):
-        start = raw.stmt_location or 0
-        text = query.encode()[start:start + raw.stmt_len].decode(errors="replace") if raw.stmt_len else \
-            query.encode()[start:].decode(errors="replace")
-        raise DataSourceError(f"refused the {_keyword(stmt, text)} statement: {PLAIN}")
-    check = _Check()
-    check(stmts)
-    if check.problem is not None:
-        raise DataSourceError(f"{check.problem}; {PLAIN}")
+    kind, tree = next(iter(raw["stmt"].items()))
+    if kind != "SelectStmt":
+        start, length = raw.get("stmt_location", 0), raw.get("stmt_len", 0)
+        data = query.encode()
+        text = (data[start:start + length] if length else data[start:]).decode(errors="replace")
+        raise DataSourceError(f"refused the {_keyword(kind, text)} statement: {PLAIN}")
+    problem = _refusal(raw["stmt"])
+    if problem is not None:
+        raise DataSourceError(f"{problem}; {PLAIN}")
     return query
