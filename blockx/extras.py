@@ -23,6 +23,7 @@ EXTRAS: dict[str, dict[str, str]] = {
         "orjson": "orjson",
         "duckdb": "duckdb",
         "asyncpg": "asyncpg",
+        "pglast": "pglast",
         "aiohttp": "aiohttp",
         "prometheus_client": "prometheus-client",
         "rich": "rich",

@@ -282,8 +282,9 @@ def _dbscan(w, task_id: str, query: str):
 
 
 def test_a_superuser_source_lets_dbscan_read_server_files_and_the_worker_says_so(plane, tmp_path):
-    """A READ ONLY transaction does not stop a superuser's pg_read_file: through a
-    dbscan task any client reads the database server's files. The Worker cannot
+    """A READ ONLY transaction does not stop a superuser reading the database
+    server's files: pg_read_file is refused by name now, but a view such as
+    pg_hba_file_rules still reads one through a dbscan task. The Worker cannot
     tell a client's SELECT from an attack, so it warns once per source when the
     role is that powerful; a role with table grants only reads no file."""
     p = plane
@@ -306,9 +307,15 @@ def test_a_superuser_source_lets_dbscan_read_server_files_and_the_worker_says_so
         try:
             res = _dbscan(w, "ok-scan", "SELECT id FROM victim ORDER BY id LIMIT 1")
             assert res.state == SUCCEEDED and outputs(res) == [{"id": 1}], res.failure_message
+            # The Worker refuses the file functions by name, whatever the role...
             res = _dbscan(w, "read-file", "SELECT pg_read_file('/etc/passwd', 0, 5) AS x")
+            assert res.state == FAILED and "refused the function pg_read_file" in res.failure_message, \
+                res.failure_message
+            # ...but a name check is a second layer: a view that reads a server file
+            # (pg_hba.conf) is no refused function, and only the role stops it.
+            res = _dbscan(w, "read-view", "SELECT count(*) > 0 AS x FROM pg_hba_file_rules")
             if who == "superuser":                           # what the warning is about
-                assert res.state == SUCCEEDED and outputs(res) == [{"x": "root:"}], res.failure_message
+                assert res.state == SUCCEEDED and outputs(res) == [{"x": True}], res.failure_message
                 ev = w.wait_event("data_source_privileged", timeout=10, source="main")
                 assert ev["privileges"] == "a superuser" and "pg_read_file" in ev["warning"], ev
                 assert len(w.events_named("data_source_privileged")) == 1, "warned more than once"

@@ -6,10 +6,14 @@
 `source` names a data source of the Worker's config (never a DSN). Calls come in
 query order. `args: "row"` (the default) passes the row as one JSON object
 argument ({"id": 1, "x": 11}); `"columns"` passes the columns as positional
-arguments (f(1, 11)). The query runs read-only (PostgreSQL: a READ ONLY
-transaction and a server-side cursor; DuckDB: exactly one SELECT), and is opened
-in the Builder phase, so a bad query, an unknown source or a write fails the task
-with BUILDER_FAILED and the database's message. A row larger than
+arguments (f(1, 11)). The query must be a plain, side-effect-free query
+(PostgreSQL: one SELECT, VALUES or TABLE in a READ ONLY transaction, through a
+server-side cursor; DuckDB: exactly one SELECT calling no function that changes
+the database or shows its configuration; pg_sql and duck_sql say what is
+refused), each step bounded by phaseIoTimeoutMs (the task's deadline cancels
+the scan, and so stops its query, sooner). It is opened in the Builder phase, so a bad or refused
+query, an unknown source or a write fails the task with BUILDER_FAILED and the
+database's message (a statement timeout or a lost connection: retryable). A row larger than
 dataPlane.scanMaxRowBytes as call arguments fails the task BUILDER_FAILED too."""
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ class DbScanBuilder:
             raise BuilderError(f"{NAME}: params must be an array of scalars (numbers, strings, booleans, null)")
         try:
             source = self.data.source(data.get("source"))
+            # Bounded by phaseIoTimeoutMs; the task's deadline is the core's (on
+            # its clock), which ends the phase and so cancels the scan.
             scan = await source.open_scan(query, params)
         except DataSourceError as exc:
             raise builder_error(NAME, exc) from None

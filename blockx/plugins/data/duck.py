@@ -12,8 +12,13 @@ database per operation that may open exactly the files the builder or writer
 resolved (allowed_paths), with external access off and its configuration locked,
 so no SQL, however built, can read or write any other file.
 
-Queries and built statements are checked by duck_sql (one SELECT; one statement);
-upserts are duck_upsert's transactions. A table an upsert creates is built aside
+Queries and built statements are checked by duck_sql (a client's query on a named
+source: one side-effect-free SELECT; a built one: one statement); upserts are
+duck_upsert's transactions. A client's scan is bounded like a PostgreSQL one:
+each step (the execute, each fetch) is interrupted (DuckDB's interrupt(), from
+the event loop's timer while the step runs in its thread) once it has run
+phaseIoTimeoutMs, or the caller's remaining budget when that is smaller, and
+fails retryable naming the bound. A table an upsert creates is built aside
 under a staging name until its task commits: when this source opens a file, it
 drops the staging tables no live writer of this process holds (a killed
 Worker's; DuckDB lets one process open a file, so no other Worker's can be
@@ -31,7 +36,7 @@ from typing import Any
 
 import duckdb
 
-from blockx.plugins.data.duck_sql import check_select, db_error, execute_one
+from blockx.plugins.data.duck_sql import check_client_select, check_select, db_error, execute_one
 from blockx.plugins.data.duck_upsert import STAGING_PREFIX, DuckStagedUpsert, DuckUpsert
 from blockx.plugins.data.errors import DataSourceError
 from blockx.plugins.data.idents import quoted_table
@@ -57,28 +62,62 @@ def _close_quietly(db: duckdb.DuckDBPyConnection) -> None:
         pass
 
 
-class DuckScan:
-    """An open result being fetched in batches."""
+class _Interrupter:
+    """Interrupts `cur` once `limit_ms` has passed while `fut` (one DuckDB step in
+    its thread) still runs; `fired` says whether it did. The timer runs on the
+    event loop; interrupt() is DuckDB's way to stop a query from another thread."""
 
-    __slots__ = ("columns", "_cur", "_closed", "_owner", "_source")
+    __slots__ = ("_cur", "_fut", "_handle", "fired")
+
+    def __init__(self, cur: duckdb.DuckDBPyConnection, fut: asyncio.Future, limit_ms: int) -> None:
+        self._cur, self._fut = cur, fut
+        self.fired = False
+        self._handle = (asyncio.get_running_loop().call_later(limit_ms / 1000, self._fire)
+                        if limit_ms > 0 else None)
+
+    def _fire(self) -> None:
+        if not self._fut.done():
+            self.fired = True
+            try:
+                self._cur.interrupt()
+            except Exception:  # noqa: BLE001 - a closed cursor: nothing runs
+                pass
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+
+
+class DuckScan:
+    """An open result being fetched in batches, each fetch bounded by `limit_ms`."""
+
+    __slots__ = ("columns", "_cur", "_closed", "_owner", "_source", "_limit_ms", "_timeout")
 
     def __init__(self, cur: duckdb.DuckDBPyConnection, owner: DuckSource | None = None,
-                 source: DuckSource | None = None):
+                 source: DuckSource | None = None, limit_ms: int = 0, timeout: DataSourceError | None = None):
         self._cur = cur
         self.columns = tuple(d[0] for d in (cur.description or ()))
         self._closed = False
         self._owner = owner       # a private source that ends with this scan
         self._source = source     # the source the scan reads (told when DuckDB invalidates it)
+        self._limit_ms = limit_ms
+        self._timeout = timeout   # the error of a fetch interrupted at limit_ms
 
     async def fetch(self, n: int) -> list[tuple]:
         if self._closed:
             return []
+        fut = asyncio.ensure_future(asyncio.to_thread(self._cur.fetchmany, n))
+        timer = _Interrupter(self._cur, fut, self._limit_ms)
         try:
-            return await asyncio.to_thread(self._cur.fetchmany, n)
+            return await fut
         except duckdb.Error as exc:
+            if timer.fired and self._timeout is not None:
+                raise self._timeout from None
             if isinstance(exc, duckdb.FatalException) and self._source is not None:
                 self._source.drop_invalidated()
             raise db_error(exc) from None
+        finally:
+            timer.cancel()
 
     def close(self) -> None:
         if self._closed:
@@ -125,7 +164,7 @@ class DuckSource:
         self._memory_limit_mb = memory_limit_mb if path != MEMORY or spill_dir else 0
         self._spill_dir = spill_dir
         self._allowed = list(allowed_paths) if allowed_paths is not None else None
-        self._timeout_ms = statement_timeout_ms     # phaseIoTimeoutMs per write statement; 0 = none
+        self._timeout_ms = statement_timeout_ms     # phaseIoTimeoutMs per write statement and scan step; 0 = none
         self._db: duckdb.DuckDBPyConnection | None = None
         self._open_lock = threading.Lock()
         self._write_lock: asyncio.Lock | None = None
@@ -291,11 +330,33 @@ class DuckSource:
 
     # --- reads ----------------------------------------------------------------------
 
-    async def open_scan(self, query: str, params: Sequence[Any], *, owned: bool = False) -> DuckScan:
-        """An open result of one SELECT; `owned`: this source closes with the scan."""
-        check_select(query)
+    def scan_timeout_ms(self, budget_ms: int | None) -> int:
+        """The bound of each step of one scan: phaseIoTimeoutMs (0 = none), or the
+        caller's remaining budget when it is smaller (at least 1 ms)."""
+        if budget_ms is None:
+            return self._timeout_ms
+        budget = max(1, int(budget_ms))
+        return min(self._timeout_ms, budget) if self._timeout_ms else budget
+
+    def _timeout_error(self, limit_ms: int) -> DataSourceError:
+        what = (f"phaseIoTimeoutMs ({limit_ms} ms)" if limit_ms == self._timeout_ms
+                else f"{limit_ms} ms (the call's remaining budget)")
+        return DataSourceError(f"DuckDB: the query ran longer than {what} and was interrupted", retryable=True)
+
+    async def open_scan(self, query: str, params: Sequence[Any], *, owned: bool = False,
+                        timeout_ms: int | None = None) -> DuckScan:
+        """An open result of one SELECT; `owned`: this source closes with the scan.
+        On a named source the query is a client's (check_client_select); a
+        bundle source's private instance runs only what the Worker built."""
+        if self._allowed is None:
+            check_client_select(query)
+        else:
+            check_select(query)
+        limit = self.scan_timeout_ms(timeout_ms)
+        timeout = self._timeout_error(limit) if limit else None
         cur = await asyncio.to_thread(self.leased_cursor)
         fut = asyncio.ensure_future(asyncio.to_thread(cur.execute, query, list(params)))
+        timer = _Interrupter(cur, fut, limit)
         try:
             await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -310,16 +371,21 @@ class DuckSource:
             raise
         except duckdb.Error as exc:
             self.release(cur)
+            if timer.fired and timeout is not None:
+                raise timeout from None
             if isinstance(exc, duckdb.FatalException):
                 self.drop_invalidated()
             raise db_error(exc) from None
         except BaseException:
             self.release(cur)
             raise
-        return DuckScan(cur, self if owned else None, self)
+        finally:
+            timer.cancel()
+        return DuckScan(cur, self if owned else None, self, limit, timeout)
 
-    async def fetch_rows(self, query: str, params: Sequence[Any], max_rows: int) -> tuple[tuple[str, ...], list]:
-        scan = await self.open_scan(query, params)
+    async def fetch_rows(self, query: str, params: Sequence[Any], max_rows: int, *,
+                         timeout_ms: int | None = None) -> tuple[tuple[str, ...], list]:
+        scan = await self.open_scan(query, params, timeout_ms=timeout_ms)
         try:
             rows = await scan.fetch(max_rows + 1)
         finally:

@@ -1,11 +1,18 @@
 """A PostgreSQL data source through asyncpg: one pool per source, opened on first
 use, every statement bounded by statement_timeout (phaseIoTimeoutMs).
 
-Reads run in a READ ONLY transaction, and through the extended protocol, which
-accepts exactly one statement: a write or a second statement fails with
-PostgreSQL's own message. The statements the upsert builds (DDL included) take the
-extended protocol too (`_one`), never asyncpg's argument-less `execute`, which
-sends a simple query that PostgreSQL splits into as many statements as it holds. Scans use a server-side cursor, so a million-row result
+A client's query (dbscan, the `sql` IO backend) must be a plain query
+(pg_sql.check_plain_query, before anything is sent), and runs in a READ ONLY
+transaction whose `SET LOCAL statement_timeout` is phaseIoTimeoutMs or the
+caller's remaining budget, whichever is smaller; through the extended protocol,
+which accepts exactly one statement. A connection goes back to the pool only
+after `DISCARD ALL` (asyncpg's own reset keeps prepared statements and
+temporary tables): no session state one client's query left can reach the
+next client's (asyncpg's statement cache is off for the same reason: DISCARD
+ALL drops what it would hold). The statements the upsert builds (DDL included)
+take the extended protocol too (`_one`), never asyncpg's argument-less
+`execute`, which sends a simple query that PostgreSQL splits into as many
+statements as it holds. Scans use a server-side cursor, so a million-row result
 arrives a batch at a time."""
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import asyncpg
 
 from blockx.plugins.data.errors import DataSourceError
 from blockx.plugins.data.idents import on_conflict, quote, quoted_table
+from blockx.plugins.data.pg_sql import check_plain_query
 from blockx.plugins.data.upsert import upsert_all
 from blockx.plugins.data.values import BOOLEAN, INTEGER, NUMBER, TEXT, family
 
@@ -54,10 +62,42 @@ def _pg_error(exc: BaseException) -> DataSourceError:
     return DataSourceError(f"PostgreSQL: {type(exc).__name__}: {exc}")
 
 
-def check_query(query: object) -> str:
-    if not isinstance(query, str) or not query.strip():
-        raise DataSourceError("the query must be a non-empty string")
-    return query
+async def _discard_all(conn) -> None:
+    """The pool's reset, after asyncpg's own (a ROLLBACK if need be): every
+    session state a query could leave (prepared statements, settings, LISTENs,
+    advisory locks, temporary tables, cursors) is dropped."""
+    await conn.execute("DISCARD ALL")
+
+
+def _gone(conn) -> bool:
+    """Whether a pooled connection closed. The pool lets go of a connection the
+    moment it closes (a backend ended by the server, a dropped socket), and its
+    proxy then raises InterfaceError ("released back to the pool") on every call."""
+    try:
+        return bool(conn.is_closed())
+    except asyncpg.InterfaceError:
+        return True
+
+
+def _terminate(conn) -> None:
+    try:
+        conn.terminate()
+    except asyncpg.InterfaceError:      # the pool already let go of it
+        pass
+
+
+async def _release(pool, conn) -> None:
+    try:
+        await pool.release(conn)
+    except Exception:  # noqa: BLE001 - a lost connection the pool already let go of
+        _terminate(conn)
+
+
+def _lost(exc: BaseException) -> DataSourceError:
+    """A scan whose connection went away under it (the server ended the backend,
+    the network dropped): retryable, whatever asyncpg's wording."""
+    return DataSourceError(f"PostgreSQL: the connection was lost during the scan ({type(exc).__name__}: {exc})",
+                           retryable=True)
 
 
 async def _one(conn, sql: str) -> None:
@@ -69,10 +109,10 @@ async def _one(conn, sql: str) -> None:
 class PgScan:
     """A server-side cursor inside a read-only transaction on a pooled connection."""
 
-    __slots__ = ("columns", "_pool", "_conn", "_tr", "_cur", "_closed", "_buf")
+    __slots__ = ("columns", "_pool", "_conn", "_cur", "_closed", "_buf")
 
-    def __init__(self, pool, conn, tr, cur, columns: tuple[str, ...], first: list[tuple]):
-        self._pool, self._conn, self._tr, self._cur = pool, conn, tr, cur
+    def __init__(self, pool, conn, cur, columns: tuple[str, ...], first: list[tuple]):
+        self._pool, self._conn, self._cur = pool, conn, cur
         self.columns = columns
         self._closed = False
         self._buf = first
@@ -85,7 +125,15 @@ class PgScan:
             return out
         try:
             return [tuple(r) for r in await self._cur.fetch(n)]
+        except asyncpg.InternalClientError as exc:
+            # The protocol broke mid-operation (seen when the server ends the
+            # backend between two fetches): the connection is of no further use.
+            if self._conn is not None:
+                _terminate(self._conn)
+            raise _lost(exc) from None
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            if self._conn is None or _gone(self._conn):
+                raise _lost(exc) from None
             raise _pg_error(exc) from None
 
     def close(self) -> None:
@@ -99,11 +147,11 @@ class PgScan:
         self._closed = True
         conn, self._conn = self._conn, None
         try:
-            await self._tr.rollback()
+            if not _gone(conn):
+                await conn.execute("ROLLBACK")
         except Exception:  # noqa: BLE001 - a broken connection: the pool discards it
-            conn.terminate()
-        finally:
-            await self._pool.release(conn)
+            _terminate(conn)
+        await _release(self._pool, conn)
 
 
 class PgSource:
@@ -128,6 +176,7 @@ class PgSource:
                 try:
                     self._pool = await asyncpg.create_pool(
                         self._dsn, min_size=POOL_MIN, max_size=self._max_size, timeout=CONNECT_TIMEOUT_S,
+                        reset=_discard_all, statement_cache_size=0,
                         server_settings={"statement_timeout": str(self._timeout_ms),
                                          "application_name": "blockx-worker"})
                 except Exception as exc:  # noqa: BLE001 - never echo the DSN
@@ -161,16 +210,26 @@ class PgSource:
 
     # --- reads ----------------------------------------------------------------------
 
-    async def open_scan(self, query: str, params: Sequence[Any]) -> PgScan:
-        check_query(query)
+    def scan_timeout_ms(self, budget_ms: int | None) -> int:
+        """The statement timeout of one scan: phaseIoTimeoutMs, or the caller's
+        remaining budget when it is smaller (at least 1 ms: 0 would mean none)."""
+        if budget_ms is None:
+            return self._timeout_ms
+        return max(1, min(self._timeout_ms, int(budget_ms)))
+
+    async def open_scan(self, query: str, params: Sequence[Any], *, timeout_ms: int | None = None) -> PgScan:
+        """A client's query, refused unless plain (check_plain_query), opened in
+        a READ ONLY transaction bounded by scan_timeout_ms(timeout_ms)."""
+        check_plain_query(query)
+        limit = self.scan_timeout_ms(timeout_ms)
         pool = await self.pool()
         try:
             conn = await pool.acquire(timeout=CONNECT_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001
             raise _pg_error(exc) from None
-        tr = conn.transaction(readonly=True)
         try:
-            await tr.start()
+            # One round trip, a text the Worker built (an int): no client text in it.
+            await conn.execute(f"BEGIN TRANSACTION READ ONLY; SET LOCAL statement_timeout = {limit}")
             stmt = await conn.prepare(query)
             cur = await stmt.cursor(*params)
             # The first rows now: an error the statement only raises when it runs
@@ -182,22 +241,25 @@ class PgSource:
                 # leaves the server running it (it notices only when it next writes
                 # to the client), so the backend is also asked to cancel it, from a
                 # connection of its own, in the background.
-                self._cancel_backend_later(conn.get_server_pid())
-                conn.terminate()
+                if not _gone(conn):
+                    self._cancel_backend_later(conn.get_server_pid())
+                _terminate(conn)
             else:
                 try:
-                    if not conn.is_closed():
+                    if not _gone(conn):
                         await conn.execute("ROLLBACK")
                 except Exception:  # noqa: BLE001
-                    conn.terminate()
-            await pool.release(conn)
+                    _terminate(conn)
+            lost = _gone(conn)
+            await _release(pool, conn)
             if isinstance(exc, Exception):
-                raise _pg_error(exc) from None
+                raise (_lost(exc) if lost and not isinstance(exc, asyncpg.PostgresError) else _pg_error(exc)) from None
             raise
-        return PgScan(pool, conn, tr, cur, tuple(a.name for a in stmt.get_attributes()), first)
+        return PgScan(pool, conn, cur, tuple(a.name for a in stmt.get_attributes()), first)
 
-    async def fetch_rows(self, query: str, params: Sequence[Any], max_rows: int) -> tuple[tuple[str, ...], list]:
-        scan = await self.open_scan(query, params)
+    async def fetch_rows(self, query: str, params: Sequence[Any], max_rows: int, *,
+                         timeout_ms: int | None = None) -> tuple[tuple[str, ...], list]:
+        scan = await self.open_scan(query, params, timeout_ms=timeout_ms)
         try:
             rows = await scan.fetch(max_rows + 1)
         finally:
@@ -382,23 +444,21 @@ class PgUpsert:
             # A statement may still run (or wait on a lock): do not wait for it.
             # Closing the socket alone leaves the server running it until it next
             # writes to the client, so the backend is also asked to cancel it.
-            self._src._cancel_backend_later(conn.get_server_pid())
-            conn.terminate()
+            if not _gone(conn):
+                self._src._cancel_backend_later(conn.get_server_pid())
+            _terminate(conn)
         else:
             try:
-                if not conn.is_closed():
+                if not _gone(conn):
                     await self._tr.rollback()
             except Exception:  # noqa: BLE001 - a broken connection: the pool discards it
-                conn.terminate()
+                _terminate(conn)
         await self._release()
 
     async def _release(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            try:
-                await self._pool.release(conn)
-            except Exception:  # noqa: BLE001
-                conn.terminate()
+            await _release(self._pool, conn)
 
     async def rollback(self) -> None:
         """Undo every write (no-op once committed or rolled back)."""

@@ -6,7 +6,10 @@
 The request names a source, never a DSN. The query runs read-only (as dbscan's),
 under per-source admission (at most `concurrency` requests in flight against one
 source across all tasks) and a per-request timeout (`timeout_ms`, from entering
-admission to the last row). A result
+admission to the last row), which the database enforces too: the query's
+statement timeout is phaseIoTimeoutMs or what is left of `timeout_ms` once
+admitted, whichever is smaller. The query must be a plain, side-effect-free one
+(pg_sql, duck_sql say what is refused). A result
 larger than `max_rows` rows, or than `max_result_bytes` as JSON, is refused with a
 message naming the cap and its setting, rather than carried into the executor:
 page the query, or scan it with dbscan. Rows are fetched and encoded a chunk at a
@@ -64,22 +67,31 @@ class SqlBackend:
         sem = self._admission.get(name)
         if sem is None:
             sem = self._admission[name] = asyncio.Semaphore(self.concurrency)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self.timeout_ms / 1000
         try:
             async with sem:
-                columns, encoded = await asyncio.wait_for(self._collect(source, query, params),
+                columns, encoded = await asyncio.wait_for(self._collect(source, query, params, end),
                                                           self.timeout_ms / 1000)
         except asyncio.TimeoutError:
             raise IOBackendError(f"sql: the query took longer than {self.timeout_ms} ms (ioBackends.sql.timeoutMs)",
                                  retryable=True) from None
         except DataSourceError as exc:
+            if exc.retryable and loop.time() >= end - 0.05:
+                # The database's own bound (its statement timeout, DuckDB's
+                # interrupt) fired at the end of this request's: the same timeout.
+                raise IOBackendError(f"sql: the query took longer than {self.timeout_ms} ms "
+                                     "(ioBackends.sql.timeoutMs)", retryable=True) from None
             raise IOBackendError(f"sql: {exc.message}", retryable=exc.retryable) from None
         # The keys in sorted order, as dumps() writes them: columns, rowCount, rows.
         return b"".join((b'{"columns":', dumps(list(columns)), b',"rowCount":', str(len(encoded)).encode(),
                          b',"rows":[', b",".join(encoded), b"]}")), None
 
-    async def _collect(self, source: Any, query: str, params: list) -> tuple[tuple[str, ...], list[bytes]]:
-        """The columns and each row's canonical JSON object, within both caps."""
-        scan = await source.open_scan(query, params)
+    async def _collect(self, source: Any, query: str, params: list, end: float) -> tuple[tuple[str, ...], list[bytes]]:
+        """The columns and each row's canonical JSON object, within both caps;
+        `end`: the loop time the request's timeout ends at."""
+        left_ms = max(1, int((end - asyncio.get_running_loop().time()) * 1000))
+        scan = await source.open_scan(query, params, timeout_ms=left_ms)
         try:
             columns = scan.columns
             encoded: list[bytes] = []
