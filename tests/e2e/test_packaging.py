@@ -81,7 +81,11 @@ def test_the_sdist_carries_what_a_build_needs_and_no_build_output(dist):
         needed |= {f"blockx/_fast/{n}.pyx", f"blockx/_fast/{n}.pyi", f"blockx/_fast/{n}_py.py"}
     needed |= {str(p.relative_to(ROOT)) for p in (ROOT / "blockx" / "_fast").glob("*.pxd")}
     assert needed - names == set()
-    assert [n for n in names if n.endswith((".c", ".so", ".pyc", ".html"))] == []
+    needed |= {f"blockx/dashboard/static/{f}" for f in ("index.html", "app.js", "app.css")}
+    assert needed - names == set()
+    # Cython's annotation pages are build outputs; the dashboard's page is a source
+    assert [n for n in names if n.endswith((".c", ".so", ".pyc", ".html"))
+            and not n.startswith("blockx/dashboard/static/")] == []
 
 
 def test_the_wheel_is_binary_typed_and_declares_client_only_dependencies(dist):
