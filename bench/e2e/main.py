@@ -631,6 +631,8 @@ def main(argv=None, groups=GROUPS) -> int:
     ns = parse_args(argv)
     # Every blockx.client the bench opens (sessions, the fleet's Cluster) sends the token
     # the bench's token-mode workers accept.
+    # The caller's own token comes back after the run (a test calls main in-process).
+    caller_token = os.environ.get("BLOCKX_TOKEN")
     os.environ["BLOCKX_TOKEN"] = BENCH_TOKEN
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -638,6 +640,11 @@ def main(argv=None, groups=GROUPS) -> int:
     except Exception as exc:  # noqa: BLE001 - any failure is reported as the one JSON object
         print(json.dumps({"errors": [_error_entry(",".join(ns.only), exc, ns.timeout)]}))
         return 1
+    finally:
+        if caller_token is None:
+            os.environ.pop("BLOCKX_TOKEN", None)
+        else:
+            os.environ["BLOCKX_TOKEN"] = caller_token
     print(json.dumps(report))
     if report["errors"]:
         print(f"{len(report['errors'])} scenario group(s) failed: "

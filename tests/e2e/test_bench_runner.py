@@ -62,3 +62,13 @@ def test_a_real_scenario_that_breaks_makes_the_bench_exit_1(tmp_path):
     report = json.loads(out.stdout)
     assert [e["scenarios"] for e in report["errors"]] == ["r"], report["errors"]
     assert "failed: " in out.stderr
+
+
+def test_a_run_leaves_the_callers_token_as_it_was(capsys):
+    # main() sets BLOCKX_TOKEN for the bench's own clients; called in-process (as here)
+    # it used to leave the bench's token behind, and every later test of the e2e run
+    # that relies on the harness's token was refused UNAUTHENTICATED.
+    before = os.environ.get("BLOCKX_TOKEN")
+    bench_main.main(["--quick", "--only", "l"], groups=(("l", _fine),))
+    capsys.readouterr()
+    assert os.environ.get("BLOCKX_TOKEN") == before
