@@ -40,7 +40,7 @@ def test_when_the_one_run_fails_both_parents_get_its_failure(worker, executor_tm
     res = worker.wait_terminal("t-sf-fail")
     assert res.state == pb.TASK_STATE_SUCCEEDED, res.failure_message
     got = outputs(res)
-    # the child's own kind (issue 37: it read SUBCALL_FAILED before), for the waiter as for the leader
+    # the child's own kind (SubcallError used to read SUBCALL_FAILED), for the waiter as for the leader
     assert [g.get("error") for g in got] == ["USER_ERROR", "USER_ERROR"], got
     assert all("USER_ERROR: ValueError: sf_once failed on purpose" in g["message"] for g in got), got
     assert _lines(path) == ["ran"]
