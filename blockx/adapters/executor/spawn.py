@@ -42,7 +42,8 @@ class ChildProcess:
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], *,
                  loop: asyncio.AbstractEventLoop,
                  on_exit: Callable[[ChildProcess, int], None] | None = None,
-                 stdout=None, stderr=None, cwd: str | None = None, pass_fds: Sequence[int] = ()) -> None:
+                 stdin=subprocess.DEVNULL, stdout=None, stderr=None, cwd: str | None = None,
+                 pass_fds: Sequence[int] = ()) -> None:
         self.argv = list(argv)
         self._loop = loop
         self._on_exit = on_exit
@@ -51,7 +52,7 @@ class ChildProcess:
         self._poll_handle: asyncio.TimerHandle | None = None
         self._waiters: list[asyncio.Future] = []
         self.popen = subprocess.Popen(
-            self.argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout,
+            self.argv, env=dict(env), cwd=cwd, stdin=stdin, stdout=stdout,
             stderr=stderr, close_fds=True, start_new_session=True, pass_fds=tuple(pass_fds))
         self.pid = self.popen.pid
         try:

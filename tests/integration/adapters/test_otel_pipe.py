@@ -2,6 +2,7 @@
 (python -m blockx.adapters.otel_exporter), which exports them over OTLP/gRPC to
 a real receiver; a process that is gone costs dropped records, never a wait."""
 import asyncio
+import os
 
 import pytest
 
@@ -79,3 +80,34 @@ async def test_records_for_a_gone_exporter_are_dropped_and_counted(receiver):
     pipe.flush()
     assert pipe.dropped == before + 1
     await pipe.close()                           # no error, no wait
+
+
+_FORK_HOOK_PROBE = """
+import asyncio, os, sys
+import uvloop
+from blockx.adapters.otel_pipe import ExporterPipe
+
+os.register_at_fork(after_in_child=lambda: os.write(2, b"AFTER-FORK HOOK RAN IN THE CHILD\\n"))
+
+async def main():
+    pipe = await ExporterPipe.start("fork-probe")
+    await pipe.close()
+
+uvloop.run(main())
+"""
+
+
+def test_the_exporter_process_starts_without_running_the_workers_fork_hooks(tmp_path):
+    # uvloop's own subprocess support forks and runs the interpreter's after-fork
+    # hooks in the child before exec (threading's among them). In a Worker with
+    # threads, a lock another thread held at the fork hangs that child, and libuv's
+    # spawn, which waits for the exec, hangs the loop with it. The exporter must be
+    # started as the executors are: no Python code runs in the child.
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:9"       # nothing is exported: no span is sent
+    done = subprocess.run([sys.executable, "-c", _FORK_HOOK_PROBE], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "AFTER-FORK HOOK RAN IN THE CHILD" not in done.stderr
