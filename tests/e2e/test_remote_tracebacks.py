@@ -156,6 +156,11 @@ FAILING = {
     "too_deep": ("callList", {"calls": [{"functionId": "deep", "args": [20]}]}),
     "continue_all_failed": ("callList", {"calls": [{"functionId": "fail", "args": ["a"]},
                                                    {"functionId": "fail", "args": ["b"]}]}),
+    "dbscan_no_table": ("dbscan", {"query": "SELECT * FROM no_such_table", "functionId": "echo"}),
+    "dbscan_write": ("dbscan", {"query": "DELETE FROM t RETURNING 1", "functionId": "echo"}),
+    "dbscan_unknown_source": ("dbscan", {"source": "nope", "query": "SELECT 1", "functionId": "echo"}),
+    "dbscan_bad_args": ("dbscan", {"query": "SELECT 1", "functionId": "echo", "args": "rows"}),
+    "dbscan_unknown_key": ("dbscan", {"query": "SELECT 1", "functionId": "echo", "limit": 1}),
 }
 
 

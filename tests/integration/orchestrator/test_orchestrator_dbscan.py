@@ -14,6 +14,7 @@ from blockx.core.types import FunctionCall, ResultHandler, SubmitTaskRequest, Ta
 from blockx.protocol import messages as m
 
 from .harness import outputs, settle, until
+from tests.support.failure_messages import doubled_prefix
 
 
 @pytest.fixture(params=["duckdb", "postgresql"])
@@ -153,6 +154,7 @@ async def test_bad_queries_fail_the_builder_and_the_worker_keeps_serving(make_ha
     scan(h, "bad", query)
     res = await h.terminal("bad")
     assert res.result.failure_code == "BUILDER_FAILED" and needle in res.result.failure_message
+    assert doubled_prefix(res.result.failure_message) is None, res.result.failure_message
     assert h.fake.executes == []
     assert await sql(h, kind, url, "SELECT count(*) FROM src") == [(1,)]
     scan(h, "good", "SELECT id FROM src")
@@ -169,3 +171,4 @@ async def test_unknown_source_names_the_configured_ones(make_harness, tmp_path):
     res = await h.terminal("u")
     assert res.result.failure_code == "BUILDER_FAILED"
     assert "unknown data source 'main' (configured: local)" in res.result.failure_message
+    assert doubled_prefix(res.result.failure_message) is None, res.result.failure_message
