@@ -454,7 +454,8 @@ class TaskPhases:
             pass
         except Exception as exc:  # noqa: BLE001 - the stream raised mid-way
             log.exception("task %s: stream production failed", tid)
-            self._fail_calls(rt, fc.BUILDER_FAILED, f"stream production failed: {exc}")
+            self._fail_calls(rt, fc.BUILDER_FAILED, f"stream production failed: {exc}",
+                             bool(getattr(exc, "retryable", False)))    # a lost connection may succeed on a retry
         finally:
             aclose = getattr(rt.stream, "aclose", None)
             if aclose is not None:

@@ -4,6 +4,7 @@ credit window, FAST_FAIL and the task deadline stop the cursor, and the writer
 phase upserts the outputs."""
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import asyncpg
@@ -172,3 +173,30 @@ async def test_unknown_source_names_the_configured_ones(make_harness, tmp_path):
     assert res.result.failure_code == "BUILDER_FAILED"
     assert "unknown data source 'main' (configured: local)" in res.result.failure_message
     assert doubled_prefix(res.result.failure_message) is None, res.result.failure_message
+
+
+async def test_a_connection_lost_mid_stream_fails_the_task_retryable(make_harness, source_env):
+    # The same payload may succeed on a retry: the stream's own error says so, and the
+    # streaming path keeps it (the eager path and the scan's opening already did).
+    kind, url, env = source_env
+    if kind != "postgresql":
+        pytest.skip("a DuckDB file has no connection to lose")
+    h = await make_harness(env={"STREAM_BUILD_ENABLED": "true", **env}, tweak=tweak(2, 1), capacity=8)
+    await sql(h, kind, url, "CREATE TABLE big AS SELECT i AS id FROM generate_series(1, 100000) AS g(i)")
+    scan(h, "lost", "SELECT id FROM big ORDER BY id")
+    sent = await h.executed(2)
+    await sql(h, kind, url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE application_name = 'blockx-worker' AND pid <> pg_backend_pid()")
+    done = 0
+    for _ in range(200):                # rows the scan holds already still become calls; a fetch then fails
+        sent = h.fake.executes
+        for s in sent[done:]:
+            h.fake.complete(s.call_id, s.payload["args"][0])
+        done = len(sent)
+        if h.orch.get_task_result("lost").state == TaskState.FAILED:
+            break
+        await asyncio.sleep(0.02)
+    res = await h.terminal("lost")
+    assert res.state == TaskState.FAILED and res.result.failure_code == "BUILDER_FAILED", res.result.failure_message
+    assert "connection was lost" in res.result.failure_message, res.result.failure_message
+    assert res.result.retryable, res.result.failure_message
