@@ -44,7 +44,7 @@ from blockx.adapters.trace_context import incoming as incoming_trace_context
 from blockx.adapters.trace_export import chrome_trace
 from blockx.core.types import TaskState
 from blockx.core.errors import ShareExceededError, WorkerError
-from blockx.core.worker_requests import require_task_id
+from blockx.core.worker.requests import require_task_id
 from blockx.tenant_view import tenant_strings
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc

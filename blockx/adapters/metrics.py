@@ -291,7 +291,7 @@ class _WorkerCollector(Collector):
         return list(self._families(describe_only=False))
 
     def _share_families(self, describe_only: bool) -> Iterable[Metric]:
-        """Fair shares per identity (core.worker_shares, open_streams) and the memory budget."""
+        """Fair shares per identity (core.worker.shares, open_streams) and the memory budget."""
         m = self._m
         label = m.identity_label
         held = GaugeMetricFamily("blockx_identity_slots", "Task slots an identity holds (reserved or running).",

@@ -36,7 +36,7 @@ from blockx.adapters.cancel import cancel, cancel_response
 from blockx.adapters.request_decode import Undecodable
 from blockx.adapters.result_pages import PageTooLarge, ResultPages, page_request
 from blockx.core.errors import InvalidArgumentError, ShareExceededError, WorkerError
-from blockx.core.worker_requests import require_task_id
+from blockx.core.worker.requests import require_task_id
 from blockx.worker.v1 import worker_pb2 as pb
 
 log = logging.getLogger("blockx.session")

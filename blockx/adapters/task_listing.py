@@ -1,14 +1,14 @@
 """ListTasks on the wire: the filter decoded, the core's page encoded.
 
 WorkerCore decides which tasks the caller sees and in which order
-(core.worker_listing); the call counts of a task whose Calls phase runs are the
+(core.worker.listing); the call counts of a task whose Calls phase runs are the
 dispatcher's (``task_progress``, read on this loop), every other count is the
 core's."""
 from __future__ import annotations
 
 from blockx.core.errors import InvalidArgumentError
 from blockx.core.types import TaskState
-from blockx.core.worker_listing import TaskListFilter, TaskListPage
+from blockx.core.worker.listing import TaskListFilter, TaskListPage
 from blockx.worker.v1 import worker_pb2 as pb
 
 _STATES = {int(s): s for s in TaskState}

@@ -65,7 +65,7 @@ from blockx.app.metrics_addr import advertised_metrics_addr
 from blockx.etcd.connection import EtcdConnection
 from blockx.tls.client_tls import ClientTLS
 from blockx.core.dispatch.dispatcher import DispatcherCore
-from blockx.core.worker import WorkerCore
+from blockx.core.worker.core import WorkerCore
 from blockx.plugins.builders import BuilderRegistry
 from blockx.plugins.data.plane import DataPlane
 from blockx.plugins.function_code import FunctionCodeDirectory

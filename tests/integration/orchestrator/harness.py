@@ -35,7 +35,7 @@ from blockx.core.dispatch.dispatcher import DispatcherCore
 from blockx.core.types import (
     CallRetryPolicy, FunctionCall, ResultHandler, SubmitTaskRequest, TaskSnapshot, TaskState,
 )
-from blockx.core.worker import WorkerCore
+from blockx.core.worker.core import WorkerCore
 from blockx.plugins.builders import BuilderRegistry
 from blockx.plugins.data.plane import DataPlane
 from blockx.plugins.function_code import FunctionCodeDirectory

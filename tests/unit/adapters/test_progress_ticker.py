@@ -11,7 +11,7 @@ from blockx.core.types import TaskResult, TaskState, TaskStatistic
 from blockx.worker.v1 import worker_pb2 as pb
 
 from tests.unit.core.dispatch.harness import Harness, spec
-from tests.unit.core.test_worker_support import make, submit
+from tests.unit.core.worker.test_support import make, submit
 
 TICK = 0.02
 

@@ -3,7 +3,7 @@ still running when the drain ends."""
 from blockx.core import failure_codes as fcodes
 from blockx.core.types import ConvergeTask, PhaseOutcome, TaskPhase, TaskState
 
-from tests.unit.core.test_worker_support import check_invariants, make, run_to, submit
+from tests.unit.core.worker.test_support import check_invariants, make, run_to, submit
 
 
 def test_a_draining_worker_is_not_ready_in_its_heartbeat():

@@ -4,9 +4,9 @@ import pytest
 from blockx.core.errors import InvalidArgumentError
 from blockx.core.owners import Caller
 from blockx.core.types import PhaseOutcome, TaskPhase, TaskState
-from blockx.core.worker_listing import MAX_PAGE_SIZE, TaskListFilter, decode_token
+from blockx.core.worker.listing import MAX_PAGE_SIZE, TaskListFilter, decode_token
 
-from tests.unit.core.test_worker_support import check_invariants, make, req, run_to
+from tests.unit.core.worker.test_support import check_invariants, make, req, run_to
 
 ALICE = Caller("alice")
 BOB = Caller("bob")

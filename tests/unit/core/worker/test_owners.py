@@ -8,7 +8,7 @@ from blockx.core.errors import WorkerError
 from blockx.core.owners import Caller, may_use, owner_of
 from blockx.core.types import PhaseOutcome, TaskPhase, TaskState
 
-from .test_worker_support import check_invariants, finish, make, req, run_to
+from tests.unit.core.worker.test_support import check_invariants, finish, make, req, run_to
 
 ALICE, BOB, ADMIN = Caller("alice"), Caller("bob"), Caller("admin", admin=True)
 

@@ -1,8 +1,8 @@
-"""worker_tasks.TaskIndex: reservations, admission, retirement, tombstones,
+"""core.worker.tasks.TaskIndex: reservations, admission, retirement, tombstones,
 retention FIFO and Watch stream counts, without the rest of WorkerCore."""
 from blockx.core.types import (CallRetryPolicy, FunctionCall, SlotEntry, TaskContext, TaskPhase,
                                TaskResult, TaskState)
-from blockx.core.worker_tasks import TaskIndex
+from blockx.core.worker.tasks import TaskIndex
 
 
 def ctx_for(entry, deadline=1000, accepted=0):

@@ -7,9 +7,9 @@ from blockx.core.errors import InvalidArgumentError, NotFoundError
 from blockx.core.owners import Caller
 from blockx.core.types import (CancelTaskResult, ConvergeTask, PhaseOutcome, SlotState, TaskPhase,
                                TaskState)
-from blockx.core.worker_cancel import MAX_CANCEL_REASON_CHARS
+from blockx.core.worker.cancel import MAX_CANCEL_REASON_CHARS
 
-from tests.unit.core.test_worker_support import check_invariants, make, req, run_to, submit
+from tests.unit.core.worker.test_support import check_invariants, make, req, run_to, submit
 
 ALICE = Caller("alice")
 BOB = Caller("bob")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from blockx.core.config import Config
 from blockx.core.types import (FunctionCall, PhaseOutcome, SlotState, SubmitTaskRequest,
                                TaskPhase, TaskState)
-from blockx.core.worker import WorkerCore
+from blockx.core.worker.core import WorkerCore
 
 FC = FunctionCall("callList", b'{"calls": [{"functionId": "add", "args": [1, 2]}]}')
 

@@ -13,16 +13,16 @@ events and apply them after the batch).
 Parts (each owns its state; WorkerCore composes them and owns only the
 ``ready`` / ``draining`` flags):
 
-- ``worker_slots.SlotTable``: the slots, capacity counters and slot leases.
-- ``worker_tasks.TaskIndex``: the task index (reservations, submitted tasks,
+- ``core.worker.slots.SlotTable``: the slots, capacity counters and slot leases.
+- ``core.worker.tasks.TaskIndex``: the task index (reservations, submitted tasks,
   retained results, tombstones), the contexts of active tasks, the retention
   FIFO and the Watch stream counts.
-- ``worker_timers.TaskTimers``: task deadlines and Watch grace timers, and the
+- ``core.worker.timers.TaskTimers``: task deadlines and Watch grace timers, and the
   rule that picks a task's earliest due timer.
-- ``worker_shares.Shares``: the fair share of slots and queued call bytes one
+- ``core.worker.shares.Shares``: the fair share of slots and queued call bytes one
   identity may hold (counted by the slot table).
-- ``worker_requests``: request validation and defaults (no state);
-  ``worker_results``: the terminal result of a converging task (no state).
+- ``core.worker.requests``: request validation and defaults (no state);
+  ``core.worker.results``: the terminal result of a converging task (no state).
 
 Every handler changes slot table and task index inside the same call, through
 four transitions: reserve (slot ALLOCATED + new entry), tombstone (lease lost
@@ -83,9 +83,9 @@ RPCs (raise ``WorkerError``; return a result with ``snapshot`` + ``commands``):
   ``handle_submit_task(req, now, caller=None) -> SubmitTaskResult``
   ``handle_get_task_result(task_id, caller=None) -> GetTaskResultOutput``
   ``handle_cancel_task(task_id, reason, now, caller=None) -> CancelTaskResult``
-  (core.worker_cancel: FAILED / CANCELLED through ConvergeTask; NotFound for
+  (core.worker.cancel: FAILED / CANCELLED through ConvergeTask; NotFound for
   another's task, as for an unknown id), ``list_tasks(filter, now, caller=None) -> TaskListPage``
-  (core.worker_listing).
+  (core.worker.listing).
   ``caller`` (core.owners.Caller; None: unrestricted) decides ownership: a task
   id belongs to the identity that reserved or submitted it; another identity
   reads it as NotFound and reserving or submitting it is AlreadyExists.
@@ -113,24 +113,24 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from . import failure_codes as fc
-from .config import Config
-from .errors import AlreadyExistsError, InvalidArgumentError, NoSlotError, NotFoundError, UnavailableError
-from .owners import Caller, may_use, owner_of
-from .types import (ActivationResult, CancelTaskResult, Command, ConvergeTask, CoreResult, GetTaskResultOutput,
+from blockx.core import failure_codes as fc
+from blockx.core.config import Config
+from blockx.core.errors import AlreadyExistsError, InvalidArgumentError, NoSlotError, NotFoundError, UnavailableError
+from blockx.core.owners import Caller, may_use, owner_of
+from blockx.core.types import (ActivationResult, CancelTaskResult, Command, ConvergeTask, CoreResult, GetTaskResultOutput,
                     LeaseExpiredResult, PhaseOutcome, PhaseTransitionResult,
                     PrepareTaskActivation, RequestTaskSlotResult, SlotEntry, SlotState,
                     StartBuilderPhase, StartCallPhase, StartPluginPhase, SubmitTaskRequest,
                     SubmitTaskResult, TaskContext, TaskIndexEntry, TaskPhase, TaskSnapshot,
                     TaskState)
-from .worker_cancel import cancel_message, check_reason, reservation_result
-from .worker_listing import TaskListFilter, TaskListPage, list_tasks
-from .worker_requests import check_reserved_slot, require_task_id, resolve_submit, resolve_ttl
-from .worker_results import terminal_result
-from .worker_shares import Shares
-from .worker_slots import SlotTable
-from .worker_tasks import TaskIndex
-from .worker_timers import DueFailure, TaskTimers
+from blockx.core.worker.cancel import cancel_message, check_reason, reservation_result
+from blockx.core.worker.listing import TaskListFilter, TaskListPage, list_tasks
+from blockx.core.worker.requests import check_reserved_slot, require_task_id, resolve_submit, resolve_ttl
+from blockx.core.worker.results import terminal_result
+from blockx.core.worker.shares import Shares
+from blockx.core.worker.slots import SlotTable
+from blockx.core.worker.tasks import TaskIndex
+from blockx.core.worker.timers import DueFailure, TaskTimers
 
 _PREPARING = TaskPhase.PREPARING
 _BUILDER = TaskPhase.BUILDER
@@ -209,7 +209,7 @@ class WorkerCore:
 
     @property
     def identity_slot_share(self) -> int:
-        """The slots one identity (not admin) may hold at once (core.worker_shares)."""
+        """The slots one identity (not admin) may hold at once (core.worker.shares)."""
         return self._shares.slot_cap
 
     def derive_heartbeat(self, now: int) -> dict[str, Any]:
@@ -289,7 +289,7 @@ class WorkerCore:
 
     def handle_cancel_task(self, task_id: str, reason: str, now: int,
                            caller: Caller | None = None) -> CancelTaskResult:
-        """CancelTask (rules in core.worker_cancel): a submitted task or a bare
+        """CancelTask (rules in core.worker.cancel): a submitted task or a bare
         reservation converges FAILED / CANCELLED (ConvergeTask, slot freed);
         a terminal one answers its snapshot with applied=False."""
         require_task_id(task_id)
@@ -319,7 +319,7 @@ class WorkerCore:
         return self._converge(CancelTaskResult, ctx, _FAILED, fc.CANCELLED, message, False, now)
 
     def list_tasks(self, query: TaskListFilter, now: int, caller: Caller | None = None) -> TaskListPage:
-        """ListTasks (rules in core.worker_listing): the caller's view of the task
+        """ListTasks (rules in core.worker.listing): the caller's view of the task
         index, filtered and one page long."""
         return list_tasks(self._tasks.entries(), query, now, caller)
 

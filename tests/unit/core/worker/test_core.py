@@ -9,7 +9,7 @@ from blockx.core.types import (CallRetryPolicy, ConvergeTask, FunctionCall, Phas
                                PrepareTaskActivation, ResultHandler, SlotState, TaskPhase,
                                TaskState)
 
-from .test_worker_support import FC, activate, check_invariants, finish, make, req, run_to, submit
+from tests.unit.core.worker.test_support import FC, activate, check_invariants, finish, make, req, run_to, submit
 
 
 def reserve(w, task_id, now=0, ttl=0):

@@ -14,14 +14,14 @@ Rules:
   bounded by maxPayloadBytes, which may not exceed this share.
 - Admin and the unrestricted caller (a Worker without authentication) are not
   held to a share: they are the operator. taskSlots bounds them as everyone.
-- The counts are the slot table's (core.worker_slots ``held`` and
+- The counts are the slot table's (core.worker.slots ``held`` and
   ``held_bytes``): the shares only compare them with the caps.
 """
 from __future__ import annotations
 
-from .errors import ShareExceededError
-from .owners import Caller
-from .worker_slots import SlotTable
+from blockx.core.errors import ShareExceededError
+from blockx.core.owners import Caller
+from blockx.core.worker.slots import SlotTable
 
 SLOTS = "slots"
 QUEUED_CALL_BYTES = "queued_call_bytes"

@@ -29,9 +29,9 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from .errors import InvalidArgumentError
-from .owners import Caller, may_use
-from .types import TaskIndexEntry, TaskPhase, TaskState
+from blockx.core.errors import InvalidArgumentError
+from blockx.core.owners import Caller, may_use
+from blockx.core.types import TaskIndexEntry, TaskPhase, TaskState
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000

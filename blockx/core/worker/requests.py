@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import MAX_RETRY_JITTER_PERCENT, Config
-from .errors import InvalidArgumentError, InvalidSlotError, SlotUncertainError
-from .types import (CONTINUE, FAST_FAIL, CallRetryPolicy, FunctionCall, ResultHandler,
+from blockx.core.config import MAX_RETRY_JITTER_PERCENT, Config
+from blockx.core.errors import InvalidArgumentError, InvalidSlotError, SlotUncertainError
+from blockx.core.types import (CONTINUE, FAST_FAIL, CallRetryPolicy, FunctionCall, ResultHandler,
                     SubmitTaskRequest, TaskIndexEntry)
 
 # Accepted spellings of CallFailurePolicy: our names, the proto enum names and numbers.

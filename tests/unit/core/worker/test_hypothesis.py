@@ -21,9 +21,9 @@ from blockx.core.errors import WorkerError
 from blockx.core.types import (ConvergeTask, PhaseOutcome, PrepareTaskActivation, SlotState,
                                StartBuilderPhase, StartCallPhase, StartPluginPhase, TaskPhase,
                                TaskState)
-from blockx.core.worker import WorkerCore
+from blockx.core.worker.core import WorkerCore
 
-from .test_worker_support import check_invariants, req
+from tests.unit.core.worker.test_support import check_invariants, req
 
 TASK_IDS = ["a", "b", "c", "d", "e"]
 TASKS = st.sampled_from(TASK_IDS)

@@ -16,7 +16,7 @@ Rules:
   it) and, once a task is submitted into it, that task's payload bytes
   (``charge``). Per owner, ``held`` counts the slots and ``held_bytes`` sums
   those bytes; both change only in allocate / charge / release, so they are
-  always exactly what the slots say (core.worker_shares reads them).
+  always exactly what the slots say (core.worker.shares reads them).
 
 The table knows nothing of tasks beyond the owning task id; WorkerCore keeps the
 task index consistent with it inside the same method call.
@@ -26,9 +26,9 @@ from __future__ import annotations
 from heapq import heappop, heappush
 from typing import Any
 
-from .errors import InvalidArgumentError, InvalidSlotError
-from .types import SlotEntry, SlotState
-from .timer_heap import TimerHeap
+from blockx.core.errors import InvalidArgumentError, InvalidSlotError
+from blockx.core.types import SlotEntry, SlotState
+from blockx.core.timer_heap import TimerHeap
 
 _FREE = SlotState.FREE
 _ALLOCATED = SlotState.ALLOCATED
@@ -102,7 +102,7 @@ class SlotTable:
 
     def allocate(self, task_id: str, lease_expires_at_ms: int, owner: str = "") -> SlotEntry:
         """FREE -> ALLOCATED for the lowest free index, held by ``owner``. Caller checked
-        free_capacity (and the owner's share, core.worker_shares)."""
+        free_capacity (and the owner's share, core.worker.shares)."""
         slot = self.slots[heappop(self._free)]
         slot.state = _ALLOCATED
         slot.task_id = task_id

@@ -1,4 +1,4 @@
-"""Fair shares in WorkerCore (core.worker_shares): an identity holds at most its
+"""Fair shares in WorkerCore (core.worker.shares): an identity holds at most its
 share of the slots (half by default) and of queued call bytes; admin and the
 unrestricted caller are held only to taskSlots; the counts are the slot table's
 and follow every way a slot is freed (converge, cancel, lease expiry)."""
@@ -8,9 +8,9 @@ from blockx.core.config import Config, ConfigError
 from blockx.core.errors import NoSlotError, ShareExceededError
 from blockx.core.owners import Caller
 from blockx.core.types import FunctionCall, PhaseOutcome, TaskPhase
-from blockx.core.worker_shares import slot_cap
+from blockx.core.worker.shares import slot_cap
 
-from .test_worker_support import check_invariants, finish, make, req, run_to
+from tests.unit.core.worker.test_support import check_invariants, finish, make, req, run_to
 
 ALICE, BOB, ADMIN = Caller("alice"), Caller("bob"), Caller("admin", admin=True)
 

@@ -22,10 +22,10 @@ Rules:
 """
 from __future__ import annotations
 
-from . import failure_codes as fc
-from .errors import InvalidArgumentError
-from .owners import Caller
-from .types import TaskResult, TaskState, TaskStatistic
+from blockx.core import failure_codes as fc
+from blockx.core.errors import InvalidArgumentError
+from blockx.core.owners import Caller
+from blockx.core.types import TaskResult, TaskState, TaskStatistic
 
 MAX_CANCEL_REASON_CHARS = 1024
 

@@ -2,7 +2,7 @@
 from blockx.core import failure_codes as fcodes
 from blockx.core.types import PhaseOutcome, StartPluginPhase, TaskPhase, TaskState
 
-from .test_worker_support import activate, check_invariants, finish, make, run_to, submit
+from tests.unit.core.worker.test_support import activate, check_invariants, finish, make, run_to, submit
 
 G = 1000
 

@@ -8,7 +8,7 @@ from blockx.core.types import (CallRetryPolicy, ConvergeTask, PhaseOutcome, Plug
                                ResultHandler, SlotState, StartBuilderPhase, StartCallPhase,
                                StartPluginPhase, TaskPhase, TaskState, TaskStatistic)
 
-from .test_worker_support import FC, activate, check_invariants, finish, make, run_to, submit
+from tests.unit.core.worker.test_support import FC, activate, check_invariants, finish, make, run_to, submit
 
 B, C, P = TaskPhase.BUILDER, TaskPhase.CALLS, TaskPhase.PLUGIN
 

@@ -1,8 +1,8 @@
-"""worker_results.terminal_result: statistic, outputs and plugin results of a
+"""core.worker.results.terminal_result: statistic, outputs and plugin results of a
 converging task, and the charge of a phase cut short."""
 from blockx.core.types import (CallRetryPolicy, FunctionCall, PhaseOutcome, PluginResult,
                                TaskContext, TaskPhase, TaskState, TaskStatistic)
-from blockx.core.worker_results import terminal_result
+from blockx.core.worker.results import terminal_result
 
 
 def ctx(phase, started, accepted=10):

@@ -8,10 +8,10 @@ from blockx.core import errors
 from blockx.core.config import Config, ConfigError
 from blockx.core.errors import WorkerError
 from blockx.core.types import FunctionCall, ResultHandler, SlotState, TaskState
-from blockx.core.worker_requests import (MAX_PLUGIN_NAME_BYTES, MAX_SLOT_ID_BYTES, MAX_TASK_ID_BYTES,
+from blockx.core.worker.requests import (MAX_PLUGIN_NAME_BYTES, MAX_SLOT_ID_BYTES, MAX_TASK_ID_BYTES,
                                          SHOWN_CHARS, utf8_size)
 
-from .test_worker_support import check_invariants, make, req
+from tests.unit.core.worker.test_support import check_invariants, make, req
 
 
 def refused(fn, *args):

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import failure_codes as fc
-from .timer_heap import TimerHeap
-from .types import TaskContext, TaskPhase
+from blockx.core import failure_codes as fc
+from blockx.core.timer_heap import TimerHeap
+from blockx.core.types import TaskContext, TaskPhase
 
-if TYPE_CHECKING:       # TaskTimers reads slot leases; worker_slots does not import this module
-    from .worker_slots import SlotTable
+if TYPE_CHECKING:       # TaskTimers reads slot leases; core.worker.slots does not import this module
+    from blockx.core.worker.slots import SlotTable
 
 _PREPARING = TaskPhase.PREPARING
 _TERMINAL = TaskPhase.TERMINAL

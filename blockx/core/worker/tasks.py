@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from .types import SlotEntry, TaskContext, TaskIndexEntry, TaskPhase, TaskResult, TaskState
+from blockx.core.types import SlotEntry, TaskContext, TaskIndexEntry, TaskPhase, TaskResult, TaskState
 
 _TERMINAL = TaskPhase.TERMINAL
 _ALLOCATED = TaskState.ALLOCATED

@@ -14,7 +14,7 @@ later failure, say a timeout, is not explained by an earlier call's traceback).
 """
 from __future__ import annotations
 
-from .types import TaskContext, TaskPhase, TaskResult, TaskState, TaskStatistic
+from blockx.core.types import TaskContext, TaskPhase, TaskResult, TaskState, TaskStatistic
 
 _BUILDER = TaskPhase.BUILDER
 _CALLS = TaskPhase.CALLS

@@ -1,9 +1,9 @@
-"""worker_timers: TaskTimers (task deadlines, Watch grace, and which due timer of
+"""core.worker.timers: TaskTimers (task deadlines, Watch grace, and which due timer of
 a task wins). Virtual clock, exact instants."""
 from blockx.core import failure_codes as fcodes
 from blockx.core.types import CallRetryPolicy, FunctionCall, TaskContext, TaskPhase
-from blockx.core.worker_slots import SlotTable
-from blockx.core.worker_timers import TaskTimers
+from blockx.core.worker.slots import SlotTable
+from blockx.core.worker.timers import TaskTimers
 
 
 def ctx(task_id="t", slot=0, deadline=1000, accepted=0):
