@@ -91,7 +91,7 @@ class Authenticator:
 
     def caller_from_metadata(self, metadata) -> Caller:
         """Token mode: the identity of the bearer token in ``metadata``; raises Unauthenticated.
-        Reads the metadata only, so the call gate (blockx.adapters.call_gate) can run it
+        Reads the metadata only, so the call gate (blockx.adapters.grpc.call_gate) can run it
         before the request is received."""
         for key, value in metadata or ():
             if key == "authorization":

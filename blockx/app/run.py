@@ -39,8 +39,8 @@ from blockx.adapters.executor.executor_env import ExecutorEnvironment
 from blockx.adapters.executor.pool import PoolManager, build_child_env, executor_ids
 from blockx.adapters.executor.run_as import executor_run_as_user
 from blockx.adapters.executor.sandbox import Sandbox, SandboxLimits
-from blockx.adapters.grpc_limits import GrpcLimits
-from blockx.adapters.grpc_server import build_server, set_alive, set_health
+from blockx.adapters.grpc.limits import GrpcLimits
+from blockx.adapters.grpc.server import build_server, set_alive, set_health
 from blockx.adapters.heap_release import release_large_blocks
 from blockx.adapters.memory_budget import MemoryBudget
 from blockx.adapters.mtls_identity import admin_identities
@@ -415,7 +415,7 @@ class Worker:
         # collection, and collect the young generation less often. A queued call
         # is a handful of objects, so with the default threshold (700) a 100k-call
         # task triggers hundreds of collections that each rescan live calls. No
-        # refused request waits for the collector (grpc_server.py breaks the abort
+        # refused request waits for the collector (adapters/grpc/server.py breaks the abort
         # cycle; the call gate never reads an unauthenticated one), so the
         # threshold does not decide what a flood of them costs: 300 refused 8 MiB
         # requests (tests/e2e/test_hostile_load.py) left +16 MB at 700 and +11 MB

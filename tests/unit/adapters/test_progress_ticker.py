@@ -4,7 +4,7 @@ only, the task's running state, nothing after the task ends, final counts on
 the terminal snapshot."""
 import asyncio
 
-from blockx.adapters import wire
+from blockx.adapters.grpc import wire
 from blockx.adapters.progress_ticker import FinalSnapshot, ProgressTicker
 from blockx.adapters.subscriptions import Subscription, SubscriptionManager
 from blockx.core.types import TaskResult, TaskState, TaskStatistic

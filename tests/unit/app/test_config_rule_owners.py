@@ -84,8 +84,8 @@ def test_the_owners_tables_are_found():
     owners = owner_rule_fields()
     for field, module in (("trace_max_events_per_task", "blockx/adapters/trace_recorder.py"),
                           ("max_result_bytes", "blockx/plugins/io/sql.py"),
-                          ("grpc_max_message_bytes", "blockx/adapters/grpc_limits.py"),
-                          ("result_page_bytes", "blockx/adapters/result_pages.py"),
+                          ("grpc_max_message_bytes", "blockx/adapters/grpc/limits.py"),
+                          ("result_page_bytes", "blockx/adapters/grpc/result_pages.py"),
                           ("executor_max_inflight", "blockx/core/dispatch/config.py")):
         assert owners.get(field) == module
 

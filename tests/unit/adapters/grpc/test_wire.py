@@ -2,7 +2,7 @@
 (task_update fills it in place; every other reply builds it with result_to_pb)."""
 import pytest
 
-from blockx.adapters import wire
+from blockx.adapters.grpc import wire
 from blockx.core.types import PluginResult, TaskResult, TaskSnapshot, TaskState, TaskStatistic
 from blockx.worker.v1 import worker_pb2 as pb
 

@@ -4,7 +4,7 @@ grpc refuses to send a message over the server's send limit
 (``grpcMaxMessageBytes``); left to itself it fails the whole RPC, so one huge
 message would end a TaskSession or a WatchTasks stream and every other task on
 it. Results go out in pages of at most resultPageBytes
-(blockx.adapters.result_pages), well under that limit; the one message that can
+(blockx.adapters.grpc.result_pages), well under that limit; the one message that can
 still be over it is a GetTaskResult page that asked for an output by count
 (``outputs_limit``) when that output alone is larger than one message.
 ``ResultDelivery`` measures that reply before it is written and refuses it

@@ -8,7 +8,7 @@ never takes the server down. Every handler resolves its caller once at entry
 and the core decides what that caller may see (blockx.core.owners).
 
 A call without credentials never reaches a handler: the call gate
-(blockx.adapters.call_gate) refuses it before grpc reads its request, and hands
+(blockx.adapters.grpc.call_gate) refuses it before grpc reads its request, and hands
 the caller it identified to the handler. A refused call holds nothing once it is
 answered: grpc keeps the exception of ``context.abort`` with the call, and that
 exception's traceback holds the handler's frames (the decoded request among
@@ -27,16 +27,16 @@ import orjson
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
-from blockx.adapters import wire
-from blockx.adapters.grpc_limits import GrpcLimits
-from blockx.adapters.open_streams import OpenStreams
-from blockx.adapters.request_decode import Undecodable, add_worker_service
-from blockx.adapters.result_pages import PageTooLarge, ResultPages, page_request
+from blockx.adapters.grpc import wire
+from blockx.adapters.grpc.limits import GrpcLimits
+from blockx.adapters.grpc.open_streams import OpenStreams
+from blockx.adapters.grpc.request_decode import Undecodable, add_worker_service
+from blockx.adapters.grpc.result_pages import PageTooLarge, ResultPages, page_request
 from blockx.adapters.auth import Authenticator, GuardedReflection, Unauthenticated
-from blockx.adapters.call_gate import UNSET, CallGate, gated_caller
-from blockx.adapters.cancel import cancel, cancel_response
-from blockx.adapters.task_listing import list_tasks
-from blockx.adapters.session import (
+from blockx.adapters.grpc.call_gate import UNSET, CallGate, gated_caller
+from blockx.adapters.grpc.cancel import cancel, cancel_response
+from blockx.adapters.grpc.task_listing import list_tasks
+from blockx.adapters.grpc.session import (
     DEFAULT_MAX_PENDING_BYTES, DEFAULT_MAX_PENDING_EVENTS, MAX_WATCH_TASK_IDS, Session, SessionEnd,
 )
 from blockx.adapters.subscriptions import CLOSED, GONE, OVERFLOW, Subscription
@@ -429,7 +429,7 @@ class WorkerService(pb_grpc.WorkerServiceServicer):
 
     # ---- end task traces -----------------------------------------------------------------
 
-    # ---- cancel and list (blockx.adapters.cancel, blockx.adapters.task_listing) ----
+    # ---- cancel and list (blockx.adapters.grpc.cancel, blockx.adapters.grpc.task_listing) ----
     @_guarded
     async def CancelTask(self, request, context):
         caller = await self._caller(context, "CancelTask")
@@ -489,9 +489,9 @@ def build_server(orch, *, listen_addr: str, keepalive_time_ms: int, keepalive_ti
     probes) and reflection (behind `auth`). Returns (server, health servicer,
     bound port). With `tls` (blockx.adapters.tls.ServerTLS) the port speaks TLS
     only. `auth` None: no authentication (what WORKER_AUTH_MODE=none configures).
-    ``limits`` (blockx.adapters.grpc_limits) bounds messages, streams, RPCs and connections;
+    ``limits`` (blockx.adapters.grpc.limits) bounds messages, streams, RPCs and connections;
     ``budget`` (blockx.adapters.memory_budget.MemoryBudget) refuses new work past the
-    Worker's memory budget. The call gate (blockx.adapters.call_gate) sees every call first."""
+    Worker's memory budget. The call gate (blockx.adapters.grpc.call_gate) sees every call first."""
     limits = limits or GrpcLimits()
     auth = auth if auth is not None else Authenticator("none")
     count = metrics.grpc_request if metrics is not None else None

@@ -2,8 +2,8 @@
 import grpc
 import pytest
 
-from blockx.adapters import wire
-from blockx.adapters.session import MAX_BATCH_BYTES, Session, SessionEnd
+from blockx.adapters.grpc import wire
+from blockx.adapters.grpc.session import MAX_BATCH_BYTES, Session, SessionEnd
 from blockx.adapters.subscriptions import SubscriptionManager
 from blockx.core.errors import NotFoundError
 from blockx.core.types import TaskResult, TaskSnapshot, TaskState, TaskStatistic

@@ -42,8 +42,8 @@ import dataclasses
 from collections.abc import Callable
 from functools import partial
 
-from blockx.adapters import wire
-from blockx.adapters.result_delivery import ENVELOPE_BYTES, RESULT_TOO_LARGE, WRAP_BYTES, ResultDelivery
+from blockx.adapters.grpc import wire
+from blockx.adapters.grpc.result_delivery import ENVELOPE_BYTES, RESULT_TOO_LARGE, WRAP_BYTES, ResultDelivery
 from blockx.core.config_rules import Rule
 from blockx.core.errors import InvalidArgumentError
 from blockx.tenant_view import tenant_message

@@ -7,7 +7,7 @@ import asyncio
 import grpc
 import pytest
 
-from blockx.adapters.grpc_server import build_server
+from blockx.adapters.grpc.server import build_server
 from blockx.adapters.subscriptions import SubscriptionManager
 from blockx.core.errors import NotFoundError
 from blockx.core.types import TaskResult, TaskSnapshot, TaskState, TaskStatistic

@@ -7,17 +7,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blockx.adapters import wire
-from blockx.adapters.result_delivery import RESULT_TOO_LARGE, WRAP_BYTES
-from blockx.adapters.result_pages import (
+from blockx.adapters.grpc import wire
+from blockx.adapters.grpc.result_delivery import RESULT_TOO_LARGE, WRAP_BYTES
+from blockx.adapters.grpc.result_pages import (
     _GROWTH, PageTooLarge, ResultPages, bulk_bytes, fit_count, output_cost, page_request,
 )
-from blockx.adapters.session import Session
+from blockx.adapters.grpc.session import Session
 from blockx.core.errors import InvalidArgumentError
 from blockx.core.types import PluginResult, TaskResult, TaskSnapshot, TaskState, TaskStatistic
 from blockx.worker.v1 import worker_pb2 as pb
 
-from .test_session import Orch
+from tests.unit.adapters.grpc.test_session import Orch
 
 KiB = 1024
 BUDGET = 16 * KiB
@@ -343,7 +343,7 @@ async def test_on_a_session_watched_huge_results_arrive_as_first_pages_each_batc
 
 
 def test_a_result_that_takes_the_fast_path_fits_even_with_the_longest_ids_and_progress():
-    from blockx.adapters.result_pages import FAST_SLACK_BYTES
+    from blockx.adapters.grpc.result_pages import FAST_SLACK_BYTES
     pages = ResultPages(BUDGET, MAX)
     tid = "t" * 256
     outs = numbers(100, 3)

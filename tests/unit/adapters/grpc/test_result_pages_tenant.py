@@ -3,8 +3,8 @@ failure and plugin messages without server paths or server-only parts; the
 admin's, the unrestricted caller's and the stored result keep them whole."""
 import pytest
 
-from blockx.adapters import wire
-from blockx.adapters.result_pages import ResultPages
+from blockx.adapters.grpc import wire
+from blockx.adapters.grpc.result_pages import ResultPages
 from blockx.core.owners import Caller
 from blockx.core.types import PluginResult, TaskResult, TaskSnapshot, TaskState, TaskStatistic
 from blockx.tenant_view import server_only

@@ -6,9 +6,9 @@ API defines:
 
 - ``max_message_bytes``: the largest message sent or received. A request over it
   is refused by grpc (RESOURCE_EXHAUSTED); a result over it is not delivered,
-  and only its own delivery fails (blockx.adapters.result_delivery).
+  and only its own delivery fails (blockx.adapters.grpc.result_delivery).
 - ``result_page_bytes``: the largest message that carries a result (a page of
-  it, blockx.adapters.result_pages); at most max_message_bytes - 16 KiB.
+  it, blockx.adapters.grpc.result_pages); at most max_message_bytes - 16 KiB.
 - ``max_concurrent_streams``: HTTP/2 streams at once on one client connection
   (``grpc.max_concurrent_streams``); the client's further RPCs wait for one.
 - ``max_concurrent_rpcs``: RPCs in progress across all connections (grpc's
@@ -17,7 +17,7 @@ API defines:
 - ``max_connections``: client connections at once
   (``grpc.max_allowed_incoming_connections``); a connection past it is closed.
 - ``max_task_sessions``, ``max_watch_streams``: TaskSession / WatchTasks streams
-  open at once (blockx.adapters.open_streams), refused RESOURCE_EXHAUSTED.
+  open at once (blockx.adapters.grpc.open_streams), refused RESOURCE_EXHAUSTED.
 - ``watch_max_pending_updates``: a WatchTasks stream's queue (its overflow ends
   that stream RESOURCE_EXHAUSTED).
 - ``max_task_sessions_per_identity``, ``max_watch_streams_per_identity``: the

@@ -1,8 +1,8 @@
 """A reply too large for one gRPC message: ResultDelivery's exact edges (how a
 page that would pass it is refused, and a Session that pages, are in
 test_result_pages)."""
-from blockx.adapters import wire
-from blockx.adapters.result_delivery import ENVELOPE_BYTES, RESULT_TOO_LARGE, WRAP_BYTES, ResultDelivery, result_bytes
+from blockx.adapters.grpc import wire
+from blockx.adapters.grpc.result_delivery import ENVELOPE_BYTES, RESULT_TOO_LARGE, WRAP_BYTES, ResultDelivery, result_bytes
 from blockx.core.types import PluginResult, TaskResult, TaskSnapshot, TaskState, TaskStatistic
 
 LIMIT = 64 * 1024

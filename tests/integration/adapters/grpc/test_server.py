@@ -6,7 +6,7 @@ import logging
 import grpc
 import pytest
 
-from blockx.adapters.grpc_server import build_server
+from blockx.adapters.grpc.server import build_server
 from blockx.adapters.metrics import Metrics
 from blockx.adapters.subscriptions import SubscriptionManager
 from blockx.worker.v1 import worker_pb2 as pb

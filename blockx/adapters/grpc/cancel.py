@@ -6,7 +6,7 @@ the dispatcher, runner and plugin cancelled, IO scope closed, watchers told).
 The unary RPC and the TaskSession ``cancel`` op share these two functions."""
 from __future__ import annotations
 
-from blockx.adapters.result_pages import ResultPages
+from blockx.adapters.grpc.result_pages import ResultPages
 from blockx.core.types import CancelTaskResult
 from blockx.worker.v1 import worker_pb2 as pb
 

@@ -1,7 +1,7 @@
 """A WatchTasks queue's bound, the open-stream counts, and requests that do not decode."""
-from blockx.adapters.grpc_limits import GrpcLimits
-from blockx.adapters.open_streams import OpenStreams
-from blockx.adapters.request_decode import Undecodable, _decoder
+from blockx.adapters.grpc.limits import GrpcLimits
+from blockx.adapters.grpc.open_streams import OpenStreams
+from blockx.adapters.grpc.request_decode import Undecodable, _decoder
 from blockx.adapters.subscriptions import CLOSED, DEFAULT_MAX_PENDING, OVERFLOW, Subscription, SubscriptionManager
 from blockx.core.types import TaskSnapshot, TaskState
 from blockx.worker.v1 import worker_pb2 as pb

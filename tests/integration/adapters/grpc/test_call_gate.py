@@ -11,7 +11,7 @@ import pytest
 
 from blockx.adapters.auth import Authenticator
 from blockx.adapters.auth_tokens import TokenStore
-from blockx.adapters.call_gate import UNSET, CallGate, gated_caller
+from blockx.adapters.grpc.call_gate import UNSET, CallGate, gated_caller
 
 TOKEN = "alice-token-0123456789abcdef"
 

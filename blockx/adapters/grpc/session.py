@@ -31,10 +31,10 @@ import logging
 
 import grpc
 
-from blockx.adapters import wire
-from blockx.adapters.cancel import cancel, cancel_response
-from blockx.adapters.request_decode import Undecodable
-from blockx.adapters.result_pages import PageTooLarge, ResultPages, page_request
+from blockx.adapters.grpc import wire
+from blockx.adapters.grpc.cancel import cancel, cancel_response
+from blockx.adapters.grpc.request_decode import Undecodable
+from blockx.adapters.grpc.result_pages import PageTooLarge, ResultPages, page_request
 from blockx.core.errors import InvalidArgumentError, ShareExceededError, WorkerError
 from blockx.core.worker.requests import require_task_id
 from blockx.worker.v1 import worker_pb2 as pb
