@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from blockx.adapters.executor.outbox_limits import inflight_problem
 from blockx.adapters.grpc.limits import GRPC_RULES
-from blockx.adapters.otel_spans import OTEL_RULES
-from blockx.adapters.trace_recorder import TRACE_RULES
+from blockx.adapters.telemetry.otel_spans import OTEL_RULES
+from blockx.adapters.telemetry.trace_recorder import TRACE_RULES
 from blockx.adapters.writer_stream import WRITER_STREAM_RULES
 from blockx.app.addresses import split_host_port
 from blockx.app.config_fields import env_vars_of, json_name

@@ -45,12 +45,12 @@ from blockx.adapters.heap_release import release_large_blocks
 from blockx.adapters.memory_budget import MemoryBudget
 from blockx.adapters.mtls_identity import admin_identities
 from blockx.adapters.systemd_notify import SystemdNotifier
-from blockx.adapters.metrics import Metrics
-from blockx.adapters import otel_export
-from blockx.adapters.otel_pipe import ExporterPipe
-from blockx.adapters.otel_spans import TaskSpans
+from blockx.adapters.telemetry.metrics import Metrics
+from blockx.adapters.telemetry import otel_export
+from blockx.adapters.telemetry.otel_pipe import ExporterPipe
+from blockx.adapters.telemetry.otel_spans import TaskSpans
 from blockx.adapters.orchestrator import Orchestrator, wall_ms
-from blockx.adapters.trace_recorder import TraceStore
+from blockx.adapters.telemetry.trace_recorder import TraceStore
 from blockx.adapters.shadow import ShadowForwarder
 from blockx.adapters.tls import ServerTLS, ServerTLSFiles
 from blockx.adapters.worker_status import WorkerStatusReader

@@ -40,8 +40,8 @@ from blockx.adapters.grpc.session import (
     DEFAULT_MAX_PENDING_BYTES, DEFAULT_MAX_PENDING_EVENTS, MAX_WATCH_TASK_IDS, Session, SessionEnd,
 )
 from blockx.adapters.subscriptions import CLOSED, GONE, OVERFLOW, Subscription
-from blockx.adapters.trace_context import incoming as incoming_trace_context
-from blockx.adapters.trace_export import chrome_trace
+from blockx.adapters.telemetry.trace_context import incoming as incoming_trace_context
+from blockx.adapters.telemetry.trace_export import chrome_trace
 from blockx.core.types import TaskState
 from blockx.core.errors import ShareExceededError, WorkerError
 from blockx.core.worker.requests import require_task_id

@@ -27,7 +27,7 @@ from blockx._fast import load
 from blockx.adapters.admission import Admission
 from blockx.adapters.executor.errors import BindError, ExecutorGone
 from blockx.adapters.executor.snapshot import ExecutorSnapshotData
-from blockx.adapters.metrics import Metrics
+from blockx.adapters.telemetry.metrics import Metrics
 from blockx.adapters.orchestrator import Orchestrator
 from blockx.app.config import load_config
 from blockx.app.profile import DEV

@@ -7,7 +7,7 @@ import grpc
 import pytest
 
 from blockx.adapters.grpc.server import build_server
-from blockx.adapters.metrics import Metrics
+from blockx.adapters.telemetry.metrics import Metrics
 from blockx.adapters.subscriptions import SubscriptionManager
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc

@@ -5,7 +5,7 @@ the sampler is the one OTEL_TRACES_SAMPLER names."""
 import pytest
 
 from blockx import __version__
-from blockx.adapters import otel_export
+from blockx.adapters.telemetry import otel_export
 
 
 @pytest.mark.parametrize("env, on", [

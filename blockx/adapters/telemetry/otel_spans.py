@@ -39,7 +39,7 @@ from random import getrandbits
 from typing import Any
 from zlib import crc32
 
-from blockx.adapters.trace_context import TRACESTATE, TraceContext
+from blockx.adapters.telemetry.trace_context import TRACESTATE, TraceContext
 from blockx.core.call_ids import task_id_of_call
 from blockx.core.config_rules import Rule
 from blockx.core.types import StartBuilderPhase, StartCallPhase, StartPluginPhase

@@ -35,7 +35,7 @@ class ExporterPipe:
     @classmethod
     async def start(cls, service: str) -> "ExporterPipe":
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "blockx.adapters.otel_exporter", service, stdin=asyncio.subprocess.PIPE)
+            sys.executable, "-m", "blockx.adapters.telemetry.otel_exporter", service, stdin=asyncio.subprocess.PIPE)
         return cls(proc)
 
     @property

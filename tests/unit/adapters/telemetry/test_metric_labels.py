@@ -5,8 +5,8 @@ more than a bounded number of series (scraped as Prometheus text)."""
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from blockx.adapters.metric_labels import MAX_LABEL_LENGTH, OTHER, LabelValues, valid_label_value
-from blockx.adapters.metrics import KNOWN_ERROR_KINDS, Metrics
+from blockx.adapters.telemetry.metric_labels import MAX_LABEL_LENGTH, OTHER, LabelValues, valid_label_value
+from blockx.adapters.telemetry.metrics import KNOWN_ERROR_KINDS, Metrics
 
 ESC = "\x1b"
 
@@ -77,7 +77,7 @@ def test_executor_ids_from_heartbeats_are_bounded_and_summed_into_other():
 
 
 def test_an_identity_label_allows_at_and_equals_and_is_still_bounded():
-    from blockx.adapters.metric_labels import OTHER, LabelValues
+    from blockx.adapters.telemetry.metric_labels import OTHER, LabelValues
     ident = LabelValues("identity", max_values=2, extra_chars="@=")
     assert ident("ops@acme") == "ops@acme" and ident("CN=alice") == "CN=alice"
     assert ident("CN=bob") == OTHER                          # past the cap
@@ -86,7 +86,7 @@ def test_an_identity_label_allows_at_and_equals_and_is_still_bounded():
 
 
 def test_the_per_identity_families_sum_the_identities_past_the_cap_and_skip_the_unrestricted():
-    from blockx.adapters.metrics import Metrics
+    from blockx.adapters.telemetry.metrics import Metrics
     m = Metrics(process_metrics=False)
     m.identity_holdings_fn = lambda: {"alice": (2, 100), "": (1, 5), "CN=bob,O=x": (1, 1), "CN=carol,O=x": (3, 2)}
     m.identity_streams_fn = lambda: {("TaskSession", "alice"): 3, ("WatchTasks", "alice"): 1}

@@ -1,5 +1,5 @@
 """The exporter process of a Worker that exports OpenTelemetry spans:
-``python -m blockx.adapters.otel_exporter SERVICE``.
+``python -m blockx.adapters.telemetry.otel_exporter SERVICE``.
 
 It reads batches of task records (otel_spans.py) from stdin, one JSON array a
 line, turns the sampled ones into the SDK's spans (otel_replay.py) and hands
@@ -23,8 +23,8 @@ def main(argv: list[str]) -> int:
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from blockx.adapters.otel_export import resource, sampler
-    from blockx.adapters.otel_replay import SpanReplay
+    from blockx.adapters.telemetry.otel_export import resource, sampler
+    from blockx.adapters.telemetry.otel_replay import SpanReplay
 
     service = argv[0] if argv else "blockx-worker"
     processor = BatchSpanProcessor(OTLPSpanExporter())

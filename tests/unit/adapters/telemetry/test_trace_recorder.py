@@ -6,7 +6,7 @@ import pytest
 
 from blockx._fast import compiled
 
-from blockx.adapters.trace_recorder import (
+from blockx.adapters.telemetry.trace_recorder import (
     DONE, IO_DONE, IO_WAIT, LOST, PHASE, QUEUED, RETRY, SENT, SUBCALL, TASK_END, TASK_START, TraceStore,
 )
 from blockx.core.dispatch.commands import ArmCallRetry, DispatchCallCmd
@@ -217,7 +217,7 @@ def test_ended_traces_are_bounded_by_the_retained_budget_oldest_first():
     # Defect: at ~7k one-call tasks/s and the default 300 s retention, ended traces
     # (~2 KB each) would have held gigabytes. Ended traces now share a budget of
     # events (each counted at least RETAINED_FLOOR_EVENTS for its fixed overhead).
-    from blockx.adapters.trace_recorder import RETAINED_FLOOR_EVENTS
+    from blockx.adapters.telemetry.trace_recorder import RETAINED_FLOOR_EVENTS
     budget = RETAINED_FLOOR_EVENTS * 50
     store = TraceStore(1000, retained_max_events=budget)
     for i in range(500):
@@ -239,7 +239,7 @@ def test_ended_traces_are_bounded_by_the_retained_budget_oldest_first():
 
 
 def test_a_big_ended_trace_counts_its_events_against_the_budget():
-    from blockx.adapters.trace_recorder import RETAINED_FLOOR_EVENTS
+    from blockx.adapters.telemetry.trace_recorder import RETAINED_FLOOR_EVENTS
     store = TraceStore(1000, retained_max_events=RETAINED_FLOOR_EVENTS * 40)
     store.task_started("big")
     for i in range(400):       # 800 events, under the per-task cap of 1000
@@ -256,7 +256,7 @@ def test_a_big_ended_trace_counts_its_events_against_the_budget():
 
 def test_a_retained_budget_below_one_trace_is_refused():
     import pytest
-    from blockx.adapters.trace_recorder import RETAINED_FLOOR_EVENTS
+    from blockx.adapters.telemetry.trace_recorder import RETAINED_FLOOR_EVENTS
     with pytest.raises(ValueError, match="retained_max_events"):
         TraceStore(1000, retained_max_events=RETAINED_FLOOR_EVENTS - 1)
 
@@ -269,7 +269,7 @@ def test_retained_traces_leave_nothing_for_the_cyclic_gc_to_scan(monkeypatch):
     # plain object, tracked by design.)
     import gc
 
-    from blockx.adapters import trace_recorder
+    from blockx.adapters.telemetry import trace_recorder
     tb = compiled("tracebuf")
     monkeypatch.setattr(trace_recorder, "TraceBuffer", tb.TraceBuffer)
     monkeypatch.setattr(trace_recorder, "CallRecorder", tb.CallRecorder)

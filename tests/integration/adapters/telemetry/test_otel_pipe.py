@@ -1,14 +1,14 @@
 """The exporter pipe and process: task records batched to a real exporter process
-(python -m blockx.adapters.otel_exporter), which exports them over OTLP/gRPC to
+(python -m blockx.adapters.telemetry.otel_exporter), which exports them over OTLP/gRPC to
 a real receiver; a process that is gone costs dropped records, never a wait."""
 import asyncio
 
 import pytest
 
-from blockx.adapters import otel_pipe
-from blockx.adapters.otel_pipe import ExporterPipe
-from blockx.adapters.otel_spans import TaskSpans
-from blockx.adapters.trace_context import incoming
+from blockx.adapters.telemetry import otel_pipe
+from blockx.adapters.telemetry.otel_pipe import ExporterPipe
+from blockx.adapters.telemetry.otel_spans import TaskSpans
+from blockx.adapters.telemetry.trace_context import incoming
 from blockx.core.types import FunctionCall, StartBuilderPhase, TaskResult, TaskState
 from tests.support.otlp_receiver import OtlpReceiver
 

@@ -3,7 +3,7 @@
 never an error)."""
 import pytest
 
-from blockx.adapters.trace_context import MAX_TRACESTATE_CHARS, incoming, valid_traceparent
+from blockx.adapters.telemetry.trace_context import MAX_TRACESTATE_CHARS, incoming, valid_traceparent
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

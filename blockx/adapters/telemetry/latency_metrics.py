@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 from prometheus_client.core import HistogramMetricFamily
 
-from blockx.adapters.metric_labels import LabelValues
+from blockx.adapters.telemetry.metric_labels import LabelValues
 
 # Calls take from under a millisecond (add) to the call budget (minutes).
 CALL_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000)

@@ -2,8 +2,8 @@
 that are closed without being observed, and the exposition."""
 from prometheus_client.parser import text_string_to_metric_families
 
-from blockx.adapters.latency_metrics import CALL_BUCKETS_MS, CallLatency
-from blockx.adapters.metrics import Metrics
+from blockx.adapters.telemetry.latency_metrics import CALL_BUCKETS_MS, CallLatency
+from blockx.adapters.telemetry.metrics import Metrics
 
 
 def _samples(m: Metrics) -> dict:

@@ -4,8 +4,8 @@ on their executor's lanes, subcalls and IO waits inside their call, retries with
 their reason."""
 from __future__ import annotations
 
-from blockx.adapters.trace_export import PHASE_TID, chrome_trace
-from blockx.adapters.trace_recorder import TraceStore
+from blockx.adapters.telemetry.trace_export import PHASE_TID, chrome_trace
+from blockx.adapters.telemetry.trace_recorder import TraceStore
 from blockx.core.dispatch.commands import ArmCallRetry, DispatchCallCmd
 from tests.support.trace_check import inside, validate
 from blockx.core.types import (

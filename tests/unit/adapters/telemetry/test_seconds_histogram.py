@@ -5,8 +5,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.registry import Collector
 
-from blockx.adapters.metrics import GRPC_BUCKETS, PHASE_BUCKETS
-from blockx.adapters.seconds_histogram import SecondsHistogram
+from blockx.adapters.telemetry.metrics import GRPC_BUCKETS, PHASE_BUCKETS
+from blockx.adapters.telemetry.seconds_histogram import SecondsHistogram
 
 
 class _One(Collector):

@@ -21,7 +21,7 @@ default); prometheus_client would otherwise listen on 0.0.0.0.
 
 Labels. `direction`, `phase`, `method`, `code`, `state` (slots, etcd) take values
 from the Worker's own code. The labels whose values an executor or a task can
-choose go through blockx.adapters.metric_labels.LabelValues when counted (or, for
+choose go through blockx.adapters.telemetry.metric_labels.LabelValues when counted (or, for
 gauges read at scrape time, when exported): `error_kind` (user code picks it),
 `failure_code` and the task `state`, `executor` (an executor names itself),
 `limit` and `identity` (a token's name or a certificate's subject: at most
@@ -45,9 +45,9 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from blockx.adapters.executor.counters import ATTACH_REFUSAL_KINDS
-from blockx.adapters.latency_metrics import CallLatency
-from blockx.adapters.metric_labels import OTHER, LabelValues
-from blockx.adapters.seconds_histogram import SecondsHistogram
+from blockx.adapters.telemetry.latency_metrics import CallLatency
+from blockx.adapters.telemetry.metric_labels import OTHER, LabelValues
+from blockx.adapters.telemetry.seconds_histogram import SecondsHistogram
 from blockx.core import failure_codes
 from blockx.protocol import messages as _msg
 
@@ -155,7 +155,7 @@ class Metrics:
         self.identity_streams_fn: Callable[[], Mapping[tuple[str, str], int]] | None = None
         self.memory_budget_fn: Callable[[], tuple[int, int, int]] | None = None
 
-        # ---- latency (blockx.adapters.latency_metrics): calls per function, tasks, unary RPCs ----
+        # ---- latency (blockx.adapters.telemetry.latency_metrics): calls per function, tasks, unary RPCs ----
         self.call_latency = CallLatency()
 
         # ---- executor resources and readiness ----

@@ -29,7 +29,7 @@ the sample rate and the dropped count."""
 from __future__ import annotations
 
 from blockx.protocol.messages import EXECUTOR_LOST
-from blockx.adapters.trace_recorder import (DONE, IO_DONE, IO_WAIT, LOST, PHASE, QUEUED, RETRY, SENT, SUBCALL,
+from blockx.adapters.telemetry.trace_recorder import (DONE, IO_DONE, IO_WAIT, LOST, PHASE, QUEUED, RETRY, SENT, SUBCALL,
                                             TASK_END, TASK_START, TraceBuffer)
 
 PID = 1
