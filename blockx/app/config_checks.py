@@ -256,7 +256,7 @@ def _function_source_violations(cfg: WorkerFullConfig, name) -> list[str]:
     if not (p.startswith("/") and p.endswith("/") and len(p) > 1):
         out.append(f"{name('functionsEtcdPrefix')} must start and end with '/' (got {p!r})")
     if cfg.functions_source == "redis":
-        from blockx.plugins.function_code_redis_store import redis_source_problems
+        from blockx.plugins.function_code.redis_store import redis_source_problems
         out.extend(redis_source_problems(cfg.functions_redis_url, cfg.functions_redis_prefix,
                                          cfg.functions_redis_check_interval_ms, name))
     return out

@@ -68,10 +68,10 @@ from blockx.core.dispatch.dispatcher import DispatcherCore
 from blockx.core.worker.core import WorkerCore
 from blockx.plugins.builders import BuilderRegistry
 from blockx.plugins.data.plane import DataPlane
-from blockx.plugins.function_code import FunctionCodeDirectory
-from blockx.plugins.function_code_etcd import FunctionCodeEtcd
-from blockx.plugins.function_code_none import NO_SOURCE, FunctionCodeNone
-from blockx.plugins.function_code_redis import FunctionCodeRedis
+from blockx.plugins.function_code.directory import FunctionCodeDirectory
+from blockx.plugins.function_code.etcd import FunctionCodeEtcd
+from blockx.plugins.function_code.none import NO_SOURCE, FunctionCodeNone
+from blockx.plugins.function_code.redis import FunctionCodeRedis
 from blockx.plugins.io.scope import IOScopeFactory
 from blockx.plugins.writers import PluginRegistry
 

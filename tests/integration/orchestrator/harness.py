@@ -38,7 +38,7 @@ from blockx.core.types import (
 from blockx.core.worker.core import WorkerCore
 from blockx.plugins.builders import BuilderRegistry
 from blockx.plugins.data.plane import DataPlane
-from blockx.plugins.function_code import FunctionCodeDirectory
+from blockx.plugins.function_code.directory import FunctionCodeDirectory
 from blockx.plugins.io.scope import IOScopeFactory
 from blockx.plugins.writers import PluginRegistry
 from blockx.protocol import messages as m

@@ -94,7 +94,7 @@ def test_the_owners_tables_are_found():
     "from blockx.adapters.executor.outbox_limits import OUTBOX_DEPTH",
     "from blockx.adapters.telemetry.trace_recorder import MIN_MAX_EVENTS as MIN_TRACE_EVENTS, RETAINED_FLOOR_EVENTS",
     "from blockx.plugins.data.urls import parse_source_url",
-    "def f():\n    from blockx.plugins.function_code_redis import RedisCodeKeys, redacted_url",
+    "def f():\n    from blockx.plugins.function_code.redis import RedisCodeKeys, redacted_url",
     "def f():\n    from blockx.adapters.audit import AUDIT_MODES, AuditAllowlist, AuditAllowlistError",
     "import blockx.adapters.auth"])
 def test_an_import_of_anything_but_a_rule_is_found(line):

@@ -13,7 +13,7 @@ from blockx.core.dispatch.dispatcher import DispatcherCore
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.types import PinnedCall
 from blockx.core.worker.core import WorkerCore
-from blockx.plugins.function_code import FunctionCodeDirectory
+from blockx.plugins.function_code.directory import FunctionCodeDirectory
 
 
 @pytest.fixture

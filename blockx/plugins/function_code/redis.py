@@ -46,10 +46,10 @@ from collections.abc import Callable
 
 from blockx.log_event import log_event
 from blockx.follower import Follower
-from blockx.plugins.function_code_etcd import valid_function_id
-from blockx.plugins.function_code_view import DEFAULT_MAX_SOURCE_BYTES
-from blockx.plugins.function_code_keyed import KeyedCodeSource
-from blockx.plugins.function_code_redis_store import (  # noqa: F401  (the store's names, used here and by callers)
+from blockx.plugins.function_code.etcd import valid_function_id
+from blockx.plugins.function_code.view import DEFAULT_MAX_SOURCE_BYTES
+from blockx.plugins.function_code.keyed import KeyedCodeSource
+from blockx.plugins.function_code.redis_store import (  # noqa: F401  (the store's names, used here and by callers)
     DEFAULT_CHECK_INTERVAL_MS, DEFAULT_REDIS_PREFIX, DEFAULT_REDIS_URL, PUSH_WATCH_RETRIES, RedisCodeError,
     RedisCodeKeys, parse_epoch, push_sources, read_sources, redacted_url, redis_client,
 )

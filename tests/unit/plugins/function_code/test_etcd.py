@@ -5,8 +5,8 @@ import hashlib
 
 import pytest
 
-from blockx.plugins.function_code import FunctionNotFound, SnapshotUnavailable
-from blockx.plugins.function_code_etcd import FunctionCodeEtcd, valid_function_id
+from blockx.plugins.function_code.directory import FunctionNotFound, SnapshotUnavailable
+from blockx.plugins.function_code.etcd import FunctionCodeEtcd, valid_function_id
 
 RET = 1000
 P = "/blockx/functions/"

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 
-from blockx.plugins.function_code_view import (  # noqa: F401 - the names this module has always offered
+from blockx.plugins.function_code.view import (  # noqa: F401 - the names this module has always offered
     DEFAULT_MAX_SOURCE_BYTES, ENTRY_SELECTOR, FunctionCodeError, FunctionNotFound, FunctionView,
     SnapshotUnavailable,
 )

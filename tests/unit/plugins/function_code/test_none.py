@@ -2,8 +2,8 @@
 function id fails FUNCTION_NOT_FOUND, saying how to configure one."""
 import pytest
 
-from blockx.plugins.function_code_none import FunctionCodeNone
-from blockx.plugins.function_code_view import FunctionNotFound
+from blockx.plugins.function_code.none import FunctionCodeNone
+from blockx.plugins.function_code.view import FunctionNotFound
 
 
 def test_no_function_is_served_and_the_message_says_how_to_configure_one():

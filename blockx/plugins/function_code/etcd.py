@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from blockx.plugins.function_code_view import DEFAULT_MAX_SOURCE_BYTES
-from blockx.plugins.function_code_keyed import KeyedCodeSource
+from blockx.plugins.function_code.view import DEFAULT_MAX_SOURCE_BYTES
+from blockx.plugins.function_code.keyed import KeyedCodeSource
 
 if TYPE_CHECKING:
     from blockx.etcd.prefix_watch import PrefixWatch

@@ -8,7 +8,7 @@ FUNCTION_NOT_FOUND with a message that says how to configure a source."""
 
 from __future__ import annotations
 
-from blockx.plugins.function_code_view import FunctionView
+from blockx.plugins.function_code.view import FunctionView
 from blockx.plugins.function_snapshots import SnapshotStore
 
 NO_SOURCE = ("no function source is configured: set FUNCTIONS_DIR to a directory of <functionId>.py "

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from blockx.app.config import default_functions_dir
-from blockx.plugins.function_code import (FunctionCodeDirectory, FunctionCodeError, FunctionNotFound,
+from blockx.plugins.function_code.directory import (FunctionCodeDirectory, FunctionCodeError, FunctionNotFound,
                                           SnapshotUnavailable)
 
 RET = 1000  # snapshot retention (ms) in these tests

@@ -12,7 +12,7 @@ Rules:
   sources."""
 from __future__ import annotations
 
-from blockx.plugins.function_code_view import FunctionView
+from blockx.plugins.function_code.view import FunctionView
 from blockx.plugins.function_snapshots import SnapshotStore
 
 

@@ -5,8 +5,8 @@ import hashlib
 
 import pytest
 
-from blockx.plugins.function_code import FunctionNotFound, SnapshotUnavailable
-from blockx.plugins.function_code_redis import (RedisCodeError, RedisCodeKeys, FunctionCodeRedis, parse_epoch,
+from blockx.plugins.function_code.directory import FunctionNotFound, SnapshotUnavailable
+from blockx.plugins.function_code.redis import (RedisCodeError, RedisCodeKeys, FunctionCodeRedis, parse_epoch,
                                                 redacted_url)
 
 RET = 1000

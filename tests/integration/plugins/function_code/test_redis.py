@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from blockx.plugins.function_code_redis import (FunctionCodeRedis, RedisCodeError, RedisCodeKeys, push_sources,
+from blockx.plugins.function_code.redis import (FunctionCodeRedis, RedisCodeError, RedisCodeKeys, push_sources,
                                                 read_sources, redis_client)
 from tests.support.redis import RedisServer, redis_fixture
 

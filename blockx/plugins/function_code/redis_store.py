@@ -1,6 +1,6 @@
 """Where function code sits in Redis (FUNCTIONS_SOURCE=redis), and the two
 transactions that read and write it, shared by the Worker's follower
-(function_code_redis) and `blockx functions push|list --redis`.
+(function_code.redis) and `blockx functions push|list --redis`.
 
 Layout under the prefix P (functionsRedisPrefix, default "blockx:functions:"):
 - ``P + "sources"``: a hash, function id -> the function's Python source;
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from blockx.plugins.function_code_view import FunctionCodeError
+from blockx.plugins.function_code.view import FunctionCodeError
 from blockx.redaction import redact_url
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
