@@ -26,7 +26,7 @@ from grpc_reflection.v1alpha import reflection
 
 from blockx.adapters.auth_tokens import TokenFileError, TokenStore, local_token_problem, read_tokens
 from blockx.adapters.mtls_identity import SAN_KINDS as _SAN_KINDS, IdentityRefused, peer_identity
-from blockx.client.credentials import is_local_address
+from blockx.credentials import is_local_address
 from blockx.core.owners import Caller
 
 log = logging.getLogger("blockx.auth")

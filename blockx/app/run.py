@@ -60,7 +60,7 @@ from blockx.app.logs import setup_logging
 from blockx.log_event import log_event
 from blockx.app.memory_diagnostics import MemoryDiagnostics
 from blockx.app.state_dir import ensure_state_dir
-from blockx.client.credentials import resolve_token
+from blockx.credentials import resolve_token
 from blockx.app.metrics_addr import advertised_metrics_addr
 from blockx.etcd.connection import EtcdConnection
 from blockx.tls.client_tls import ClientTLS

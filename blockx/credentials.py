@@ -1,5 +1,10 @@
 """The bearer token a client sends to a Worker (WORKER_AUTH_MODE=token).
 
+Below both the client library and the Worker: blockx.client sends it, and the
+Worker uses the same rules (its shadow copies forward with it, its
+authenticator asks whether an address is on this host, `blockx serve` resolves
+the local token), so neither side imports the other for it.
+
 Where it comes from, first match wins:
 1. given explicitly: ``WorkerClient(addr, token="...")``, the CLI's ``--token``;
 2. the environment: ``BLOCKX_TOKEN``;

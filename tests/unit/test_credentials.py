@@ -4,7 +4,7 @@ resolves it)."""
 import os
 
 from blockx.adapters.auth_tokens import ensure_local_token
-from blockx.client.credentials import auth_metadata, local_token, resolve_token, state_dir
+from blockx.credentials import auth_metadata, local_token, resolve_token, state_dir
 
 
 def test_state_dir_resolves_as_the_worker_does(tmp_path, monkeypatch):
@@ -37,7 +37,7 @@ def test_metadata():
 
 
 def test_the_local_token_goes_only_to_an_address_on_this_host(tmp_path):
-    from blockx.client.credentials import is_local_address
+    from blockx.credentials import is_local_address
     state = tmp_path / "state"
     token = open(ensure_local_token(str(state))).read().split()[1]
     env = {"STATE_DIR": str(state)}
