@@ -10,8 +10,14 @@ from blockx.adapters.grpc.result_pages import ResultPages
 from blockx.core.types import CancelTaskResult
 from blockx.worker.v1 import worker_pb2 as pb
 
+from typing import TYPE_CHECKING
 
-def cancel(orch, request: pb.CancelTaskRequest, caller) -> CancelTaskResult:
+if TYPE_CHECKING:     # a back-pointer: the Orchestrator is built first and hands itself in; it imports nothing of this module
+    from blockx.adapters.orchestrator import Orchestrator
+    from blockx.core.owners import Caller
+
+
+def cancel(orch: Orchestrator, request: pb.CancelTaskRequest, caller: Caller | None) -> CancelTaskResult:
     """Cancel ``request.task_id`` as ``caller``; raises WorkerError (NotFound, PermissionDenied, ...)."""
     return orch.cancel_task(request.task_id, request.reason, caller)
 

@@ -49,6 +49,11 @@ from blockx.tenant_view import tenant_strings
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:     # a back-pointer: the Orchestrator is built first and hands itself in; it imports nothing of this module
+    from blockx.adapters.orchestrator import Orchestrator
+
 log = logging.getLogger("blockx.grpc")
 _TaskUpdate = pb.TaskUpdate
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["WorkerService"].full_name
@@ -108,7 +113,7 @@ def _guarded(handler):
 
 
 class WorkerService(pb_grpc.WorkerServiceServicer):
-    def __init__(self, orch, metrics=None, *, status=None, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
+    def __init__(self, orch: Orchestrator, metrics=None, *, status=None, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
                  session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES, limits: GrpcLimits | None = None,
                  auth: Authenticator | None = None, over_budget=None) -> None:
         self._orch = orch
@@ -478,7 +483,7 @@ async def _read_session(session: Session, request_iterator) -> None:
                      f"reading the session's requests failed: {type(exc).__name__}")
 
 
-def build_server(orch, *, listen_addr: str, keepalive_time_ms: int, keepalive_timeout_ms: int,
+def build_server(orch: Orchestrator, *, listen_addr: str, keepalive_time_ms: int, keepalive_timeout_ms: int,
                  metrics=None, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
                  session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  tls=None, status=None,

@@ -39,6 +39,11 @@ from blockx.core.errors import InvalidArgumentError, ShareExceededError, WorkerE
 from blockx.core.worker.requests import require_task_id
 from blockx.worker.v1 import worker_pb2 as pb
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:     # a back-pointer: the Orchestrator is built first and hands itself in; it imports nothing of this module
+    from blockx.adapters.orchestrator import Orchestrator
+
 log = logging.getLogger("blockx.session")
 
 MAX_WATCH_TASK_IDS = 10_000
@@ -66,7 +71,7 @@ class Session:
                  "_delivery", "_batch_bytes", "_out", "_sizes", "_bytes", "_waiter", "_last", "_shown",
                  "_eof", "_end", "overflowed", "_trace_context", "_over_budget", "_share_refused")
 
-    def __init__(self, orch, encoder: wire.TaskUpdateEncoder, count, *,
+    def __init__(self, orch: Orchestrator, encoder: wire.TaskUpdateEncoder, count, *,
                  max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
                  max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  delivery: ResultPages | None = None, caller=None, trace_context=None,

@@ -11,6 +11,12 @@ from blockx.core.types import TaskState
 from blockx.core.worker.listing import TaskListFilter, TaskListPage
 from blockx.worker.v1 import worker_pb2 as pb
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:     # a back-pointer: the Orchestrator is built first and hands itself in; it imports nothing of this module
+    from blockx.adapters.orchestrator import Orchestrator
+    from blockx.core.owners import Caller
+
 _STATES = {int(s): s for s in TaskState}
 
 
@@ -41,7 +47,7 @@ def list_response(page: TaskListPage, task_progress) -> pb.ListTasksResponse:
     return out
 
 
-def list_tasks(orch, req: pb.ListTasksRequest, caller) -> pb.ListTasksResponse:
+def list_tasks(orch: Orchestrator, req: pb.ListTasksRequest, caller: Caller | None) -> pb.ListTasksResponse:
     """Raises WorkerError (InvalidArgument) for a filter or page token that cannot be served."""
     page = orch.list_tasks(filter_from_pb(req), caller)
     return list_response(page, orch.disp.task_progress)
