@@ -53,6 +53,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:     # a back-pointer: the Orchestrator is built first and hands itself in; it imports nothing of this module
     from blockx.adapters.orchestrator import Orchestrator
+    from blockx.adapters.telemetry.metrics import Metrics
+    from blockx.adapters.tls import ServerTLS
+    from blockx.adapters.worker_status import WorkerStatusReader
 
 log = logging.getLogger("blockx.grpc")
 _TaskUpdate = pb.TaskUpdate
@@ -113,7 +116,7 @@ def _guarded(handler):
 
 
 class WorkerService(pb_grpc.WorkerServiceServicer):
-    def __init__(self, orch: Orchestrator, metrics=None, *, status=None, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
+    def __init__(self, orch: Orchestrator, metrics: Metrics | None = None, *, status: WorkerStatusReader | None = None, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
                  session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES, limits: GrpcLimits | None = None,
                  auth: Authenticator | None = None, over_budget=None) -> None:
         self._orch = orch
@@ -484,9 +487,9 @@ async def _read_session(session: Session, request_iterator) -> None:
 
 
 def build_server(orch: Orchestrator, *, listen_addr: str, keepalive_time_ms: int, keepalive_timeout_ms: int,
-                 metrics=None, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
+                 metrics: Metrics | None = None, session_max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS,
                  session_max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
-                 tls=None, status=None,
+                 tls: ServerTLS | None = None, status: WorkerStatusReader | None = None,
                  limits: GrpcLimits | None = None,
                  auth: Authenticator | None = None,
                  budget=None) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
