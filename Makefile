@@ -30,13 +30,16 @@ dist: $(STAMP)
 	$(VPY) -m build --no-isolation --outdir dist .
 	@ls -l dist
 
-# $(call apt_install,CHECK,PACKAGES,WHAT): when the shell test CHECK fails (the tool is not
-# there), install the Debian PACKAGES (needs root), then CHECK again; still failing, stop
-# naming WHAT. One recipe for every test dependency target below.
-define apt_install
-@{ $(1) ; } >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null)
+# $(call install_missing,CHECK,INSTALL,WHAT): when the shell test CHECK fails (the tool is not
+# there), run the command INSTALL, then CHECK again; still failing, stop naming WHAT (an INSTALL
+# that fails, say apt-get without root, shows its own error and then this one). The one recipe
+# of every test dependency target below; $(call apt_install,CHECK,PACKAGES,WHAT) is it with
+# Debian's installer (needs root) for the Debian PACKAGES.
+define install_missing
+@{ $(1) ; } >/dev/null 2>&1 || $(2) || true
 @{ $(1) ; } >/dev/null 2>&1 || { echo "$(3) is missing and could not be installed" >&2; exit 1; }
 endef
+apt_install = $(call install_missing,$(1),(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null),$(3))
 
 # ---- the OCI image (Containerfile). podman reads deploy/image/containers.conf (runc,
 # no default ulimits, cgroupfs: what a machine that is itself a container needs).
@@ -61,7 +64,7 @@ image: image-base
 
 # kubernetes-validate checks deploy/kubernetes/ against the Kubernetes API schemas it ships (tests/unit/deploy).
 kubernetes-validate: $(STAMP)
-	@$(VPY) -c "import kubernetes_validate" 2>/dev/null || $(PIP) install -q "kubernetes-validate>=1.30"
+	$(call install_missing,$(VPY) -c "import kubernetes_validate",$(PIP) install -q "kubernetes-validate>=1.30",kubernetes-validate)
 # ---- end the OCI image ----
 
 # The developer's worker: the dev profile (the shipped example functions, the dev builders and
@@ -100,8 +103,7 @@ tmux:
 # chromium and chromium-driver (Debian's) run the dashboard's browser tests (tests/e2e/test_dashboard.py),
 # headless; Selenium is given both paths, so it never downloads a browser or a driver.
 chromium:
-	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
-	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { echo "chromium or chromium-driver is missing and could not be installed" >&2; exit 1; }
+	$(call apt_install,command -v chromium && command -v chromedriver,chromium chromium-driver,chromium or chromium-driver)
 
 # PostgreSQL (Debian's initdb + pg_ctl) is a test dependency of the data-plane
 # suites: they start a throwaway cluster of their own on a free loopback port.
@@ -117,8 +119,7 @@ prometheus:
 # it goes into the project's .npm-tools/ (gitignored), never a global install.
 GANACHE := .npm-tools/node_modules/.bin/ganache
 ganache:
-	@test -x $(GANACHE) || npm install --prefix .npm-tools --no-audit --no-fund --silent ganache@7
-	@test -x $(GANACHE) || { echo "ganache is missing and could not be installed (npm install ganache@7)" >&2; exit 1; }
+	$(call install_missing,test -x $(GANACHE),npm install --prefix .npm-tools --no-audit --no-fund --silent ganache@7,ganache (npm install ganache@7))
 
 test: build etcd redis bubblewrap runc postgres prometheus tmux chromium ganache iproute2 podman image kubernetes-validate typecheck test-compiled test-twins bench-micro-ci bench-quick
 

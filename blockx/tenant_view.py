@@ -5,7 +5,7 @@ A failure message is written once, whole, for the Worker's log, its stored resul
 and the admin identity. A message that names what only the server should know
 (the functions directory, the ids of every function) puts that part in
 ``server_only(...)``: `` [server only: ...]``. What a non-admin identity is
-given (blockx.adapters.result_pages, on delivery; and a subcall's error, which
+given (blockx.adapters.grpc.result_pages, on delivery; and a subcall's error, which
 the tenant's own code reads) goes through ``tenant_message``, which
 
 - drops each `` [server only: ...]`` part, saying that the Worker's admin sees it;

@@ -32,7 +32,7 @@ import time
 import grpc
 
 from blockx.client import WorkerClient
-from blockx.client.credentials import TOKEN_FROM_ENV
+from blockx.credentials import TOKEN_FROM_ENV
 
 from bench.e2e.client import BenchFailure, Client, call_list, expect_ok, outputs, task_request, wait_until
 from blockx.worker.v1 import worker_pb2 as pb

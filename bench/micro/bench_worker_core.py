@@ -12,14 +12,14 @@ from time import perf_counter
 
 from bench.micro import register, sides
 
-REQUIRES = ("blockx/core/worker.py",)
+REQUIRES = ("blockx/core/worker/core.py",)
 
 
 def setup():
     from blockx.core.config import Config
     from blockx.core.types import (FunctionCall, PhaseOutcome, SubmitTaskRequest, TaskPhase,
                                    TaskState)
-    from blockx.core.worker import WorkerCore
+    from blockx.core.worker.core import WorkerCore
     import blockx._fast as fast
 
     core = WorkerCore(Config(task_slots=64, result_retention_ms=1_000))

@@ -1,5 +1,5 @@
 """Task trace buffers, the per-call part (twin of tracebuf.pyx; the recorder and
-store around them: blockx/adapters/trace_recorder.py).
+store around them: blockx/adapters/telemetry/trace_recorder.py).
 
 ``TraceBuffer`` is one task's bounded event buffer; ``CallRecorder`` holds the two
 hooks that run for every call (ExecuteCall sent, CallCompleted / CallFailed

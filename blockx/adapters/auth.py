@@ -26,7 +26,7 @@ from grpc_reflection.v1alpha import reflection
 
 from blockx.adapters.auth_tokens import TokenFileError, TokenStore, local_token_problem, read_tokens
 from blockx.adapters.mtls_identity import SAN_KINDS as _SAN_KINDS, IdentityRefused, peer_identity
-from blockx.client.credentials import is_local_address
+from blockx.credentials import is_local_address
 from blockx.core.owners import Caller
 
 log = logging.getLogger("blockx.auth")
@@ -91,7 +91,7 @@ class Authenticator:
 
     def caller_from_metadata(self, metadata) -> Caller:
         """Token mode: the identity of the bearer token in ``metadata``; raises Unauthenticated.
-        Reads the metadata only, so the call gate (blockx.adapters.call_gate) can run it
+        Reads the metadata only, so the call gate (blockx.adapters.grpc.call_gate) can run it
         before the request is received."""
         for key, value in metadata or ():
             if key == "authorization":

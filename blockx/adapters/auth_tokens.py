@@ -17,7 +17,7 @@ tokens in use stay.
 Without a tokens file, the Worker writes ``admin <random token>`` to
 ``<stateDir>/auth-token`` (mode 0600, reused when it already exists) and accepts
 that token: the CLI and ``blockx.client`` on the same host read it from there
-(blockx.client.credentials). That token is admin, so the directory and the file
+(blockx.credentials). That token is admin, so the directory and the file
 are opened without following a link and checked on the open descriptor, each
 time they are read (blockx.adapters.private_dir): a directory or file another
 local user owns or could write is refused, never used."""

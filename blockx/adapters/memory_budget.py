@@ -8,7 +8,7 @@ host's MemTotal. The process's resident memory (``/proc/self/statm``) is read ev
 REFRESH_S on the event loop, not per call. While it is at or over the budget,
 new work is refused RESOURCE_EXHAUSTED with ``refusal()``, which names the budget
 and its setting: SubmitTask, RequestTaskSlot and a new TaskSession before their
-request is read (blockx.adapters.call_gate), and a session's submit and
+request is read (blockx.adapters.grpc.call_gate), and a session's submit and
 request_slot operations. Reads (GetTaskResult, WatchTasks, CancelTask, ListTasks)
 are still answered, so clients take their results and the Worker's memory goes
 down as its tasks end. Refusing at the budget, below the limit the kernel

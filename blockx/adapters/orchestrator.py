@@ -147,7 +147,7 @@ class Orchestrator:
         return res
 
     def list_tasks(self, query, caller=None):
-        """ListTasks: the core's page of the caller's tasks (blockx.core.worker_listing)."""
+        """ListTasks: the core's page of the caller's tasks (blockx.core.worker.listing)."""
         return self.core.list_tasks(query, self._wall(), caller)
 
     def _watch_first_attach(self, task_id: str) -> None:

@@ -18,7 +18,7 @@ from typing import Callable
 
 import grpc
 
-from blockx.client.credentials import auth_metadata
+from blockx.credentials import auth_metadata
 from blockx.tls.client_tls import ClientTLS, aio_channel
 from blockx.worker.v1 import worker_pb2 as pb
 from blockx.worker.v1 import worker_pb2_grpc as pb_grpc

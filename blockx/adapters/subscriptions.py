@@ -23,7 +23,7 @@ snapshot is being delivered: delivery iterates over a copy.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from blockx.core.types import TaskSnapshot
 
@@ -105,7 +105,7 @@ class SubscriptionManager:
         """Track ``sub`` (so close_all reaches it) before it watches anything."""
         self._tasks_of.setdefault(sub, set())
 
-    def attach(self, task_ids: list[str], sub=None):
+    def attach(self, task_ids: Iterable[str], sub=None):
         """``sub`` (a new queue Subscription, default bound, when None) watches ``task_ids`` too."""
         if sub is None:
             sub = Subscription()

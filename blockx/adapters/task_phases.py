@@ -9,9 +9,10 @@ of order, so there is no race to lose."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from blockx._fast import load
 from blockx.core import failure_codes as fc
@@ -25,6 +26,10 @@ from blockx.plugins.builder_api import (MAX_EAGER_CALLS, BuildContext, BuilderEr
 from blockx.adapters.call_failures import detail_for
 from blockx.adapters.writer_stream import StreamedWrite
 from blockx.plugins.plugin_api import PluginContext, can_stream, parse_config, stream_options
+
+if TYPE_CHECKING:     # back-pointers: the Orchestrator hands in its core and actor
+    from blockx.adapters.dispatch_actor import DispatchActor
+    from blockx.core.worker.core import WorkerCore
 
 PackedCalls = load("calllist").PackedCalls   # the callList builder's packed call list
 log = logging.getLogger("blockx.phases")
@@ -46,7 +51,7 @@ class TaskPhases:
     then goes on with the same loop. ``end`` takes down what the phases hold
     once the task is terminal."""
 
-    def __init__(self, *, core, disp, actor, runtimes, fcode, builders, plugins, io_factory, admission,
+    def __init__(self, *, core: WorkerCore, disp, actor: DispatchActor, runtimes, fcode, builders, plugins, io_factory, admission,
                  stream_cfg, metrics, phase_io_timeout_ms: int, wall: Callable[[], int],
                  on_converge: Callable[[ConvergeTask], None], traces=None, spans=None, writer_stream=None) -> None:
         self.core = core
@@ -446,7 +451,7 @@ class TaskPhases:
                         return
                     prepared = self.disp.prepare_call_batch(tid, idx, calls)
                     if self.traces is not None: self.traces.calls_queued(tid, len(prepared), idx)  # trace hook
-                    self.actor.post(lambda n, p=prepared: self.disp.commit_call_batch(p, n))
+                    self.actor.post(functools.partial(self.disp.commit_call_batch, prepared))   # (prepared, now)
                     idx += 1
                     await asyncio.sleep(0)   # let executors' frames in between batches
             self.actor.post(lambda n: self.disp.production_done(tid, n))

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from blockx.adapters.admission import PhaseGate
     from blockx.core.dispatch.commands import ConvergeTaskCalls
     from blockx.plugins.builder_api import AsyncCallStream, CallStream
-    from blockx.plugins.function_code_view import FunctionView
+    from blockx.plugins.function_code.view import FunctionView
     from blockx.plugins.io.scope import TaskIOScope
 
 

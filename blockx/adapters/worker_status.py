@@ -18,11 +18,17 @@ as in tests) is listed from the adapter alone.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from blockx import __version__
 from blockx.core.types import TaskPhase
 from blockx.worker.v1 import worker_pb2 as pb
+
+if TYPE_CHECKING:     # what it reads, built by the app before it
+    from blockx.adapters.executor.adapter import ExecutorAdapter
+    from blockx.adapters.executor.pool import PoolManager
+    from blockx.adapters.telemetry.metrics import Metrics
+    from blockx.core.worker.core import WorkerCore
 
 _POOL_STATE = {"RUNNING": "STARTING", "WAITING": "RESTARTING", "BACKOFF": "BACKOFF", "STOPPED": "STOPPED"}
 _PHASES = ("PREPARING", "BUILDER", "CALLS", "PLUGIN")
@@ -33,7 +39,7 @@ def _wall_ms() -> int:
 
 
 class WorkerStatusReader:
-    def __init__(self, *, core, adapter, metrics, pool=None, fcode=None, publisher=None,
+    def __init__(self, *, core: WorkerCore, adapter: ExecutorAdapter, metrics: Metrics, pool: PoolManager | None = None, fcode=None, publisher=None,
                  started_at_ms: int | None = None, worker_addr: str = "",
                  wall: Callable[[], int] = _wall_ms) -> None:
         self.core = core

@@ -276,7 +276,7 @@ class WorkerFullConfig:
                                          doc="TaskSession: events queued for a client that does not read")
     session_max_pending_bytes: int = _f(64 * 1024 * 1024, env="SESSION_MAX_PENDING_BYTES",
                                         doc="TaskSession: approximate bytes queued for a client that does not read")
-    # Bounds of the gRPC side (blockx.adapters.grpc_limits).
+    # Bounds of the gRPC side (blockx.adapters.grpc.limits).
     grpc_max_message_bytes: int = _f(64 * MiB, env="WORKER_GRPC_MAX_MESSAGE_BYTES",
                                      doc="largest gRPC message sent or received; a larger result is not delivered")
     result_page_bytes: int = _f(1 * MiB, env="RESULT_PAGE_BYTES",

@@ -26,9 +26,9 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from blockx.adapters.executor.outbox_limits import inflight_problem
-from blockx.adapters.grpc_limits import GRPC_RULES
-from blockx.adapters.otel_spans import OTEL_RULES
-from blockx.adapters.trace_recorder import TRACE_RULES
+from blockx.adapters.grpc.limits import GRPC_RULES
+from blockx.adapters.telemetry.otel_spans import OTEL_RULES
+from blockx.adapters.telemetry.trace_recorder import TRACE_RULES
 from blockx.adapters.writer_stream import WRITER_STREAM_RULES
 from blockx.app.addresses import split_host_port
 from blockx.app.config_fields import env_vars_of, json_name
@@ -181,7 +181,7 @@ def violations(cfg: WorkerFullConfig, deployment: str) -> list[str]:
     # The top-level settings: the app's own, then those their owners rule (the gRPC
     # bounds, result pages, task traces, OpenTelemetry). result_pages brings
     # protobuf with it: imported only when a config is judged.
-    from blockx.adapters.result_pages import PAGE_RULES, page_bytes_problem
+    from blockx.adapters.grpc.result_pages import PAGE_RULES, page_bytes_problem
     if check(cfg, APP_RULES + GRPC_RULES + PAGE_RULES + TRACE_RULES + OTEL_RULES, top, out) and \
             (problem := page_bytes_problem(cfg.result_page_bytes, cfg.grpc_max_message_bytes, name)):
         out.append(problem)
@@ -256,7 +256,7 @@ def _function_source_violations(cfg: WorkerFullConfig, name) -> list[str]:
     if not (p.startswith("/") and p.endswith("/") and len(p) > 1):
         out.append(f"{name('functionsEtcdPrefix')} must start and end with '/' (got {p!r})")
     if cfg.functions_source == "redis":
-        from blockx.plugins.function_code_redis_store import redis_source_problems
+        from blockx.plugins.function_code.redis_store import redis_source_problems
         out.extend(redis_source_problems(cfg.functions_redis_url, cfg.functions_redis_prefix,
                                          cfg.functions_redis_check_interval_ms, name))
     return out

@@ -39,18 +39,18 @@ from blockx.adapters.executor.executor_env import ExecutorEnvironment
 from blockx.adapters.executor.pool import PoolManager, build_child_env, executor_ids
 from blockx.adapters.executor.run_as import executor_run_as_user
 from blockx.adapters.executor.sandbox import Sandbox, SandboxLimits
-from blockx.adapters.grpc_limits import GrpcLimits
-from blockx.adapters.grpc_server import build_server, set_alive, set_health
+from blockx.adapters.grpc.limits import GrpcLimits
+from blockx.adapters.grpc.server import build_server, set_alive, set_health
 from blockx.adapters.heap_release import release_large_blocks
 from blockx.adapters.memory_budget import MemoryBudget
 from blockx.adapters.mtls_identity import admin_identities
 from blockx.adapters.systemd_notify import SystemdNotifier
-from blockx.adapters.metrics import Metrics
-from blockx.adapters import otel_export
-from blockx.adapters.otel_pipe import ExporterPipe
-from blockx.adapters.otel_spans import TaskSpans
+from blockx.adapters.telemetry.metrics import Metrics
+from blockx.adapters.telemetry import otel_export
+from blockx.adapters.telemetry.otel_pipe import ExporterPipe
+from blockx.adapters.telemetry.otel_spans import TaskSpans
 from blockx.adapters.orchestrator import Orchestrator, wall_ms
-from blockx.adapters.trace_recorder import TraceStore
+from blockx.adapters.telemetry.trace_recorder import TraceStore
 from blockx.adapters.shadow import ShadowForwarder
 from blockx.adapters.tls import ServerTLS, ServerTLSFiles
 from blockx.adapters.worker_status import WorkerStatusReader
@@ -60,18 +60,18 @@ from blockx.app.logs import setup_logging
 from blockx.log_event import log_event
 from blockx.app.memory_diagnostics import MemoryDiagnostics
 from blockx.app.state_dir import ensure_state_dir
-from blockx.client.credentials import resolve_token
+from blockx.credentials import resolve_token
 from blockx.app.metrics_addr import advertised_metrics_addr
 from blockx.etcd.connection import EtcdConnection
 from blockx.tls.client_tls import ClientTLS
 from blockx.core.dispatch.dispatcher import DispatcherCore
-from blockx.core.worker import WorkerCore
+from blockx.core.worker.core import WorkerCore
 from blockx.plugins.builders import BuilderRegistry
 from blockx.plugins.data.plane import DataPlane
-from blockx.plugins.function_code import FunctionCodeDirectory
-from blockx.plugins.function_code_etcd import FunctionCodeEtcd
-from blockx.plugins.function_code_none import NO_SOURCE, FunctionCodeNone
-from blockx.plugins.function_code_redis import FunctionCodeRedis
+from blockx.plugins.function_code.directory import FunctionCodeDirectory
+from blockx.plugins.function_code.etcd import FunctionCodeEtcd
+from blockx.plugins.function_code.none import NO_SOURCE, FunctionCodeNone
+from blockx.plugins.function_code.redis import FunctionCodeRedis
 from blockx.plugins.io.scope import IOScopeFactory
 from blockx.plugins.writers import PluginRegistry
 
@@ -415,7 +415,7 @@ class Worker:
         # collection, and collect the young generation less often. A queued call
         # is a handful of objects, so with the default threshold (700) a 100k-call
         # task triggers hundreds of collections that each rescan live calls. No
-        # refused request waits for the collector (grpc_server.py breaks the abort
+        # refused request waits for the collector (adapters/grpc/server.py breaks the abort
         # cycle; the call gate never reads an unauthenticated one), so the
         # threshold does not decide what a flood of them costs: 300 refused 8 MiB
         # requests (tests/e2e/test_hostile_load.py) left +16 MB at 700 and +11 MB

@@ -3,7 +3,7 @@ call to it before anything is sent.
 
     CALL  := FN | FN ":" ARGS
     FN    := a function id, by the rule `blockx functions push` and the etcd and
-             Redis function sources apply (function_code_etcd.FUNCTION_ID_RE): a
+             Redis function sources apply (function_code.etcd.FUNCTION_ID_RE): a
              letter or digit, then letters, digits, "_", "." or "-", at most 128
              characters, not ending in ".py"
     ARGS  := nothing (no arguments) | VALUE ("," VALUE)* | one JSON array
@@ -59,9 +59,9 @@ class CallSyntaxError(UsageError):
 
 
 def _check_function_id(text: str, fid: str) -> None:
-    """The function id rule itself is function_code_etcd's; what is local is saying
+    """The function id rule itself is function_code.etcd's; what is local is saying
     which character breaks it: the first whose prefix no longer matches."""
-    from blockx.plugins.function_code_etcd import FUNCTION_ID_RE, valid_function_id
+    from blockx.plugins.function_code.etcd import FUNCTION_ID_RE, valid_function_id
 
     if not fid:
         raise CallSyntaxError(text, 1, "expected a function id (FN or FN:ARGS, e.g. add:1,2)"

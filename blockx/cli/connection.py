@@ -51,8 +51,8 @@ def connect_timeout(ns: argparse.Namespace) -> float:
 
 
 def token_from_args(ns: argparse.Namespace):
-    """--token when given, else the client's default resolution (blockx.client.credentials)."""
-    from blockx.client.credentials import TOKEN_FROM_ENV
+    """--token when given, else the client's default resolution (blockx.credentials)."""
+    from blockx.credentials import TOKEN_FROM_ENV
 
     token = getattr(ns, "token", None)
     return TOKEN_FROM_ENV if token is None else token

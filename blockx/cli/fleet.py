@@ -37,7 +37,7 @@ from typing import Any, TextIO
 
 from blockx.cli.exit import EXIT_ERROR, EXIT_OK, EXIT_TASK_FAILED, CLIError, UsageError
 from blockx.cli.text import term_safe
-from blockx.plugins.function_code_redis_store import DEFAULT_REDIS_PREFIX
+from blockx.plugins.function_code.redis_store import DEFAULT_REDIS_PREFIX
 
 DEFAULT_ETCD = "127.0.0.1:2379"
 DEFAULT_WORKERS_PREFIX = "/blockx/workers/"
@@ -244,7 +244,7 @@ def collect_functions(directory: str, prefix: str, max_request_bytes: int | None
     written) naming every problem if any file cannot be pushed. ``max_request_bytes``:
     etcd's request size limit (None: no such limit); ``max_source_bytes``: the
     Worker's limit for one source (a larger one would be skipped by every Worker)."""
-    from blockx.plugins.function_code_etcd import valid_function_id
+    from blockx.plugins.function_code.etcd import valid_function_id
 
     d = Path(directory)
     if not d.is_dir():
@@ -342,7 +342,7 @@ async def _with_redis(url: str, timeout: float, fn):
     """Run ``fn(client, keys_of)`` against the Redis of ``url``; CLIError on Redis trouble."""
     from redis.exceptions import RedisError
 
-    from blockx.plugins.function_code_redis_store import RedisCodeError, redacted_url, redis_client
+    from blockx.plugins.function_code.redis_store import RedisCodeError, redacted_url, redis_client
 
     try:
         client = redis_client(url, timeout)
@@ -357,7 +357,7 @@ async def _with_redis(url: str, timeout: float, fn):
 
 
 def _redis_keys(prefix: str | None):
-    from blockx.plugins.function_code_redis_store import RedisCodeKeys
+    from blockx.plugins.function_code.redis_store import RedisCodeKeys
 
     try:
         return RedisCodeKeys(prefix or DEFAULT_REDIS_PREFIX)
@@ -366,8 +366,8 @@ def _redis_keys(prefix: str | None):
 
 
 def _redis_push(ns: argparse.Namespace, out: TextIO) -> int:
-    from blockx.plugins.function_code_redis_store import push_sources
-    from blockx.plugins.function_code_view import DEFAULT_MAX_SOURCE_BYTES
+    from blockx.plugins.function_code.redis_store import push_sources
+    from blockx.plugins.function_code.view import DEFAULT_MAX_SOURCE_BYTES
 
     keys = _redis_keys(ns.prefix)
     items = collect_functions(ns.directory, "", None, max_source_bytes=DEFAULT_MAX_SOURCE_BYTES)
@@ -377,7 +377,7 @@ def _redis_push(ns: argparse.Namespace, out: TextIO) -> int:
 
 
 def _redis_list(ns: argparse.Namespace, out: TextIO) -> int:
-    from blockx.plugins.function_code_redis_store import read_sources
+    from blockx.plugins.function_code.redis_store import read_sources
 
     keys = _redis_keys(ns.prefix)
     epoch, sources = asyncio.run(_with_redis(ns.redis, ns.timeout, lambda c: read_sources(c, keys)))

@@ -26,7 +26,7 @@ A task that FAILED is an outcome, not an exception, unless asked:
 ``outcome.result()`` returns the outputs or raises ``TaskFailed``, whose str()
 holds the remote traceback and the failed frame's locals.
 Credentials (a Worker with WORKER_AUTH_MODE=token): ``token=`` or $BLOCKX_TOKEN,
-else the token the Worker generated on this host (blockx.client.credentials).
+else the token the Worker generated on this host (blockx.credentials).
 """
 from blockx.client.cluster import Cluster
 from blockx.client.errors import (

@@ -44,7 +44,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from blockx.client.bounded import as_completed_bounded
-from blockx.client.credentials import TOKEN_FROM_ENV
+from blockx.credentials import TOKEN_FROM_ENV
 from blockx.client.errors import NoSlot, NotFound, SessionBroken, Unavailable
 from blockx.client.outcome import TaskOutcome, TaskUpdate
 from blockx.client.placement import Placement
@@ -106,7 +106,7 @@ class Cluster:
         self.connect_timeout_s = connect_timeout_s
         self.wait_for_worker_s = wait_for_worker_s
         self.probe_timeout_s = probe_timeout_s
-        self._token = token                       # every worker's session carries it (blockx.client.credentials)
+        self._token = token                       # every worker's session carries it (blockx.credentials)
         self._etcd_wait_s = etcd_wait_s
         self._on_placement = on_placement
         self.view = RegistryView(etcd_endpoints, prefix, on_change=self._worker_changed)

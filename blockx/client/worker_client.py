@@ -25,7 +25,7 @@ from typing import Any, cast
 import grpc
 
 from blockx.client.bounded import as_completed_bounded
-from blockx.client.credentials import TOKEN_FROM_ENV, auth_metadata, resolve_token
+from blockx.credentials import TOKEN_FROM_ENV, auth_metadata, resolve_token
 from blockx.client.errors import (InvalidArgument, NoSlot, SessionBroken, TracingOff, Unavailable, error_for,
                                   from_rpc_error)
 from blockx.client.outcome import SlotLease, TaskOutcome, TaskUpdate, decode_output, state_name
@@ -114,7 +114,7 @@ class WorkerClient:
         # TLS_FROM_ENV: BLOCKX_TLS_CA / _CERT / _KEY when set, else plaintext (blockx.tls.client_tls).
         self.tls: ClientTLS | None = ClientTLS.from_env() if tls is TLS_FROM_ENV else cast("ClientTLS | None", tls)
         # TOKEN_FROM_ENV: BLOCKX_TOKEN, else this host's <STATE_DIR>/auth-token for an address on this
-        # host (blockx.client.credentials).
+        # host (blockx.credentials).
         self._metadata = auth_metadata(resolve_token(token, addr=addr))
         # How long the address may take to answer; a refused or failed connection
         # raises at once whatever it is (blockx.client.reach). ``fail_fast`` is how

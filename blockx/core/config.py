@@ -110,12 +110,12 @@ class Config:
     default_base_backoff_ms: int = 10
     default_retry_jitter_percent: int = 5
     function_snapshot_retention_ms: int = 0           # 0 means max_task_timeout_ms + 10 s
-    # Bounds of what one request may ask for (worker_requests checks them).
+    # Bounds of what one request may ask for (core.worker.requests checks them).
     max_slot_ttl_ms: int = 600_000                    # ttl_ms of RequestTaskSlot
     max_payload_bytes: int = 16 * 1024 * 1024         # task.function_call.payload
     max_result_handler_config_bytes: int = 1024 * 1024
     max_instance_id_bytes: int = 256
-    # Fair shares of one identity (core.worker_shares); admin and the unrestricted caller have none.
+    # Fair shares of one identity (core.worker.shares); admin and the unrestricted caller have none.
     max_slots_per_identity: int = 0                   # 0 = half of task_slots, at least 1
     max_queued_call_bytes_per_identity: int = 64 * 1024 * 1024   # payload bytes of its tasks not yet ended
 

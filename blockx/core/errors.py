@@ -82,7 +82,7 @@ class NoSlotError(_Coded):
 
 
 class ShareExceededError(NoSlotError):
-    """The caller's identity holds its whole share of the worker (core.worker_shares);
+    """The caller's identity holds its whole share of the worker (core.worker.shares);
     ``identity`` and ``share`` ("slots" or "queued_call_bytes") say which, for metrics."""
 
     def __init__(self, message: str, identity: str, share: str) -> None:

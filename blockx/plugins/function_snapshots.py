@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 
-from blockx.plugins.function_code_view import FunctionNotFound, FunctionView, SnapshotUnavailable, Snapshot
+from blockx.plugins.function_code.view import FunctionNotFound, FunctionView, SnapshotUnavailable, Snapshot
 
 logger = logging.getLogger("blockx.plugins.function_code")
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from blockx.client.credentials import ENV_TOKEN
+from blockx.credentials import ENV_TOKEN
 from tests.support.auth import HARNESS_TOKEN
 
 pytestmark = pytest.mark.e2e

@@ -128,7 +128,7 @@ def test_without_an_endpoint_the_worker_imports_no_opentelemetry():
             "from blockx.app.config import load_config\n"
             "from blockx.app.profile import BLOCK\n"
             "assert asyncio.run(run.task_spans(load_config(BLOCK, env={}), BLOCK, env={})) is None\n"
-            "import blockx.adapters.grpc_server, blockx.adapters.orchestrator, blockx.adapters.shadow\n"
+            "import blockx.adapters.grpc.server, blockx.adapters.orchestrator, blockx.adapters.shadow\n"
             "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (out.returncode, out.stdout.strip()) == (0, "[]"), out.stderr

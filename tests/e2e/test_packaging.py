@@ -98,6 +98,9 @@ def test_the_wheel_is_binary_typed_and_declares_client_only_dependencies(dist):
         assert f"blockx/_fast/{n}.pyi" in names
     assert {"blockx/py.typed", "blockx/worker/v1/worker_pb2_grpc.py", "blockx_executor/sdk.py",
             f"blockx_worker-{__version__}.dist-info/licenses/LICENSE"} <= names
+    # every package of the layout ships (find_packages finds a folder by its __init__.py)
+    assert {"blockx/core/worker/core.py", "blockx/adapters/grpc/server.py", "blockx/adapters/telemetry/otel_exporter.py",
+            "blockx/plugins/function_code/directory.py", "blockx/credentials.py"} <= names
     base = sorted(re.findall(r"^Requires-Dist: ([A-Za-z0-9_.-]+)[^;\n]*$", meta, re.M))
     assert base == ["aetcd", "grpcio", "protobuf", "redis", "shtab"]
 

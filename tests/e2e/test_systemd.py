@@ -18,7 +18,7 @@ import time
 import pytest
 from grpc_health.v1 import health_pb2
 
-from blockx.adapters.grpc_server import LIVENESS_SERVICE
+from blockx.adapters.grpc.server import LIVENESS_SERVICE
 from blockx.app.config import WorkerFullConfig
 from blockx.app.run import GRPC_STOP_GRACE_S
 from blockx.worker.v1 import worker_pb2 as pb

@@ -12,7 +12,7 @@ import secrets
 
 import grpc
 
-from blockx.client.credentials import ENV_TOKEN
+from blockx.credentials import ENV_TOKEN
 
 HARNESS_TOKEN = secrets.token_urlsafe(24)      # per test process; named admin on every harness worker
 

@@ -1,5 +1,41 @@
-"""Imports point one way: no cycle between two modules, and none between two
-packages (blockx.adapters, blockx.app, blockx.client, blockx.cli, ...).
+"""Imports point one way: down the layers of the table below, with no cycle
+between two modules, and none between two packages (blockx.adapters,
+blockx.app, blockx.client, blockx.cli, ...).
+
+The layers, lowest first. A layer imports its own modules and those of the
+layers of lower rank, never one of higher rank; two layers of one rank stand
+beside each other and import neither. The side says what the Worker and the
+client library share: a layer of the Worker's side never imports one of the
+client's side, nor the reverse, whatever their ranks (the client library is
+not part of the Worker, and the Worker does not read its rules from it).
+
+    rank  layer      side    packages and modules
+    0     base       -       blockx, blockx.worker, blockx._fast, blockx.json_types, blockx.log_event,
+                             blockx.redaction, blockx.extras, blockx.follower, blockx.tenant_view
+    1     shared     -       blockx.tls, blockx.credentials, blockx.protocol, blockx.etcd
+    2     core       worker  blockx.core
+    2     client     client  blockx.client
+    3     plugins    worker  blockx.plugins
+    4     adapters   worker  blockx.adapters
+    5     dashboard  -       blockx.dashboard
+    6     app        worker  blockx.app
+    7     cli        -       blockx.cli, blockx.__main__
+    7     executor   -       blockx_executor, blockx.examples
+
+What each holds: base, what imports nothing of blockx (the package face with
+its version, protoc's generated code, the hot paths, small value modules);
+shared, what both the Worker and its clients speak (TLS settings, bearer
+credentials, the executor protocol, etcd connections); core, the Sans-IO state
+machines; plugins, builders, writers, IO backends and function code sources;
+adapters, the Worker's IO (gRPC, executors, telemetry, etcd publishing);
+dashboard, the web pages over the client library, which a Worker also serves
+for itself (the app starts them, so the Worker's process loads the client
+library only through them); app, the assembly of one Worker; cli, the `blockx`
+command; executor, the executor program (it logs in the Worker's format,
+blockx.app.logs) and the example functions it runs (blockx.examples).
+Every top-level package or module of blockx, and the executor package, stands
+in the table: one added without a row fails here, and so does a row naming
+what no longer exists.
 
 Every import counts, wherever it is written: at the top of a module, inside a
 function (an import put there only to hide a cycle still is one at run time),
@@ -12,7 +48,7 @@ with a constant name), which reach ``blockx._fast.NAME`` and its twin
 its parts), but an explicit ``from blockx.cli import main`` is. An import under
 ``if TYPE_CHECKING:`` never runs, so two modules may name each other's types
 that way; between packages it counts like any other (a layer that needs another
-layer's types depends on that layer).
+layer's types depends on that layer), and so it does for the layers.
 
 The rule is tested, not a list of today's modules: a module added anywhere under
 the scanned trees is checked without editing this file."""
@@ -21,6 +57,7 @@ from __future__ import annotations
 import ast
 import pathlib
 import re
+from dataclasses import dataclass
 
 import pytest
 
@@ -246,6 +283,75 @@ def package_graph(graph: dict[str, dict[str, list[str]]]) -> dict[str, dict[str,
     return out
 
 
+@dataclass(frozen=True)
+class Layer:
+    rank: int
+    name: str
+    side: str               # "worker", "client", or "-" (shared by both)
+    members: tuple[str, ...]
+
+
+_ROW = re.compile(r"^\s+(\d+)\s+(\w+)\s+(worker|client|-)\s+(\S.*)$")
+
+
+def layer_table(doc: str) -> list[Layer]:
+    """The rows of the table in ``doc`` (a row's members may go on below it,
+    on lines that hold only members)."""
+    rows: list[list] = []
+    lines = doc.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split() == ["rank", "layer", "side", "packages",
+                                                                      "and", "modules"])
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        m = _ROW.match(line)
+        if m:
+            rows.append([int(m.group(1)), m.group(2), m.group(3), m.group(4)])
+        else:
+            rows[-1][3] += " " + line.strip()
+    return [Layer(rank, name, side, tuple(x.strip() for x in members.split(",") if x.strip()))
+            for rank, name, side, members in rows]
+
+
+def unit_of(module: str) -> str:
+    """What a table row names: a top-level package or module of blockx
+    (blockx.adapters.grpc.server -> blockx.adapters; blockx itself), or the
+    executor package as one whole (blockx_executor.scheduler -> blockx_executor)."""
+    top = module.split(".")[0]
+    if top != "blockx":
+        return top
+    return ".".join(module.split(".")[:2])
+
+
+def may_import(a: Layer, b: Layer) -> bool:
+    if a == b:
+        return True
+    if {a.side, b.side} == {"worker", "client"}:
+        return False
+    return b.rank < a.rank
+
+
+def layer_violations(graph: dict[str, dict[str, list[str]]], table: list[Layer]) -> list[str]:
+    """Each import that goes up a layer, beside it, or across the Worker / client
+    line, as "file:line: module (layer rank) -> module (layer rank)"; and each
+    unit of the graph with no row."""
+    of = {member: layer for layer in table for member in layer.members}
+    out = [f"{unit} stands in no layer of the table: add it to a row"
+           for unit in sorted({unit_of(m) for m in graph}) if unit not in of]
+    for module, targets in sorted(graph.items()):
+        a = of.get(unit_of(module))
+        for target, where in sorted(targets.items()):
+            b = of.get(unit_of(target))
+            if a is None or b is None or may_import(a, b):
+                continue
+            out.extend(f"{w}: {module} ({a.name}, {a.rank}{', ' + a.side if a.side != '-' else ''}) -> "
+                       f"{target} ({b.name}, {b.rank}{', ' + b.side if b.side != '-' else ''})" for w in where)
+    return out
+
+
+LAYERS = layer_table(__doc__)
+
+
 def _explain(comp: list[str], graph: dict[str, dict[str, list[str]]]) -> str:
     members = set(comp)
     lines = [" <-> ".join(comp)]
@@ -277,6 +383,25 @@ def test_no_cycle_between_packages():
     packages = package_graph(GRAPH)
     found = cycles(packages)
     assert not found, "import cycles between packages:\n" + "\n".join(_explain(c, packages) for c in found)
+
+
+def test_every_import_goes_down_the_layers():
+    found = layer_violations(GRAPH, LAYERS)
+    assert not found, "imports against the table of layers (this file's docstring):\n" + "\n".join(found)
+
+
+def test_the_table_names_only_what_exists():
+    units = {unit_of(m) for m in GRAPH}
+    stale = [f"{layer.name}: {member}" for layer in LAYERS for member in layer.members if member not in units]
+    assert not stale, f"rows of the table name what no longer exists: {stale}"
+    names = [layer.name for layer in LAYERS]
+    assert len(names) == len(set(names)) and len({m for la in LAYERS for m in la.members}) == \
+        sum(len(la.members) for la in LAYERS), "a layer or a member stands twice in the table"
+    # the order the layers were asked for: core < plugins < adapters < app < cli, the client beside
+    rank = {layer.name: layer.rank for layer in LAYERS}
+    assert rank["core"] < rank["plugins"] < rank["adapters"] < rank["app"] < rank["cli"]
+    side = {layer.name: layer.side for layer in LAYERS}
+    assert side["client"] == "client" and {side[n] for n in ("core", "plugins", "adapters", "app")} == {"worker"}
 
 
 def test_the_hot_paths_import_nothing_of_the_rest_of_blockx():
@@ -361,6 +486,56 @@ def test_a_type_only_import_is_no_runtime_edge_but_a_layer_dependency(tmp_path):
 def test_each_spelling_of_an_import_is_an_edge(tmp_path, line):
     g = _scan(tmp_path, {"__init__.py": "", "p.py": f"def f():\n    {line}\n", "q.py": "z = 1\n"})
     assert set(g["pkg.p"]) == {"pkg.q"}
+
+
+_TABLE = """
+    rank  layer      side    packages and modules
+    0     base       -       pkg, pkg.tls,
+                             pkg.log
+    1     core       worker  pkg.core
+    1     client     client  pkg.client
+    2     adapters   worker  pkg.adapters
+    3     cli        -       pkg.cli
+"""
+
+
+def _layer_scan(tmp_path, files: dict[str, str]):
+    base = tmp_path / "blockx"
+    for rel, text in files.items():
+        p = base / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    table = [Layer(la.rank, la.name, la.side, tuple(m.replace("pkg", "blockx") for m in la.members))
+             for la in layer_table(_TABLE)]
+    return layer_violations(import_graph({"blockx": base}), table)
+
+
+def test_the_table_is_read_with_its_continuation_lines():
+    table = layer_table(_TABLE)
+    assert [(la.rank, la.name, la.side) for la in table][:2] == [(0, "base", "-"), (1, "core", "worker")]
+    assert table[0].members == ("pkg", "pkg.tls", "pkg.log")
+
+
+@pytest.mark.parametrize("importer,line", [
+    ("core/state.py", "from blockx.adapters.server import x"),             # up a layer
+    ("core/state.py", "def f():\n    import blockx.cli.main"),             # up, hidden in a function
+    ("adapters/server.py", "from blockx.client.creds import token"),       # the Worker reads the client
+    ("client/creds.py", "from blockx.core.state import x"),                # the client reads the Worker
+    ("core/state.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from blockx.adapters import server"),
+])
+def test_an_import_against_the_layers_is_found(tmp_path, importer, line):
+    files = {"__init__.py": "", "core/__init__.py": "", "core/state.py": "x = 1\n", "adapters/__init__.py": "",
+             "adapters/server.py": "from blockx.core.state import x\n", "client/__init__.py": "",
+             "client/creds.py": "import blockx.tls\n", "tls.py": "", "cli/__init__.py": "", "cli/main.py": ""}
+    assert _layer_scan(tmp_path / "clean", files) == []
+    files[importer] = files[importer] + line + "\n"
+    found = _layer_scan(tmp_path / "bad", files)
+    assert len(found) == 1 and f"blockx/{importer}:" in found[0], found
+
+
+def test_a_package_with_no_row_is_found(tmp_path):
+    found = _layer_scan(tmp_path, {"__init__.py": "", "newthing.py": "import blockx.tls\n", "tls.py": ""})
+    assert found == ["blockx.newthing stands in no layer of the table: add it to a row"]
 
 
 # --- no module takes another's private names -------------------------------------------------

@@ -2,7 +2,7 @@
 no server-only part, and still says what went wrong."""
 import pytest
 
-from blockx.plugins.function_code_view import FunctionView, Snapshot
+from blockx.plugins.function_code.view import FunctionView, Snapshot
 from blockx.tenant_view import SERVER_PATH, server_only, tenant_message
 
 

@@ -1,4 +1,4 @@
-"""docs/architecture.md's "Who owns what" lists every module of blockx/ and of the executor,
+"""docs/modules.md's "Who owns what" lists every module of blockx/ and of the executor,
 each with the first sentence of its own header (the module docstring; in a
 Cython .pyx the docstring or the comment block it opens with). The header is the
 one source: change it, and the page follows with
@@ -16,7 +16,7 @@ import sys
 import textwrap
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PAGE = ROOT / "docs" / "architecture.md"
+PAGE = ROOT / "docs" / "modules.md"
 TREES = ("blockx", "executor/blockx_executor")
 GENERATED = re.compile(r"_pb2(_grpc)?\.py$")       # protoc's output, not committed
 HEADING = "## Who owns what"
@@ -98,7 +98,7 @@ def test_every_module_has_a_header_and_the_page_lists_it():
         listed = {line.split()[0] for line in got.splitlines() if line and not line.startswith(" ")}
         known = {p for p, _ in entries()}
         raise AssertionError(
-            "docs/architecture.md's 'Who owns what' differs from the modules' headers "
+            "docs/modules.md's 'Who owns what' differs from the modules' headers "
             f"(missing: {sorted(known - listed)[:10]}, gone: {sorted(listed - known)[:10]}); "
             "rewrite it with: .venv/bin/python tests/unit/test_who_owns_what.py --write")
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blockx._fast import load
 from blockx._fast.errors import FrameError, OutboxClosed, OutboxFull, ProtocolError
@@ -46,6 +46,9 @@ from blockx.core.dispatch.reservations import NOT_DISPATCHED, Reservations
 from blockx.protocol import messages
 
 from .batch_sender import BatchSender
+
+if TYPE_CHECKING:     # a back-pointer: the adapter makes its connections
+    from blockx.adapters.executor.adapter import ExecutorAdapter
 
 _codec = load("codec")
 _Outbox = load("outbox").Outbox
@@ -78,7 +81,7 @@ class ExecutorConnection(asyncio.Protocol):
         "reported_scheduler_active_at_ms", "cpu_user_ms", "cpu_system_ms", "batch", "pinned_id",
     )
 
-    def __init__(self, adapter, pinned_id: str = "") -> None:
+    def __init__(self, adapter: ExecutorAdapter, pinned_id: str = "") -> None:
         self.adapter = adapter
         self.counters = adapter.counters
         self.fixed_capacity = adapter.executor_contexts  # 0: estimate from heartbeats

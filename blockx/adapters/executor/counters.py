@@ -1,6 +1,6 @@
 """The metric counters the executor adapter and pool bump.
 
-They are plain int attributes of blockx.adapters.metrics.Metrics (bumped on the
+They are plain int attributes of blockx.adapters.telemetry.metrics.Metrics (bumped on the
 hot path, exported at scrape time). When no Metrics object is wired in, this
 stand-in with the same attribute names takes the bumps, so the hot path never
 tests `if metrics is not None`."""

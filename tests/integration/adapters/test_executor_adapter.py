@@ -876,7 +876,7 @@ async def test_frames_about_a_call_dispatched_to_another_connection_are_refused(
 async def test_refused_attaches_and_frames_are_counted_on_metrics_by_reason(sock_dir, clock):
     import urllib.request
 
-    from blockx.adapters.metrics import Metrics
+    from blockx.adapters.telemetry.metrics import Metrics
 
     metrics = Metrics(process_metrics=False)
     adapter = ExecutorAdapter(os.path.join(sock_dir, "w.sock"), heartbeat_timeout_ms=10000, clock_ms=clock,

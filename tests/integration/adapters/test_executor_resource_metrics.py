@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from blockx.adapters.executor import ExecutorAdapter
-from blockx.adapters.metrics import Metrics
+from blockx.adapters.telemetry.metrics import Metrics
 from blockx.protocol import messages as m
 
 from .fake_executor import FakeExecutor, RecordingHandler, wait_until

@@ -11,7 +11,7 @@ import aetcd
 import pytest
 
 from blockx.adapters.etcd_publisher import HEARTBEAT_FIELDS, EtcdPublisher, PublisherState
-from blockx.adapters.metrics import Metrics
+from blockx.adapters.telemetry.metrics import Metrics
 from tests.support.etcd import EtcdServer, free_port
 
 from .helpers import TcpProxy, capture_logger, eventually, read_value

@@ -18,7 +18,7 @@ from blockx.cli.exit import CLIError
 from blockx.cli.fleet import push_functions, read_prefix
 from blockx.client.registry import RegistryView
 from blockx.etcd.connection import EtcdAuthError, EtcdConnection
-from blockx.plugins.function_code_etcd import FunctionCodeEtcd
+from blockx.plugins.function_code.etcd import FunctionCodeEtcd
 from tests.integration.etcd.helpers import eventually
 from tests.support.certs import CertAuthority
 from tests.support.etcd import EtcdServer, enable_auth

@@ -27,7 +27,7 @@ from blockx._fast import load
 from blockx.adapters.admission import Admission
 from blockx.adapters.executor.errors import BindError, ExecutorGone
 from blockx.adapters.executor.snapshot import ExecutorSnapshotData
-from blockx.adapters.metrics import Metrics
+from blockx.adapters.telemetry.metrics import Metrics
 from blockx.adapters.orchestrator import Orchestrator
 from blockx.app.config import load_config
 from blockx.app.profile import DEV
@@ -35,10 +35,10 @@ from blockx.core.dispatch.dispatcher import DispatcherCore
 from blockx.core.types import (
     CallRetryPolicy, FunctionCall, ResultHandler, SubmitTaskRequest, TaskSnapshot, TaskState,
 )
-from blockx.core.worker import WorkerCore
+from blockx.core.worker.core import WorkerCore
 from blockx.plugins.builders import BuilderRegistry
 from blockx.plugins.data.plane import DataPlane
-from blockx.plugins.function_code import FunctionCodeDirectory
+from blockx.plugins.function_code.directory import FunctionCodeDirectory
 from blockx.plugins.io.scope import IOScopeFactory
 from blockx.plugins.writers import PluginRegistry
 from blockx.protocol import messages as m

@@ -11,9 +11,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, DEFAULT_ON
 from opentelemetry.trace import SpanKind, StatusCode
 
-from blockx.adapters.otel_replay import SpanReplay
-from blockx.adapters.otel_spans import TaskSpans
-from blockx.adapters.trace_context import incoming
+from blockx.adapters.telemetry.otel_replay import SpanReplay
+from blockx.adapters.telemetry.otel_spans import TaskSpans
+from blockx.adapters.telemetry.trace_context import incoming
 from blockx.core.types import ResultHandler, TaskState
 
 from .harness import until

@@ -399,7 +399,7 @@ async def test_a_wait_in_the_name_of_a_task_whose_id_prefixes_its_own_is_refused
 async def test_a_completion_naming_another_task_is_recorded_only_in_its_own_trace(make_harness):
     """A CallCompleted carries a taskId of the executor's choosing: the trace that
     records it is the call's own task's, never the one the payload names."""
-    from blockx.adapters.trace_recorder import DONE, TraceStore
+    from blockx.adapters.telemetry.trace_recorder import DONE, TraceStore
     from blockx.protocol import messages as m
     traces = TraceStore(1000)
     h = await make_harness(traces=traces)

@@ -5,7 +5,7 @@ import logging
 import pytest
 
 from blockx.adapters.auth import Authenticator, warn_if_cleartext_tokens, warn_if_open
-from blockx.client.credentials import is_local_address as is_loopback_listener
+from blockx.credentials import is_local_address as is_loopback_listener
 
 
 @pytest.mark.parametrize("addr, loopback", [

@@ -9,7 +9,7 @@ import pytest
 
 from blockx.adapters.auth_tokens import (TokenFileError, TokenStore, ensure_local_token, local_token_path,
                                          parse_tokens, read_tokens)
-from blockx.client.credentials import local_token
+from blockx.credentials import local_token
 
 A, B = "alice-token-0123456789", "bob-token-0123456789ab"
 

@@ -4,14 +4,14 @@ only, the task's running state, nothing after the task ends, final counts on
 the terminal snapshot."""
 import asyncio
 
-from blockx.adapters import wire
+from blockx.adapters.grpc import wire
 from blockx.adapters.progress_ticker import FinalSnapshot, ProgressTicker
 from blockx.adapters.subscriptions import Subscription, SubscriptionManager
 from blockx.core.types import TaskResult, TaskState, TaskStatistic
 from blockx.worker.v1 import worker_pb2 as pb
 
 from tests.unit.core.dispatch.harness import Harness, spec
-from tests.unit.core.test_worker_support import make, submit
+from tests.unit.core.worker.test_support import make, submit
 
 TICK = 0.02
 

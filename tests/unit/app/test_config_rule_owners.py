@@ -82,19 +82,19 @@ def test_no_setting_is_ruled_by_the_app_and_by_its_owner():
 
 def test_the_owners_tables_are_found():
     owners = owner_rule_fields()
-    for field, module in (("trace_max_events_per_task", "blockx/adapters/trace_recorder.py"),
+    for field, module in (("trace_max_events_per_task", "blockx/adapters/telemetry/trace_recorder.py"),
                           ("max_result_bytes", "blockx/plugins/io/sql.py"),
-                          ("grpc_max_message_bytes", "blockx/adapters/grpc_limits.py"),
-                          ("result_page_bytes", "blockx/adapters/result_pages.py"),
+                          ("grpc_max_message_bytes", "blockx/adapters/grpc/limits.py"),
+                          ("result_page_bytes", "blockx/adapters/grpc/result_pages.py"),
                           ("executor_max_inflight", "blockx/core/dispatch/config.py")):
         assert owners.get(field) == module
 
 
 @pytest.mark.parametrize("line", [
     "from blockx.adapters.executor.outbox_limits import OUTBOX_DEPTH",
-    "from blockx.adapters.trace_recorder import MIN_MAX_EVENTS as MIN_TRACE_EVENTS, RETAINED_FLOOR_EVENTS",
+    "from blockx.adapters.telemetry.trace_recorder import MIN_MAX_EVENTS as MIN_TRACE_EVENTS, RETAINED_FLOOR_EVENTS",
     "from blockx.plugins.data.urls import parse_source_url",
-    "def f():\n    from blockx.plugins.function_code_redis import RedisCodeKeys, redacted_url",
+    "def f():\n    from blockx.plugins.function_code.redis import RedisCodeKeys, redacted_url",
     "def f():\n    from blockx.adapters.audit import AUDIT_MODES, AuditAllowlist, AuditAllowlistError",
     "import blockx.adapters.auth"])
 def test_an_import_of_anything_but_a_rule_is_found(line):
@@ -102,7 +102,7 @@ def test_an_import_of_anything_but_a_rule_is_found(line):
 
 
 @pytest.mark.parametrize("line", [
-    "from blockx.adapters.trace_recorder import TRACE_RULES",
+    "from blockx.adapters.telemetry.trace_recorder import TRACE_RULES",
     "from blockx.adapters.executor.outbox_limits import inflight_problem",
     "def f():\n    from blockx.adapters.audit import audit_problems",
     "from blockx.core.config import CONFIG_RULES, deadline_problem",

@@ -12,8 +12,8 @@ from blockx.core.config import Config
 from blockx.core.dispatch.dispatcher import DispatcherCore
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.types import PinnedCall
-from blockx.core.worker import WorkerCore
-from blockx.plugins.function_code import FunctionCodeDirectory
+from blockx.core.worker.core import WorkerCore
+from blockx.plugins.function_code.directory import FunctionCodeDirectory
 
 
 @pytest.fixture

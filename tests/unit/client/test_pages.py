@@ -3,7 +3,7 @@ once, in order, an output over the budget asked for alone, and pages that do
 not join up refused."""
 import pytest
 
-from blockx.adapters.result_pages import ResultPages
+from blockx.adapters.grpc.result_pages import ResultPages
 from blockx.client.pages import PagingError, all_pages, pages_after
 from blockx.core.types import TaskResult, TaskSnapshot, TaskState
 from blockx.worker.v1 import worker_pb2 as pb

@@ -6,7 +6,7 @@ import pytest
 from blockx.core.config import (ADMISSION_JSON_KEYS, ADMISSION_RULES, CONFIG_RULES, JSON_KEYS, AdmissionConfig,
                                 Config, ConfigError)
 from blockx.core.dispatch.config import DISPATCHER_RULES, DispatcherConfig
-from blockx.core.worker import WorkerCore
+from blockx.core.worker.core import WorkerCore
 
 
 def violations(cfg):

@@ -5,7 +5,7 @@ from blockx.core.types import TaskPhase
 
 from tests.unit.core.dispatch.harness import Harness, spec
 
-from .test_worker_support import finish, make, run_to, submit
+from tests.unit.core.worker.test_support import finish, make, run_to, submit
 
 
 def test_retained_results_count_terminal_results_until_they_are_purged():

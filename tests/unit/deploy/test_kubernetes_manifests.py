@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from blockx.adapters.grpc_server import LIVENESS_SERVICE
+from blockx.adapters.grpc.server import LIVENESS_SERVICE
 from blockx.app.config import WorkerFullConfig, load_config
 from blockx.app.profile import BLOCK
 from blockx.app.run import GRPC_STOP_GRACE_S

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from blockx.adapters.metrics import ETCD_STATES, Metrics, parse_listen_addr
+from blockx.adapters.telemetry.metrics import ETCD_STATES, Metrics, parse_listen_addr
 
 REQUIRED_FAMILIES = {
     # family name as parsed (counters without _total) -> type
