@@ -12,7 +12,8 @@ from blockx.worker.v1 import worker_pb2 as pb
 
 
 def cancel(orch, request: pb.CancelTaskRequest, caller) -> CancelTaskResult:
-    """Cancel ``request.task_id`` as ``caller``; raises WorkerError (NotFound, PermissionDenied, ...)."""
+    """Cancel ``request.task_id`` as ``caller``; raises WorkerError (NotFound for an unknown task and for
+    another identity's, InvalidArgument, ...)."""
     return orch.cancel_task(request.task_id, request.reason, caller)
 
 
