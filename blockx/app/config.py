@@ -264,7 +264,14 @@ class WorkerFullConfig:
     dispatcher: DispatcherSection = _f(default_factory=DispatcherSection)
     heartbeat_interval_ms: int = _f(200, env="WORKER_HEARTBEAT_INTERVAL", env_kind="duration")
     drain_timeout_ms: int = _f(30_000, env="DRAIN_TIMEOUT_MS")
-    phase_io_timeout_ms: int = _f(10_000, env="PHASE_IO_TIMEOUT_MS")
+    phase_io_timeout_ms: int = _f(10_000, env="PHASE_IO_TIMEOUT_MS",
+                                  doc="Builder / Plugin IO timeout: bounds each IO operation (a statement, a "
+                                      "scan step, a file), not the phase, whose whole is bounded by the task "
+                                      "deadline; past it a `dbscan` fails the task `BUILDER_FAILED` and a "
+                                      "plugin (`tableUpserts`, `bundleWrite`) `PLUGIN_FAILED`, both "
+                                      "retryable; it also bounds each statement of the `sql` IO backend and "
+                                      "is the `devstub` backend's request timeout unless "
+                                      "`ioBackends.devstub.timeoutMs` sets one")
     submit_linger_ms: int = _f(0, env="SUBMIT_LINGER_MS",
                                doc="unary SubmitTask: a task arriving within this of the previous one while "
                                    "another runs waits this long after the first one held, and starts with "

@@ -4,7 +4,8 @@
   ends FAILED / CANCELLED (its calls are cancelled, its plugin writes nothing);
   prints the task as `blockx result` does. Exit 0 when this command cancelled it,
   3 when it was already FAILED, 0 when it had SUCCEEDED (nothing changed), 1 on
-  a refusal (NOT_FOUND, PERMISSION_DENIED: only the owner or an admin cancels).
+  a refusal (NOT_FOUND for an unknown task and for another identity's, with the
+  same message: only the owner or an admin cancels).
 - `blockx tasks [--state S] [--phase P] [--instance ID] [--page-size N]
   [--page-token T | --all] [--json]`: ListTasks, a table (or one JSON object)
   of the caller's tasks (an admin's: every task) with state, phase, age, calls

@@ -355,7 +355,8 @@ class WorkerClient:
         """CancelTask over this session: the task ends FAILED / CANCELLED (its calls
         are cancelled, its plugin writes nothing) and its outcome is returned; a task
         already terminal is returned as it is (``outcome.raw.cancelled`` is False).
-        NotFound for an unknown task, PermissionDenied for another identity's."""
+        NotFound for an unknown task, and for another identity's (the same answer:
+        only the owner or an admin cancels, and nobody else learns the id exists)."""
         r = (await self._request(pb.SessionRequest(
             cancel=pb.CancelTaskRequest(task_id=task_id, reason=reason))))[0].cancelled
         return TaskOutcome.from_pb(r.task_id, r.state, r.result if r.HasField("result") else None, self.addr, r)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -233,6 +235,36 @@ def test_only_the_owner_or_an_admin_may_cancel(owners_worker):
     assert r.cancelled and r.result.failure_message == "the task was cancelled by 'alice'", str(r)
     r = w.stub.CancelTask(pb.CancelTaskRequest(task_id="a2", reason="admin"), timeout=5)
     assert r.cancelled and r.result.failure_message == "the task was cancelled by 'admin': admin", str(r)
+
+
+def test_the_client_and_the_cli_read_another_identitys_cancel_as_not_found(owners_worker):
+    """WorkerClient.cancel (the session op) and `blockx cancel` answer another
+    identity's task as they answer an unknown id: NotFound / NOT_FOUND, the same
+    message, the task untouched (their docstrings once said PermissionDenied)."""
+    from blockx.client import BlockxError, NotFound, connect
+
+    w = owners_worker
+    addr = f"127.0.0.1:{w.port}"
+    alice = _stub(w, ALICE)
+    alice.SubmitTask(_task("own-1", ms=OUTLIVES_THE_TEST_MS), timeout=5)
+    try:
+        with connect(addr, token=BOB) as bob:
+            with pytest.raises(BlockxError) as theirs:
+                bob.cancel("own-1", "mine now")
+            with pytest.raises(NotFound) as unknown:
+                bob.cancel("never-used", "mine now")
+        assert type(theirs.value) is NotFound, repr(theirs.value)
+        assert str(theirs.value) == str(unknown.value).replace("never-used", "own-1")
+        cli = [sys.executable, "-m", "blockx", "cancel", "--addr", addr, "--token", BOB]
+        p = subprocess.run(cli + ["own-1"], capture_output=True, text=True, timeout=30)
+        q = subprocess.run(cli + ["never-used"], capture_output=True, text=True, timeout=30)
+        assert (p.returncode, q.returncode) == (1, 1), (p.stderr, q.stderr)
+        assert p.stderr.startswith("error: NOT_FOUND: task 'own-1' is not known"), p.stderr
+        assert p.stderr == q.stderr.replace("never-used", "own-1")
+        got = alice.GetTaskResult(pb.GetTaskResultRequest(task_id="own-1"), timeout=5)
+        assert got.state == pb.TASK_STATE_RUNNING, str(got)          # untouched by the refused cancels
+    finally:       # the task outlives the test: it must not hold the worker's drain at teardown
+        assert alice.CancelTask(pb.CancelTaskRequest(task_id="own-1"), timeout=5).task_id == "own-1"
 
 
 def test_list_tasks_filters_pages_and_shows_each_caller_its_own(owners_worker):

@@ -18,7 +18,8 @@ if TYPE_CHECKING:     # a back-pointer: the Orchestrator is built first and hand
 
 
 def cancel(orch: Orchestrator, request: pb.CancelTaskRequest, caller: Caller | None) -> CancelTaskResult:
-    """Cancel ``request.task_id`` as ``caller``; raises WorkerError (NotFound, PermissionDenied, ...)."""
+    """Cancel ``request.task_id`` as ``caller``; raises WorkerError (NotFound for an unknown task and for
+    another identity's, InvalidArgument, ...)."""
     return orch.cancel_task(request.task_id, request.reason, caller)
 
 
