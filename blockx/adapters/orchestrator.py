@@ -87,6 +87,7 @@ class Orchestrator:
                                    mono=mono if traces is None else traces.stamping(mono),
                                    on_calls_converged=self._on_calls_converged, audit=audit, traces=traces,
                                    call_spans=spans if spans is not None and spans.call_spans else None)
+        adapter.flush_after = self.actor.after_run   # a run's ExecuteCalls leave as it ends
         self.phases = TaskPhases(
             core=core, disp=disp, actor=self.actor, runtimes=self._runtimes, fcode=fcode, builders=builders,
             plugins=plugins, io_factory=io_factory, admission=admission, stream_cfg=stream_cfg, metrics=metrics,
