@@ -25,7 +25,15 @@ Rules:
 - A held task that ends before it starts (CancelTask, its deadline, the drain)
   is skipped by the driver itself (TaskPhases.drive returns for an ended task).
 - ``window`` 0 holds nothing. This object holds only the order of the held
-  starts and the time of the last one; the tasks' state stays the core's."""
+  starts and the time of the last one; the tasks' state stays the core's.
+- Every start that is not held (``start_soon``: a session's tasks, and a unary
+  task not held) goes with the others accepted in the same loop iteration: one
+  callback in the next iteration drives them all, in arrival order, and then
+  calls ``group_end`` once. A lone task still starts in the next iteration, as
+  it always did; the starts of one iteration (a session's batch of submits) are
+  driven back to back, so what they send can leave together (the Orchestrator
+  sends the group's ExecuteCalls at ``group_end``, in one write per executor).
+  ``driving`` is true while a group is driven."""
 from __future__ import annotations
 
 import logging
@@ -35,9 +43,11 @@ log = logging.getLogger("blockx.orchestrator")
 
 
 class StartCoalescer:
-    __slots__ = ("_loop", "_window_s", "_max_held", "_drive", "_held", "_last", "_release_handle")
+    __slots__ = ("_loop", "_window_s", "_max_held", "_drive", "_held", "_last", "_release_handle", "_soon",
+                 "_group_end", "driving")
 
-    def __init__(self, loop, window_ms: int, drive: Callable[[Any, Any], None], max_held: int = 256) -> None:
+    def __init__(self, loop, window_ms: int, drive: Callable[[Any, Any], None], max_held: int = 256,
+                 group_end: Callable[[], None] | None = None) -> None:
         if window_ms < 0 or max_held < 1:
             raise ValueError(f"window_ms must be >= 0 and max_held >= 1, got {window_ms} and {max_held}")
         self._loop = loop
@@ -47,6 +57,9 @@ class StartCoalescer:
         self._held: list[tuple[Any, Any]] = []
         self._last = float("-inf")           # loop time of the last unary start
         self._release_handle: Any = None     # the timer (or, once full, the call_soon) that starts them
+        self._soon: list[tuple[Any, Any]] = []   # starts of this iteration, driven in the next one
+        self._group_end = group_end          # () -> None, after each group driven
+        self.driving = False
 
     @property
     def held(self) -> int:
@@ -58,13 +71,13 @@ class StartCoalescer:
         another task of this worker has not ended."""
         loop = self._loop
         if not self._window_s:               # off (the default): no clock read on the hot path
-            loop.call_soon(self._drive, rt, cmd)
+            self.start_soon(rt, cmd)
             return
         now = loop.time()
         last, self._last = self._last, now
         held = self._held
         if not held and (not others_running or now - last >= self._window_s):
-            loop.call_soon(self._drive, rt, cmd)
+            self.start_soon(rt, cmd)
             return
         held.append((rt, cmd))
         if len(held) >= self._max_held:
@@ -74,14 +87,35 @@ class StartCoalescer:
         elif len(held) == 1:
             self._release_handle = loop.call_later(self._window_s, self._release)
 
+    def start_soon(self, rt, cmd) -> None:
+        """Start the task of ``rt`` in the next loop iteration, with every other
+        start of this one."""
+        soon = self._soon
+        soon.append((rt, cmd))
+        if len(soon) == 1:
+            self._loop.call_soon(self._start_group)
+
+    def _start_group(self) -> None:
+        group, self._soon = self._soon, []
+        self._drive_group(group)
+
     def _release(self) -> None:
         self._release_handle = None
         held, self._held = self._held, []
-        for rt, cmd in held:
-            try:
-                self._drive(rt, cmd)
-            except Exception:  # noqa: BLE001 - one task's failure must not keep the others from starting
-                log.exception("starting task %s failed", getattr(rt, "task_id", "?"))
+        self._drive_group(held)
+
+    def _drive_group(self, group: list) -> None:
+        self.driving = True
+        try:
+            for rt, cmd in group:
+                try:
+                    self._drive(rt, cmd)
+                except Exception:  # noqa: BLE001 - one task's failure must not keep the others from starting
+                    log.exception("starting task %s failed", getattr(rt, "task_id", "?"))
+        finally:
+            self.driving = False
+            if self._group_end is not None:
+                self._group_end()
 
     def close(self) -> None:
         """At shutdown: nothing more starts (the tasks held are ended by the drain)."""

@@ -145,3 +145,33 @@ async def test_close_cancels_the_held_starts():
     sc.close()
     await asyncio.sleep(0.1)
     assert [t for t, _ in seen] == ["a"] and sc.held == 0
+
+
+async def test_the_starts_of_one_iteration_are_driven_together_then_the_group_ends_once():
+    # A session's batch of submits (start_soon) and the unary starts not held: one
+    # callback in the next iteration drives them all, then group_end runs once (the
+    # Orchestrator sends the group's ExecuteCalls there, together); a group of
+    # one is a lone start, and a start that raises still ends its group.
+    loop = asyncio.get_running_loop()
+    events: list = []
+    sc = None
+
+    def drive(rt, cmd):
+        events.append((rt.task_id, sc.driving))
+        if rt.task_id == "bad":
+            raise RuntimeError("boom")
+    sc = StartCoalescer(loop, 0, drive, group_end=lambda: events.append(("end", sc.driving)))
+    for name in ("a", "b"):
+        sc.start_soon(_Rt(name), None)
+    sc.start(_Rt("c"), None, others_running=True)        # window 0: a unary start goes with them
+    assert events == [] and not sc.driving
+    await asyncio.sleep(0)
+    assert events == [("a", True), ("b", True), ("c", True), ("end", False)]
+    events.clear()
+    sc.start_soon(_Rt("bad"), None)
+    await asyncio.sleep(0)
+    assert events == [("bad", True), ("end", False)]
+    sc.start_soon(_Rt("late"), None)
+    sc.close()             # a start not held was already under way, as a call_soon was: it still runs
+    await asyncio.sleep(0)
+    assert events[2:] == [("late", True), ("end", False)]
