@@ -139,6 +139,14 @@ class Orchestrator:
                                           else self.spans.trace_context(snap.task_id))
         return snap
 
+    def start_accepted(self) -> None:
+        """Start now the tasks accepted so far in this loop iteration that are not
+        held (StartCoalescer.start_now): a TaskSession calls it once its request
+        batch is handled, so its tasks start before its reader asks gRPC for the
+        next batch rather than in the next iteration, behind that read. A unary
+        SubmitTask does not: its answer goes first."""
+        self._starts.start_now()
+
     def get_task_result(self, task_id: str, caller=None) -> TaskSnapshot:
         """``caller`` (blockx.core.owners.Caller, None: unrestricted): whose view."""
         return self.core.handle_get_task_result(task_id, caller).snapshot

@@ -95,9 +95,19 @@ class StartCoalescer:
         if len(soon) == 1:
             self._loop.call_soon(self._start_group)
 
+    def start_now(self) -> None:
+        """Drive the starts of this iteration (start_soon) now, in the caller's
+        stack, instead of in the next iteration (the callback already scheduled
+        then finds none): for a caller that has accepted all it will accept in
+        this iteration and whose own answer does not have to go first (a
+        TaskSession's request batch, once handled)."""
+        if self._soon and not self.driving:
+            self._start_group()
+
     def _start_group(self) -> None:
         group, self._soon = self._soon, []
-        self._drive_group(group)
+        if group:
+            self._drive_group(group)
 
     def _release(self) -> None:
         self._release_handle = None

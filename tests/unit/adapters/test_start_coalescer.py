@@ -175,3 +175,21 @@ async def test_the_starts_of_one_iteration_are_driven_together_then_the_group_en
     sc.close()             # a start not held was already under way, as a call_soon was: it still runs
     await asyncio.sleep(0)
     assert events[2:] == [("late", True), ("end", False)]
+
+
+async def test_start_now_drives_the_iterations_starts_at_once_and_the_next_iteration_finds_none():
+    # A TaskSession's handled batch: its tasks start in the caller's stack, not
+    # behind what the loop queued after them; the callback scheduled for them
+    # then drives nothing and ends no group.
+    loop = asyncio.get_running_loop()
+    events: list = []
+    sc = StartCoalescer(loop, 0, lambda rt, cmd: events.append(rt.task_id),
+                        group_end=lambda: events.append("end"))
+    sc.start_now()                                       # nothing accepted: nothing to do
+    assert events == []
+    sc.start_soon(_Rt("a"), None)
+    sc.start_soon(_Rt("b"), None)
+    sc.start_now()
+    assert events == ["a", "b", "end"]
+    await asyncio.sleep(0)
+    assert events == ["a", "b", "end"]
