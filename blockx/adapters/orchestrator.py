@@ -91,8 +91,6 @@ class Orchestrator:
                                    mono=mono if traces is None else traces.stamping(mono),
                                    on_calls_converged=self._on_calls_converged, audit=audit, traces=traces,
                                    call_spans=spans if spans is not None and spans.call_spans else None)
-        adapter.flush_after = self._flush_after      # a run's (or a start group's) ExecuteCalls leave as it ends
-        self._group_flush: Callable[[], None] | None = None
         self.phases = TaskPhases(
             core=core, disp=disp, actor=self.actor, runtimes=self._runtimes, fcode=fcode, builders=builders,
             plugins=plugins, io_factory=io_factory, admission=admission, stream_cfg=stream_cfg, metrics=metrics,
@@ -104,7 +102,7 @@ class Orchestrator:
             limit_kill_reason=getattr(pool, "limit_kill_reason", lambda executor_id: None))
         self.post = self.actor.post
         # Unary SubmitTasks that arrive close together start together (start_coalescer.py)
-        self._starts = StartCoalescer(self._loop, submit_linger_ms, self.phases.drive, group_end=self._group_sent)
+        self._starts = StartCoalescer(self._loop, submit_linger_ms, self.phases.drive)
         adapter.handler = self.executor_events
         metrics.slots_fn = self.slot_counts
 
@@ -187,20 +185,6 @@ class Orchestrator:
         else:
             self._starts.start_soon(rt, cmd)
         self._arm_deadline_timer()
-
-    def _flush_after(self, fn: Callable[[], None]) -> None:
-        """The adapter's flush_after: the ExecuteCalls queued now leave when the
-        dispatch run ends, or, while a group of starts is driven (each start a run
-        of its own), once the whole group is (_group_sent)."""
-        if self._starts.driving:
-            self._group_flush = fn
-        else:
-            self.actor.after_run(fn)
-
-    def _group_sent(self) -> None:
-        fn, self._group_flush = self._group_flush, None
-        if fn is not None:
-            fn()
 
     def _on_task_terminal(self, cmd: ConvergeTask) -> None:
         tid = cmd.task_id

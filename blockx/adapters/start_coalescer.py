@@ -28,12 +28,10 @@ Rules:
   starts and the time of the last one; the tasks' state stays the core's.
 - Every start that is not held (``start_soon``: a session's tasks, and a unary
   task not held) goes with the others accepted in the same loop iteration: one
-  callback in the next iteration drives them all, in arrival order, and then
-  calls ``group_end`` once. A lone task still starts in the next iteration, as
-  it always did; the starts of one iteration (a session's batch of submits) are
-  driven back to back, so what they send can leave together (the Orchestrator
-  sends the group's ExecuteCalls at ``group_end``, in one write per executor).
-  ``driving`` is true while a group is driven."""
+  callback in the next iteration drives them all, in arrival order (a lone
+  task still starts in the next iteration, as it always did), unless the
+  caller drives them at once with ``start_now`` (a TaskSession, once its
+  request batch is handled). ``driving`` is true while a group is driven."""
 from __future__ import annotations
 
 import logging
@@ -44,10 +42,9 @@ log = logging.getLogger("blockx.orchestrator")
 
 class StartCoalescer:
     __slots__ = ("_loop", "_window_s", "_max_held", "_drive", "_held", "_last", "_release_handle", "_soon",
-                 "_group_end", "driving")
+                 "driving")
 
-    def __init__(self, loop, window_ms: int, drive: Callable[[Any, Any], None], max_held: int = 256,
-                 group_end: Callable[[], None] | None = None) -> None:
+    def __init__(self, loop, window_ms: int, drive: Callable[[Any, Any], None], max_held: int = 256) -> None:
         if window_ms < 0 or max_held < 1:
             raise ValueError(f"window_ms must be >= 0 and max_held >= 1, got {window_ms} and {max_held}")
         self._loop = loop
@@ -58,7 +55,6 @@ class StartCoalescer:
         self._last = float("-inf")           # loop time of the last unary start
         self._release_handle: Any = None     # the timer (or, once full, the call_soon) that starts them
         self._soon: list[tuple[Any, Any]] = []   # starts of this iteration, driven in the next one
-        self._group_end = group_end          # () -> None, after each group driven
         self.driving = False
 
     @property
@@ -124,8 +120,6 @@ class StartCoalescer:
                     log.exception("starting task %s failed", getattr(rt, "task_id", "?"))
         finally:
             self.driving = False
-            if self._group_end is not None:
-                self._group_end()
 
     def close(self) -> None:
         """At shutdown: nothing more starts (the tasks held are ended by the drain)."""

@@ -114,14 +114,6 @@ class ExecutorAdapter:
         # Send ExecuteCallBatch frames to executors that advertise the feature.
         self.execute_call_batch = execute_call_batch
         self.handler = _NoHandler(self.log)
-        # flush_after(fn): run fn once the dispatch run that queued an ExecuteCall
-        # ends (DispatchActor.after_run, set by the orchestrator). The outbox's own
-        # flush is a call_soon, which waits behind whatever the loop queued first
-        # (gRPC's writes of the same iteration: 45-130 us of a lone call measured);
-        # the end of the run still sends every call of that run in one write.
-        # None: the outbox's flush alone.
-        self.flush_after: Callable[[Callable[[], None]], None] | None = None
-        self._unflushed: list = []      # connections with ExecuteCalls queued in this run
         # The secrets executors attach with: the pool issues, the connection checks.
         self.credentials = credentials if credentials is not None else ExecutorCredentials()
         self.private_executor_ids = tuple(private_executor_ids)
@@ -432,11 +424,6 @@ class ExecutorAdapter:
         return conn
 
     def _queue_execute(self, conn, call_id: str, attempt_seq: int, frame: bytes) -> None:
-        unflushed = self._unflushed
-        if conn not in unflushed and self.flush_after is not None:     # a handful of executors at most
-            unflushed.append(conn)
-            if len(unflushed) == 1:
-                self.flush_after(self._flush_queued)
         if conn.batch is not None:      # negotiated: a burst leaves as one frame (batch_sender.py)
             conn.batch.add(frame)
             conn.reservations.record_dispatch(call_id, attempt_seq)
@@ -446,14 +433,6 @@ class ExecutorAdapter:
         counters = self.counters
         counters.uds_frames_out += 1
         counters.uds_bytes_out += len(frame)
-
-    def _flush_queued(self) -> None:
-        """The ExecuteCalls of the dispatch run that just ended leave now (at most
-        the outbox's max_batch per connection; the rest with its own flushes)."""
-        conns, self._unflushed = self._unflushed, []
-        for conn in conns:
-            if not conn.closed:
-                conn.outbox.flush_now()
 
     async def _send_waited(self, executor_id: str, frame: bytes) -> None:
         conn = self._conns.get(executor_id)

@@ -807,29 +807,6 @@ async def test_flush_now_writes_what_is_queued_for_the_executor_at_once(env):
     assert frame[0]["callId"] == "c1"
 
 
-async def test_the_execute_calls_of_one_dispatch_run_leave_together_when_it_ends(env):
-    # flush_after stands for DispatchActor.after_run inside a run: the callback it is
-    # given runs when the run ends. The ExecuteCalls queued meanwhile, to every
-    # executor, leave then in one write each, without waiting for the outbox's own
-    # call_soon flush (behind whatever else the loop queued first).
-    adapter, handler, attach, connect = env
-    fakes = [await attach("exec-0"), await attach("exec-1")]
-    at_end: list = []
-    adapter.flush_after = at_end.append
-    outboxes = [adapter._conns[e].outbox for e in ("exec-0", "exec-1")]
-    before = [(o.frames_written, o.flushes) for o in outboxes]
-    send_burst(adapter, "exec-0", ["c1", "c2"])
-    send_burst(adapter, "exec-1", ["d1"])
-    assert len(at_end) == 1                                   # one callback for the whole run
-    assert [(o.frames_written, o.flushes) for o in outboxes] == before      # nothing left yet
-    at_end.pop()()                                            # the run ends
-    assert [(o.frames_written - w, o.flushes - f) for o, (w, f) in zip(outboxes, before)] == [(2, 1), (1, 1)]
-    assert [e["callId"] for e, _ in await fakes[0].wait_frames(m.EXECUTE_CALL, 2)] == ["c1", "c2"]
-    assert [e["callId"] for e, _ in await fakes[1].wait_frames(m.EXECUTE_CALL, 1)] == ["d1"]
-    send_burst(adapter, "exec-0", ["c3"])                     # the next run asks again
-    assert len(at_end) == 1
-
-
 # ---- who may attach, and speak for which calls ----
 
 @pytest.mark.parametrize("executor_id, secret, why", [
