@@ -92,8 +92,10 @@ class BenchWorker:
         cmd += ["-m", "blockx", "serve", "--profile", self.profile]
         env = dict(self.env)
         # `python -m cProfile -m blockx` does not put the cwd on sys.path the way
-        # `python -m blockx` does: make the checkout importable either way.
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [self.root, env.get("PYTHONPATH", "")]))
+        # `python -m blockx` does: make the checkout importable either way. Its
+        # executor package too (the executors inherit the path): blockx_executor is
+        # installed from this checkout, so another root's Worker ran this one's executors.
+        env["PYTHONPATH"] = self.pythonpath(env.get("PYTHONPATH", ""))
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          cwd=self.tmp)
@@ -103,6 +105,10 @@ class BenchWorker:
         self.metrics_port = int(m["port"])
         self.wait_executors(timeout)
         return self
+
+    def pythonpath(self, inherited: str = "") -> str:
+        """The worker's PYTHONPATH: its checkout's blockx and blockx_executor first."""
+        return os.pathsep.join(filter(None, [self.root, os.path.join(self.root, "executor"), inherited]))
 
     @property
     def pid(self) -> int:

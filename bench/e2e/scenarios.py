@@ -236,10 +236,14 @@ async def latency(client: Client, n: int, timeout: float) -> dict:
 
 # ---- (b) and (c) over one session -------------------------------------------------------
 
+# The session's first answer may take seconds on a loaded machine or under callgrind
+# (bench/instructions.py, ~50x slower): the client's 1 s default failed (bs) there.
+SESSION_CONNECT_S = 30.0
+
 
 async def session_task_throughput(addr: str, n: int, inflight: int, timeout: float,
                                   token=TOKEN_FROM_ENV) -> dict:
-    async with WorkerClient(addr, token=token) as client:
+    async with WorkerClient(addr, token=token, connect_timeout_s=SESSION_CONNECT_S) as client:
         t0 = time.perf_counter()
         done = 0
         bad: list[str] = []
@@ -259,7 +263,7 @@ async def session_task_throughput(addr: str, n: int, inflight: int, timeout: flo
 
 async def session_latency(addr: str, n: int, timeout: float, token=TOKEN_FROM_ENV) -> dict:
     total: list[float] = []
-    async with WorkerClient(addr, token=token) as client:
+    async with WorkerClient(addr, token=token, connect_timeout_s=SESSION_CONNECT_S) as client:
         deadline = time.monotonic() + timeout
         for i in range(n):
             t0 = time.perf_counter()

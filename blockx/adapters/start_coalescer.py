@@ -25,7 +25,13 @@ Rules:
 - A held task that ends before it starts (CancelTask, its deadline, the drain)
   is skipped by the driver itself (TaskPhases.drive returns for an ended task).
 - ``window`` 0 holds nothing. This object holds only the order of the held
-  starts and the time of the last one; the tasks' state stays the core's."""
+  starts and the time of the last one; the tasks' state stays the core's.
+- Every start that is not held (``start_soon``: a session's tasks, and a unary
+  task not held) goes with the others accepted in the same loop iteration: one
+  callback in the next iteration drives them all, in arrival order (a lone
+  task still starts in the next iteration, as it always did), unless the
+  caller drives them at once with ``start_now`` (a TaskSession, once its
+  request batch is handled). ``driving`` is true while a group is driven."""
 from __future__ import annotations
 
 import logging
@@ -35,7 +41,8 @@ log = logging.getLogger("blockx.orchestrator")
 
 
 class StartCoalescer:
-    __slots__ = ("_loop", "_window_s", "_max_held", "_drive", "_held", "_last", "_release_handle")
+    __slots__ = ("_loop", "_window_s", "_max_held", "_drive", "_held", "_last", "_release_handle", "_soon",
+                 "driving")
 
     def __init__(self, loop, window_ms: int, drive: Callable[[Any, Any], None], max_held: int = 256) -> None:
         if window_ms < 0 or max_held < 1:
@@ -47,6 +54,8 @@ class StartCoalescer:
         self._held: list[tuple[Any, Any]] = []
         self._last = float("-inf")           # loop time of the last unary start
         self._release_handle: Any = None     # the timer (or, once full, the call_soon) that starts them
+        self._soon: list[tuple[Any, Any]] = []   # starts of this iteration, driven in the next one
+        self.driving = False
 
     @property
     def held(self) -> int:
@@ -58,13 +67,13 @@ class StartCoalescer:
         another task of this worker has not ended."""
         loop = self._loop
         if not self._window_s:               # off (the default): no clock read on the hot path
-            loop.call_soon(self._drive, rt, cmd)
+            self.start_soon(rt, cmd)
             return
         now = loop.time()
         last, self._last = self._last, now
         held = self._held
         if not held and (not others_running or now - last >= self._window_s):
-            loop.call_soon(self._drive, rt, cmd)
+            self.start_soon(rt, cmd)
             return
         held.append((rt, cmd))
         if len(held) >= self._max_held:
@@ -74,14 +83,43 @@ class StartCoalescer:
         elif len(held) == 1:
             self._release_handle = loop.call_later(self._window_s, self._release)
 
+    def start_soon(self, rt, cmd) -> None:
+        """Start the task of ``rt`` in the next loop iteration, with every other
+        start of this one."""
+        soon = self._soon
+        soon.append((rt, cmd))
+        if len(soon) == 1:
+            self._loop.call_soon(self._start_group)
+
+    def start_now(self) -> None:
+        """Drive the starts of this iteration (start_soon) now, in the caller's
+        stack, instead of in the next iteration (the callback already scheduled
+        then finds none): for a caller that has accepted all it will accept in
+        this iteration and whose own answer does not have to go first (a
+        TaskSession's request batch, once handled)."""
+        if self._soon and not self.driving:
+            self._start_group()
+
+    def _start_group(self) -> None:
+        group, self._soon = self._soon, []
+        if group:
+            self._drive_group(group)
+
     def _release(self) -> None:
         self._release_handle = None
         held, self._held = self._held, []
-        for rt, cmd in held:
-            try:
-                self._drive(rt, cmd)
-            except Exception:  # noqa: BLE001 - one task's failure must not keep the others from starting
-                log.exception("starting task %s failed", getattr(rt, "task_id", "?"))
+        self._drive_group(held)
+
+    def _drive_group(self, group: list) -> None:
+        self.driving = True
+        try:
+            for rt, cmd in group:
+                try:
+                    self._drive(rt, cmd)
+                except Exception:  # noqa: BLE001 - one task's failure must not keep the others from starting
+                    log.exception("starting task %s failed", getattr(rt, "task_id", "?"))
+        finally:
+            self.driving = False
 
     def close(self) -> None:
         """At shutdown: nothing more starts (the tasks held are ended by the drain)."""

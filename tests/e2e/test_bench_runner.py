@@ -72,3 +72,25 @@ def test_a_run_leaves_the_callers_token_as_it_was(capsys):
     bench_main.main(["--quick", "--only", "l"], groups=(("l", _fine),))
     capsys.readouterr()
     assert os.environ.get("BLOCKX_TOKEN") == before
+
+
+def test_a_baseline_checkout_runs_its_own_executors(tmp_path):
+    # --l-baseline / instructions.py --root: the executors inherit the worker's
+    # PYTHONPATH, and blockx_executor is installed from this checkout, so without
+    # the other checkout's executor directory first its Worker ran this one's executors.
+    import importlib.util
+
+    from bench.e2e.harness import BenchWorker
+    other = tmp_path / "checkout"
+    (other / "executor" / "blockx_executor").mkdir(parents=True)
+    (other / "executor" / "blockx_executor" / "__init__.py").write_text("")
+    w = BenchWorker(executors=1, root=other)
+    try:
+        path = w.pythonpath("/inherited")
+    finally:
+        w.cleanup()
+    found = subprocess.run([sys.executable, "-c", "import blockx_executor; print(blockx_executor.__file__)"],
+                           env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == str(other / "executor" / "blockx_executor" / "__init__.py")
+    assert path.split(os.pathsep)[-1] == "/inherited"
+    assert importlib.util.find_spec("blockx_executor").origin != found.stdout.strip()

@@ -113,10 +113,13 @@ class Session:
             self.fail("INVALID_ARGUMENT", "a SessionRequestBatch of this session " + batch.refusal()
                       + "; its requests were not handled, and the session ends (the requests before it were)")
             return
-        for req in batch.requests:
-            if self._end is not None:
-                return
-            self._handle(req)
+        try:
+            for req in batch.requests:
+                if self._end is not None:
+                    return
+                self._handle(req)
+        finally:
+            self._orch.start_accepted()      # this batch's tasks start now, together (not behind the next read)
 
     def _handle(self, req: pb.SessionRequest) -> None:
         rid = req.request_id

@@ -145,3 +145,45 @@ async def test_close_cancels_the_held_starts():
     sc.close()
     await asyncio.sleep(0.1)
     assert [t for t, _ in seen] == ["a"] and sc.held == 0
+
+
+async def test_the_starts_of_one_iteration_are_driven_together_by_one_callback():
+    # A session's batch of submits (start_soon) and the unary starts not held: one
+    # callback in the next iteration drives them all, in arrival order; a start
+    # that raises does not keep the others of its group from starting.
+    loop = asyncio.get_running_loop()
+    events: list = []
+    sc = None
+
+    def drive(rt, cmd):
+        events.append((rt.task_id, sc.driving))
+        if rt.task_id == "bad":
+            raise RuntimeError("boom")
+    sc = StartCoalescer(loop, 0, drive)
+    for name in ("a", "bad", "b"):
+        sc.start_soon(_Rt(name), None)
+    sc.start(_Rt("c"), None, others_running=True)        # window 0: a unary start goes with them
+    assert events == [] and not sc.driving
+    await asyncio.sleep(0)
+    assert events == [("a", True), ("bad", True), ("b", True), ("c", True)] and not sc.driving
+    sc.start_soon(_Rt("late"), None)
+    sc.close()             # a start not held was already under way, as a call_soon was: it still runs
+    await asyncio.sleep(0)
+    assert events[4:] == [("late", True)]
+
+
+async def test_start_now_drives_the_iterations_starts_at_once_and_the_next_iteration_finds_none():
+    # A TaskSession's handled batch: its tasks start in the caller's stack, not
+    # behind what the loop queued after them; the callback scheduled for them
+    # then drives nothing.
+    loop = asyncio.get_running_loop()
+    events: list = []
+    sc = StartCoalescer(loop, 0, lambda rt, cmd: events.append(rt.task_id))
+    sc.start_now()                                       # nothing accepted: nothing to do
+    assert events == []
+    sc.start_soon(_Rt("a"), None)
+    sc.start_soon(_Rt("b"), None)
+    sc.start_now()
+    assert events == ["a", "b"]
+    await asyncio.sleep(0)
+    assert events == ["a", "b"]

@@ -11,11 +11,14 @@ from blockx.worker.v1 import worker_pb2 as pb
 
 
 class Orch:
-    """The three synchronous entry points a Session calls, over fixed snapshots."""
+    """The synchronous entry points a Session calls, over fixed snapshots."""
 
     def __init__(self, snaps):
         self.snaps = snaps
         self.subscriptions = SubscriptionManager(lambda t: None, lambda t, d: None)
+
+    def start_accepted(self):
+        pass                     # these snapshots are fixed: no task starts here
 
     def get_task_result(self, task_id, caller=None):
         try:
