@@ -6,7 +6,8 @@ key lookups, executor scoring, BindCall), executor bound (DispatchCallCmd),
 call completed (UnbindCall, CallCache, singleflight), the epilogue that
 converges the task, and remove_task.
 
-"Compiled vs twin" means the core with the compiled hot paths (dispatchloop:
+"Compiled vs twin" means the core with the compiled hot paths (records, lifecycle,
+fairness, subcalls, commands:
 per-call state, admission, bound, completion, terminal accounting and the task
 scheduler; readyqueue, scoring, cachekey) vs the same core under
 BLOCKX_NO_EXTENSIONS=1 (twin_env)."""
@@ -15,7 +16,7 @@ from time import perf_counter
 
 from bench.micro import register, sides
 
-REQUIRES = ("blockx/core/dispatch/dispatcher.py", "blockx/core/dispatch/dispatchloop.py")
+REQUIRES = ("blockx/core/dispatch/dispatcher.py", "blockx/core/dispatch/lifecycle.py")
 CALLS = 16
 EXECUTORS = 8
 DIGEST = "3f0a5c1e9b7d2a4c6e8f01234567890abcdef0123456789abcdef0123456789a"

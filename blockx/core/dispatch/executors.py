@@ -29,12 +29,7 @@ from typing import Any, Callable, Iterable
 
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.types import ExecutorSnapshot
-
-
-# An executor's record (view, heartbeat compensation, calls bound there); kept in
-# the hot module dispatchloop (a cdef class compiled, a __slots__ class interpreted)
-# for the per-call loop.
-from blockx.core.dispatch.dispatchloop import ExecutorRecord
+from blockx.core.dispatch.records import ExecutorRecord
 
 
 class ExecutorTable:

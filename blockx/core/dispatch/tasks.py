@@ -49,18 +49,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from blockx.core.dispatch.calls import CallRecord, CallTable
+from blockx.core.dispatch.calls import CallTable
 from blockx.core.dispatch.commands import BatchSettled, ConvergeTaskCalls, StopCallProduction
+from blockx.core.dispatch.records import Batch, CallRecord, TaskCalls, link_calls
 from blockx.core.dispatch.types import CALL_FAILED, OUTPUT_BYTES_EXCEEDED
 
-from blockx.core.dispatch import dispatchloop as _loop
 _idx = lambda b: b.idx  # noqa: E731
-
-
-# Batch and TaskCalls are plain records kept in the hot module (compiled cdef
-# classes; twin: __slots__ classes) so the per-call loop reads them in C.
-Batch = _loop.Batch
-TaskCalls = _loop.TaskCalls
 
 
 class TaskCallTable:
@@ -118,7 +112,7 @@ class TaskCallTable:
         if offset:
             for ctx in calls:
                 ctx.index += offset
-        _loop.link_calls(task, calls, self._calls.by_id)
+        link_calls(task, calls, self._calls.by_id)
         self._add_batch(task, Batch(batch_idx, calls), len(calls))
 
     def _add_batch(self, task: TaskCalls, batch: Batch, n: int, grow: int | None = None) -> None:

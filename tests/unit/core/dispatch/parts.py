@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from blockx._fast import load
-from blockx.core.dispatch.calls import RUNNING, CallRecord, CallTable
+from blockx.core.dispatch.records import RUNNING, CallRecord
+from blockx.core.dispatch.calls import CallTable
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.executors import ExecutorTable
 from blockx.core.dispatch.fairness import TaskScheduler

@@ -25,7 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from blockx.core.dispatch.types import RetryPolicy
 from blockx.core.dispatch.commands import BindCall
 from blockx.core.dispatch.config import DispatcherConfig
-from blockx.core.dispatch.calls import DONE, READY, RUNNING, WAITING
+from blockx.core.dispatch.records import DONE, READY, RUNNING, WAITING
 from blockx.core.dispatch.types import PinnedCall, RetryPolicy
 from blockx.core.dispatch.commands import BindCall
 from blockx.core.dispatch.types import PinnedCall

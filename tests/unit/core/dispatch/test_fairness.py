@@ -2,6 +2,8 @@
 the fairness quantum (consecutive binds served to one instance)."""
 import pytest
 
+from blockx._fast import implementations
+
 from blockx.core.dispatch.commands import BindCall
 from blockx.core.dispatch.config import DispatcherConfig
 
@@ -171,3 +173,38 @@ def test_a_turn_that_served_nothing_is_void():
     # A filled the executor exactly at its quantum; the turn picked next found no
     # executor, so B (nothing in flight) goes first once room appears.
     assert _instances(h) == "AAABBB"
+
+
+FORMS = list(zip(implementations("fairness", "blockx.core.dispatch"),
+                 implementations("records", "blockx.core.dispatch")))
+
+
+@pytest.mark.parametrize("form", FORMS, ids=[f[0][0] for f in FORMS])
+def test_the_scheduler_takes_turns_like_the_twin(form):
+    """One fair scheduler per implementation, the same operations, the same picks."""
+    from blockx._fast import load
+    ReadyQueue = load("readyqueue").ReadyQueue
+    picks = []
+    for (_, fair), (_, rec) in (form, FORMS[-1]):
+        sched = fair.TaskScheduler(True, 2, 4)
+        tasks = []
+        for tid, inst in (("a", "X"), ("b", "X"), ("c", "Y")):
+            t = rec.TaskCalls(tid, True, 3, 10, 0, sched.attach(inst), False, ReadyQueue())
+            t.ready.push(object())
+            sched.wake(t)
+            tasks.append(t)
+        order = []
+        for _ in range(7):
+            t = sched.next_task()
+            order.append(t.task_id)
+            t.inflight += 1
+            t.instance.inflight += 1
+            sched.served(t)
+        sched.detach(tasks[0])
+        order.append(sorted(sched.instance_inflight().items()))
+        sched.unserved()
+        order.append(sched.next_task().task_id)
+        picks.append(order)
+    assert picks[0] == picks[1]
+    # X and Y tie (in flight, last served): X by id first, quantum 2 each, then turns
+    assert picks[0][:7] == ["a", "b", "c", "c", "a", "b", "c"], picks[0]

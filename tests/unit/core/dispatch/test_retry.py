@@ -2,7 +2,7 @@
 failed bind does neither; and (the lifecycle's part of it) a failed attempt
 puts the call back to READY with its timer armed, and the timer hands the call
 back only once."""
-from blockx.core.dispatch.calls import DONE, READY, RUNNING, CallRecord
+from blockx.core.dispatch.records import DONE, READY, RUNNING, CallRecord
 from blockx.core.dispatch.commands import ArmCallRetry
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.retry import RetryScheduler

@@ -4,7 +4,7 @@ call and completes from it (CompleteCallFromCache, then SubcallDone, counted in
 cache_hits); the leader's failure, retry, cancellation and the waiter's own
 parent ending never leave a waiter hanging nor give it a result that is not
 the function's; a join that would close a wait cycle runs on its own."""
-from blockx.core.dispatch.calls import DONE, READY
+from blockx.core.dispatch.records import DONE, READY
 from blockx.core.dispatch.commands import (
     BindCall, CancelCallCmd, CompleteCallFromCache, DispatchCallCmd, SubcallDone)
 from blockx.core.dispatch.config import DispatcherConfig

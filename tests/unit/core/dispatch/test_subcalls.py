@@ -6,7 +6,7 @@ cancellation)."""
 import orjson
 import pytest
 
-from blockx.core.dispatch.calls import DONE, RUNNING
+from blockx.core.dispatch.records import DONE, RUNNING
 from blockx.core.dispatch.commands import BindCall, CancelCallCmd, CompleteCallFromCache, SubcallDone
 from blockx.core.dispatch.types import ExecutorSnapshot, SubcallRejected
 from blockx.core.dispatch.commands import (

@@ -5,7 +5,7 @@ BatchSettled, StopCallProduction, production_done, and the collected-output
 cap; and hand_over, a stream whose settled batches take their outputs away."""
 import pytest
 
-from blockx.core.dispatch.calls import DONE, CallRecord
+from blockx.core.dispatch.records import DONE, CallRecord
 from blockx.core.dispatch.commands import (
     CancelCallCmd, ConvergeTaskCalls, StopCallProduction)
 from blockx.core.dispatch.commands import (
