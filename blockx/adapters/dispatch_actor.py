@@ -11,8 +11,10 @@ Invariants:
   handle_executor_bound / handle_bind_failed; a failed ExecuteCall send ->
   handle_call_failed), but never
   re-enters `post`: events posted while a batch executes are queued and run after.
-- After the queue drains, the epilogue runs: `flush_dirty_tasks` (convergence)
-  and `dispatch` (admission) until both are quiescent.
+- After the queue drains, the epilogue runs: `dispatch` (admission) then
+  `flush_dirty_tasks` (convergence), until both are quiescent. With
+  BLOCKX_VALIDATE_STATE=1 (a debug setting) the core's `validate_state()` then
+  runs after every batch: a broken invariant is logged at the batch that broke it.
 - Anything that awaits (CancelCall sends, IO that awaits, source lookups) runs in
   its own asyncio task and reports back through `post`. ResumeCalls are sent by
   callback (send_resume): queued at once while the outbox has room, their
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import deque
 from typing import Callable, Mapping
 
@@ -95,6 +98,8 @@ class DispatchActor:
         self._retry_timers: set[asyncio.TimerHandle] = set()
         self.traces = traces                      # TraceStore (trace_recorder.py); None when tracing is off
         self.call_spans = call_spans              # TaskSpans with per-call spans (otel_spans.py); else None
+        # Debug: check the core's invariants after every batch (O(calls) each time).
+        self.validate_state = os.environ.get("BLOCKX_VALIDATE_STATE", "") not in ("", "0")
 
     # ---- the actor -------------------------------------------------------------
 
@@ -131,6 +136,11 @@ class DispatchActor:
                                   EPILOGUE_MAX_ROUNDS)
                 except Exception:  # noqa: BLE001 - the actor must outlive one bad command
                     log.exception("dispatch epilogue failed")
+                if self.validate_state:
+                    try:
+                        disp.validate_state()
+                    except AssertionError:
+                        log.exception("dispatcher state invalid after a batch (BLOCKX_VALIDATE_STATE)")
         finally:
             self.running = False
         after = self._after

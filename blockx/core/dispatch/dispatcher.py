@@ -59,6 +59,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from blockx._fast import load
+from blockx.core.dispatch.records import DONE, READY, RUNNING, STATE_NAMES, WAITING
 from blockx.core.dispatch.calls import CallTable
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.executors import ExecutorTable
@@ -69,7 +70,11 @@ from blockx.core.dispatch.retry import RetryScheduler
 from blockx.core.dispatch.subcalls import SubcallBinder
 from blockx.core.dispatch.tasks import TaskCallTable
 
-__all__ = ["DispatcherCore"]
+__all__ = ["DispatcherCore", "StateInvariantError"]
+
+
+class StateInvariantError(AssertionError):
+    """validate_state found the dispatcher's records disagreeing (a dispatcher bug)."""
 
 
 class DispatcherCore:
@@ -144,3 +149,69 @@ class DispatcherCore:
     @property
     def task_count(self) -> int:
         return len(self.tasks)
+
+    def validate_state(self) -> None:
+        """Check the invariants the parts keep between them; raise
+        StateInvariantError naming every one that fails. O(calls + tasks): for
+        the hypothesis machines after every step, and the dispatch actor after
+        each batch under BLOCKX_VALIDATE_STATE=1, never on the hot path."""
+        bad: list[str] = []
+        active = (RUNNING, WAITING)
+        by_id = self.calls.by_id
+        for cid, call in by_id.items():
+            where = f"call {cid} ({STATE_NAMES[call.state] if 0 <= call.state < 4 else call.state})"
+            if call.call_id != cid or call.state not in (READY, RUNNING, WAITING, DONE):
+                bad.append(f"{where}: filed under another id or in no state")
+                continue
+            if call.state in active:
+                rec = call.exec
+                if rec is None or rec.calls.get(cid) is not call:
+                    bad.append(f"{where}: not held by its executor's record")
+                elif call.executor_id != rec.view.executor_id:
+                    bad.append(f"{where}: executor_id {call.executor_id!r} but bound to "
+                               f"{rec.view.executor_id!r}")
+            elif call.exec is not None:
+                bad.append(f"{where}: still holds an executor seat")
+            if call.parked != (cid in self.subcalls.parked):
+                bad.append(f"{where}: parked flag disagrees with the binder's parking")
+            if call.parked and (call.state != READY or call.parent is None):
+                bad.append(f"{where}: parked but not a READY subcall")
+            if call.leader is not None and call.state != DONE and (call.state != READY or call not in (call.leader.waiters or ())):
+                bad.append(f"{where}: waits on {call.leader.call_id} without being its READY waiter")
+            if call.retry_armed and call.state != READY:
+                bad.append(f"{where}: retry armed but not READY")
+            if call.task is not None and call.task.removed and call.state != DONE:
+                bad.append(f"{where}: its task was removed")
+        for eid, rec in self.executors.records.items():
+            if rec.view.local_inflight != len(rec.calls):
+                bad.append(f"executor {eid}: local_inflight {rec.view.local_inflight} but "
+                           f"{len(rec.calls)} calls bound")
+            for cid, call in rec.calls.items():
+                if call.exec is not rec or call.state not in active:
+                    bad.append(f"executor {eid}: holds call {cid} that is not bound there")
+        per_instance: dict[int, int] = {}
+        for tid, task in self.tasks.by_id.items():
+            inflight = 0
+            for cid, call in task.pending.items():
+                if call.state == DONE or call.parent is not None or call.task is not task:
+                    bad.append(f"task {tid}: pending call {cid} is DONE, a subcall or another's")
+                if call.state in active:
+                    inflight += 1
+            if inflight != task.inflight:
+                bad.append(f"task {tid}: inflight {task.inflight} but {inflight} roots running")
+            queued = sum(b.n - b.pos for b in task.blocks)
+            if queued != task.queued:
+                bad.append(f"task {tid}: queued {task.queued} but {queued} rows in its blocks")
+            key = id(task.instance)
+            per_instance[key] = per_instance.get(key, 0) + task.inflight
+            for key_, leader in task.flights.items():
+                if leader.state == DONE or leader.key != key_:
+                    bad.append(f"task {tid}: flight {key_!r} led by {leader.call_id}, DONE or "
+                               f"of another key")
+        for key, n in per_instance.items():
+            inst = next(t.instance for t in self.tasks.by_id.values() if id(t.instance) == key)
+            if inst.inflight != n:
+                bad.append(f"instance {inst.instance_id!r}: inflight {inst.inflight} but its tasks "
+                           f"hold {n}")
+        if bad:
+            raise StateInvariantError("dispatcher state: " + "; ".join(bad))

@@ -270,6 +270,10 @@ class DispatcherMachine(RuleBasedStateMachine):
     # --- invariants ------------------------------------------------------------------
 
     @invariant()
+    def the_dispatchers_own_invariants_hold(self):
+        self.h.core.validate_state()
+
+    @invariant()
     def windows_and_capacity_hold(self):
         per_task: dict[str, int] = {}
         per_exec: dict[str, int] = {}
