@@ -30,13 +30,19 @@ def test_each_filter_excludes_an_executor(field, value, reason):
     assert _first_bind(h) == "b"
 
 
-def test_stalled_executor_is_filtered_only_while_running_a_call():
+def test_an_executor_whose_scheduler_stalled_is_filtered_running_a_call_or_not():
+    # The spec's Filter: "scheduler stalled for longer than SchedulerStallTimeoutMs",
+    # whatever the executor reports running (an idle scheduler still wakes every poll).
     h = Harness(DispatcherConfig(call_deadline_ms=5000), executors=("a", "b"))
     h.set_executor("a", last_scheduler_active_at_ms=0, running_call_id="x/0")
+    h.set_executor("b", last_scheduler_active_at_ms=10_000)
     h.now = 10_000
     assert h.core.filter_reasons(10_000)["a"] == ""          # exactly at the threshold
     assert h.core.filter_reasons(10_001)["a"] == "stalled"
     h.set_executor("a", running_call_id="")
+    assert h.core.filter_reasons(10_001)["a"] == "stalled"
+    assert _first_bind(h, now=10_001) == "b"
+    h.set_executor("a", last_scheduler_active_at_ms=10_001)
     assert h.core.filter_reasons(10_001)["a"] == ""
 
 
