@@ -10,24 +10,25 @@ jitter and the start of a sampled executor scan come from the injected
 ``rand``). Command lists never alias core state.
 
 Driving it (the adapter's loop):
-  1. register work through the CallIntake: ``prepare_call_phase`` (pure, may
+  1. register work through the CallIntake (``intake``): ``prepare_call_phase`` (pure, may
      run off-actor) then ``commit_call_phase``; or ``commit_call_stream`` + per
      batch ``prepare_call_batch`` / ``commit_call_batch`` + ``production_done``;
-  2. feed events to the CallLifecycle: ``handle_executor_bound`` /
+  2. feed events to the CallLifecycle (``lifecycle``): ``handle_executor_bound`` /
      ``handle_bind_failed`` (right after executing a BindCall),
      ``handle_call_waiting``, ``handle_call_resumed``, ``handle_call_completed``,
      ``handle_call_failed``, ``handle_retry_ready``,
      ``handle_executor_snapshot_updated``, ``handle_executor_lost``,
      ``add_subcall``, ``cancel_task`` / ``remove_task``;
   3. after each event or batch of events run ``epilogue(now)``: ``dispatch``
-     (admit as much as possible) then ``flush_dirty_tasks`` (stop / drain /
+     (admit as much as possible) then ``flush`` (stop / drain /
      settle / converge). Handlers never admit new work themselves, so a chunk of
      completions costs one epilogue.
-Those names are the owning part's bound methods, set once here (no frame of
-this class on any path); ``lifecycle``, ``intake``, ``tasks`` ... are the parts.
+Each name is its part's own method, called on the part (``disp.lifecycle.
+handle_call_completed(...)``, ``disp.tasks.call_state(...)``): one name per event,
+no alias layer, no frame of this class on any path.
 
 Parts, in the order they are built (each takes only parts built before it):
-  calls      CallTable: calls by id (the CallRecord record and its states)
+  calls      CallTable: calls by id (records holds the CallRecord and its states)
   scheduler  TaskScheduler (fairness): which task admits next
   executors  ExecutorTable: executor views and records, Filter -> Score
   tasks      TaskCallTable: TaskCalls per task, batches, the dirty set, the
@@ -96,44 +97,6 @@ class DispatcherCore:
         self.lifecycle = life = CallLifecycle(calls.by_id, tasks, sched, ex, subcalls, retry,
                                               config.call_deadline_ms,
                                               config.max_collected_output_bytes)
-
-        # Registering calls (CallIntake).
-        self.prepare_call_phase = intake.prepare_call_phase
-        self.prepare_packed_call_phase = intake.prepare_packed_call_phase
-        self.commit_call_phase = intake.commit_call_phase
-        self.commit_call_stream = intake.commit_call_stream
-        self.prepare_call_batch = intake.prepare_call_batch
-        self.commit_call_batch = intake.commit_call_batch
-        self.production_done = intake.production_done
-        self.batch_credits = intake.batch_credits
-        # Call events (CallLifecycle).
-        self.dispatch = life.dispatch
-        self.flush_dirty_tasks = life.flush
-        self.epilogue = life.epilogue
-        self.handle_executor_bound = life.executor_bound
-        self.handle_bind_failed = life.bind_failed
-        self.handle_call_waiting = life.call_waiting
-        self.handle_call_resumed = life.call_resumed
-        self.add_subcall = life.add_subcall
-        self.handle_call_completed = life.call_completed
-        self.handle_call_failed = life.call_failed
-        self.handle_retry_ready = life.retry_ready
-        self.handle_executor_snapshot_updated = life.executor_snapshot
-        self.handle_executor_lost = life.executor_lost
-        self.cancel_task = life.cancel_task
-        self.remove_task = life.remove_task
-        # Introspection (tests, metrics, debugging; read-only).
-        self.call_state = tasks.call_state
-        self.call_attempts = tasks.call_attempts
-        self.has_task = tasks.__contains__
-        self.task_inflight = tasks.inflight
-        self.task_ready = tasks.ready_count
-        self.task_progress = tasks.progress
-        self.executor_view = ex.view
-        self.executor_calls = ex.call_ids
-        self.filter_reasons = ex.filter_reasons
-        self.instance_inflight = sched.instance_inflight
-        self.pending_bind_subcalls = subcalls.parked_ids
 
     @property
     def call_count(self) -> int:

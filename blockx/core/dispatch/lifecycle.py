@@ -2,37 +2,42 @@
 becomes DONE. Everything that changes a call's state lives here (the records
 only hold it; the SubcallBinder starts a subcall's attempt beside its parent).
 
-Events (each takes ``now`` and returns the adapter's commands, in order):
-  dispatch           admit as much as possible (TaskScheduler -> a READY root;
-                     cached result / singleflight join / Filter -> Score ->
-                     BindCall, joining consecutive ready roots with its key)
-  executor_bound     the adapter reserved the context: DispatchCallCmd, and the
-                     parked children of a parent follow it
-  bind_failed        no reservation: a root is re-queued at once (ArmCallRetry,
-                     is_retry false, no attempt used), a subcall parked
-  call_waiting       RUNNING -> WAITING (io, subcall) of the current attempt
-  call_resumed       WAITING -> RUNNING once its ResumeCall was written
-  add_subcall        a running call asks for a subcall (SubcallBinder checks
-                     it; the task's cache may answer it at once, or it waits on
-                     the task's in-flight call with its key)
-  call_completed     UnbindCall, then terminal accounting
-  call_failed        UnbindCall, the subtree cancelled, then a retry
-                     (RetryScheduler) or terminal accounting
-  retry_ready        a retry timer fired: back to the front of the task's queue
-  executor_snapshot  executor views refreshed; parked subcalls retried
-  executor_lost      every call bound there fails retryably (EXECUTOR_LOST),
-                     parents first; an unconfirmed bind is rolled back
-  cancel_task        the task ended elsewhere: in-flight calls cancelled
-                     (CancelCallCmd), whole subtrees included; state dropped
-  flush / epilogue   the TaskCallTable's stop / drain / settle / converge of every
-                     dirty task (the drain's cancellations end here);
-                     ``epilogue`` = dispatch then flush, run after each batch of
-                     events (handlers never admit work themselves)
+Events (each takes ``now`` and returns the adapter's commands, in order; the
+adapter's dispatch actor calls them by these names, on ``DispatcherCore.lifecycle``):
+  dispatch                admit as much as possible (TaskScheduler -> a READY
+                          root; cached result / singleflight join / Filter ->
+                          Score -> BindCall, joining consecutive ready roots
+                          with its key)
+  handle_executor_bound   the adapter reserved the seat: DispatchCallCmd, and
+                          the parked children of a parent follow it
+  handle_bind_failed      no reservation: a root is re-queued at once
+                          (ArmCallRetry, is_retry false, no attempt used), a
+                          subcall parked
+  handle_call_waiting     RUNNING -> WAITING (io, subcall) of the current attempt
+  handle_call_resumed     WAITING -> RUNNING once its ResumeCall was written
+  add_subcall             a running call asks for a subcall (SubcallBinder
+                          checks it; the task's cache may answer it at once, or
+                          it waits on the task's in-flight call with its key)
+  handle_call_completed   UnbindCall, then terminal accounting
+  handle_call_failed      UnbindCall, the subtree cancelled, then a retry
+                          (RetryScheduler) or terminal accounting
+  handle_retry_ready      a retry timer fired: back to the front of the task's queue
+  handle_executor_snapshot_updated
+                          executor views refreshed; parked subcalls retried
+  handle_executor_lost    every call bound there fails retryably
+                          (EXECUTOR_LOST), parents first; an unconfirmed bind
+                          is rolled back
+  cancel_task             the task ended elsewhere: in-flight calls cancelled
+                          (CancelCallCmd), whole subtrees included; state dropped
+  flush / epilogue        the TaskCallTable's stop / drain / settle / converge
+                          of every dirty task (the drain's cancellations end
+                          here); ``epilogue`` = dispatch then flush, run after
+                          each batch of events (handlers never admit work)
 
 Rules and theory of operation:
-- A call's state is READY, RUNNING, WAITING or DONE (blockx/core/dispatch/calls).
+- A call's state is READY, RUNNING, WAITING or DONE (blockx/core/dispatch/records).
   RUNNING starts when BindCall is emitted (``bound`` turns true on
-  executor_bound); a retry reuses the context and call id and only increments
+  handle_executor_bound); a retry reuses the seat and call id and only increments
   ``attempt_count`` (the attempt seq the executor echoes), so a frame of an
   older attempt is told apart by that number and ignored.
 - Stale events change nothing and return []: a frame for a call not in the call
@@ -233,7 +238,7 @@ class CallLifecycle:
 
     # --- binding -----------------------------------------------------------------------
 
-    def executor_bound(self, call_id, now, executor_id=""):
+    def handle_executor_bound(self, call_id, now, executor_id=""):
         """The adapter reserved a context for call_id: send it (DispatchCallCmd).
         With ``executor_id`` given, a bind the core no longer wants (the call was
         cancelled meanwhile) is answered with UnbindCall so the reservation is
@@ -262,7 +267,7 @@ class CallLifecycle:
             self.subcalls.bind_children(ctx, out)
         return out
 
-    def bind_failed(self, call_id, now):
+    def handle_bind_failed(self, call_id, now):
         """The adapter could not reserve the context. A root is re-queued at once
         (ArmCallRetry(now, is_retry=False)) without consuming an attempt; a
         subcall is parked."""
@@ -294,7 +299,7 @@ class CallLifecycle:
 
     # --- waits ----------------------------------------------------------------------------
 
-    def call_waiting(self, call_id, attempt_seq, now):
+    def handle_call_waiting(self, call_id, attempt_seq, now):
         """A CallWaiting (io / subcall) of the current, bound attempt: RUNNING -> WAITING."""
         ctx: CallRecord
         c = self.by_id.get(call_id)
@@ -304,7 +309,7 @@ class CallLifecycle:
                 set_state(ctx, _WAITING)
         return []
 
-    def call_resumed(self, call_id, now):
+    def handle_call_resumed(self, call_id, now):
         """Its ResumeCall was written: WAITING -> RUNNING."""
         ctx: CallRecord
         c = self.by_id.get(call_id)
@@ -371,7 +376,7 @@ class CallLifecycle:
 
     # --- completion and failure --------------------------------------------------------------
 
-    def call_completed(self, call_id, attempt_seq, output_json, budget_used_ms, now):
+    def handle_call_completed(self, call_id, attempt_seq, output_json, budget_used_ms, now):
         """A CallCompleted frame. Accepted (the current, bound attempt): the
         commands start with UnbindCall(call_id). Stale or duplicated: []."""
         ctx: CallRecord
@@ -413,7 +418,7 @@ class CallLifecycle:
         self._set_terminal(ctx, True, output_json, "", "", False, budget_used_ms, True, out, True)
         return out
 
-    def call_failed(self, call_id, attempt_seq, error_kind, retryable, message, now,
+    def handle_call_failed(self, call_id, attempt_seq, error_kind, retryable, message, now,
                     budget_used_ms=0):
         """A CallFailed frame (or a failure the adapter synthesized). Accepted:
         the commands start with UnbindCall(call_id). Stale or duplicated: []."""
@@ -447,7 +452,7 @@ class CallLifecycle:
                                out, True)
         return 0
 
-    def retry_ready(self, call_id, now):
+    def handle_retry_ready(self, call_id, now):
         """A retry timer (ArmCallRetry) fired: the call goes back to the front of
         its task's queue, unless it no longer waits for that timer."""
         ctx: CallRecord
@@ -468,14 +473,14 @@ class CallLifecycle:
 
     # --- executors -----------------------------------------------------------------------
 
-    def executor_snapshot(self, snapshots, now):
+    def handle_executor_snapshot_updated(self, snapshots, now):
         """Refresh executor views; retry parked subcalls."""
         self.ex.update(snapshots)
         out: list = []
         self.subcalls.retry_parked(out)
         return out
 
-    def executor_lost(self, executor_id, now, detail=""):
+    def handle_executor_lost(self, executor_id, now, detail=""):
         """Transport lost: every call bound there fails retryably (EXECUTOR_LOST);
         an unconfirmed bind is rolled back instead. Parents go first so their
         subtrees are cancelled rather than failed one by one. ``detail`` (e.g. the

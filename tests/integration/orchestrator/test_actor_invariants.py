@@ -14,7 +14,7 @@ from .harness import outputs, settle, until
 def _spy(h, trace: list) -> None:
     """Record the dispatcher's completion handler and epilogue in order."""
     disp = h.disp
-    completed, epilogue = disp.handle_call_completed, disp.epilogue
+    completed, epilogue = disp.lifecycle.handle_call_completed, disp.lifecycle.epilogue
 
     def handle_call_completed(call_id, *a, **kw):
         trace.append(("completed", call_id))
@@ -38,7 +38,7 @@ async def test_event_posted_from_inside_a_command_runs_after_the_batch(make_harn
         # An adapter callback that posts while the actor executes BindCall.
         def later(now):
             f.trace.append(("posted", call_id))
-            seen_states.append((h.disp.call_state("t/0"), h.disp.call_state("t/1")))
+            seen_states.append((h.disp.tasks.call_state("t/0"), h.disp.tasks.call_state("t/1")))
             return []
         h.orch.post(later)
         # Not run re-entrantly: nothing of it happened yet.
@@ -156,7 +156,7 @@ async def test_malformed_frames_are_dropped_without_disturbing_the_batch(make_ha
     ])
     assert f.handler_errors == []
     await settle()
-    assert h.disp.call_state("t/0") == "RUNNING"
+    assert h.disp.tasks.call_state("t/0") == "RUNNING"
     assert h.state("t") == TaskState.RUNNING
     f.complete("t/0", 2)
     assert outputs(await h.terminal("t")) == [2, 4]

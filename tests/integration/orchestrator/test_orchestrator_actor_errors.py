@@ -53,7 +53,7 @@ async def test_an_epilogue_that_never_quiesces_is_cut_off_with_an_error(make_har
         rounds.append(now)
         return [UnbindCall("ghost", "exec-1")]
 
-    real = disp.epilogue          # the lifecycle's, exposed by the DispatcherCore
+    real = disp.lifecycle.epilogue          # the lifecycle's, exposed by the DispatcherCore
     disp.epilogue = endless
     try:
         with caplog.at_level(logging.ERROR, logger="blockx.dispatch"):

@@ -32,7 +32,7 @@ async def test_after_run_runs_after_the_epilogue_and_a_failing_callback_does_not
     h = await make_harness()
     actor = h.orch.actor
     order: list = []
-    epilogue = h.disp.epilogue
+    epilogue = h.disp.lifecycle.epilogue
 
     def spy_epilogue(now):
         order.append(("epilogue", actor.running))

@@ -33,13 +33,13 @@ def test_with_fairness_instances_take_turns_and_tasks_within_them():
     h = _queued(True)
     h.set_executor("e", usable_contexts=6)
     assert _binds(h) == ["a1/0", "b1/0", "a2/0", "b1/1", "a1/1", "b1/2"]
-    assert h.core.instance_inflight() == {"A": 3, "B": 3}
+    assert h.core.scheduler.instance_inflight() == {"A": 3, "B": 3}
 
 
 def test_the_least_served_instance_catches_up():
     h = Harness(DispatcherConfig(instance_fairness=True), executors=("e",), contexts=3)
     h.submit("a", [spec("f", i) for i in range(10)], instance_id="A")
-    assert h.core.instance_inflight() == {"A": 3}
+    assert h.core.scheduler.instance_inflight() == {"A": 3}
     h.submit("b", [spec("g", i) for i in range(10)], instance_id="B")
     h.log.clear()
     h.set_executor("e", usable_contexts=7)
@@ -56,7 +56,7 @@ def test_completions_free_room_for_the_instance_with_fewer_inflight():
     h.submit("a", [spec("f", i) for i in range(10)], instance_id="A")
     h.submit("b", [spec("g", i) for i in range(10)], instance_id="B")
     h.set_executor("e", usable_contexts=4)
-    assert h.core.instance_inflight() == {"A": 2, "B": 2}
+    assert h.core.scheduler.instance_inflight() == {"A": 2, "B": 2}
     h.log.clear()
     h.complete("a/0")     # A: 1, B: 2 -> the free context goes to A
     assert _binds(h) == ["a/2"]
@@ -77,10 +77,10 @@ def test_instances_are_forgotten_with_their_last_task():
     h.submit("a", [spec("f", 0)], instance_id="A")
     h.submit("b", [spec("g", 0)], instance_id="B")
     h.complete("a/0")
-    h.core.remove_task("a")
-    assert h.core.instance_inflight() == {"B": 1}
-    h.core.cancel_task("b", "bye", h.now)
-    assert h.core.instance_inflight() == {}
+    h.core.lifecycle.remove_task("a")
+    assert h.core.scheduler.instance_inflight() == {"B": 1}
+    h.core.lifecycle.cancel_task("b", "bye", h.now)
+    assert h.core.scheduler.instance_inflight() == {}
 
 
 def test_empty_instance_id_is_its_own_instance():

@@ -59,7 +59,7 @@ def test_validate_state_names_records_that_disagree():
     h.submit("t", [spec("f", 1), spec("f", 2)])
     h.epilogue()
     h.core.validate_state()
-    view = h.core.executor_view("e1")
+    view = h.core.executors.view("e1")
     view.local_inflight += 1
     with pytest.raises(StateInvariantError, match="executor e1: local_inflight 3 but 2 calls bound"):
         h.core.validate_state()
