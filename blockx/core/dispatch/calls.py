@@ -25,25 +25,25 @@ class CallTable:
     def __init__(self) -> None:
         self.by_id: dict[str, CallRecord] = {}
 
-    def add(self, ctx: CallRecord) -> None:
-        self.by_id[ctx.call_id] = ctx
+    def add(self, call: CallRecord) -> None:
+        self.by_id[call.call_id] = call
 
     def add_all(self, calls: Iterable[CallRecord]) -> None:
         by_id = self.by_id
-        for ctx in calls:
-            by_id[ctx.call_id] = ctx
+        for call in calls:
+            by_id[call.call_id] = call
 
     def forget(self, calls: list) -> None:
         """Drop settled (or cancelled) calls: later frames for them are stale."""
         unlink_calls(calls, self.by_id)
 
     def state_name(self, call_id: str) -> str | None:
-        ctx = self.by_id.get(call_id)
-        return None if ctx is None else STATE_NAMES[ctx.state]
+        call = self.by_id.get(call_id)
+        return None if call is None else STATE_NAMES[call.state]
 
     def attempts(self, call_id: str) -> int | None:
-        ctx = self.by_id.get(call_id)
-        return None if ctx is None else ctx.attempt_count
+        call = self.by_id.get(call_id)
+        return None if call is None else call.attempt_count
 
     def __len__(self) -> int:
         return len(self.by_id)

@@ -25,16 +25,16 @@ cdef class CallLifecycle:
     cdef public object max_output
     cdef public object on_terminal
 
-    cdef int _bind_failed(self, CallRecord ctx, now, list out) except -1
+    cdef int _bind_failed(self, CallRecord call, now, list out) except -1
     cdef int _cancel_subtree(self, CallRecord parent, reason, list out) except -1
-    cdef int _attempt_failed(self, CallRecord ctx, kind, bint retryable, message, budget_used_ms,
+    cdef int _attempt_failed(self, CallRecord call, kind, bint retryable, message, budget_used_ms,
                              now, list out) except -1
     cdef int _drain(self, TaskCalls task, list out) except -1
-    cdef int _set_terminal(self, CallRecord ctx, bint ok, object output, object kind,
+    cdef int _set_terminal(self, CallRecord call, bint ok, object output, object kind,
                            object message, object retryable, object budget_used_ms,
                            bint counted, list out, bint notify) except -1
-    cdef int _settle_waiters(self, CallRecord ctx, bint ok, object output, object kind,
+    cdef int _settle_waiters(self, CallRecord call, bint ok, object output, object kind,
                              object message, object retryable, bint counted,
                              list out) except -1
-    cdef int _release_subcall_waiters(self, CallRecord ctx, list out) except -1
+    cdef int _release_subcall_waiters(self, CallRecord call, list out) except -1
     cdef int _hand_off(self, CallRecord leader, list moved, list out) except -1

@@ -147,7 +147,7 @@ class CallLifecycle:
         (Filter -> Score) and emit BindCall, joining the consecutive ready roots
         with the same key."""
         out: list = []
-        ctx: CallRecord
+        call: CallRecord
         nxt: CallRecord
         lead: CallRecord
         task: TaskCalls
@@ -177,23 +177,23 @@ class CallLifecycle:
                 break
             task = t
             ready = task.ready
-            ctx = ready_pop(ready) if ready_len(ready) else _take(task, by_id)
-            if ctx.state != _READY:
+            call = ready_pop(ready) if ready_len(ready) else _take(task, by_id)
+            if call.state != _READY:
                 continue
-            key = ctx.key
+            key = call.key
             cached = task.cache.get(key)
             if cached is not None:
                 task.cache_hits += 1
-                out.append(CompleteCallFromCache(ctx.call_id, task.task_id, False, ""))
-                self._set_terminal(ctx, True, cached, "", "", False, 0, True, out, True)
+                out.append(CompleteCallFromCache(call.call_id, task.task_id, False, ""))
+                self._set_terminal(call, True, cached, "", "", False, 0, True, out, True)
                 continue
             leader = task.flights.get(key)
-            # ctx itself leads while retrying; a root never waits on a subcall
+            # call itself leads while retrying; a root never waits on a subcall
             # (a subcall leader gives no attempts of its own to the roots' policy).
-            if leader is not None and leader is not ctx:
+            if leader is not None and leader is not call:
                 lead = leader
                 if lead.parent is None:
-                    _join(lead, ctx)
+                    _join(lead, call)
                     continue
             if not views:
                 i = -1
@@ -202,24 +202,20 @@ class CallLifecycle:
                     start = sample_start(len(views))
                 i = select_index(views, c_now, c_sample, c_run, c_inf, c_mem, c_stall, start)
             if i < 0:
-                ready_push_front(ready, ctx)
+                ready_push_front(ready, call)
                 sched.unserved()
                 break
             rec = recs[i]
-            set_state(ctx, _RUNNING)
-            ctx.attempt_count += 1
-            ctx.bound = False
-            ctx.budget_ms = deadline
-            view = rec.view
-            view.local_inflight += 1
-            eid = view.executor_id
-            ctx.executor_id = eid
-            rec.calls[ctx.call_id] = ctx
-            ctx.exec = rec
+            set_state(call, _RUNNING)
+            call.attempt_count += 1
+            call.bound = False
+            call.budget_ms = deadline
+            rec.bind(call)
+            eid = call.executor_id
             task.inflight += 1
             task.instance.inflight += 1
-            task.flights[key] = ctx
-            out.append(new_bind_call(ctx.call_id, eid, task.task_id, False, ""))
+            task.flights[key] = call
+            out.append(new_bind_call(call.call_id, eid, task.task_id, False, ""))
             while True:
                 if ready_len(ready):
                     nxt = ready_peek(ready)
@@ -232,7 +228,7 @@ class CallLifecycle:
                     break
                 ready_pop(ready)
                 if nxt.state == _READY:
-                    _join(ctx, nxt)
+                    _join(call, nxt)
             sched.served(task)
         return out
 
@@ -243,80 +239,80 @@ class CallLifecycle:
         With ``executor_id`` given, a bind the core no longer wants (the call was
         cancelled meanwhile) is answered with UnbindCall so the reservation is
         not leaked."""
-        ctx: CallRecord
+        call: CallRecord
         c = self.by_id.get(call_id)
         if c is None:
             if executor_id:
                 return [new_unbind_call(call_id, executor_id)]
             return []
-        ctx = c
-        if (ctx.state != _RUNNING or ctx.bound
-                or (executor_id and ctx.executor_id != executor_id)):
-            if executor_id and (ctx.state == _READY or ctx.state == _DONE
-                                or ctx.executor_id != executor_id):
+        call = c
+        if (call.state != _RUNNING or call.bound
+                or (executor_id and call.executor_id != executor_id)):
+            if executor_id and (call.state == _READY or call.state == _DONE
+                                or call.executor_id != executor_id):
                 return [new_unbind_call(call_id, executor_id)]
             return []
-        ctx.bound = True
-        parent = ctx.parent
+        call.bound = True
+        parent = call.parent
         parent_id = parent.call_id if parent is not None else ""
-        task: TaskCalls = ctx.task
-        out: list = [new_dispatch_call(call_id, ctx.executor_id, task.task_id, ctx.function_id,
-                                       ctx.digest, ctx.entry_selector, ctx.args_json,
-                                       ctx.budget_ms, ctx.attempt_count, parent_id)]
-        if ctx.children:
-            self.subcalls.bind_children(ctx, out)
+        task: TaskCalls = call.task
+        out: list = [new_dispatch_call(call_id, call.executor_id, task.task_id, call.function_id,
+                                       call.digest, call.entry_selector, call.args_json,
+                                       call.budget_ms, call.attempt_count, parent_id)]
+        if call.children:
+            self.subcalls.bind_children(call, out)
         return out
 
     def handle_bind_failed(self, call_id, now):
         """The adapter could not reserve the context. A root is re-queued at once
         (ArmCallRetry(now, is_retry=False)) without consuming an attempt; a
         subcall is parked."""
-        ctx: CallRecord
+        call: CallRecord
         c = self.by_id.get(call_id)
         if c is None:
             return []
-        ctx = c
-        if ctx.state != _RUNNING or ctx.bound:
+        call = c
+        if call.state != _RUNNING or call.bound:
             return []
         out: list = []
-        self._bind_failed(ctx, now, out)
+        self._bind_failed(call, now, out)
         return out
 
-    def _bind_failed(self, ctx, now, out):
-        rec = ctx.exec
-        self.tasks.release(ctx)
+    def _bind_failed(self, call, now, out):
+        rec = call.exec
+        self.tasks.release(call)
         rec.view.healthy = False  # until the next snapshot says otherwise
-        ctx.attempt_count -= 1
-        set_state(ctx, _READY)
-        if ctx.parent is not None:
-            self.subcalls.park(ctx)
+        call.attempt_count -= 1
+        set_state(call, _READY)
+        if call.parent is not None:
+            self.subcalls.park(call)
         else:
-            ctx.retry_armed = True
-            self.retry.requeue(ctx, now, out)
-            if ctx.waiters:
-                self._release_subcall_waiters(ctx, out)
+            call.retry_armed = True
+            self.retry.requeue(call, now, out)
+            if call.waiters:
+                self._release_subcall_waiters(call, out)
         return 0
 
     # --- waits ----------------------------------------------------------------------------
 
     def handle_call_waiting(self, call_id, attempt_seq, now):
         """A CallWaiting (io / subcall) of the current, bound attempt: RUNNING -> WAITING."""
-        ctx: CallRecord
+        call: CallRecord
         c = self.by_id.get(call_id)
         if c is not None:
-            ctx = c
-            if ctx.state == _RUNNING and ctx.bound and ctx.attempt_count == attempt_seq:
-                set_state(ctx, _WAITING)
+            call = c
+            if call.state == _RUNNING and call.bound and call.attempt_count == attempt_seq:
+                set_state(call, _WAITING)
         return []
 
     def handle_call_resumed(self, call_id, now):
         """Its ResumeCall was written: WAITING -> RUNNING."""
-        ctx: CallRecord
+        call: CallRecord
         c = self.by_id.get(call_id)
         if c is not None:
-            ctx = c
-            if ctx.state == _WAITING:
-                set_state(ctx, _RUNNING)
+            call = c
+            if call.state == _WAITING:
+                set_state(call, _RUNNING)
         return []
 
     # --- subcalls ---------------------------------------------------------------------------
@@ -379,21 +375,21 @@ class CallLifecycle:
     def handle_call_completed(self, call_id, attempt_seq, output_json, budget_used_ms, now):
         """A CallCompleted frame. Accepted (the current, bound attempt): the
         commands start with UnbindCall(call_id). Stale or duplicated: []."""
-        ctx: CallRecord
+        call: CallRecord
         rec: ExecutorRecord
         view: ExecutorView
         task: TaskCalls
         c = self.by_id.get(call_id)
         if c is None:
             return []
-        ctx = c
-        st: cython.int = ctx.state
-        if (st != _RUNNING and st != _WAITING) or not ctx.bound or ctx.attempt_count != attempt_seq:
+        call = c
+        st: cython.int = call.state
+        if (st != _RUNNING and st != _WAITING) or not call.bound or call.attempt_count != attempt_seq:
             return []
         if type(output_json) is not bytes:
             output_json = bytes(output_json)
-        rec = ctx.exec
-        out: list = [new_unbind_call(call_id, ctx.executor_id)]
+        rec = call.exec
+        out: list = [new_unbind_call(call_id, call.executor_id)]
         rec.completions += 1
         view = rec.view
         if view.runnable > 0:
@@ -402,11 +398,11 @@ class CallLifecycle:
         if rec.attached:
             # TaskCallTable.release inlined for the common case (an attached executor):
             # ExecutorTable.unbind, and for a root the task window's accounting.
-            ctx.exec = None
+            call.exec = None
             view.local_inflight -= 1
             del rec.calls[call_id]
-            if ctx.parent is None:
-                task = ctx.task
+            if call.parent is None:
+                task = call.task
                 task.inflight -= 1
                 task.instance.inflight -= 1
                 if (ready_len(task.ready) or task.queued) and not task.in_ring:
@@ -414,58 +410,58 @@ class CallLifecycle:
                 if task.stop_dispatching:
                     tasks.mark_dirty(task)
         else:
-            tasks.release(ctx)
-        self._set_terminal(ctx, True, output_json, "", "", False, budget_used_ms, True, out, True)
+            tasks.release(call)
+        self._set_terminal(call, True, output_json, "", "", False, budget_used_ms, True, out, True)
         return out
 
     def handle_call_failed(self, call_id, attempt_seq, error_kind, retryable, message, now,
                     budget_used_ms=0):
         """A CallFailed frame (or a failure the adapter synthesized). Accepted:
         the commands start with UnbindCall(call_id). Stale or duplicated: []."""
-        ctx: CallRecord
+        call: CallRecord
         c = self.by_id.get(call_id)
         if c is None:
             return []
-        ctx = c
-        st: cython.int = ctx.state
+        call = c
+        st: cython.int = call.state
         # Stale: DONE; READY (backing off, or rolled back); another attempt; not yet bound.
-        if (st != _RUNNING and st != _WAITING) or not ctx.bound or ctx.attempt_count != attempt_seq:
+        if (st != _RUNNING and st != _WAITING) or not call.bound or call.attempt_count != attempt_seq:
             return []
-        out: list = [new_unbind_call(call_id, ctx.executor_id)]
-        self.ex.note_completion(ctx.exec)
-        self.tasks.release(ctx)
-        if ctx.children:
-            self._cancel_subtree(ctx, "parent call attempt failed", out)
-        self._attempt_failed(ctx, error_kind, bool(retryable), message, budget_used_ms, now, out)
+        out: list = [new_unbind_call(call_id, call.executor_id)]
+        self.ex.note_completion(call.exec)
+        self.tasks.release(call)
+        if call.children:
+            self._cancel_subtree(call, "parent call attempt failed", out)
+        self._attempt_failed(call, error_kind, bool(retryable), message, budget_used_ms, now, out)
         return out
 
-    def _attempt_failed(self, ctx, kind, retryable, message, budget_used_ms, now, out):
-        if self.retry.may_retry(ctx, retryable):
-            set_state(ctx, _READY)
-            ctx.bound = False
-            ctx.retry_armed = True
-            self.retry.arm(ctx, now, out)
-            if ctx.waiters:
-                self._release_subcall_waiters(ctx, out)
+    def _attempt_failed(self, call, kind, retryable, message, budget_used_ms, now, out):
+        if self.retry.may_retry(call, retryable):
+            set_state(call, _READY)
+            call.bound = False
+            call.retry_armed = True
+            self.retry.arm(call, now, out)
+            if call.waiters:
+                self._release_subcall_waiters(call, out)
         else:
-            self._set_terminal(ctx, False, None, kind, message, retryable, budget_used_ms, True,
+            self._set_terminal(call, False, None, kind, message, retryable, budget_used_ms, True,
                                out, True)
         return 0
 
     def handle_retry_ready(self, call_id, now):
         """A retry timer (ArmCallRetry) fired: the call goes back to the front of
         its task's queue, unless it no longer waits for that timer."""
-        ctx: CallRecord
+        call: CallRecord
         task: TaskCalls
         c = self.by_id.get(call_id)
         if c is None:
             return []
-        ctx = c
-        if ctx.state != _READY or not ctx.retry_armed:
+        call = c
+        if call.state != _READY or not call.retry_armed:
             return []
-        ctx.retry_armed = False
-        task = ctx.task
-        ready_push_front(task.ready, ctx)
+        call.retry_armed = False
+        task = call.task
+        ready_push_front(task.ready, call)
         self.sched.wake(task)
         if task.stop_dispatching:
             self.tasks.mark_dirty(task)
@@ -486,7 +482,7 @@ class CallLifecycle:
         subtrees are cancelled rather than failed one by one. ``detail`` (e.g. the
         sandbox limit that killed it) is appended to the calls' message."""
         rec: ExecutorRecord
-        ctx: CallRecord
+        call: CallRecord
         r = self.ex.records.get(executor_id)
         if r is None:
             return []
@@ -495,17 +491,17 @@ class CallLifecycle:
         out: list = []
         message = f"executor {executor_id} lost" + (f": {detail}" if detail else "")
         for c in sorted(rec.calls.values(), key=_by_depth):
-            ctx = c
-            if ctx.exec is not rec:
+            call = c
+            if call.exec is not rec:
                 continue  # released by an ancestor's subtree cancellation
-            if not ctx.bound:
-                self._bind_failed(ctx, now, out)
+            if not call.bound:
+                self._bind_failed(call, now, out)
                 continue
-            out.append(new_unbind_call(ctx.call_id, executor_id))
-            self.tasks.release(ctx)
-            if ctx.children:
-                self._cancel_subtree(ctx, message, out)
-            self._attempt_failed(ctx, ERR_EXECUTOR_LOST, True, message, 0, now, out)
+            out.append(new_unbind_call(call.call_id, executor_id))
+            self.tasks.release(call)
+            if call.children:
+                self._cancel_subtree(call, message, out)
+            self._attempt_failed(call, ERR_EXECUTOR_LOST, True, message, 0, now, out)
         return out
 
     # --- the epilogue ---------------------------------------------------------------------
@@ -526,13 +522,13 @@ class CallLifecycle:
 
     def _drain(self, task, out):
         """Nothing is in flight in a stopped task: cancel what is left."""
-        ctx: CallRecord
+        call: CallRecord
         task.ready.clear()
         reason = f"task stopped dispatching: {task.stop_reason}"
         for c in list(task.pending.values()):
-            ctx = c
-            if ctx.state != _DONE:
-                self._set_terminal(ctx, False, None, ERR_CANCELLED, reason, False, 0, False, out,
+            call = c
+            if call.state != _DONE:
+                self._set_terminal(call, False, None, ERR_CANCELLED, reason, False, 0, False, out,
                                    True)
         by_id: dict = self.by_id
         while task.queued:
@@ -554,7 +550,7 @@ class CallLifecycle:
         subcall subtrees, and the task's state is dropped. No ConvergeTaskCalls
         follows. Unknown tasks are ignored."""
         task: TaskCalls
-        ctx: CallRecord
+        call: CallRecord
         st: cython.int
         tasks = self.tasks
         out: list = []
@@ -563,23 +559,23 @@ class CallLifecycle:
             return out
         task = t
         for c in list(task.pending.values()):
-            ctx = c
-            st = ctx.state
+            call = c
+            st = call.state
             if st == _RUNNING or st == _WAITING:
-                out.append(CancelCallCmd(ctx.call_id, ctx.executor_id, reason, ctx.attempt_count))
-                tasks.release(ctx)
-            if ctx.children:
-                self._cancel_subtree(ctx, reason, out)
-            set_state(ctx, _DONE)
-            ctx.retry_armed = False
+                out.append(CancelCallCmd(call.call_id, call.executor_id, reason, call.attempt_count))
+                tasks.release(call)
+            if call.children:
+                self._cancel_subtree(call, reason, out)
+            set_state(call, _DONE)
+            call.retry_armed = False
         task.pending.clear()
         unpark = self.subcalls.unpark
         b: Batch
         for bb in task.batches.values():
             b = bb
             for c in b.calls:
-                ctx = c
-                if ctx.parked:
+                call = c
+                if call.parked:
                     unpark(c)
         tasks.forget(task)
         return out
@@ -591,81 +587,81 @@ class CallLifecycle:
 
     # --- terminal accounting ---------------------------------------------------------------
 
-    def set_terminal(self, ctx: CallRecord, ok, output, kind, message, retryable, budget_used_ms,
+    def set_terminal(self, call: CallRecord, ok, output, kind, message, retryable, budget_used_ms,
                      counted, out: list, notify=True):
         """The single accounting point for DONE; idempotent. ``counted``: a real
         failure (calls_failed, FAST_FAIL) rather than a drain or cancellation.
         ``notify``: a subcall resumes its parent (SubcallDone)."""
-        self._set_terminal(ctx, ok, output, kind, message, retryable, budget_used_ms, counted,
+        self._set_terminal(call, ok, output, kind, message, retryable, budget_used_ms, counted,
                            out, notify)
 
     @cython.boundscheck(True)
     @cython.wraparound(True)
-    def _set_terminal(self, ctx, ok, output, kind, message, retryable, budget_used_ms, counted,
+    def _set_terminal(self, call, ok, output, kind, message, retryable, budget_used_ms, counted,
                       out, notify):
         task: TaskCalls
         parent: CallRecord
         w: CallRecord
         batch: Batch
-        if ctx.state == _DONE:
+        if call.state == _DONE:
             return 0
         if self.on_terminal is not None:
-            self.on_terminal(ctx)
-        set_state(ctx, _DONE)
-        ctx.output = output
-        ctx.budget_used_ms = budget_used_ms
-        ctx.retry_armed = False
+            self.on_terminal(call)
+        set_state(call, _DONE)
+        call.output = output
+        call.budget_used_ms = budget_used_ms
+        call.retry_armed = False
         if ok:
-            ctx.ok = True
+            call.ok = True
         else:
-            ctx.error_kind = kind
-            ctx.error_message = message
-            ctx.retryable = retryable
-        if ctx.parked:
-            self.subcalls.unpark(ctx)
-        if ctx.children:
-            self._cancel_subtree(ctx, "parent call ended", out)
-        task = ctx.task
-        if ctx.parent is not None:
-            parent = ctx.parent
+            call.error_kind = kind
+            call.error_message = message
+            call.retryable = retryable
+        if call.parked:
+            self.subcalls.unpark(call)
+        if call.children:
+            self._cancel_subtree(call, "parent call ended", out)
+        task = call.task
+        if call.parent is not None:
+            parent = call.parent
             siblings = parent.children
             if siblings:
-                siblings.pop(ctx.call_id, None)
+                siblings.pop(call.call_id, None)
             if ok:
-                task.cache[ctx.key] = output
+                task.cache[call.key] = output
             if notify and (parent.state == _RUNNING or parent.state == _WAITING):
                 if ok:
-                    out.append(SubcallDone(ctx.call_id, parent.call_id, parent.executor_id,
-                                           ctx.request_id, True, output, "", "", False,
+                    out.append(SubcallDone(call.call_id, parent.call_id, parent.executor_id,
+                                           call.request_id, True, output, "", "", False,
                                            budget_used_ms, parent.attempt_count, ""))
                 else:
                     out.append(SubcallDone(
-                        ctx.call_id, parent.call_id, parent.executor_id, ctx.request_id, False,
+                        call.call_id, parent.call_id, parent.executor_id, call.request_id, False,
                         None, ERR_SUBCALL_FAILED,
-                        f"subcall {ctx.function_id} ({ctx.call_id}) failed: {kind}: {message}",
+                        f"subcall {call.function_id} ({call.call_id}) failed: {kind}: {message}",
                         retryable, budget_used_ms, parent.attempt_count, kind))
-            if ctx.leader is not None:
+            if call.leader is not None:
                 # A waiter that ends first (its parent ended): its leader forgets it.
-                w = ctx.leader
-                ctx.leader = None
+                w = call.leader
+                call.leader = None
                 if w.waiters:
                     try:
-                        w.waiters.remove(ctx)
+                        w.waiters.remove(call)
                     except ValueError:
                         pass
-            key = ctx.key
-            if task.flights.get(key) is ctx:
+            key = call.key
+            if task.flights.get(key) is call:
                 del task.flights[key]
-            if ctx.waiters:
-                self._settle_waiters(ctx, ok, output, kind, message, retryable, counted, out)
+            if call.waiters:
+                self._settle_waiters(call, ok, output, kind, message, retryable, counted, out)
             return 0
-        del task.pending[ctx.call_id]
-        key = ctx.key
+        del task.pending[call.call_id]
+        key = call.key
         if ok:
             task.succeeded += 1
             task.cache[key] = output
             if not task.discard_outputs:
-                task.outputs[ctx.index] = output
+                task.outputs[call.index] = output
                 task.output_bytes += len(output)
                 if self.max_output and task.output_bytes > self.max_output:
                     self.tasks.output_exceeded(task)
@@ -673,18 +669,18 @@ class CallLifecycle:
             task.calls_failed += 1
             task.failures_retryable = task.failures_retryable and retryable
             if not task.first_failure:
-                task.first_failure = (f"call {ctx.call_id} (function {ctx.function_id}) failed "
-                                      f"after {ctx.attempt_count} attempt(s): {kind}: {message}")
+                task.first_failure = (f"call {call.call_id} (function {call.function_id}) failed "
+                                      f"after {call.attempt_count} attempt(s): {kind}: {message}")
             if task.fast_fail and not task.failure_code:
                 task.failure_code = CALL_FAILED
                 task.failure_message = task.first_failure
                 task.failure_retryable = retryable
                 self.tasks.stop(task, "call failed")
-        if task.flights.get(key) is ctx:
+        if task.flights.get(key) is call:
             del task.flights[key]
-        if ctx.waiters:
-            self._settle_waiters(ctx, ok, output, kind, message, retryable, counted, out)
-        batch = task.batches[ctx.batch_idx]
+        if call.waiters:
+            self._settle_waiters(call, ok, output, kind, message, retryable, counted, out)
+        batch = task.batches[call.batch_idx]
         batch.remaining -= 1
         if batch.remaining == 0:
             task.settle_ready.append(batch)
@@ -694,18 +690,18 @@ class CallLifecycle:
 
     # --- singleflight -----------------------------------------------------------------------
 
-    def _settle_waiters(self, ctx, ok, output, kind, message, retryable, counted, out):
-        """ctx, a leader, is DONE: its waiters end with its result. Roots wait on
+    def _settle_waiters(self, call, ok, output, kind, message, retryable, counted, out):
+        """call, a leader, is DONE: its waiters end with its result. Roots wait on
         roots only and take any result, as ever. A subcall waiter takes a result
         the function gave (an output; a final root failure; a subcall's failure
         that is not retryable); when the leader ended without one (cancelled with
         its parent or its task's drain, or a retryable failure of its one
         attempt), the subcall waiters are handed over instead (``_hand_off``)."""
         w: CallRecord
-        task: TaskCalls = ctx.task
-        waiters: list = ctx.waiters
-        ctx.waiters = None
-        deliver: cython.bint = ok or (counted and (ctx.parent is None or not retryable))
+        task: TaskCalls = call.task
+        waiters: list = call.waiters
+        call.waiters = None
+        deliver: cython.bint = ok or (counted and (call.parent is None or not retryable))
         moved: list = None
         for ww in waiters:
             w = ww
@@ -723,25 +719,25 @@ class CallLifecycle:
                     moved = []
                 moved.append(w)
         if moved is not None:
-            self._hand_off(ctx, moved, out)
+            self._hand_off(call, moved, out)
         return 0
 
-    def _release_subcall_waiters(self, ctx, out):
+    def _release_subcall_waiters(self, call, out):
         """A root leader went back to READY (a retry, a failed bind): its root
         waiters stay, its subcall waiters do not wait on a call that may not run
         again (its task may stop dispatching meanwhile)."""
         w: CallRecord
         stay: list = []
         moved: list = []
-        for ww in ctx.waiters:
+        for ww in call.waiters:
             w = ww
             if w.parent is None:
                 stay.append(w)
             else:
                 moved.append(w)
         if moved:
-            ctx.waiters = stay if stay else None
-            self._hand_off(ctx, moved, out)
+            call.waiters = stay if stay else None
+            self._hand_off(call, moved, out)
         return 0
 
     def _hand_off(self, leader, moved, out):

@@ -7,6 +7,7 @@ from cpython cimport array as carray
 
 from blockx._fast.readyqueue cimport ReadyQueue, ready_push
 from blockx._fast.cachekey cimport cache_key_c
+from blockx._fast.scoring cimport ExecutorView
 
 # The call states in C: the values of records.py's READY ... DONE (a test holds
 # them equal), compared in C by the compiled loop.
@@ -133,9 +134,11 @@ cdef class ExecutorRecord:
     cdef public dict calls
     cdef public bint attached
 
+    cpdef int bind(self, CallRecord call) except -1
+
 
 cdef tuple _check_spec(task_id, Py_ssize_t i, spec)
-cdef CallRecord _new_context(str call_id, function_id, digest, entry_selector, args_json, key,
+cdef CallRecord _new_call(str call_id, function_id, digest, entry_selector, args_json, key,
                              Py_ssize_t index, Py_ssize_t batch_idx)
 cdef bint _block_in_range(fidx, offs, Py_ssize_t nfns, Py_ssize_t nargs) except -1
 cdef int _init_block(CallBlock self, prefix, Py_ssize_t batch_idx, list fns, fidx, bytes args,

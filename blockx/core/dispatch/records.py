@@ -186,31 +186,31 @@ def _check_spec(task_id, i, spec):
     return function_id, digest, args_json, entry_selector
 
 
-def _new_context(call_id, function_id, digest, entry_selector, args_json, key, index, batch_idx):
+def _new_call(call_id, function_id, digest, entry_selector, args_json, key, index, batch_idx):
     # The one place a root's context is made (make_calls, and _take at admission).
     # Compiled, CallRecord.__init__ without a Python call: the fields __new__ does
     # not already hold (NULL objects are None, C fields 0).
     if not cython.compiled:
         return CallRecord(call_id, function_id, digest, entry_selector, args_json, key, index,
                           batch_idx)
-    ctx: CallRecord = CallRecord.__new__(CallRecord)
-    ctx.call_id = call_id
-    ctx.task = None
-    ctx.index = index
-    ctx.batch_idx = batch_idx
-    ctx.function_id = function_id
-    ctx.digest = digest
-    ctx.entry_selector = entry_selector
-    ctx.args_json = args_json
-    ctx.key = key
-    ctx.executor_id = ""
-    ctx.budget_ms = 0
-    ctx.request_id = ""
-    ctx.error_kind = ""
-    ctx.error_message = ""
-    ctx.retryable = False
-    ctx.budget_used_ms = 0
-    return ctx
+    call: CallRecord = CallRecord.__new__(CallRecord)
+    call.call_id = call_id
+    call.task = None
+    call.index = index
+    call.batch_idx = batch_idx
+    call.function_id = function_id
+    call.digest = digest
+    call.entry_selector = entry_selector
+    call.args_json = args_json
+    call.key = key
+    call.executor_id = ""
+    call.budget_ms = 0
+    call.request_id = ""
+    call.error_kind = ""
+    call.error_message = ""
+    call.retryable = False
+    call.budget_used_ms = 0
+    return call
 
 
 def make_calls(task_id: str, prefix: str, calls, batch_idx: cython.Py_ssize_t):
@@ -221,7 +221,7 @@ def make_calls(task_id: str, prefix: str, calls, batch_idx: cython.Py_ssize_t):
     i: cython.Py_ssize_t = 0
     for spec in calls:
         function_id, digest, args_json, entry_selector = _check_spec(task_id, i, spec)
-        out.append(_new_context(f"{prefix}{i}", function_id, digest, entry_selector or "main",
+        out.append(_new_call(f"{prefix}{i}", function_id, digest, entry_selector or "main",
                                 args_json, cache_key_c(function_id, digest, args_json), i,
                                 batch_idx))
         i += 1
@@ -354,16 +354,16 @@ def _take(task, by_id):
     b: cython.longlong = block._ov[i + 1]
     args_json = block.args[a:b]
     call_id = f"{block.prefix}{i}"
-    ctx: CallRecord = _new_context(call_id, function_id, digest, fn[2], args_json,
+    call: CallRecord = _new_call(call_id, function_id, digest, fn[2], args_json,
                                    cache_key_c(function_id, digest, args_json), block.base + i,
                                    block.batch_idx)
-    ctx.task = task
+    call.task = task
     task.queued -= 1
-    task.pending[call_id] = ctx
+    task.pending[call_id] = call
     batch: Batch = block.batch
-    batch.calls.append(ctx)
-    by_id[call_id] = ctx
-    return ctx
+    batch.calls.append(call)
+    by_id[call_id] = call
+    return call
 
 
 def take_call(task: TaskCalls, by_id: dict):
@@ -473,6 +473,17 @@ class ExecutorRecord:
         self.calls = {}                     # call_id -> CallRecord bound here
         self.attached = True
 
+    def bind(self, call: CallRecord):
+        """A seat here for call (ExecutorTable's bind: the loop and the SubcallBinder
+        call it in C): counted in local_inflight, listed in calls, and the call's
+        exec / executor_id set."""
+        view: ExecutorView = self.view
+        view.local_inflight += 1
+        self.calls[call.call_id] = call
+        call.exec = self
+        call.executor_id = view.executor_id
+        return 0
+
 
 def _join(leader, waiter):
     waiter.leader = leader
@@ -488,23 +499,23 @@ def _join(leader, waiter):
 def link_calls(task: TaskCalls, calls: list, by_id: dict):
     """TaskCallTable.register's per-call part: the committed calls join their task's
     pending roots and ready queue, and the call table."""
-    ctx: CallRecord
+    call: CallRecord
     pending: dict = task.pending
     ready: ReadyQueue = task.ready
     for c in calls:
-        ctx = c
-        ctx.task = task
-        pending[ctx.call_id] = ctx
-        ready_push(ready, ctx)
-        by_id[ctx.call_id] = ctx
+        call = c
+        call.task = task
+        pending[call.call_id] = call
+        ready_push(ready, call)
+        by_id[call.call_id] = call
 
 
 def unlink_calls(calls: list, by_id: dict):
     """CallTable.forget's loop: settled (or cancelled) calls leave the call table."""
-    ctx: CallRecord
+    call: CallRecord
     for c in calls:
-        ctx = c
-        by_id.pop(ctx.call_id, None)
+        call = c
+        by_id.pop(call.call_id, None)
 
 
 def join(leader: CallRecord, waiter: CallRecord):

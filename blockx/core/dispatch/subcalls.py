@@ -229,13 +229,8 @@ class SubcallBinder:
             set_state(child, RUNNING)
             child.attempt_count += 1
             child.bound = False
-            # ExecutorTable.bind, inlined.
             xrec: ExecutorRecord = rec
-            view: ExecutorView = xrec.view
-            view.local_inflight += 1
-            xrec.calls[child.call_id] = child
-            child.exec = rec
-            child.executor_id = view.executor_id
+            xrec.bind(child)
             out.append(new_bind_call(child.call_id, child.executor_id, child.task.task_id, True,
                                      parent.call_id))
             return True

@@ -110,8 +110,8 @@ class TaskCallTable:
         intake queues call lists compactly with ``register_block``)."""
         offset = task.total
         if offset:
-            for ctx in calls:
-                ctx.index += offset
+            for call in calls:
+                call.index += offset
         link_calls(task, calls, self._calls.by_id)
         self._add_batch(task, Batch(batch_idx, calls), len(calls))
 
@@ -145,11 +145,11 @@ class TaskCallTable:
             task.stop_reason = reason
         self.mark_dirty(task)
 
-    def release(self, ctx: CallRecord) -> None:
+    def release(self, call: CallRecord) -> None:
         """Undo a bind's accounting (executor local_inflight, task window)."""
-        self._exec.unbind(ctx)
-        if ctx.parent is None:
-            task = ctx.task
+        self._exec.unbind(call)
+        if call.parent is None:
+            task = call.task
             task.inflight -= 1
             task.instance.inflight -= 1
             if (task.ready or task.queued) and not task.in_ring:

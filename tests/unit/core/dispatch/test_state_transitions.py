@@ -68,3 +68,16 @@ def test_validate_state_names_records_that_disagree():
     task.inflight -= 1
     with pytest.raises(StateInvariantError, match="task t: inflight 1 but 2 roots running"):
         h.core.validate_state()
+
+
+def test_a_waiting_call_that_fails_retryably_goes_back_to_ready():
+    # WAITING -> READY: the one change only a retry of a waiting call makes (the
+    # suite-wide table test relies on it being made on every run, not by chance).
+    h = Harness(DispatcherConfig(), executors=("e1",))
+    h.submit("t", [spec("f", 1)])
+    attempt = h.attempt("t/0")
+    h.feed(h.core.lifecycle.handle_call_waiting("t/0", attempt, h.now))
+    assert h.core.tasks.call_state("t/0") == "WAITING"
+    h.fail("t/0", "EXECUTOR_LOST", retryable=True)
+    assert h.core.tasks.call_state("t/0") == "READY"
+    h.core.validate_state()
