@@ -198,7 +198,7 @@ class WorkerCore:
         free = {s.index for s in slots.slots if s.state is SlotState.FREE}
         held = [s for s in slots.slots if s.state is not SlotState.FREE]
         bad = [f"{s.slot_id} held by {s.task_id}, not an active task holding it" for s in held
-               if (e := index.get(s.task_id)) is None or e.slot_index != s.index or e.state.is_terminal]
+               if (e := index.get(s.task_id or "")) is None or e.slot_index != s.index or e.state.is_terminal]
         bad += [f"task {t} points at slot {e.slot_index}, held by another" for t, e in index.items()
                 if e.slot_index >= 0 and slots.slots[e.slot_index].task_id != t]
         allocated = sum(s.state is _SLOT_ALLOCATED for s in held)

@@ -91,7 +91,7 @@ class BindCall:
             return NotImplemented
         return self._fields() != cython.cast(BindCall, other)._fields()
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable, like the dataclasses
 
     def __repr__(self):
         return (f"BindCall(call_id={self.call_id!r}, executor_id={self.executor_id!r}, "
@@ -124,7 +124,7 @@ class UnbindCall:
             return NotImplemented
         return self._fields() != cython.cast(UnbindCall, other)._fields()
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable, like the dataclasses
 
     def __repr__(self):
         return f"UnbindCall(call_id={self.call_id!r}, executor_id={self.executor_id!r})"
@@ -167,7 +167,7 @@ class DispatchCallCmd:
             return NotImplemented
         return self._fields() != cython.cast(DispatchCallCmd, other)._fields()
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable, like the dataclasses
 
     def __repr__(self):
         return (f"DispatchCallCmd(call_id={self.call_id!r}, executor_id={self.executor_id!r}, "

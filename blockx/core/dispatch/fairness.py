@@ -24,7 +24,13 @@ updates their counts).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import cython
+
+if TYPE_CHECKING:
+    # Compiled, fairness.pxd cimports these (C types of the annotations).
+    from blockx.core.dispatch.records import InstanceState, TaskCalls
 
 if not cython.compiled:
     # Compiled, fairness.pxd cimports these: the record as a type, ready_len in C.
@@ -47,7 +53,7 @@ class TaskScheduler:
         self._fair = fair
         self._quantum = quantum
         self._window = window
-        self._instances = {}
+        self._instances: dict[str, InstanceState] = {}
         self._single = InstanceState("")
         self._current = None
         self._left = 0

@@ -94,7 +94,7 @@ class CallIntake:
         if type(fns) is not list:
             raise ValueError(f"task {task_id}: fns must be a list of (function_id, digest, "
                              f"entry_selector), got {type(fns).__name__}")
-        table = []
+        table: list[tuple[str, str, str]] = []
         for fn in fns:
             table.append(_check_function(task_id, len(table), fn))
         if type(args) is not bytes:

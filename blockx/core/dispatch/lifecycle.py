@@ -71,8 +71,14 @@ so they accept exactly the same values.
 from __future__ import annotations
 
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 import cython
+
+if TYPE_CHECKING:
+    # Compiled, lifecycle.pxd cimports these (C types of the annotations).
+    from blockx.core.dispatch.fairness import TaskScheduler
+    from blockx.core.dispatch.records import CallRecord
 
 from blockx.core.dispatch.commands import CancelCallCmd, CompleteCallFromCache, SubcallDone
 from blockx.core.dispatch.types import (

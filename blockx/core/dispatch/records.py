@@ -38,8 +38,16 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
+from typing import TYPE_CHECKING, Any
 
 import cython
+
+if not cython.compiled and TYPE_CHECKING:
+    # The C types of the annotations (compiled, records.pxd cimports them).
+    import array as carray
+
+    from blockx._fast.readyqueue_py import ReadyQueue
+    from blockx._fast.scoring_py import ExecutorView
 
 if not cython.compiled:
     # Compiled, records.pxd cimports these names from the hot paths.
@@ -82,7 +90,7 @@ class StateTransitionError(RuntimeError):
 
 
 # (old, new) pairs seen by the interpreted setter while recording (tests); None = off.
-_seen = None
+_seen: set[tuple[int, int]] | None = None
 
 
 def record_transitions(on: bool = True):
@@ -128,6 +136,13 @@ class CallRecord:
             "retry_armed", "parked", "ok", "output", "error_kind", "error_message",
             "retryable", "budget_used_ms",
         )
+        # The back-pointers (compiled: object fields of records.pxd).
+        task: TaskCalls | None
+        exec: ExecutorRecord | None
+        parent: CallRecord | None
+        children: dict[str, CallRecord] | None
+        waiters: list[CallRecord] | None
+        leader: CallRecord | None
 
     def __init__(self, call_id, function_id, digest, entry_selector, args_json, key,
                  index: cython.Py_ssize_t, batch_idx: cython.Py_ssize_t):
@@ -244,6 +259,9 @@ class CallBlock:
     if not cython.compiled:
         __slots__ = ("prefix", "batch_idx", "n", "pos", "base", "fns", "fidx", "args", "offs",
                      "batch", "_fv", "_ov")
+        prefix: str
+        n: int
+        pos: int
 
     def __init__(self, prefix, batch_idx: cython.Py_ssize_t, fns: list, fidx, args: bytes, offs):
         # take_call reads fidx and offs as C arrays: a block made here (not by
@@ -328,10 +346,10 @@ def make_block(task_id: str, prefix: str, calls, batch_idx: cython.Py_ssize_t):
         size += len(args_json)
         if cython.compiled:
             # array.append without a Python call: grow in place, write the C slot.
-            carray.resize_smart(fidx, i + 1)
-            fidx.data.as_uints[i] = k
-            carray.resize_smart(offs, i + 2)
-            offs.data.as_longlongs[i + 1] = size
+            carray.resize_smart(fidx, i + 1)  # type: ignore[attr-defined]
+            fidx.data.as_uints[i] = k  # type: ignore[attr-defined]
+            carray.resize_smart(offs, i + 2)  # type: ignore[attr-defined]
+            offs.data.as_longlongs[i + 1] = size  # type: ignore[attr-defined]
         else:
             fidx.append(k)
             offs.append(size)
@@ -414,6 +432,13 @@ class TaskCalls:
             "discard_outputs", "converged", "removed", "in_ring", "dirty", "succeeded",
             "calls_failed", "call_retries", "cache_hits", "first_failure", "failures_retryable",
         )
+        blocks: deque[CallBlock]
+        pending: dict[str, CallRecord]
+        outputs: list[bytes | None]
+        cache: dict[bytes, bytes]
+        flights: dict[bytes, CallRecord]
+        batches: dict[int, Batch]
+        settle_ready: list[Batch]
 
     def __init__(self, task_id, fast_fail, max_attempts, base_backoff_ms, jitter_percent,
                  instance: InstanceState, streaming, ready):
@@ -464,6 +489,7 @@ class ExecutorRecord:
     if not cython.compiled:
         __slots__ = ("view", "heartbeat_seq", "heartbeat_runnable", "completions", "calls",
                      "attached")
+        calls: dict[str, CallRecord]
 
     def __init__(self, view):
         self.view = view

@@ -68,7 +68,7 @@ if not cython.compiled:
     from blockx._fast import load
     from blockx.core.dispatch.commands import new_bind_call
     from blockx.core.dispatch.records import (
-        READY, RUNNING, WAITING, CallRecord, checked_set_state as set_state)
+        READY, RUNNING, WAITING, CallRecord, TaskCalls, checked_set_state as set_state)
     cache_key_c = load("cachekey").cache_key
 
 __all__ = ["SubcallBinder"]
@@ -178,14 +178,14 @@ class SubcallBinder:
         """A new child the cache did not answer: list it under its parent, then
         wait on the task's in-flight call with its key (singleflight: True, no
         command), or lead its key and bind beside the parent, or park."""
-        parent: CallRecord = child.parent
+        parent: CallRecord = cython.cast(CallRecord, child.parent)
         children = parent.children
         if children is None:
             parent.children = {child.call_id: child}
         else:
             siblings: dict = children
             siblings[child.call_id] = child
-        task: TaskCalls = child.task
+        task: TaskCalls = cython.cast(TaskCalls, child.task)
         flights: dict = task.flights
         key = child.key
         lead = flights.get(key)
@@ -240,7 +240,7 @@ class SubcallBinder:
     def bind_children(self, parent: CallRecord, out: list):
         """The parent was just bound: its parked children may follow it."""
         child: CallRecord
-        for c in list(parent.children.values()):
+        for c in list(parent.children.values() if parent.children else ()):
             child = c
             if child.parked:
                 self._try_bind(child, out)

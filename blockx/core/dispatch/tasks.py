@@ -150,6 +150,7 @@ class TaskCallTable:
         self._exec.unbind(call)
         if call.parent is None:
             task = call.task
+            assert task is not None     # a root is linked to its task from its admission
             task.inflight -= 1
             task.instance.inflight -= 1
             if (task.ready or task.queued) and not task.in_ring:
