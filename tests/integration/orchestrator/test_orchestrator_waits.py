@@ -14,22 +14,24 @@ import pytest
 from blockx.adapters.executor.errors import ExecutorGone
 from blockx.core.types import TaskState
 
-from .harness import outputs, settle, sha256_hex, until
+from .harness import outputs, settle, sha256_hex, spy_dispatcher, until
 
 ADD_V2 = "def main(a, b):\n    # v2: same behaviour, new digest\n    return b + a\n"
 
 
 def _record_waits(h) -> list:
     seen: list = []
-    disp = h.disp
-    for name in ("handle_call_waiting", "handle_call_resumed"):
-        orig = getattr(disp, name)
 
-        def wrapped(call_id, *a, __orig=orig, __name=name, **kw):
-            seen.append((__name, call_id))
-            return __orig(call_id, *a, **kw)
+    def recording(name):
+        def wrap(orig):
+            def wrapped(call_id, *a, **kw):
+                seen.append((name, call_id))
+                return orig(call_id, *a, **kw)
+            return wrapped
+        return wrap
 
-        setattr(disp, name, wrapped)
+    spy_dispatcher(h.disp, {("lifecycle", n): recording(n)
+                            for n in ("handle_call_waiting", "handle_call_resumed")})
     return seen
 
 
