@@ -68,7 +68,7 @@ cdef inline int reject_code(ExecutorView v, long long now_ms, long long max_runn
                             long long stall_timeout_ms) except -1:
     if not v.healthy:
         return R_UNHEALTHY
-    # The spec's Filter: a scheduler stalled longer than the timeout, running a
+    # Filter: a scheduler stalled longer than the stall timeout, running a
     # call or not (an idle one still wakes every poll, so it never looks stalled).
     if stall_timeout_ms > 0 and now_ms - v.last_scheduler_active_at_ms > stall_timeout_ms:
         return R_STALLED

@@ -59,7 +59,7 @@ def filter_reason(view: ExecutorView, now_ms: int, max_runnable: int, max_inflig
     """"" when view may take a call, else the first filter that rejects it."""
     if not view.healthy:
         return "unhealthy"
-    # The spec's Filter: a scheduler stalled longer than the timeout, running a
+    # Filter: a scheduler stalled longer than the stall timeout, running a
     # call or not (an idle one still wakes every poll, so it never looks stalled).
     if stall_timeout_ms > 0 and now_ms - view.last_scheduler_active_at_ms > stall_timeout_ms:
         return "stalled"

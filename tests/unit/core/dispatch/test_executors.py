@@ -31,7 +31,7 @@ def test_each_filter_excludes_an_executor(field, value, reason):
 
 
 def test_an_executor_whose_scheduler_stalled_is_filtered_running_a_call_or_not():
-    # The spec's Filter: "scheduler stalled for longer than SchedulerStallTimeoutMs",
+    # Filter: a scheduler stalled for longer than SchedulerStallTimeoutMs is out,
     # whatever the executor reports running (an idle scheduler still wakes every poll).
     h = Harness(DispatcherConfig(call_deadline_ms=5000), executors=("a", "b"))
     h.set_executor("a", last_scheduler_active_at_ms=0, running_call_id="x/0")
