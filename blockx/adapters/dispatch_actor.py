@@ -126,7 +126,7 @@ class DispatchActor:
                 now = self._mono()
                 try:
                     for _ in range(EPILOGUE_MAX_ROUNDS):
-                        cmds = disp.lifecycle.epilogue(now)
+                        cmds = disp.lifecycle.epilogue(now=now)
                         if not cmds:
                             break
                         self._exec(cmds, now)

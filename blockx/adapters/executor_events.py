@@ -88,8 +88,8 @@ class ExecutorEvents:
         lost = len(calls)
         if lost:
             self.metrics.call_failed(m.EXECUTOR_LOST, lost)
-        return ((self.disp.lifecycle.handle_executor_snapshot_updated(snaps, now) or [])
-                + (self.disp.lifecycle.handle_executor_lost(executor_id, now, detail) or []))
+        return ((self.disp.lifecycle.handle_executor_snapshot_updated(snaps, now=now) or [])
+                + (self.disp.lifecycle.handle_executor_lost(executor_id, now=now, detail=detail) or []))
 
     def on_executor_frames(self, executor_id: str, frames: list) -> None:
         self.actor.post(lambda now: self._apply_frames(executor_id, frames, now))

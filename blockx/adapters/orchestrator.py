@@ -185,7 +185,7 @@ class Orchestrator:
                 rt.sink.abort()                  # nothing streamed becomes visible (a no-op once committed)
             # In-flight calls (and their subcall subtrees) get CancelCall; the
             # dispatcher forgets the task.
-            self.post(lambda n: self.disp.lifecycle.cancel_task(tid, f"task {state}", n))
+            self.post(lambda n: self.disp.lifecycle.cancel_task(tid, f"task {state}", now=n))
             self.phases.end(rt)
         res = cmd.result
         if self.traces is not None: self.traces.task_ended(tid, state, res)  # trace hook
@@ -275,7 +275,7 @@ class Orchestrator:
         snaps = self._core_snapshots()
         healthy = sum(1 for s in snaps if s.healthy)
         self.metrics.executors_healthy = healthy
-        self.post(lambda n: self.disp.lifecycle.handle_executor_snapshot_updated(snaps, n))
+        self.post(lambda n: self.disp.lifecycle.handle_executor_snapshot_updated(snaps, now=n))
 
     def _on_calls_converged(self, cmd) -> None:
         self.phases.calls_converged(cmd)

@@ -331,7 +331,7 @@ class TaskPhases:
                 return failed
             hand_over = rt.sink is not None
             self.actor.post(lambda n: self.disp.intake.commit_call_stream(
-                rt.task_id, cmd.call_failure_policy, retry, cmd.instance_id, n, hand_over))
+                rt.task_id, cmd.call_failure_policy, retry, cmd.instance_id, now=n, hand_over=hand_over))
             rt.credits = asyncio.Semaphore(self.stream_cfg.max_outstanding_batches)
             rt.producer = self.actor.spawn(self._produce(rt))
             return None
@@ -359,7 +359,7 @@ class TaskPhases:
         if type(specs) is list or packed:
             specs.clear()
         if self.traces is not None: self.traces.calls_queued(rt.task_id, len(prepared))  # trace hook
-        self.actor.post(lambda n: self.disp.intake.commit_call_phase(prepared, n))
+        self.actor.post(lambda n: self.disp.intake.commit_call_phase(prepared, now=n))
         return None
 
     def _open_sink(self, rt) -> PhaseOutcome | None:
@@ -449,7 +449,7 @@ class TaskPhases:
                     self.actor.post(lambda n, p=prepared: self.disp.intake.commit_call_batch(p, n))
                     idx += 1
                     await asyncio.sleep(0)   # let executors' frames in between batches
-            self.actor.post(lambda n: self.disp.intake.production_done(tid, n))
+            self.actor.post(lambda n: self.disp.intake.production_done(tid, now=n))
         except asyncio.CancelledError:
             pass
         except Exception as exc:  # noqa: BLE001 - the stream raised mid-way
