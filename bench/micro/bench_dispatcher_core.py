@@ -6,7 +6,8 @@ key lookups, executor scoring, BindCall), executor bound (DispatchCallCmd),
 call completed (UnbindCall, CallCache, singleflight), the epilogue that
 converges the task, and remove_task.
 
-"Compiled vs twin" means the core with the compiled hot paths (dispatchloop:
+"Compiled vs twin" means the core with the compiled hot paths (records, lifecycle,
+fairness, subcalls, commands:
 per-call state, admission, bound, completion, terminal accounting and the task
 scheduler; readyqueue, scoring, cachekey) vs the same core under
 BLOCKX_NO_EXTENSIONS=1 (twin_env)."""
@@ -15,7 +16,7 @@ from time import perf_counter
 
 from bench.micro import register, sides
 
-REQUIRES = ("blockx/core/dispatch/dispatcher.py", "blockx/core/dispatch/dispatchloop.py")
+REQUIRES = ("blockx/core/dispatch/dispatcher.py", "blockx/core/dispatch/lifecycle.py")
 CALLS = 16
 EXECUTORS = 8
 DIGEST = "3f0a5c1e9b7d2a4c6e8f01234567890abcdef0123456789abcdef0123456789a"
@@ -30,7 +31,7 @@ def setup():
 
     core = DispatcherCore(DispatcherConfig(), lambda: 0.5)
     snaps = [ExecutorSnapshot(f"exec-{i}", True, 0, 64) for i in range(EXECUTORS)]
-    core.handle_executor_snapshot_updated(snaps, 0)
+    core.lifecycle.handle_executor_snapshot_updated(snaps, 0)
     calls = [PinnedCall("transfer_summary", DIGEST, b'["0xabc%d",%d]' % (i, i)) for i in range(CALLS)]
     return {"core": core, "calls": calls, "seq": [0], "Bind": BindCall,
             "Converge": ConvergeTaskCalls, "twins": fast.NO_EXTENSIONS}
@@ -42,9 +43,9 @@ def run(state, loops):
     core = state["core"]
     calls = state["calls"]
     Bind, Converge = state["Bind"], state["Converge"]
-    prepare, commit = core.prepare_call_phase, core.commit_call_phase
-    epilogue, bound = core.epilogue, core.handle_executor_bound
-    completed, remove = core.handle_call_completed, core.remove_task
+    prepare, commit = core.intake.prepare_call_phase, core.intake.commit_call_phase
+    epilogue, bound = core.lifecycle.epilogue, core.lifecycle.handle_executor_bound
+    completed, remove = core.lifecycle.handle_call_completed, core.lifecycle.remove_task
     seq = state["seq"][0]
     now = seq
     converged = 0

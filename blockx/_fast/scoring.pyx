@@ -68,8 +68,9 @@ cdef inline int reject_code(ExecutorView v, long long now_ms, long long max_runn
                             long long stall_timeout_ms) except -1:
     if not v.healthy:
         return R_UNHEALTHY
-    if (stall_timeout_ms > 0 and v.running_call_id != ""
-            and now_ms - v.last_scheduler_active_at_ms > stall_timeout_ms):
+    # Filter: a scheduler stalled longer than the stall timeout, running a
+    # call or not (an idle one still wakes every poll, so it never looks stalled).
+    if stall_timeout_ms > 0 and now_ms - v.last_scheduler_active_at_ms > stall_timeout_ms:
         return R_STALLED
     if v.usable_contexts - v.local_inflight <= 0:
         return R_NO_HEADROOM

@@ -59,8 +59,9 @@ def filter_reason(view: ExecutorView, now_ms: int, max_runnable: int, max_inflig
     """"" when view may take a call, else the first filter that rejects it."""
     if not view.healthy:
         return "unhealthy"
-    if (view.running_call_id != "" and stall_timeout_ms > 0
-            and now_ms - view.last_scheduler_active_at_ms > stall_timeout_ms):
+    # Filter: a scheduler stalled longer than the stall timeout, running a
+    # call or not (an idle one still wakes every poll, so it never looks stalled).
+    if stall_timeout_ms > 0 and now_ms - view.last_scheduler_active_at_ms > stall_timeout_ms:
         return "stalled"
     if view.usable_contexts - view.local_inflight <= 0:
         return "no_headroom"

@@ -11,8 +11,10 @@ Invariants:
   handle_executor_bound / handle_bind_failed; a failed ExecuteCall send ->
   handle_call_failed), but never
   re-enters `post`: events posted while a batch executes are queued and run after.
-- After the queue drains, the epilogue runs: `flush_dirty_tasks` (convergence)
-  and `dispatch` (admission) until both are quiescent.
+- After the queue drains, the epilogue runs: `dispatch` (admission) then
+  `flush_dirty_tasks` (convergence), until both are quiescent. With
+  BLOCKX_VALIDATE_STATE=1 (a debug setting) the core's `validate_state()` then
+  runs after every batch: a broken invariant is logged at the batch that broke it.
 - Anything that awaits (CancelCall sends, IO that awaits, source lookups) runs in
   its own asyncio task and reports back through `post`. ResumeCalls are sent by
   callback (send_resume): queued at once while the outbox has room, their
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import deque
 from typing import Callable, Mapping
 
@@ -95,6 +98,8 @@ class DispatchActor:
         self._retry_timers: set[asyncio.TimerHandle] = set()
         self.traces = traces                      # TraceStore (trace_recorder.py); None when tracing is off
         self.call_spans = call_spans              # TaskSpans with per-call spans (otel_spans.py); else None
+        # Debug: check the core's invariants after every batch (O(calls) each time).
+        self.validate_state = os.environ.get("BLOCKX_VALIDATE_STATE", "") not in ("", "0")
 
     # ---- the actor -------------------------------------------------------------
 
@@ -121,7 +126,7 @@ class DispatchActor:
                 now = self._mono()
                 try:
                     for _ in range(EPILOGUE_MAX_ROUNDS):
-                        cmds = disp.epilogue(now)
+                        cmds = disp.lifecycle.epilogue(now=now)
                         if not cmds:
                             break
                         self._exec(cmds, now)
@@ -131,6 +136,11 @@ class DispatchActor:
                                   EPILOGUE_MAX_ROUNDS)
                 except Exception:  # noqa: BLE001 - the actor must outlive one bad command
                     log.exception("dispatch epilogue failed")
+                if self.validate_state:
+                    try:
+                        disp.validate_state()
+                    except AssertionError:
+                        log.exception("dispatcher state invalid after a batch (BLOCKX_VALIDATE_STATE)")
         finally:
             self.running = False
         after = self._after
@@ -174,13 +184,13 @@ class DispatchActor:
                         adapter.bind(cmd.call_id, cmd.executor_id)
                 except (BindError, ExecutorGone) as exc:  # no context, executor gone, ...
                     log.debug("bind of %s to %s failed: %s", cmd.call_id, cmd.executor_id, exc)
-                    more = disp.handle_bind_failed(cmd.call_id, now)
+                    more = disp.lifecycle.handle_bind_failed(cmd.call_id, now)
                 except Exception:  # noqa: BLE001 - a bug; roll back so the call is not stuck
                     log.exception("bind of %s to %s raised unexpectedly; treated as a failed bind",
                                   cmd.call_id, cmd.executor_id)
-                    more = disp.handle_bind_failed(cmd.call_id, now)
+                    more = disp.lifecycle.handle_bind_failed(cmd.call_id, now)
                 else:
-                    more = disp.handle_executor_bound(cmd.call_id, now, cmd.executor_id)
+                    more = disp.lifecycle.handle_executor_bound(cmd.call_id, now, cmd.executor_id)
                     # The common answer is one DispatchCallCmd: send it here, in the
                     # same step, rather than through another pass of this loop.
                     if more and len(more) == 1 and type(more[0]) is DispatchCallCmd:
@@ -237,7 +247,7 @@ class DispatchActor:
         if self.audit is not None:
             approval, refused = self.audit.check(cmd.function_id, cmd.digest)
             if refused:     # never sent: the code is not approved (AUDIT_MODE=enforce)
-                more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, AUDIT_REJECTED, False,
+                more = disp.lifecycle.handle_call_failed(cmd.call_id, cmd.attempt_seq, AUDIT_REJECTED, False,
                                                refused, now)
                 if more:
                     self._exec(more, now)
@@ -255,13 +265,13 @@ class DispatchActor:
             else:
                 self.adapter.send_execute_call(cmd.executor_id, cmd.call_id, payload)
         except OutboxFull as exc:   # the executor adapter paces ExecuteCalls; another adapter may refuse
-            more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, m.OUTBOX_FULL, True,
+            more = disp.lifecycle.handle_call_failed(cmd.call_id, cmd.attempt_seq, m.OUTBOX_FULL, True,
                                            f"ExecuteCall to {cmd.executor_id} not sent: {exc}", now)
         except (ExecutorGone, OutboxClosed) as exc:
-            more = disp.handle_call_failed(cmd.call_id, cmd.attempt_seq, m.EXECUTOR_LOST, True,
+            more = disp.lifecycle.handle_call_failed(cmd.call_id, cmd.attempt_seq, m.EXECUTOR_LOST, True,
                                            f"ExecuteCall to {cmd.executor_id} not sent: {exc}", now)
         except FrameTooLarge as exc:
-            more = disp.handle_call_failed(
+            more = disp.lifecycle.handle_call_failed(
                 cmd.call_id, cmd.attempt_seq, ERR_ARGS_TOO_LARGE, False,
                 f"the call's arguments do not fit in one frame: {exc}", now)
         except CallNotBound as exc:
@@ -271,7 +281,7 @@ class DispatchActor:
             return
         except Exception as exc:  # noqa: BLE001 - e.g. args the codec cannot encode
             log.exception("ExecuteCall %s to %s failed", cmd.call_id, cmd.executor_id)
-            more = disp.handle_call_failed(
+            more = disp.lifecycle.handle_call_failed(
                 cmd.call_id, cmd.attempt_seq, ERR_SEND_FAILED, False,
                 f"ExecuteCall to {cmd.executor_id} could not be sent: {type(exc).__name__}: {exc}",
                 now)
@@ -289,7 +299,7 @@ class DispatchActor:
 
         def fire() -> None:
             timers.discard(handle)
-            self.post(lambda n: self.disp.handle_retry_ready(call_id, n))
+            self.post(lambda n: self.disp.lifecycle.handle_retry_ready(call_id, n))
 
         handle = self._loop.call_later(delay_s, fire)
         timers.add(handle)
@@ -380,7 +390,7 @@ class DispatchActor:
         except Exception as exc:  # noqa: BLE001 - ExecutorGone / OutboxClosed
             self._resume_failed(executor_id, call_id, attempt_seq, exc)
             return
-        self.post(lambda n: self.disp.handle_call_resumed(call_id, n))
+        self.post(lambda n: self.disp.lifecycle.handle_call_resumed(call_id, n))
 
     def _notice(self, executor_id: str, call_id: str, attempt_seq: int):
         """The waiter of one ResumeCall frame (Outbox.enqueue_notify), a Notice
@@ -404,7 +414,7 @@ class DispatchActor:
         def resumed(now: int) -> list:
             out: list = []
             for call_id in ids:
-                cmds = disp.handle_call_resumed(call_id, now)
+                cmds = disp.lifecycle.handle_call_resumed(call_id, now)
                 if cmds:
                     out.extend(cmds)
             return out
@@ -415,7 +425,7 @@ class DispatchActor:
         msg = f"ResumeCall to {executor_id} not sent: {exc}"
 
         def failed(now: int) -> list:
-            cmds = self.disp.handle_call_failed(call_id, attempt_seq, m.RESUME_SEND_FAILED,
+            cmds = self.disp.lifecycle.handle_call_failed(call_id, attempt_seq, m.RESUME_SEND_FAILED,
                                                 True, msg, now)
             if cmds:    # accepted: the attempt was still current (see _apply_frames)
                 self.metrics.call_failed(m.RESUME_SEND_FAILED)

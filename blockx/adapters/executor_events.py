@@ -83,13 +83,13 @@ class ExecutorEvents:
     def _apply_executor_lost(self, executor_id: str, snaps: list, now: int, detail: str = "") -> list:
         # Its in-flight attempts end here, not with a frame: count them as failed so
         # that dispatched == completed + failed holds in the metrics.
-        calls = self.disp.executor_calls(executor_id)
+        calls = self.disp.executors.call_ids(executor_id)
         self.metrics.call_latency.forget(calls)
         lost = len(calls)
         if lost:
             self.metrics.call_failed(m.EXECUTOR_LOST, lost)
-        return ((self.disp.handle_executor_snapshot_updated(snaps, now) or [])
-                + (self.disp.handle_executor_lost(executor_id, now, detail) or []))
+        return ((self.disp.lifecycle.handle_executor_snapshot_updated(snaps, now=now) or [])
+                + (self.disp.lifecycle.handle_executor_lost(executor_id, now=now, detail=detail) or []))
 
     def on_executor_frames(self, executor_id: str, frames: list) -> None:
         self.actor.post(lambda now: self._apply_frames(executor_id, frames, now))
@@ -134,7 +134,7 @@ class ExecutorEvents:
                 # non-empty): a duplicated or stale frame changes nothing.
                 if mt == "CallCompleted":
                     # dumps_kept(output), unrolled on the per-call path: see dumps_kept for the copy.
-                    cmds = disp.handle_call_completed(call_id, p["attemptSeq"],
+                    cmds = disp.lifecycle.handle_call_completed(call_id, p["attemptSeq"],
                                                       _dumps(p.get("output")).decode().encode(),
                                                       p.get("budgetUsedMs", 0), now)
                     metrics.call_latency.ended(call_id, p["attemptSeq"], now, bool(cmds))
@@ -144,13 +144,13 @@ class ExecutorEvents:
                         if self.call_spans is not None: self.call_spans.call_done(call_id, "")  # span hook
                 elif mt == "CallFailed":
                     kind = p.get("errorKind", "")
-                    cmds = disp.handle_call_failed(call_id, p["attemptSeq"], kind, bool(p.get("retryable")),
+                    cmds = disp.lifecycle.handle_call_failed(call_id, p["attemptSeq"], kind, bool(p.get("retryable")),
                                                    p.get("errorMessage", ""), now, p.get("budgetUsedMs", 0))
                     metrics.call_latency.ended(call_id, p["attemptSeq"], now, bool(cmds))
                     if cmds:
                         if p.get("errorStack") or p.get("localVars"):    # where it failed: call_failures
                             note_call_failed(self._runtimes.get(task_id_of_call(call_id)), call_id, p,
-                                             disp.call_state(call_id) != "READY")
+                                             disp.tasks.call_state(call_id) != "READY")
                         metrics.call_failed(kind)
                         if self.traces is not None: self.traces.call_done(_own_task(p, call_id), call_id, executor_id, kind or "FAILED")  # trace hook
                         if self.call_spans is not None: self.call_spans.call_done(call_id, kind or "FAILED")  # span hook
@@ -190,7 +190,7 @@ class ExecutorEvents:
             return None
         rt = self._runtimes.get(p.get("taskId", ""))
         if kind == m.WAIT_IO:
-            cmds = self.disp.handle_call_waiting(call_id, attempt, now)
+            cmds = self.disp.lifecycle.handle_call_waiting(call_id, attempt, now)
             if self.traces is not None: self.traces.io_wait(p, call_id, attempt)  # trace hook
             if rt is None or rt.io_scope is None:
                 self.actor.send_resume(executor_id, call_id, request_id, attempt, {
@@ -206,7 +206,7 @@ class ExecutorEvents:
 
     def _on_subcall_request(self, rt, executor_id, call_id, request_id, attempt, p, now):
         disp = self.disp
-        cmds = disp.handle_call_waiting(call_id, attempt, now)
+        cmds = disp.lifecycle.handle_call_waiting(call_id, attempt, now)
         function_id = p["functionId"]
         error = None
         if rt is None or rt.view is None:
@@ -221,7 +221,7 @@ class ExecutorEvents:
                 error = (m.FUNCTION_NOT_FOUND, tenant_message(str(exc)), False)
         if error is None:
             args_json = self._canonical_args(p.get("args", []))
-            child, more = disp.add_subcall(call_id, executor_id, request_id, function_id, digest, args_json,
+            child, more = disp.lifecycle.add_subcall(call_id, executor_id, request_id, function_id, digest, args_json,
                                            int(p.get("grantedBudgetMs", 0)), now)
             if isinstance(child, str):
                 if self.traces is not None: self.traces.subcall(p.get("taskId"), call_id, child)  # trace hook

@@ -197,7 +197,7 @@ class Orchestrator:
                 rt.sink.abort()                  # nothing streamed becomes visible (a no-op once committed)
             # In-flight calls (and their subcall subtrees) get CancelCall; the
             # dispatcher forgets the task.
-            self.post(lambda n: self.disp.cancel_task(tid, f"task {state}", n))
+            self.post(lambda n: self.disp.lifecycle.cancel_task(tid, f"task {state}", now=n))
             self.phases.end(rt)
         res = cmd.result
         if self.traces is not None: self.traces.task_ended(tid, state, res)  # trace hook
@@ -239,9 +239,9 @@ class Orchestrator:
         disp = self.disp
         n = 0
         for tid in self._runtimes:
-            p = disp.task_progress(tid)
+            p = disp.tasks.progress(tid)
             if p is not None and p[0]:
-                n += max(0, p[0] - p[1] - disp.task_inflight(tid))
+                n += max(0, p[0] - p[1] - disp.tasks.inflight(tid))
         return n
 
     def _core_timers(self) -> None:
@@ -292,7 +292,7 @@ class Orchestrator:
         snaps = self._core_snapshots()
         healthy = sum(1 for s in snaps if s.healthy)
         self.metrics.executors_healthy = healthy
-        self.post(lambda n: self.disp.handle_executor_snapshot_updated(snaps, n))
+        self.post(lambda n: self.disp.lifecycle.handle_executor_snapshot_updated(snaps, now=n))
 
     def _on_calls_converged(self, cmd) -> None:
         self.phases.calls_converged(cmd)

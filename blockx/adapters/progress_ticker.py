@@ -68,12 +68,12 @@ class ProgressTicker:
                 return None
             s = r.statistic
             return (s.call_count, s.call_count, s.calls_failed, s.call_retries)
-        return self._disp.task_progress(snap.task_id)
+        return self._disp.tasks.progress(snap.task_id)
 
     def final(self, task_id: str) -> tuple[int, int, int, int] | None:
         """The counts at the moment the task ends (call before the dispatcher drops it)."""
         self._last.pop(task_id, None)
-        return self._disp.task_progress(task_id)
+        return self._disp.tasks.progress(task_id)
 
     # ---- the timer ----------------------------------------------------------------------
 
@@ -106,7 +106,7 @@ class ProgressTicker:
     def _publish_changes(self) -> None:
         subs = self._subs
         last = self._last
-        task_progress = self._disp.task_progress
+        task_progress = self._disp.tasks.progress
         context = self._core.get_task_context
         seen = set()
         for tid in tuple(subs.watched_ids()):

@@ -335,8 +335,8 @@ class TaskPhases:
             if failed is not None:
                 return failed
             hand_over = rt.sink is not None
-            self.actor.post(lambda n: self.disp.commit_call_stream(
-                rt.task_id, cmd.call_failure_policy, retry, cmd.instance_id, n, hand_over))
+            self.actor.post(lambda n: self.disp.intake.commit_call_stream(
+                rt.task_id, cmd.call_failure_policy, retry, cmd.instance_id, now=n, hand_over=hand_over))
             rt.credits = asyncio.Semaphore(self.stream_cfg.max_outstanding_batches)
             rt.producer = self.actor.spawn(self._produce(rt))
             return None
@@ -351,11 +351,11 @@ class TaskPhases:
         except Exception as exc:  # noqa: BLE001 - FunctionNotFound
             return PhaseOutcome.failure(fc.CALL_FAILED, str(exc))
         if packed:
-            prepared = self.disp.prepare_packed_call_phase(
+            prepared = self.disp.intake.prepare_packed_call_phase(
                 rt.task_id, fns, specs.fidx, specs.args, specs.offs, cmd.call_failure_policy, retry,
                 cmd.instance_id)
         else:
-            prepared = self.disp.prepare_call_phase(rt.task_id, calls, cmd.call_failure_policy, retry,
+            prepared = self.disp.intake.prepare_call_phase(rt.task_id, calls, cmd.call_failure_policy, retry,
                                                     cmd.instance_id)
         # The dispatcher holds the calls in its compact form now. The builder's list
         # is also referenced by the core's record of the task (its builder outcome
@@ -364,7 +364,7 @@ class TaskPhases:
         if type(specs) is list or packed:
             specs.clear()
         if self.traces is not None: self.traces.calls_queued(rt.task_id, len(prepared))  # trace hook
-        self.actor.post(lambda n: self.disp.commit_call_phase(prepared, n))
+        self.actor.post(lambda n: self.disp.intake.commit_call_phase(prepared, now=n))
         return None
 
     def _open_sink(self, rt) -> PhaseOutcome | None:
@@ -449,12 +449,12 @@ class TaskPhases:
                     except Exception as exc:  # noqa: BLE001 - FunctionNotFound mid-stream
                         self._fail_calls(rt, fc.CALL_FAILED, str(exc))
                         return
-                    prepared = self.disp.prepare_call_batch(tid, idx, calls)
+                    prepared = self.disp.intake.prepare_call_batch(tid, idx, calls)
                     if self.traces is not None: self.traces.calls_queued(tid, len(prepared), idx)  # trace hook
-                    self.actor.post(functools.partial(self.disp.commit_call_batch, prepared))   # (prepared, now)
+                    self.actor.post(functools.partial(self.disp.intake.commit_call_batch, prepared))   # (prepared, now)
                     idx += 1
                     await asyncio.sleep(0)   # let executors' frames in between batches
-            self.actor.post(lambda n: self.disp.production_done(tid, n))
+            self.actor.post(lambda n: self.disp.intake.production_done(tid, now=n))
         except asyncio.CancelledError:
             pass
         except Exception as exc:  # noqa: BLE001 - the stream raised mid-way

@@ -142,7 +142,7 @@ def _python_imports(source: str, module: str, is_package: bool, runtime_only: bo
 
 
 def _loader_package(call: ast.Call) -> str:
-    """The package a loader call names (``load("dispatchloop", "blockx.core.dispatch")``),
+    """The package a loader call names (``load("records", "blockx.core.dispatch")``),
     by its second argument or ``package=``; blockx._fast when it names none."""
     given = call.args[1] if len(call.args) > 1 else next(
         (k.value for k in call.keywords if k.arg == "package"), None)

@@ -50,4 +50,4 @@ def list_response(page: TaskListPage, task_progress) -> pb.ListTasksResponse:
 def list_tasks(orch: Orchestrator, req: pb.ListTasksRequest, caller: Caller | None) -> pb.ListTasksResponse:
     """Raises WorkerError (InvalidArgument) for a filter or page token that cannot be served."""
     page = orch.list_tasks(filter_from_pb(req), caller)
-    return list_response(page, orch.disp.task_progress)
+    return list_response(page, orch.disp.tasks.progress)

@@ -8,7 +8,9 @@ One module per part, each opening with the rules of the state it owns;
              error-kind / rejection strings shared with the adapter
   config     DispatcherConfig and its validation rules
   commands   the commands the dispatcher returns to the adapter
-  calls      the call record's states and the CallTable (calls by id)
+  records    the records per call, task, batch, fairness group and executor;
+             the call states and their one guarded setter
+  calls      CallTable: calls by id
   fairness   TaskScheduler: which task admits next (instance fairness)
   executors  ExecutorTable: executor views and records, Filter -> Score
   tasks      TaskCallTable: per-task call state, batches, dirty set,
@@ -16,11 +18,12 @@ One module per part, each opening with the rules of the state it owns;
   subcalls   SubcallBinder: subcall checks, binding beside the parent, parking
   retry      RetryScheduler: backoff with jitter, ArmCallRetry
   intake     CallIntake: prepare/commit of call phases and stream batches
-  dispatcher DispatcherCore: builds the parts and exposes the call events
+  lifecycle  CallLifecycle: every call event (the handle_* methods)
+  dispatcher DispatcherCore: builds the parts and exposes them
 
 This package imports only blockx._fast itself, so a part can be imported alone:
 that installs, under BLOCKX_NO_EXTENSIONS=1, the finder that loads the parts
-written in Cython's pure-Python mode (dispatchloop, callcmds, reservations,
-subcallbind) from their .py source rather than from their compiled extension.
+written in Cython's pure-Python mode (records, commands, fairness, lifecycle,
+subcalls, reservations) from their .py source rather than from their compiled extension.
 """
 import blockx._fast  # noqa: F401  (the extension switch, before any part is imported)

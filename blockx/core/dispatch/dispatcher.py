@@ -10,24 +10,25 @@ jitter and the start of a sampled executor scan come from the injected
 ``rand``). Command lists never alias core state.
 
 Driving it (the adapter's loop):
-  1. register work through the CallIntake: ``prepare_call_phase`` (pure, may
+  1. register work through the CallIntake (``intake``): ``prepare_call_phase`` (pure, may
      run off-actor) then ``commit_call_phase``; or ``commit_call_stream`` + per
      batch ``prepare_call_batch`` / ``commit_call_batch`` + ``production_done``;
-  2. feed events to the CallLifecycle: ``handle_executor_bound`` /
+  2. feed events to the CallLifecycle (``lifecycle``): ``handle_executor_bound`` /
      ``handle_bind_failed`` (right after executing a BindCall),
      ``handle_call_waiting``, ``handle_call_resumed``, ``handle_call_completed``,
      ``handle_call_failed``, ``handle_retry_ready``,
      ``handle_executor_snapshot_updated``, ``handle_executor_lost``,
      ``add_subcall``, ``cancel_task`` / ``remove_task``;
   3. after each event or batch of events run ``epilogue(now)``: ``dispatch``
-     (admit as much as possible) then ``flush_dirty_tasks`` (stop / drain /
+     (admit as much as possible) then ``flush`` (stop / drain /
      settle / converge). Handlers never admit new work themselves, so a chunk of
      completions costs one epilogue.
-Those names are the owning part's bound methods, set once here (no frame of
-this class on any path); ``lifecycle``, ``intake``, ``tasks`` ... are the parts.
+Each name is its part's own method, called on the part (``disp.lifecycle.
+handle_call_completed(...)``, ``disp.tasks.call_state(...)``): one name per event,
+no alias layer, no frame of this class on any path.
 
 Parts, in the order they are built (each takes only parts built before it):
-  calls      CallTable: calls by id (the CallRecord record and its states)
+  calls      CallTable: calls by id (records holds the CallRecord and its states)
   scheduler  TaskScheduler (fairness): which task admits next
   executors  ExecutorTable: executor views and records, Filter -> Score
   tasks      TaskCallTable: TaskCalls per task, batches, the dirty set, the
@@ -59,6 +60,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from blockx._fast import load
+from blockx.core.dispatch.records import DONE, READY, RUNNING, STATE_NAMES, WAITING
 from blockx.core.dispatch.calls import CallTable
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.executors import ExecutorTable
@@ -69,7 +71,11 @@ from blockx.core.dispatch.retry import RetryScheduler
 from blockx.core.dispatch.subcalls import SubcallBinder
 from blockx.core.dispatch.tasks import TaskCallTable
 
-__all__ = ["DispatcherCore"]
+__all__ = ["DispatcherCore", "StateInvariantError"]
+
+
+class StateInvariantError(AssertionError):
+    """validate_state found the dispatcher's records disagreeing (a dispatcher bug)."""
 
 
 class DispatcherCore:
@@ -92,44 +98,6 @@ class DispatcherCore:
                                               config.call_deadline_ms,
                                               config.max_collected_output_bytes)
 
-        # Registering calls (CallIntake).
-        self.prepare_call_phase = intake.prepare_call_phase
-        self.prepare_packed_call_phase = intake.prepare_packed_call_phase
-        self.commit_call_phase = intake.commit_call_phase
-        self.commit_call_stream = intake.commit_call_stream
-        self.prepare_call_batch = intake.prepare_call_batch
-        self.commit_call_batch = intake.commit_call_batch
-        self.production_done = intake.production_done
-        self.batch_credits = intake.batch_credits
-        # Call events (CallLifecycle).
-        self.dispatch = life.dispatch
-        self.flush_dirty_tasks = life.flush
-        self.epilogue = life.epilogue
-        self.handle_executor_bound = life.executor_bound
-        self.handle_bind_failed = life.bind_failed
-        self.handle_call_waiting = life.call_waiting
-        self.handle_call_resumed = life.call_resumed
-        self.add_subcall = life.add_subcall
-        self.handle_call_completed = life.call_completed
-        self.handle_call_failed = life.call_failed
-        self.handle_retry_ready = life.retry_ready
-        self.handle_executor_snapshot_updated = life.executor_snapshot
-        self.handle_executor_lost = life.executor_lost
-        self.cancel_task = life.cancel_task
-        self.remove_task = life.remove_task
-        # Introspection (tests, metrics, debugging; read-only).
-        self.call_state = tasks.call_state
-        self.call_attempts = tasks.call_attempts
-        self.has_task = tasks.__contains__
-        self.task_inflight = tasks.inflight
-        self.task_ready = tasks.ready_count
-        self.task_progress = tasks.progress
-        self.executor_view = ex.view
-        self.executor_calls = ex.call_ids
-        self.filter_reasons = ex.filter_reasons
-        self.instance_inflight = sched.instance_inflight
-        self.pending_bind_subcalls = subcalls.parked_ids
-
     @property
     def call_count(self) -> int:
         """Call contexts held (roots and subcalls not yet settled)."""
@@ -144,3 +112,69 @@ class DispatcherCore:
     @property
     def task_count(self) -> int:
         return len(self.tasks)
+
+    def validate_state(self) -> None:
+        """Check the invariants the parts keep between them; raise
+        StateInvariantError naming every one that fails. O(calls + tasks): for
+        the hypothesis machines after every step, and the dispatch actor after
+        each batch under BLOCKX_VALIDATE_STATE=1, never on the hot path."""
+        bad: list[str] = []
+        active = (RUNNING, WAITING)
+        by_id = self.calls.by_id
+        for cid, call in by_id.items():
+            where = f"call {cid} ({STATE_NAMES[call.state] if 0 <= call.state < 4 else call.state})"
+            if call.call_id != cid or call.state not in (READY, RUNNING, WAITING, DONE):
+                bad.append(f"{where}: filed under another id or in no state")
+                continue
+            if call.state in active:
+                rec = call.exec
+                if rec is None or rec.calls.get(cid) is not call:
+                    bad.append(f"{where}: not held by its executor's record")
+                elif call.executor_id != rec.view.executor_id:
+                    bad.append(f"{where}: executor_id {call.executor_id!r} but bound to "
+                               f"{rec.view.executor_id!r}")
+            elif call.exec is not None:
+                bad.append(f"{where}: still holds an executor seat")
+            if call.parked != (cid in self.subcalls.parked):
+                bad.append(f"{where}: parked flag disagrees with the binder's parking")
+            if call.parked and (call.state != READY or call.parent is None):
+                bad.append(f"{where}: parked but not a READY subcall")
+            if call.leader is not None and call.state != DONE and (call.state != READY or call not in (call.leader.waiters or ())):
+                bad.append(f"{where}: waits on {call.leader.call_id} without being its READY waiter")
+            if call.retry_armed and call.state != READY:
+                bad.append(f"{where}: retry armed but not READY")
+            if call.task is not None and call.task.removed and call.state != DONE:
+                bad.append(f"{where}: its task was removed")
+        for eid, rec in self.executors.records.items():
+            if rec.view.local_inflight != len(rec.calls):
+                bad.append(f"executor {eid}: local_inflight {rec.view.local_inflight} but "
+                           f"{len(rec.calls)} calls bound")
+            for cid, call in rec.calls.items():
+                if call.exec is not rec or call.state not in active:
+                    bad.append(f"executor {eid}: holds call {cid} that is not bound there")
+        per_instance: dict[int, int] = {}
+        for tid, task in self.tasks.by_id.items():
+            inflight = 0
+            for cid, call in task.pending.items():
+                if call.state == DONE or call.parent is not None or call.task is not task:
+                    bad.append(f"task {tid}: pending call {cid} is DONE, a subcall or another's")
+                if call.state in active:
+                    inflight += 1
+            if inflight != task.inflight:
+                bad.append(f"task {tid}: inflight {task.inflight} but {inflight} roots running")
+            queued = sum(b.n - b.pos for b in task.blocks)
+            if queued != task.queued:
+                bad.append(f"task {tid}: queued {task.queued} but {queued} rows in its blocks")
+            key = id(task.instance)
+            per_instance[key] = per_instance.get(key, 0) + task.inflight
+            for key_, leader in task.flights.items():
+                if leader.state == DONE or leader.key != key_:
+                    bad.append(f"task {tid}: flight {key_!r} led by {leader.call_id}, DONE or "
+                               f"of another key")
+        for key, n in per_instance.items():
+            inst = next(t.instance for t in self.tasks.by_id.values() if id(t.instance) == key)
+            if inst.inflight != n:
+                bad.append(f"instance {inst.instance_id!r}: inflight {inst.inflight} but its tasks "
+                           f"hold {n}")
+        if bad:
+            raise StateInvariantError("dispatcher state: " + "; ".join(bad))

@@ -29,12 +29,7 @@ from typing import Any, Callable, Iterable
 
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.types import ExecutorSnapshot
-
-
-# An executor's record (view, heartbeat compensation, calls bound there); kept in
-# the hot module dispatchloop (a cdef class compiled, a __slots__ class interpreted)
-# for the per-call loop.
-from blockx.core.dispatch.dispatchloop import ExecutorRecord
+from blockx.core.dispatch.records import ExecutorRecord
 
 
 class ExecutorTable:
@@ -131,17 +126,11 @@ class ExecutorTable:
         return {v.executor_id: fr(v, now, self._max_runnable, self._max_inflight, self._mem,
                                   self._stall) for v in self.views}
 
-    def bind(self, rec: ExecutorRecord, ctx: Any) -> None:
-        rec.view.local_inflight += 1
-        rec.calls[ctx.call_id] = ctx
-        ctx.exec = rec
-        ctx.executor_id = rec.view.executor_id
-
-    def unbind(self, ctx: Any) -> None:
-        rec = ctx.exec
-        ctx.exec = None
+    def unbind(self, call: Any) -> None:
+        rec = call.exec
+        call.exec = None
         rec.view.local_inflight -= 1
-        del rec.calls[ctx.call_id]
+        del rec.calls[call.call_id]
         if not rec.attached and not rec.calls:
             self._drop(rec.view.executor_id)
 

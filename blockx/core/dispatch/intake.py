@@ -36,7 +36,7 @@ from blockx.core.dispatch.retry import resolve_retry
 from blockx.core.dispatch.tasks import TaskCallTable
 from blockx.core.dispatch.types import CONTINUE, FAST_FAIL, POLICIES, RetryPolicy
 
-from blockx.core.dispatch import dispatchloop as _loop
+from blockx.core.dispatch.records import CallBlock, make_block
 
 
 class PreparedCalls:
@@ -94,13 +94,13 @@ class CallIntake:
         if type(fns) is not list:
             raise ValueError(f"task {task_id}: fns must be a list of (function_id, digest, "
                              f"entry_selector), got {type(fns).__name__}")
-        table = []
+        table: list[tuple[str, str, str]] = []
         for fn in fns:
             table.append(_check_function(task_id, len(table), fn))
         if type(args) is not bytes:
             raise ValueError(f"task {task_id}: args must be bytes, got {type(args).__name__}")
         try:
-            block = _loop.CallBlock(f"{task_id}/", 0, table, fidx, args, offs)
+            block = CallBlock(f"{task_id}/", 0, table, fidx, args, offs)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"task {task_id}: packed call list: {exc}") from None
         return PreparedCalls(task_id, False, 0, policy, resolved, instance_id, block)
@@ -197,7 +197,7 @@ class CallIntake:
     # --- shared ------------------------------------------------------------------------
 
     def _pack(self, task_id: str, prefix: str, calls: Iterable, batch_idx: int) -> Any:
-        return _loop.make_block(task_id, prefix, calls, batch_idx)
+        return make_block(task_id, prefix, calls, batch_idx)
 
 
 def _check_function(task_id: str, j: int, fn: Any) -> tuple[str, str, str]:

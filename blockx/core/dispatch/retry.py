@@ -84,22 +84,22 @@ class RetryScheduler:
         self._max_backoff = max_backoff_ms
 
     @staticmethod
-    def may_retry(ctx: Any, retryable: bool) -> bool:
+    def may_retry(call: Any, retryable: bool) -> bool:
         """A root's failed attempt gets another one (subcalls: MaxAttempts = 1)."""
-        task = ctx.task
-        return (retryable and ctx.parent is None and ctx.attempt_count < task.max_attempts
+        task = call.task
+        return (retryable and call.parent is None and call.attempt_count < task.max_attempts
                 and not task.stop_dispatching)
 
-    def arm(self, ctx: Any, now: int, out: list) -> None:
+    def arm(self, call: Any, now: int, out: list) -> None:
         """The backoff after a retryably failed attempt (the lifecycle has put the
         call back to READY): a retry, counted in the task, and its timer."""
-        task = ctx.task
+        task = call.task
         task.call_retries += 1
-        delay = compute_backoff(ctx.attempt_count, task.base_backoff_ms, task.jitter_percent,
+        delay = compute_backoff(call.attempt_count, task.base_backoff_ms, task.jitter_percent,
                                 self._rand, self._max_backoff)
-        out.append(ArmCallRetry(ctx.call_id, now + delay, True))
+        out.append(ArmCallRetry(call.call_id, now + delay, True))
 
     @staticmethod
-    def requeue(ctx: Any, now: int, out: list) -> None:
+    def requeue(call: Any, now: int, out: list) -> None:
         """A failed bind: run again at once; no attempt was consumed."""
-        out.append(ArmCallRetry(ctx.call_id, now, False))
+        out.append(ArmCallRetry(call.call_id, now, False))

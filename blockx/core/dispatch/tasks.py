@@ -49,18 +49,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from blockx.core.dispatch.calls import CallRecord, CallTable
+from blockx.core.dispatch.calls import CallTable
 from blockx.core.dispatch.commands import BatchSettled, ConvergeTaskCalls, StopCallProduction
+from blockx.core.dispatch.records import Batch, CallRecord, TaskCalls, link_calls
 from blockx.core.dispatch.types import CALL_FAILED, OUTPUT_BYTES_EXCEEDED
 
-from blockx.core.dispatch import dispatchloop as _loop
 _idx = lambda b: b.idx  # noqa: E731
-
-
-# Batch and TaskCalls are plain records kept in the hot module (compiled cdef
-# classes; twin: __slots__ classes) so the per-call loop reads them in C.
-Batch = _loop.Batch
-TaskCalls = _loop.TaskCalls
 
 
 class TaskCallTable:
@@ -116,9 +110,9 @@ class TaskCallTable:
         intake queues call lists compactly with ``register_block``)."""
         offset = task.total
         if offset:
-            for ctx in calls:
-                ctx.index += offset
-        _loop.link_calls(task, calls, self._calls.by_id)
+            for call in calls:
+                call.index += offset
+        link_calls(task, calls, self._calls.by_id)
         self._add_batch(task, Batch(batch_idx, calls), len(calls))
 
     def _add_batch(self, task: TaskCalls, batch: Batch, n: int, grow: int | None = None) -> None:
@@ -151,11 +145,12 @@ class TaskCallTable:
             task.stop_reason = reason
         self.mark_dirty(task)
 
-    def release(self, ctx: CallRecord) -> None:
+    def release(self, call: CallRecord) -> None:
         """Undo a bind's accounting (executor local_inflight, task window)."""
-        self._exec.unbind(ctx)
-        if ctx.parent is None:
-            task = ctx.task
+        self._exec.unbind(call)
+        if call.parent is None:
+            task = call.task
+            assert task is not None     # a root is linked to its task from its admission
             task.inflight -= 1
             task.instance.inflight -= 1
             if (task.ready or task.queued) and not task.in_ring:

@@ -190,6 +190,26 @@ class WorkerCore:
     def free_capacity(self) -> int:
         return self._slots.free_capacity
 
+    def validate_state(self) -> None:
+        """Check that the slot table and the task index agree (counts, holders, free
+        list); raise AssertionError naming what does not. O(slots + tasks): for the
+        hypothesis machine after every step, never on the hot path."""
+        slots, index = self._slots, self._tasks._index
+        free = {s.index for s in slots.slots if s.state is SlotState.FREE}
+        held = [s for s in slots.slots if s.state is not SlotState.FREE]
+        bad = [f"{s.slot_id} held by {s.task_id}, not an active task holding it" for s in held
+               if (e := index.get(s.task_id or "")) is None or e.slot_index != s.index or e.state.is_terminal]
+        bad += [f"task {t} points at slot {e.slot_index}, held by another" for t, e in index.items()
+                if e.slot_index >= 0 and slots.slots[e.slot_index].task_id != t]
+        allocated = sum(s.state is _SLOT_ALLOCATED for s in held)
+        if (slots.allocated, slots.running) != (allocated, len(held) - allocated):
+            bad.append(f"slot counts {slots.allocated}/{slots.running} but {allocated}/"
+                       f"{len(held) - allocated} allocated/running")
+        if set(slots._free) != free or len(slots._free) != len(free) or slots.free_capacity != len(free):
+            bad.append(f"free list {sorted(slots._free)} but free slots {sorted(free)}")
+        if bad:
+            raise AssertionError("worker state: " + "; ".join(bad))
+
     @property
     def slots(self) -> list[SlotEntry]:
         """The slot table (read only)."""

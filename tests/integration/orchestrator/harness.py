@@ -84,7 +84,9 @@ class FakeExecutor:
     runnable_count: int = 0
     memory_bytes: int = 0
     running_call_id: str = ""
-    last_scheduler_active_at_ms: int = 0
+    # None: the scheduler is live (a real one wakes every poll, so it reports "now");
+    # a number: it last ran then (a test of the stall filter or the wedge check).
+    last_scheduler_active_at_ms: int | None = None
     # call id -> "live" | "draining"
     reservations: dict[str, str] = field(default_factory=dict)
 
@@ -291,7 +293,8 @@ class FakeAdapter:
                 inflight_count=len(ex.reservations), usable_contexts=max(0, ex.capacity - draining),
                 memory_bytes=ex.memory_bytes, heartbeat_seq=ex.heartbeat_seq,
                 running_call_id=ex.running_call_id,
-                last_scheduler_active_at_ms=ex.last_scheduler_active_at_ms, pid=0,
+                last_scheduler_active_at_ms=(self.clock.mono() if ex.last_scheduler_active_at_ms is None
+                                             else ex.last_scheduler_active_at_ms), pid=0,
                 attached_at_ms=0, capacity=ex.capacity,
                 free_contexts=max(0, ex.capacity - len(ex.reservations)),
                 reserved_count=len(ex.reservations), draining_count=draining))
@@ -517,3 +520,31 @@ async def build(tmp_path, *, env: dict[str, str] | None = None,
     h = Harness(orch, fake, clock, cfg, str(fdir), functions)
     h.data = data
     return h
+
+
+class _PartSpy:
+    """A dispatcher part with some methods replaced (the parts are compiled or
+    slotted objects, whose methods cannot be set on the instance)."""
+
+    def __init__(self, part: Any, overrides: dict) -> None:
+        self._part = part
+        self.__dict__.update(overrides)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._part, name)
+
+
+def spy_dispatcher(disp: Any, wraps: dict) -> None:
+    """Replace ``disp``'s parts' methods by ``wraps[(part, name)](orig)`` (e.g.
+    ``("lifecycle", "handle_call_completed")``): the actor calls the parts through
+    ``disp.<part>``, so it calls the wrappers."""
+    by_part: dict = {}
+    for (part, name), wrap in wraps.items():
+        real = getattr(disp, part)
+        real = real._part if isinstance(real, _PartSpy) else real
+        by_part.setdefault(part, (real, {}))[1][name] = wrap(getattr(getattr(disp, part), name))
+    for part, (real, overrides) in by_part.items():
+        cur = getattr(disp, part)
+        if isinstance(cur, _PartSpy):
+            overrides = {**{k: v for k, v in cur.__dict__.items() if k != "_part"}, **overrides}
+        setattr(disp, part, _PartSpy(real, overrides))

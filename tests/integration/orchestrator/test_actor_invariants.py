@@ -8,25 +8,26 @@ import logging
 
 from blockx.core.types import TaskState
 
-from .harness import outputs, settle, until
+from .harness import outputs, settle, spy_dispatcher, until
 
 
 def _spy(h, trace: list) -> None:
     """Record the dispatcher's completion handler and epilogue in order."""
-    disp = h.disp
-    completed, epilogue = disp.handle_call_completed, disp.epilogue
+    def spy_completed(completed):
+        def handle_call_completed(call_id, *a, **kw):
+            trace.append(("completed", call_id))
+            return completed(call_id, *a, **kw)
+        return handle_call_completed
 
-    def handle_call_completed(call_id, *a, **kw):
-        trace.append(("completed", call_id))
-        return completed(call_id, *a, **kw)
+    def spy_epilogue(epilogue):
+        def wrapped(now):
+            cmds = epilogue(now)
+            trace.append(("epilogue", [type(c).__name__ for c in cmds]))
+            return cmds
+        return wrapped
 
-    def spy_epilogue(now):
-        cmds = epilogue(now)
-        trace.append(("epilogue", [type(c).__name__ for c in cmds]))
-        return cmds
-
-    disp.handle_call_completed = handle_call_completed
-    disp.epilogue = spy_epilogue
+    spy_dispatcher(h.disp, {("lifecycle", "handle_call_completed"): spy_completed,
+                            ("lifecycle", "epilogue"): spy_epilogue})
 
 
 async def test_event_posted_from_inside_a_command_runs_after_the_batch(make_harness):
@@ -38,7 +39,7 @@ async def test_event_posted_from_inside_a_command_runs_after_the_batch(make_harn
         # An adapter callback that posts while the actor executes BindCall.
         def later(now):
             f.trace.append(("posted", call_id))
-            seen_states.append((h.disp.call_state("t/0"), h.disp.call_state("t/1")))
+            seen_states.append((h.disp.tasks.call_state("t/0"), h.disp.tasks.call_state("t/1")))
             return []
         h.orch.post(later)
         # Not run re-entrantly: nothing of it happened yet.
@@ -156,7 +157,7 @@ async def test_malformed_frames_are_dropped_without_disturbing_the_batch(make_ha
     ])
     assert f.handler_errors == []
     await settle()
-    assert h.disp.call_state("t/0") == "RUNNING"
+    assert h.disp.tasks.call_state("t/0") == "RUNNING"
     assert h.state("t") == TaskState.RUNNING
     f.complete("t/0", 2)
     assert outputs(await h.terminal("t")) == [2, 4]
@@ -168,20 +169,23 @@ async def test_the_dispatcher_is_only_touched_on_the_actor(make_harness):
     go through post()."""
     h = await make_harness()
     outside: list = []
-    disp = h.disp
-    for name in ("commit_call_phase", "handle_executor_bound", "handle_bind_failed",
+    def outside_of_a_step(name):
+        def wrap(orig):
+            def wrapped(*a, **kw):
+                if not h.orch.actor.running:
+                    outside.append(name)
+                return orig(*a, **kw)
+            return wrapped
+        return wrap
+
+    wraps = {("intake", "commit_call_phase"): outside_of_a_step("commit_call_phase")}
+    for name in ("handle_executor_bound", "handle_bind_failed",
                  "handle_call_waiting", "handle_call_resumed", "handle_call_completed",
                  "handle_call_failed", "handle_retry_ready", "handle_executor_snapshot_updated",
                  "handle_executor_lost", "add_subcall", "cancel_task", "epilogue", "dispatch",
-                 "flush_dirty_tasks"):
-        orig = getattr(disp, name)
-
-        def wrapped(*a, __orig=orig, __name=name, **kw):
-            if not h.orch.actor.running:
-                outside.append(__name)
-            return __orig(*a, **kw)
-
-        setattr(disp, name, wrapped)
+                 "flush"):
+        wraps[("lifecycle", name)] = outside_of_a_step(name)
+    spy_dispatcher(h.disp, wraps)
 
     f = h.fake
     f.attach("exec-2")

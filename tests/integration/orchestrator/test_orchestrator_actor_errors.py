@@ -14,7 +14,7 @@ from blockx.adapters import dispatch_actor
 from blockx.adapters.executor.errors import BindError, ExecutorGone
 from blockx.core.dispatch.commands import UnbindCall
 
-from .harness import outputs, settle, until
+from .harness import outputs, settle, spy_dispatcher, until
 
 
 async def test_an_expected_bind_error_is_not_logged_as_an_error(make_harness, caplog):
@@ -53,13 +53,13 @@ async def test_an_epilogue_that_never_quiesces_is_cut_off_with_an_error(make_har
         rounds.append(now)
         return [UnbindCall("ghost", "exec-1")]
 
-    real = disp.epilogue          # the lifecycle's, exposed by the DispatcherCore
-    disp.epilogue = endless
+    real = disp.lifecycle
+    spy_dispatcher(disp, {("lifecycle", "epilogue"): lambda orig: endless})
     try:
         with caplog.at_level(logging.ERROR, logger="blockx.dispatch"):
             h.orch.post(lambda n: [])
     finally:
-        disp.epilogue = real
+        disp.lifecycle = real
     assert len(rounds) == dispatch_actor.EPILOGUE_MAX_ROUNDS
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1

@@ -11,7 +11,7 @@ import logging
 from blockx.adapters.subscriptions import Subscription
 from blockx.core.types import TaskState
 
-from .harness import outputs, settle
+from .harness import outputs, settle, spy_dispatcher
 
 
 async def test_the_read_that_completes_the_last_call_ends_its_task_before_it_returns(make_harness):
@@ -32,12 +32,12 @@ async def test_after_run_runs_after_the_epilogue_and_a_failing_callback_does_not
     h = await make_harness()
     actor = h.orch.actor
     order: list = []
-    epilogue = h.disp.epilogue
-
-    def spy_epilogue(now):
-        order.append(("epilogue", actor.running))
-        return epilogue(now)
-    h.disp.epilogue = spy_epilogue
+    def spy_epilogue(epilogue):
+        def wrapped(now):
+            order.append(("epilogue", actor.running))
+            return epilogue(now)
+        return wrapped
+    spy_dispatcher(h.disp, {("lifecycle", "epilogue"): spy_epilogue})
 
     def bad():
         raise RuntimeError("after-run broke")

@@ -28,7 +28,7 @@ async def test_call_list_execute_payload_and_ordered_outputs(make_harness):
     assert sent[1].payload["functionCodeDigest"] == h.digest("echo")
     assert h.fake.trace[:2] == [("bind", "t1/0", "exec-1"), ("execute", "t1/0", "exec-1", 1)]
     assert h.metrics.calls_dispatched == 3
-    assert h.disp.call_state("t1/0") == "RUNNING"
+    assert h.disp.tasks.call_state("t1/0") == "RUNNING"
 
     # Completions arrive out of order and in one chunk.
     f = h.fake
@@ -47,7 +47,7 @@ async def test_call_list_execute_payload_and_ordered_outputs(make_harness):
         ("unbind", "t1/2", "exec-1"), ("unbind", "t1/0", "exec-1"), ("unbind", "t1/1", "exec-1")]
     assert f.live_reservations() == {}
     await settle()
-    assert not h.disp.has_task("t1")
+    assert not ("t1" in h.disp.tasks)
     assert "t1" not in h.orch._runtimes
     assert f.cancels == []
 
@@ -111,5 +111,5 @@ async def test_unknown_function_fails_the_calls_phase_before_dispatch(make_harne
     assert res.result.failure_code == "CALL_FAILED"
     assert "'nope' not found" in res.result.failure_message
     assert h.fake.executes == []
-    await until(lambda: not h.disp.has_task("t5"), what="dispatcher forgot t5")
+    await until(lambda: not ("t5" in h.disp.tasks), what="dispatcher forgot t5")
 

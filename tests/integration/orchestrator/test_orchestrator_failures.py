@@ -20,7 +20,7 @@ async def test_retryable_call_failure_is_redispatched_after_the_backoff(make_har
     await h.executed(2)
     f.fail("t/0", m.IO_ERROR, True, "backend hiccup")
     t_fail = loop.time()
-    assert h.disp.call_state("t/0") == "READY"
+    assert h.disp.tasks.call_state("t/0") == "READY"
     assert h.metrics.calls_retried == 1
     assert h.metrics.calls_failed[m.IO_ERROR] == 1
     await settle()
@@ -32,7 +32,7 @@ async def test_retryable_call_failure_is_redispatched_after_the_backoff(make_har
     assert retry.payload == {**f.executes[0].payload, "attemptSeq": 2}
     # A late frame of the failed attempt changes nothing.
     f.deliver("exec-1", [f.completed("t/0", 999, attempt=1), f.failed("t/0", attempt=1)])
-    assert h.disp.call_state("t/0") == "RUNNING"
+    assert h.disp.tasks.call_state("t/0") == "RUNNING"
     f.deliver("exec-1", [f.completed("t/0", 3), f.completed("t/1", 7)])
     res = await h.terminal("t")
     assert res.state == TaskState.SUCCEEDED
@@ -74,7 +74,7 @@ async def test_fast_fail_stops_dispatching_and_drains_the_queue(make_harness):
     f.fail("t/0", m.USER_ERROR, False, "ZeroDivisionError: division by zero")
     await settle()
     assert [s.call_id for s in f.executes] == ["t/0", "t/1"]   # t/2, t/3 never dispatched
-    assert h.disp.call_state("t/1") == "RUNNING"
+    assert h.disp.tasks.call_state("t/1") == "RUNNING"
     assert f.cancels == [] and not [t for t in f.trace if t[0] == "mark_draining"]
     assert h.state("t") == TaskState.RUNNING
     f.complete("t/1", 2)
@@ -142,7 +142,7 @@ async def test_executor_lost_retries_in_flight_calls_on_another_executor(make_ha
     f.complete(on2[0], int(on2[0][-1]))
     f.lose("exec-1", "connection reset")
     for cid in on1:
-        assert h.disp.call_state(cid) == "READY"
+        assert h.disp.tasks.call_state(cid) == "READY"
     assert h.metrics.calls_retried == 2
     # Two contexts on exec-2 (one busy): the lost calls go there as attempt 2,
     # one after the other.
@@ -160,7 +160,7 @@ async def test_executor_lost_retries_in_flight_calls_on_another_executor(make_ha
     res = await h.terminal("t")
     assert outputs(res) == [0, 1, 2, 3]
     assert res.result.statistic.call_retries == 2
-    assert h.disp.executor_view("exec-1") is None
+    assert h.disp.executors.view("exec-1") is None
 
 
 async def test_heartbeat_timeout_on_tick_loses_the_executor(make_harness):
@@ -187,7 +187,7 @@ async def test_task_deadline_during_calls_cancels_in_flight_calls(make_harness):
     await h.executed(3)
     f.wait_io("t/2", "r1", {"op": "sleep", "ms": 60000})   # t/2 WAITING on a slow IO
     await settle()
-    assert h.disp.call_state("t/2") == "WAITING"
+    assert h.disp.tasks.call_state("t/2") == "WAITING"
     rt = h.orch._runtimes["t"]
     scope = rt.io_scope
 
@@ -215,7 +215,7 @@ async def test_task_deadline_during_calls_cancels_in_flight_calls(make_harness):
     assert f.live_reservations() == {"exec-1": ["t/1", "t/2"]}   # until their terminal frames
     # Runtime dropped, dispatcher forgot the task, the IO scope is closed.
     assert "t" not in h.orch._runtimes
-    assert not h.disp.has_task("t")
+    assert not ("t" in h.disp.tasks)
     await settle()
     assert scope.closed
     # The pending IO of t/2 was cancelled with the scope and answered with an error.
@@ -244,4 +244,4 @@ async def test_task_deadline_while_a_retry_is_armed(make_harness):
     await settle()
     assert len(f.executes) == 1
     assert f.cancels == []              # nothing was in flight
-    assert not h.disp.has_task("t")
+    assert not ("t" in h.disp.tasks)

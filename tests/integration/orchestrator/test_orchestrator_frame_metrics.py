@@ -112,7 +112,7 @@ async def test_a_stale_resume_send_failure_counts_nothing(make_harness):
     await h.executed(2)
     f.resume_gate.set()                   # attempt 1's resume now fails: stale
     await settle()
-    assert h.disp.call_attempts("t/0") == 2
+    assert h.disp.tasks.call_attempts("t/0") == 2
     f.complete("t/0", 5)
     assert outputs(await h.terminal("t")) == [5]
     assert dict(h.metrics.calls_failed) == {m.EXECUTOR_LOST: 1}

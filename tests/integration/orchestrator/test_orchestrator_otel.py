@@ -162,7 +162,7 @@ async def test_a_subcall_span_is_a_child_of_its_parent_calls_span(make_harness):
     h.fake.wait_subcall("t/0", "r1", "child", [4], ancestry=["t/0"])
     await h.executed(2)
     h.fake.complete("t/0/sub-1", 40)
-    await until(lambda: h.disp.call_state("t/0") == "RUNNING")
+    await until(lambda: h.disp.tasks.call_state("t/0") == "RUNNING")
     h.fake.complete("t/0", 40)
     await h.terminal("t")
     got = _by_name(exporter)

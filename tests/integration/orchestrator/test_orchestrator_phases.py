@@ -80,7 +80,7 @@ async def test_executor_phase_admission_holds_the_second_task(make_harness):
     await h.executed(1)
     await settle()
     assert [s.call_id for s in h.fake.executes] == ["a/0"]
-    assert not h.disp.has_task("b")          # b waits for executorSem before registering
+    assert not ("b" in h.disp.tasks)          # b waits for executorSem before registering
     h.fake.complete("a/0", 1)
     await h.executed(2)
     assert h.fake.executes[1].call_id == "b/0"
@@ -113,7 +113,7 @@ async def test_the_builders_calls_are_not_kept_once_the_dispatcher_queued_them(m
     # The core's record keeps the builder outcome for the task's life; the dispatcher
     # holds the queued calls in its own compact form, so the builder's list is empty.
     assert ctx.builder_outcome.calls == []
-    assert h.disp.task_progress("q") == (3, 0, 0, 0)
+    assert h.disp.tasks.progress("q") == (3, 0, 0, 0)
     await h.executed(3)
     for i in (2, 0, 1):
         h.fake.complete(f"q/{i}", i)

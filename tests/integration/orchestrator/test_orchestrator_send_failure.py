@@ -30,11 +30,11 @@ async def test_bind_failure_is_retried_without_consuming_an_attempt(make_harness
     h.submit("t", [("add", [1, 2])])
     # The failed bind re-queues the call at once, but the executor view stays
     # unhealthy until the next snapshot sync, so nothing is sent yet.
-    await until(lambda: h.disp.call_state("t/0") == "READY" and h.disp.task_ready("t") == 1,
+    await until(lambda: h.disp.tasks.call_state("t/0") == "READY" and h.disp.tasks.ready_count("t") == 1,
                 what="call re-queued after the failed bind")
     await settle()
     assert f.executes == []
-    assert h.disp.call_attempts("t/0") == 0
+    assert h.disp.tasks.call_attempts("t/0") == 0
     assert _ops(f.trace, "bind", "execute", "unbind") == [("bind", "t/0", "exec-1")]
 
     h.orch.tick()  # snapshot sync: exec-1 is healthy again
@@ -89,7 +89,7 @@ async def test_retryable_send_failure_releases_and_retries_the_call(make_harness
     # The attempt failed: reservation released, call backing off.
     assert _ops(f.trace, "bind", "execute", "unbind") == [
         ("bind", "t/0", "exec-1"), ("execute", "t/0", "exec-1", 1), ("unbind", "t/0", "exec-1")]
-    assert h.disp.call_state("t/0") == "READY"
+    assert h.disp.tasks.call_state("t/0") == "READY"
     assert h.metrics.calls_retried == 1
     assert h.metrics.calls_dispatched == 0
 
@@ -166,8 +166,8 @@ async def test_call_not_bound_is_skipped_without_feeding_a_failure(make_harness)
     await settle()
     assert _ops(f.trace, "bind", "execute", "unbind") == [
         ("bind", "t/0", "exec-1"), ("execute", "t/0", "exec-1", 1)]
-    assert h.disp.call_state("t/0") == "RUNNING"
-    assert h.disp.call_attempts("t/0") == 1
+    assert h.disp.tasks.call_state("t/0") == "RUNNING"
+    assert h.disp.tasks.call_attempts("t/0") == 1
     assert h.metrics.calls_dispatched == 0
     assert h.metrics.calls_retried == 0
     assert h.state("t") == TaskState.RUNNING

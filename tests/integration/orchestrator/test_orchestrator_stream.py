@@ -48,7 +48,7 @@ async def test_stream_batches_follow_the_credit_window(make_harness):
     assert outputs(res) == [0, 1, 2, 3, 4]
     assert res.result.statistic.call_count == 5
     await settle()
-    assert not h.disp.has_task("s")
+    assert not ("s" in h.disp.tasks)
 
 
 async def test_fast_fail_stops_stream_production(make_harness):
@@ -86,4 +86,4 @@ async def test_task_deadline_stops_the_producer_and_cancels_calls(make_harness):
     assert sorted(c.call_id for c in f.cancels) == ["s/0.0", "s/0.1"]
     await settle()
     assert len(f.executes) == 2
-    assert not h.disp.has_task("s")
+    assert not ("s" in h.disp.tasks)

@@ -28,7 +28,7 @@ async def test_subcall_runs_beside_its_parent_and_resumes_it(make_harness):
     assert parent.payload["callBudgetMs"] == 3000
     pe = parent.executor_id
     f.wait_subcall("t/0", "sub-req-1", "child", [4], granted_budget_ms=700, ancestry=["t/0"])
-    assert h.disp.call_state("t/0") == "WAITING"
+    assert h.disp.tasks.call_state("t/0") == "WAITING"
     child = (await h.executed(2))[1]
     assert (child.call_id, child.executor_id) == ("t/0/sub-1", pe)
     assert child.payload == {
@@ -40,7 +40,7 @@ async def test_subcall_runs_beside_its_parent_and_resumes_it(make_harness):
     assert not [t for t in f.trace if t[:2] == ("bind", "t/0/sub-1")]
 
     f.complete("t/0/sub-1", 40, budget_used_ms=5)
-    await until(lambda: h.disp.call_state("t/0") == "RUNNING", what="parent resumed")
+    await until(lambda: h.disp.tasks.call_state("t/0") == "RUNNING", what="parent resumed")
     [r] = f.resumes
     assert (r.executor_id, r.call_id, r.request_id, r.sidecar) == (pe, "t/0", "sub-req-1", None)
     assert r.payload == {"resumeKind": "subcall", "result": 40, "budgetUsedMs": 5}
@@ -72,7 +72,7 @@ async def test_failed_child_resumes_the_parent_with_its_error(make_harness):
     assert err["errorMessage"] == "subcall child (t/0/sub-1) failed: IO_ERROR: db down"
     await settle()
     assert len(f.executes) == 2                      # a subcall gets one attempt
-    assert h.disp.call_state("t/0") == "RUNNING"
+    assert h.disp.tasks.call_state("t/0") == "RUNNING"
 
 
 @pytest.mark.parametrize("case", ["unknown_function", "depth", "cycle"])
@@ -104,8 +104,8 @@ async def test_rejected_subcall_gets_an_error_resume(make_harness, case):
     assert not err["errorMessage"].startswith("SubcallRejected(")
     await settle()
     assert len(f.executes) == (2 if case == "depth" else 1)      # nothing was dispatched for it
-    assert h.disp.call_state(waiter) == "RUNNING"
-    assert h.disp.pending_bind_subcalls() == []
+    assert h.disp.tasks.call_state(waiter) == "RUNNING"
+    assert h.disp.subcalls.parked_ids() == []
 
 
 async def test_stale_subcall_request_from_another_executor_is_dropped(make_harness):
@@ -187,13 +187,13 @@ async def test_subcall_whose_bind_fails_is_parked_until_the_next_snapshot(make_h
     f.bind_subcall_faults.append(BindError("parent draining", reason="parent_draining"))
     f.wait_subcall("t/0", "r1", "child", [4])
     await settle()
-    assert h.disp.pending_bind_subcalls() == ["t/0/sub-1"]
+    assert h.disp.subcalls.parked_ids() == ["t/0/sub-1"]
     assert len(f.executes) == 1
     h.orch.tick()                         # snapshot sync retries parked subcalls
     child = (await h.executed(2))[1]
     assert (child.call_id, child.payload["attemptSeq"], child.payload["parentCallId"]) == (
         "t/0/sub-1", 1, "t/0")
-    assert h.disp.pending_bind_subcalls() == []
+    assert h.disp.subcalls.parked_ids() == []
     f.complete("t/0/sub-1", 40)
     await until(lambda: f.resumes, what="resume")
     f.complete("t/0", 40)
@@ -212,8 +212,8 @@ async def test_task_deadline_cancels_parent_and_child(make_harness):
     await until(lambda: len(f.cancels) == 2, what="two CancelCalls")
     assert sorted((c.call_id, c.attempt_seq) for c in f.cancels) == [("t/0", 1), ("t/0/sub-1", 1)]
     await asyncio.sleep(0)
-    assert not h.disp.has_task("t")
-    assert h.disp.call_state("t/0/sub-1") is None
+    assert not ("t" in h.disp.tasks)
+    assert h.disp.tasks.call_state("t/0/sub-1") is None
 
 
 async def test_subcall_request_and_parent_failure_in_one_chunk(make_harness):
@@ -231,8 +231,8 @@ async def test_subcall_request_and_parent_failure_in_one_chunk(make_harness):
     retry = (await h.executed(2))[1]
     assert (retry.call_id, retry.payload["attemptSeq"]) == ("t/0", 2)
     assert [s.call_id for s in f.executes] == ["t/0", "t/0"]
-    assert h.disp.call_state("t/0/sub-1") in (None, "DONE")
-    assert h.disp.pending_bind_subcalls() == []
+    assert h.disp.tasks.call_state("t/0/sub-1") in (None, "DONE")
+    assert h.disp.subcalls.parked_ids() == []
     f.complete("t/0", 40)
     assert outputs(await h.terminal("t")) == [40]
     assert f.live_reservations() == {}
@@ -246,7 +246,7 @@ async def test_executor_lost_under_a_waiting_parent_cancels_the_child(make_harne
     f.wait_subcall("t/0", "r1", "child", [4])
     await h.executed(2)
     f.lose("exec-1")
-    assert h.disp.call_state("t/0/sub-1") == "DONE"      # cancelled with the parent's attempt
+    assert h.disp.tasks.call_state("t/0/sub-1") == "DONE"      # cancelled with the parent's attempt
     retry = (await h.executed(3))[2]
     assert (retry.call_id, retry.executor_id, retry.payload["attemptSeq"]) == ("t/0", "exec-2", 2)
     await settle()
@@ -276,8 +276,8 @@ async def test_a_child_result_resumes_the_parent_by_callback_without_a_task(make
     # queued while the child's completion was handled: no Task in between
     assert [(r.call_id, r.request_id, r.payload["result"]) for r in f.resumes] == [("t/0", "sub-req-1", 40)]
     assert asyncio.all_tasks() == tasks_before
-    assert h.disp.call_state("t/0") == "WAITING"           # until the frame is flushed
-    await until(lambda: h.disp.call_state("t/0") == "RUNNING", what="parent resumed after the flush")
+    assert h.disp.tasks.call_state("t/0") == "WAITING"           # until the frame is flushed
+    await until(lambda: h.disp.tasks.call_state("t/0") == "RUNNING", what="parent resumed after the flush")
     f.complete("t/0", 40)
     assert outputs(await h.terminal("t")) == [40]
 
@@ -290,7 +290,7 @@ async def test_a_child_result_with_the_outbox_full_still_resumes_the_parent(make
     await h.executed(2)
     f.resume_outbox_full = True
     f.complete("t/0/sub-1", 40)
-    await until(lambda: h.disp.call_state("t/0") == "RUNNING", what="parent resumed")
+    await until(lambda: h.disp.tasks.call_state("t/0") == "RUNNING", what="parent resumed")
     assert [t[0] for t in f.trace if t[0].startswith("resume")] == ["resume_refused", "resume"]
     f.complete("t/0", 40)
     assert outputs(await h.terminal("t")) == [40]
@@ -322,7 +322,7 @@ async def test_a_long_read_is_answered_a_slice_at_a_time(make_harness):
     assert steps == [("resume", "t/0"), ("resume", "t/1"), "flush", ("resume", "t/2"), ("resume", "t/3"),
                      "flush", ("resume", "t/4")]
     assert [(r.call_id, r.payload["result"]) for r in f.resumes] == [(f"t/{i}", 10 * i) for i in range(5)]
-    await until(lambda: all(h.disp.call_state(f"t/{i}") == "RUNNING" for i in range(5)),
+    await until(lambda: all(h.disp.tasks.call_state(f"t/{i}") == "RUNNING" for i in range(5)),
                 what="parents resumed")
 
 

@@ -84,7 +84,7 @@ async def test_stalled_executor_is_not_selected_for_new_calls(make_harness):
     ex.last_scheduler_active_at_ms = h.clock.mono() - 6001
     f.kill_result = False
     h.orch.tick()                                # snapshot sync carries the stall
-    assert h.disp.filter_reasons(h.clock.mono())["exec-1"] == "stalled"
+    assert h.disp.executors.filter_reasons(h.clock.mono())["exec-1"] == "stalled"
     h.submit("t", [("add", [1, 2])])
     sent = (await h.executed(1))[0]
     assert sent.executor_id == "exec-2"
@@ -103,7 +103,7 @@ async def test_first_healthy_executor_makes_the_worker_ready(make_harness):
     h.submit("t", [("add", [1, 2])])             # accepted, but nowhere to run yet
     await settle()
     assert h.fake.executes == []
-    assert h.disp.task_ready("t") == 1
+    assert h.disp.tasks.ready_count("t") == 1
     h.fake.attach("exec-7")
     assert ready == [True]
     assert h.metrics.executors_healthy == 1

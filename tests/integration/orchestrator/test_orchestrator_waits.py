@@ -14,22 +14,24 @@ import pytest
 from blockx.adapters.executor.errors import ExecutorGone
 from blockx.core.types import TaskState
 
-from .harness import outputs, settle, sha256_hex, until
+from .harness import outputs, settle, sha256_hex, spy_dispatcher, until
 
 ADD_V2 = "def main(a, b):\n    # v2: same behaviour, new digest\n    return b + a\n"
 
 
 def _record_waits(h) -> list:
     seen: list = []
-    disp = h.disp
-    for name in ("handle_call_waiting", "handle_call_resumed"):
-        orig = getattr(disp, name)
 
-        def wrapped(call_id, *a, __orig=orig, __name=name, **kw):
-            seen.append((__name, call_id))
-            return __orig(call_id, *a, **kw)
+    def recording(name):
+        def wrap(orig):
+            def wrapped(call_id, *a, **kw):
+                seen.append((name, call_id))
+                return orig(call_id, *a, **kw)
+            return wrapped
+        return wrap
 
-        setattr(disp, name, wrapped)
+    spy_dispatcher(h.disp, {("lifecycle", n): recording(n)
+                            for n in ("handle_call_waiting", "handle_call_resumed")})
     return seen
 
 
@@ -43,7 +45,7 @@ async def test_function_code_wait_is_answered_without_a_state_change(make_harnes
     sent = (await h.executed(1))[0]
     seen = _record_waits(h)
     f.wait_code("t/0", "code-1", "add", sent.payload["functionCodeDigest"])
-    assert h.disp.call_state("t/0") == "RUNNING"
+    assert h.disp.tasks.call_state("t/0") == "RUNNING"
     await until(lambda: f.resumes, what="function code resume")
     await settle()
     [r] = f.resumes
@@ -51,7 +53,7 @@ async def test_function_code_wait_is_answered_without_a_state_change(make_harnes
     assert r.payload == {"resumeKind": "function_code", "budgetUsedMs": 0,
                          "result": {"source": h.functions["add"], "functionCodeDigest": h.digest("add")}}
     assert seen == []                    # neither WAITING nor a resume event
-    assert h.disp.call_state("t/0") == "RUNNING"
+    assert h.disp.tasks.call_state("t/0") == "RUNNING"
     f.complete("t/0", 3)
     assert outputs(await h.terminal("t")) == [3]
 
@@ -95,7 +97,7 @@ async def test_unknown_function_code_digest_gets_an_error_resume(make_harness):
     err = r.payload["error"]
     assert (err["errorKind"], err["retryable"]) == ("FUNCTION_NOT_FOUND", False)
     assert "0000000000000000" in err["errorMessage"] and "'add'" in err["errorMessage"]
-    assert h.disp.call_state("t/0") == "RUNNING"
+    assert h.disp.tasks.call_state("t/0") == "RUNNING"
 
 
 async def test_function_code_outside_the_tasks_epoch_is_refused(make_harness):
@@ -125,12 +127,12 @@ async def test_io_wait_is_served_by_the_task_scope_then_resumed(make_harness):
     f.resume_gate = asyncio.Event()       # hold the ResumeCall "in the socket"
     request = {"op": "echo", "payload": {"k": [1, 2, 3]}}
     f.wait_io("t/0", "io-1", request)
-    assert h.disp.call_state("t/0") == "WAITING"
+    assert h.disp.tasks.call_state("t/0") == "WAITING"
     await settle()
-    assert h.disp.call_state("t/0") == "WAITING"   # not resumed before the frame is flushed
+    assert h.disp.tasks.call_state("t/0") == "WAITING"   # not resumed before the frame is flushed
     assert seen == [("handle_call_waiting", "t/0")]
     f.resume_gate.set()
-    await until(lambda: h.disp.call_state("t/0") == "RUNNING", what="resumed")
+    await until(lambda: h.disp.tasks.call_state("t/0") == "RUNNING", what="resumed")
     assert seen == [("handle_call_waiting", "t/0"), ("handle_call_resumed", "t/0")]
     [r] = f.resumes
     assert (r.executor_id, r.call_id, r.request_id, r.sidecar) == ("exec-1", "t/0", "io-1", None)
@@ -177,7 +179,7 @@ async def test_io_failures_are_resumed_as_errors(make_harness, request_, backend
     h.submit("t", [("echo", [1])])
     await h.executed(1)
     f.wait_io("t/0", "io-1", request_, backend=backend)
-    await until(lambda: h.disp.call_state("t/0") == "RUNNING" and f.resumes, what="error resume")
+    await until(lambda: h.disp.tasks.call_state("t/0") == "RUNNING" and f.resumes, what="error resume")
     [r] = f.resumes
     assert r.payload["resumeKind"] == "io" and "result" not in r.payload
     err = r.payload["error"]
@@ -194,9 +196,9 @@ async def test_failed_io_resume_send_fails_the_attempt_retryably(make_harness):
     assert first.executor_id == "exec-1"
     f.resume_faults.append(ExecutorGone("exec-1", "connection closed before the frame was written"))
     f.wait_io("t/0", "io-1", {"op": "echo"})
-    await until(lambda: h.disp.call_state("t/0") != "WAITING", what="resume failure fed back")
+    await until(lambda: h.disp.tasks.call_state("t/0") != "WAITING", what="resume failure fed back")
     assert f.resumes == []
-    assert h.disp.call_state("t/0") == "READY"
+    assert h.disp.tasks.call_state("t/0") == "READY"
     assert ("unbind", "t/0", "exec-1") in f.trace
     assert h.metrics.calls_retried == 1
     retry = (await h.executed(2))[1]
@@ -251,8 +253,8 @@ async def test_stale_io_resume_does_not_touch_the_new_attempt(make_harness):
     assert (retry.executor_id, retry.payload["attemptSeq"]) == ("exec-2", 2)
     f.resume_gate.set()                   # attempt 1's resume now fails
     await settle()
-    assert h.disp.call_state("t/0") == "RUNNING"
-    assert h.disp.call_attempts("t/0") == 2
+    assert h.disp.tasks.call_state("t/0") == "RUNNING"
+    assert h.disp.tasks.call_attempts("t/0") == 2
     f.complete("t/0", orjson.loads(b'{"ok": true}'))
     res = await h.terminal("t")
     assert outputs(res) == [{"ok": True}]
@@ -273,8 +275,8 @@ async def test_a_synchronous_io_is_resumed_without_a_task(make_harness):
     # served and queued inside the frame's own handling: no Task ran in between
     assert [r.request_id for r in f.resumes] == ["io-1"]
     assert asyncio.all_tasks() == tasks_before
-    assert h.disp.call_state("t/0") == "WAITING"    # resumed only once the frame is flushed
-    await until(lambda: h.disp.call_state("t/0") == "RUNNING", what="resumed after the flush")
+    assert h.disp.tasks.call_state("t/0") == "WAITING"    # resumed only once the frame is flushed
+    await until(lambda: h.disp.tasks.call_state("t/0") == "RUNNING", what="resumed after the flush")
     assert seen == [("handle_call_waiting", "t/0"), ("handle_call_resumed", "t/0")]
     assert [t[0] for t in f.trace if t[0].startswith("resume")] == ["resume"]
     f.complete("t/0", "done")
@@ -288,7 +290,7 @@ async def test_an_io_that_must_await_still_resumes(make_harness):
     await h.executed(1)
     f.wait_io("t/0", "io-1", {"op": "sleep", "ms": 30})
     assert f.resumes == []                          # devstub "sleep" awaits
-    await until(lambda: h.disp.call_state("t/0") == "RUNNING", what="resumed after the sleep")
+    await until(lambda: h.disp.tasks.call_state("t/0") == "RUNNING", what="resumed after the sleep")
     [r] = f.resumes
     assert r.payload == {"resumeKind": "io", "result": {"slept": 30}, "budgetUsedMs": 0}
 
@@ -300,7 +302,7 @@ async def test_a_full_outbox_falls_back_to_the_awaiting_send_and_still_resumes(m
     await h.executed(1)
     f.resume_outbox_full = True
     f.wait_io("t/0", "io-1", {"op": "echo"})
-    await until(lambda: h.disp.call_state("t/0") == "RUNNING", what="resumed through the awaiting path")
+    await until(lambda: h.disp.tasks.call_state("t/0") == "RUNNING", what="resumed through the awaiting path")
     assert [t[0] for t in f.trace if t[0].startswith("resume")] == ["resume_refused", "resume"]
     [r] = f.resumes
     assert r.request_id == "io-1" and r.payload["result"] == {"op": "echo"}
@@ -316,7 +318,7 @@ async def test_an_executor_gone_at_resume_time_yields_resume_send_failed(make_ha
     f.resume_faults.append(ExecutorGone("exec-1", "connection closed"))
     f.wait_io("t/0", "io-1", {"op": "echo"})
     # the send failed synchronously; the failure is fed back through post
-    await until(lambda: h.disp.call_state("t/0") != "WAITING", what="resume failure fed back")
+    await until(lambda: h.disp.tasks.call_state("t/0") != "WAITING", what="resume failure fed back")
     assert f.resumes == [] and h.metrics.calls_retried == 1
     assert any(k == "RESUME_SEND_FAILED" for k in _failed_kinds(h))
     retry = (await h.executed(2))[1]
@@ -364,7 +366,7 @@ async def test_a_wait_in_the_name_of_another_task_is_refused(make_harness):
     f.deliver(mine.executor_id, [(env, None) if i == 1 else env for i, env in enumerate(forged)])
     await settle()
     assert f.resumes == [] and seen == []
-    assert h.disp.call_state("mine/0") == "RUNNING"
+    assert h.disp.tasks.call_state("mine/0") == "RUNNING"
     f.complete("mine/0", 3)
     f.complete("theirs/0", "private")
     assert outputs(await h.terminal("mine")) == [3]
@@ -390,7 +392,7 @@ async def test_a_wait_in_the_name_of_a_task_whose_id_prefixes_its_own_is_refused
     f.deliver(mine.executor_id, [(env, None) if i == 1 else env for i, env in enumerate(forged)])
     await settle()
     assert f.resumes == [] and seen == []
-    assert h.disp.call_state("theirs/0/0") == "RUNNING"
+    assert h.disp.tasks.call_state("theirs/0/0") == "RUNNING"
     f.complete("theirs/0/0", 3)
     f.complete("theirs/0", "private")
     assert outputs(await h.terminal("theirs/0")) == [3]

@@ -66,7 +66,7 @@ async def test_changed_progress_only_with_the_running_state():
     h.complete("t/1")
     final = ticker.final("t")
     assert final == (3, 2, 0, 0)
-    h.run(h.core.remove_task("t"))
+    h.run(h.core.lifecycle.remove_task("t"))
     await asyncio.sleep(TICK * 3)
     assert _drain(sub.queue) == []
     subs.detach(sub, False)

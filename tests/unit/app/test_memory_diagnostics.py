@@ -36,8 +36,8 @@ def test_sample_reads_the_owners_now(owners):
     assert s["executors_rss_bytes"] == {} and s["executors_rss_total_bytes"] == 0
     assert s["rss_bytes"] > 10 * 1024 * 1024 and len(s["gc_counts"]) == 3
     # The same sampler sees later changes: it holds references, not copies.
-    prepared = disp.prepare_call_phase("t", [PinnedCall("add", "d" * 64, b"[1,2]", "") for _ in range(3)])
-    disp.commit_call_phase(prepared, 0)
+    prepared = disp.intake.prepare_call_phase("t", [PinnedCall("add", "d" * 64, b"[1,2]", "") for _ in range(3)])
+    disp.intake.commit_call_phase(prepared, 0)
     s = diag.sample()
     # Queued calls are kept compact: they get a call context only when admitted.
     assert (s["queued_calls"], s["calls_held"]) == (3, 0)

@@ -115,7 +115,7 @@ def core_cython_sources():
 
 def test_the_dispatchers_compiled_parts_are_core_modules():
     names = {p.name for p in core_cython_sources()}
-    assert {"dispatchloop.pxd", "subcallbind.pxd", "callcmds.pxd"} <= names
+    assert {"records.pxd", "fairness.pxd", "lifecycle.pxd", "subcalls.pxd", "commands.pxd"} <= names
 
 
 @pytest.mark.parametrize("path", core_cython_sources(), ids=lambda p: p.name)

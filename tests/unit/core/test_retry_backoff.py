@@ -70,7 +70,7 @@ def test_retries_fire_at_exact_deadlines_and_reuse_the_call_id():
     h.submit("t", [spec("f", 1)], retry=RetryPolicy(4, 100, 5))
     cmds = h.fail("t/0", "EXECUTOR_LOST", True)
     assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 102, True)]   # 100 + 2% of 100
-    assert h.core.call_state("t/0") == "READY"
+    assert h.core.tasks.call_state("t/0") == "READY"
     h.advance(101)
     assert "t/0" not in h.live
     h.advance(1)
@@ -130,13 +130,13 @@ def test_a_backing_off_call_does_not_hold_the_window():
     h = Harness(DispatcherConfig(task_max_inflight_calls=1, default_retry_jitter_percent=0))
     h.submit("t", [spec("f", 1), spec("f", 2)])
     h.fail("t/0", "EXECUTOR_LOST", True)
-    assert h.core.task_inflight("t") == 1 and list(h.live) == ["t/1"]
+    assert h.core.tasks.inflight("t") == 1 and list(h.live) == ["t/1"]
 
 
 def test_retry_timer_for_a_finished_call_is_ignored():
     h = Harness(DispatcherConfig(default_retry_jitter_percent=0))
     h.submit("t", [spec("f", 1), spec("g", 1)])
     h.fail("t/0", "EXECUTOR_LOST", True)
-    h.core.cancel_task("t", "timeout", h.now)
-    assert h.core.handle_retry_ready("t/0", 10) == []
+    h.core.lifecycle.cancel_task("t", "timeout", h.now)
+    assert h.core.lifecycle.handle_retry_ready("t/0", 10) == []
     assert h.advance(10) == []

@@ -13,9 +13,9 @@ import pytest
 from blockx import _fast
 from blockx._fast import NO_EXTENSIONS, compiled, implementations, twin
 
-PURE_MODE = ["callcmds", "dispatchloop", "reservations", "subcallbind"]
+PURE_MODE = ["commands", "fairness", "lifecycle", "records", "reservations", "subcalls"]
 PKG = "blockx.core.dispatch"
-CIMPORTS_PURE_MODE = {"dispatchloop", "subcallbind"}        # cimport callcmds
+CIMPORTS_PURE_MODE = {"fairness", "lifecycle", "subcalls"}   # cimport records / commands
 
 
 def _is_extension(mod) -> bool:
@@ -61,13 +61,13 @@ def test_the_source_finder_serves_only_modules_with_their_source_beside():
     import blockx.core.dispatch as pkg
     assert _fast.SourceFinder.find_spec("blockx._fast.codec", _fast.__path__) is None
     assert _fast.SourceFinder.find_spec("json") is None
-    spec = _fast.SourceFinder.find_spec(f"{PKG}.callcmds", pkg.__path__)
-    assert spec is not None and spec.origin.endswith("callcmds.py")
+    spec = _fast.SourceFinder.find_spec(f"{PKG}.commands", pkg.__path__)
+    assert spec is not None and spec.origin.endswith("commands.py")
 
 
 @pytest.mark.parametrize("env, expect", [("1", ".py"), ("", ".so")])
 def test_the_switch_holds_in_a_fresh_process(env, expect):
-    code = ("import blockx.core.dispatch.callcmds as m, blockx.core.dispatch.subcallbind as s; "
+    code = ("import blockx.core.dispatch.commands as m, blockx.core.dispatch.subcalls as s; "
             "print(m.__file__); print(s.__file__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "BLOCKX_NO_EXTENSIONS": env}).stdout.split()

@@ -129,9 +129,10 @@ def test_stall_boundary_is_strictly_greater(S):
     assert reason(S, v, stall_timeout_ms=5000) == ""
 
 
-def test_stall_needs_a_running_call(S):
-    v = ok(S, "a", running_call_id="", last_scheduler_active_at_ms=0)
-    assert reason(S, v, stall_timeout_ms=5000) == ""
+def test_a_stall_filters_an_executor_running_no_call_too(S):
+    v = ok(S, "a", running_call_id="", last_scheduler_active_at_ms=NOW - 5001)
+    assert reason(S, v, stall_timeout_ms=5000) == "stalled"
+    assert select(S, [v], stall_timeout_ms=5000) == -1
 
 
 def test_stall_disabled_by_zero_timeout(S):
@@ -177,7 +178,7 @@ def test_filter_order_reports_first_failure(S):
     expected = ["unhealthy", "stalled", "no_headroom", "runnable", "inflight", "memory", ""]
     got = []
     for fix in [lambda: setattr(v, "healthy", True),
-                lambda: setattr(v, "running_call_id", ""),
+                lambda: setattr(v, "last_scheduler_active_at_ms", NOW),
                 lambda: setattr(v, "usable_contexts", 100),
                 lambda: setattr(v, "runnable", 0),
                 lambda: setattr(v, "local_inflight", 0),

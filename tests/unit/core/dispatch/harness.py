@@ -60,10 +60,10 @@ class Harness:
             t = type(c)
             if t is BindCall:
                 if c.executor_id in self.fail_binds:
-                    q.extend(self.core.handle_bind_failed(c.call_id, self.now))
+                    q.extend(self.core.lifecycle.handle_bind_failed(c.call_id, self.now))
                 else:
                     self.bound[c.call_id] = c.executor_id
-                    q.extend(self.core.handle_executor_bound(c.call_id, self.now, c.executor_id))
+                    q.extend(self.core.lifecycle.handle_executor_bound(c.call_id, self.now, c.executor_id))
             elif t is DispatchCallCmd:
                 assert c.call_id not in self.live, f"second live attempt of {c.call_id}"
                 self.live[c.call_id] = c
@@ -84,7 +84,7 @@ class Harness:
             elif t is SubcallDone:
                 self.subcall_done.append(c)
                 if self.auto_resume:
-                    q.extend(self.core.handle_call_resumed(c.parent_call_id, self.now))
+                    q.extend(self.core.lifecycle.handle_call_resumed(c.parent_call_id, self.now))
             elif t is BatchSettled:
                 self.settled.append(c)
             elif t is StopCallProduction:
@@ -96,7 +96,7 @@ class Harness:
         return done
 
     def epilogue(self) -> list:
-        return self.run(self.core.epilogue(self.now))
+        return self.run(self.core.lifecycle.epilogue(self.now))
 
     def feed(self, cmds) -> list:
         """Execute an event's commands, then the epilogue."""
@@ -105,7 +105,7 @@ class Harness:
     # --- events ------------------------------------------------------------------------
 
     def sync(self) -> list:
-        return self.feed(self.core.handle_executor_snapshot_updated(
+        return self.feed(self.core.lifecycle.handle_executor_snapshot_updated(
             list(self.snapshots.values()), self.now))
 
     def set_executor(self, eid: str, **fields) -> list:
@@ -116,8 +116,8 @@ class Harness:
         return self.sync()
 
     def submit(self, task_id: str, calls, policy="FAST_FAIL", retry=None, instance_id="") -> list:
-        p = self.core.prepare_call_phase(task_id, calls, policy, retry, instance_id)
-        return self.feed(self.core.commit_call_phase(p, self.now))
+        p = self.core.intake.prepare_call_phase(task_id, calls, policy, retry, instance_id)
+        return self.feed(self.core.intake.commit_call_phase(p, self.now))
 
     def attempt(self, call_id: str) -> int:
         return self.live[call_id].attempt_seq
@@ -125,20 +125,20 @@ class Harness:
     def complete(self, call_id: str, output: bytes | None = None, budget_used_ms: int = 0) -> list:
         cmd = self.live.pop(call_id)
         out = output if output is not None else b'{"r":' + cmd.args_json + b"}"
-        return self.feed(self.core.handle_call_completed(call_id, cmd.attempt_seq, out,
+        return self.feed(self.core.lifecycle.handle_call_completed(call_id, cmd.attempt_seq, out,
                                                          budget_used_ms, self.now))
 
     def fail(self, call_id: str, kind: str = "USER_ERROR", retryable: bool = False,
              message: str = "boom", budget_used_ms: int = 0) -> list:
         cmd = self.live.pop(call_id)
-        return self.feed(self.core.handle_call_failed(call_id, cmd.attempt_seq, kind, retryable,
+        return self.feed(self.core.lifecycle.handle_call_failed(call_id, cmd.attempt_seq, kind, retryable,
                                                       message, self.now, budget_used_ms))
 
     def lose(self, eid: str) -> list:
         for cid in [c for c, cmd in self.live.items() if cmd.executor_id == eid]:
             del self.live[cid]
         self.snapshots.pop(eid, None)
-        cmds = self.core.handle_executor_lost(eid, self.now)
+        cmds = self.core.lifecycle.handle_executor_lost(eid, self.now)
         return self.feed(cmds)
 
     def advance(self, ms: int) -> list:
@@ -148,14 +148,14 @@ class Harness:
         while self.timers and self.timers[0][0] <= target:
             at, _, cid = self.timers.pop(0)
             self.now = at
-            done += self.feed(self.core.handle_retry_ready(cid, self.now))
+            done += self.feed(self.core.lifecycle.handle_retry_ready(cid, self.now))
         self.now = target
         return done + self.epilogue()
 
     def subcall(self, parent: str, fn: str, *args, budget: int = 100, request_id: str = "r",
                 executor: str | None = None):
         eid = executor if executor is not None else self.live[parent].executor_id
-        res, cmds = self.core.add_subcall(parent, eid, request_id, fn, "d0",
+        res, cmds = self.core.lifecycle.add_subcall(parent, eid, request_id, fn, "d0",
                                           orjson.dumps(list(args)), budget, self.now)
         return res, self.feed(cmds)
 

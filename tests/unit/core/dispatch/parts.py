@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from blockx._fast import load
-from blockx.core.dispatch.calls import RUNNING, CallRecord, CallTable
+from blockx.core.dispatch.records import RUNNING, CallRecord
+from blockx.core.dispatch.calls import CallTable
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.executors import ExecutorTable
 from blockx.core.dispatch.fairness import TaskScheduler
@@ -40,11 +41,11 @@ class Parts:
         return task, ctxs
 
     def run(self, ctx: CallRecord, executor_id: str = "e1") -> None:
-        """What CallLifecycle.dispatch + executor_bound do to a root."""
+        """What CallLifecycle.dispatch + handle_executor_bound do to a root."""
         ctx.task.ready.pop()
         ctx.state = RUNNING
         ctx.attempt_count += 1
         ctx.bound = True
-        self.exec.bind(self.exec.records[executor_id], ctx)
+        self.exec.records[executor_id].bind(ctx)
         ctx.task.inflight += 1
         ctx.task.instance.inflight += 1

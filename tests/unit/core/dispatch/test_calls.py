@@ -1,5 +1,6 @@
 """CallTable: the calls by id, and CallRecord's starting state."""
-from blockx.core.dispatch.calls import DONE, READY, RUNNING, CallRecord, CallTable
+from blockx.core.dispatch.records import DONE, READY, RUNNING, CallRecord
+from blockx.core.dispatch.calls import CallTable
 
 
 def _ctx(call_id: str) -> CallRecord:

@@ -25,7 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from blockx.core.dispatch.types import RetryPolicy
 from blockx.core.dispatch.commands import BindCall
 from blockx.core.dispatch.config import DispatcherConfig
-from blockx.core.dispatch.calls import DONE, READY, RUNNING, WAITING
+from blockx.core.dispatch.records import DONE, READY, RUNNING, WAITING
 from blockx.core.dispatch.types import PinnedCall, RetryPolicy
 from blockx.core.dispatch.commands import BindCall
 from blockx.core.dispatch.types import PinnedCall
@@ -36,42 +36,42 @@ from tests.unit.core.dispatch.harness import Harness
 
 def test_progress_of_a_call_list_counts_done_failed_and_retries():
     h = Harness(contexts=8)
-    assert h.core.task_progress("t") is None
+    assert h.core.tasks.progress("t") is None
     h.submit("t", [spec("f", i) for i in range(4)], policy="CONTINUE", retry=RetryPolicy(2, 10, 0))
-    assert h.core.task_progress("t") == (4, 0, 0, 0)
+    assert h.core.tasks.progress("t") == (4, 0, 0, 0)
     h.complete("t/0")
-    assert h.core.task_progress("t") == (4, 1, 0, 0)
+    assert h.core.tasks.progress("t") == (4, 1, 0, 0)
     h.fail("t/1", retryable=True)                 # first attempt: retried, not done
-    assert h.core.task_progress("t") == (4, 1, 0, 1)
+    assert h.core.tasks.progress("t") == (4, 1, 0, 1)
     h.advance(10)
     h.fail("t/1", retryable=True)                 # second and last attempt: a failed root
-    assert h.core.task_progress("t") == (4, 2, 1, 1)
+    assert h.core.tasks.progress("t") == (4, 2, 1, 1)
     h.complete("t/2")
     h.complete("t/3")
-    assert h.core.task_progress("t") == (4, 4, 1, 1)
+    assert h.core.tasks.progress("t") == (4, 4, 1, 1)
     assert "t" in h.converged
-    h.run(h.core.remove_task("t"))
-    assert h.core.task_progress("t") is None
+    h.run(h.core.lifecycle.remove_task("t"))
+    assert h.core.tasks.progress("t") is None
 
 
 def test_progress_of_a_stream_has_no_total_until_production_ends():
     h = Harness(contexts=8)
-    h.feed(h.core.commit_call_stream("s", "FAST_FAIL", None, "", h.now))
-    assert h.core.task_progress("s") == (0, 0, 0, 0)
-    h.feed(h.core.commit_call_batch(h.core.prepare_call_batch("s", 0, [spec("f", 0), spec("f", 1)]), h.now))
+    h.feed(h.core.intake.commit_call_stream("s", "FAST_FAIL", None, "", h.now))
+    assert h.core.tasks.progress("s") == (0, 0, 0, 0)
+    h.feed(h.core.intake.commit_call_batch(h.core.intake.prepare_call_batch("s", 0, [spec("f", 0), spec("f", 1)]), h.now))
     h.complete("s/0.0")
-    assert h.core.task_progress("s") == (0, 1, 0, 0)
-    h.feed(h.core.production_done("s", h.now))
-    assert h.core.task_progress("s") == (2, 1, 0, 0)
+    assert h.core.tasks.progress("s") == (0, 1, 0, 0)
+    h.feed(h.core.intake.production_done("s", h.now))
+    assert h.core.tasks.progress("s") == (2, 1, 0, 0)
     h.complete("s/0.1")
-    assert h.core.task_progress("s") == (2, 2, 0, 0)
+    assert h.core.tasks.progress("s") == (2, 2, 0, 0)
 
 
 def test_fast_fail_drain_counts_cancelled_roots_as_done():
     h = Harness(contexts=1)                        # one in flight at a time: the rest wait
     h.submit("t", [spec("f", 0), spec("f", 1), spec("f", 2)])
     h.fail("t/0")
-    total, done, failed, retried = h.core.task_progress("t")
+    total, done, failed, retried = h.core.tasks.progress("t")
     assert (total, done, failed, retried) == (3, 3, 1, 0)
 
 
@@ -189,7 +189,7 @@ class DispatcherMachine(RuleBasedStateMachine):
         cid = self._pick_live(i)
         cmd = self.h.live[cid]
         if waiting:
-            self.h.core.handle_call_waiting(cid, cmd.attempt_seq, self.h.now)
+            self.h.core.lifecycle.handle_call_waiting(cid, cmd.attempt_seq, self.h.now)
         self._ask(cid, fn, a)
 
     def _ask(self, cid, fn, a):
@@ -198,7 +198,7 @@ class DispatcherMachine(RuleBasedStateMachine):
         rid = f"r{self.requests}"
         args = orjson.dumps([a])
         self.expected[rid] = (fn, args)
-        _, cmds = self.h.core.add_subcall(cid, cmd.executor_id, rid, fn, "d", args, 100,
+        _, cmds = self.h.core.lifecycle.add_subcall(cid, cmd.executor_id, rid, fn, "d", args, 100,
                                           self.h.now)
         self.h.feed(cmds)
 
@@ -261,13 +261,17 @@ class DispatcherMachine(RuleBasedStateMachine):
     def cancel_task(self, i):
         ids = sorted(self.tasks)
         tid = ids[i % len(ids)]
-        self.h.run(self.h.core.cancel_task(tid, "cancelled", self.h.now))
+        self.h.run(self.h.core.lifecycle.cancel_task(tid, "cancelled", self.h.now))
         self.h.epilogue()
         if tid not in self.h.converged:
             self.cancelled.add(tid)
         del self.tasks[tid]
 
     # --- invariants ------------------------------------------------------------------
+
+    @invariant()
+    def the_dispatchers_own_invariants_hold(self):
+        self.h.core.validate_state()
 
     @invariant()
     def windows_and_capacity_hold(self):
@@ -286,7 +290,7 @@ class DispatcherMachine(RuleBasedStateMachine):
         for eid in self.h.bound.values():
             held[eid] = held.get(eid, 0) + 1
         for eid in EXECUTORS:
-            view = self.h.core.executor_view(eid)
+            view = self.h.core.executors.view(eid)
             if view is None:
                 assert held.get(eid, 0) == 0
             else:
@@ -374,9 +378,9 @@ class DispatcherMachine(RuleBasedStateMachine):
                                      if s.function_id != POISON]
                 assert c.calls_failed == sum(s.function_id == POISON for s in calls)
         for eid in EXECUTORS:
-            assert h.core.executor_view(eid).local_inflight == 0
+            assert h.core.executors.view(eid).local_inflight == 0
         assert not h.bound
-        assert h.core.pending_bind_subcalls() == []
+        assert h.core.subcalls.parked_ids() == []
         assert all(c.state == DONE for c in h.core.calls.by_id.values() if c.parent is not None)
         # Binds only ever went to executors that existed.
         assert {c.executor_id for c in h.log if type(c) is BindCall} <= set(EXECUTORS)

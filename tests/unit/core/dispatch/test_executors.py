@@ -26,24 +26,30 @@ def test_each_filter_excludes_an_executor(field, value, reason):
     h = Harness(DispatcherConfig(executor_max_runnable=4, executor_memory_high_watermark=1000),
                 executors=("a", "b"))
     h.set_executor("a", heartbeat_seq=1, **{field: value})
-    assert h.core.filter_reasons(0) == {"a": reason, "b": ""}
+    assert h.core.executors.filter_reasons(0) == {"a": reason, "b": ""}
     assert _first_bind(h) == "b"
 
 
-def test_stalled_executor_is_filtered_only_while_running_a_call():
+def test_an_executor_whose_scheduler_stalled_is_filtered_running_a_call_or_not():
+    # Filter: a scheduler stalled for longer than SchedulerStallTimeoutMs is out,
+    # whatever the executor reports running (an idle scheduler still wakes every poll).
     h = Harness(DispatcherConfig(call_deadline_ms=5000), executors=("a", "b"))
     h.set_executor("a", last_scheduler_active_at_ms=0, running_call_id="x/0")
+    h.set_executor("b", last_scheduler_active_at_ms=10_000)
     h.now = 10_000
-    assert h.core.filter_reasons(10_000)["a"] == ""          # exactly at the threshold
-    assert h.core.filter_reasons(10_001)["a"] == "stalled"
+    assert h.core.executors.filter_reasons(10_000)["a"] == ""          # exactly at the threshold
+    assert h.core.executors.filter_reasons(10_001)["a"] == "stalled"
     h.set_executor("a", running_call_id="")
-    assert h.core.filter_reasons(10_001)["a"] == ""
+    assert h.core.executors.filter_reasons(10_001)["a"] == "stalled"
+    assert _first_bind(h, now=10_001) == "b"
+    h.set_executor("a", last_scheduler_active_at_ms=10_001)
+    assert h.core.executors.filter_reasons(10_001)["a"] == ""
 
 
 def test_inflight_filter_uses_the_local_count():
     h = Harness(DispatcherConfig(executor_max_inflight=2), executors=("a",), contexts=10)
     h.submit("t", [spec("f", i) for i in range(3)])
-    assert len(h.live) == 2 and h.core.filter_reasons(0) == {"a": "inflight"}
+    assert len(h.live) == 2 and h.core.executors.filter_reasons(0) == {"a": "inflight"}
 
 
 def test_score_prefers_lower_runnable_then_lower_inflight_then_id():
@@ -84,7 +90,7 @@ def test_a_sample_of_one_starts_at_a_random_executor_so_each_one_is_reached():
     h.submit("t", [spec("f", i) for i in range(6)])
     assert [b.executor_id for b in of_type(h.log, BindCall)] == ["a", "b", "c", "a", "b", "c"]
     assert rand.drawn == 6
-    assert [h.core.executor_view(e).local_inflight for e in "abc"] == [2, 2, 2]
+    assert [h.core.executors.view(e).local_inflight for e in "abc"] == [2, 2, 2]
 
 
 def test_a_sample_of_two_scores_the_start_and_its_successor_wrapping_around():
@@ -120,21 +126,21 @@ def test_runnable_count_changes_only_with_a_new_heartbeat():
     h = Harness(executors=("a",))
     h.set_executor("a", runnable_count=6, heartbeat_seq=3)
     h.set_executor("a", runnable_count=9)     # same heartbeat seen again: ignored
-    assert h.core.executor_view("a").runnable == 6
+    assert h.core.executors.view("a").runnable == 6
 
 
 def test_runnable_is_compensated_by_completions_since_the_heartbeat():
     h = Harness(executors=("a",), contexts=10)
     h.set_executor("a", runnable_count=5, heartbeat_seq=1)
     h.submit("t", [spec("f", i) for i in range(3)])
-    assert h.core.executor_view("a").runnable == 5
+    assert h.core.executors.view("a").runnable == 5
     h.complete("t/0")
     h.fail("t/1", "USER_ERROR")  # a failure is a terminal frame too
-    assert h.core.executor_view("a").runnable == 3
+    assert h.core.executors.view("a").runnable == 3
     h.sync()                       # same heartbeat seq: compensation kept
-    assert h.core.executor_view("a").runnable == 3
+    assert h.core.executors.view("a").runnable == 3
     h.set_executor("a", runnable_count=4, heartbeat_seq=2)
-    assert h.core.executor_view("a").runnable == 4
+    assert h.core.executors.view("a").runnable == 4
 
 
 def test_compensated_runnable_never_goes_negative():
@@ -143,9 +149,9 @@ def test_compensated_runnable_never_goes_negative():
     h.submit("t", [spec("f", i) for i in range(3)], policy="CONTINUE")
     for cid in ["t/0", "t/1", "t/2"]:
         h.complete(cid)
-    assert h.core.executor_view("a").runnable == 0
+    assert h.core.executors.view("a").runnable == 0
     h.sync()
-    assert h.core.executor_view("a").runnable == 0
+    assert h.core.executors.view("a").runnable == 0
 
 
 def test_runnable_threshold_reopens_after_completions():
@@ -164,9 +170,9 @@ def test_views_are_kept_sorted_and_updated_in_place():
     core = h.core
     views = core.executors.views
     assert [v.executor_id for v in views] == ["a", "b", "c"]
-    va = core.executor_view("a")
+    va = core.executors.view("a")
     h.set_executor("a", memory_bytes=123)
-    assert core.executor_view("a") is va and va.memory_bytes == 123
+    assert core.executors.view("a") is va and va.memory_bytes == 123
     assert core.executors.views is views
 
 
@@ -177,17 +183,17 @@ def test_executor_missing_from_a_snapshot_is_detached():
     assert on_a
     del h.snapshots["a"]
     h.sync()
-    va = h.core.executor_view("a")
+    va = h.core.executors.view("a")
     assert va is not None and va.healthy is False   # kept while calls are bound there
     for cid in on_a:
         h.complete(cid)
-    assert h.core.executor_view("a") is None
+    assert h.core.executors.view("a") is None
     del h.snapshots["b"]
     h.sync()
-    assert h.core.executor_view("b") is not None      # b still runs a call
+    assert h.core.executors.view("b") is not None      # b still runs a call
 
 
 def test_a_snapshot_without_an_executor_id_is_rejected():
     h = Harness()
     with pytest.raises(ValueError, match="non-empty executor_id"):
-        h.core.handle_executor_snapshot_updated([ExecutorSnapshot("")], 0)
+        h.core.lifecycle.handle_executor_snapshot_updated([ExecutorSnapshot("")], 0)

@@ -2,6 +2,8 @@
 the fairness quantum (consecutive binds served to one instance)."""
 import pytest
 
+from blockx._fast import implementations
+
 from blockx.core.dispatch.commands import BindCall
 from blockx.core.dispatch.config import DispatcherConfig
 
@@ -31,13 +33,13 @@ def test_with_fairness_instances_take_turns_and_tasks_within_them():
     h = _queued(True)
     h.set_executor("e", usable_contexts=6)
     assert _binds(h) == ["a1/0", "b1/0", "a2/0", "b1/1", "a1/1", "b1/2"]
-    assert h.core.instance_inflight() == {"A": 3, "B": 3}
+    assert h.core.scheduler.instance_inflight() == {"A": 3, "B": 3}
 
 
 def test_the_least_served_instance_catches_up():
     h = Harness(DispatcherConfig(instance_fairness=True), executors=("e",), contexts=3)
     h.submit("a", [spec("f", i) for i in range(10)], instance_id="A")
-    assert h.core.instance_inflight() == {"A": 3}
+    assert h.core.scheduler.instance_inflight() == {"A": 3}
     h.submit("b", [spec("g", i) for i in range(10)], instance_id="B")
     h.log.clear()
     h.set_executor("e", usable_contexts=7)
@@ -54,7 +56,7 @@ def test_completions_free_room_for_the_instance_with_fewer_inflight():
     h.submit("a", [spec("f", i) for i in range(10)], instance_id="A")
     h.submit("b", [spec("g", i) for i in range(10)], instance_id="B")
     h.set_executor("e", usable_contexts=4)
-    assert h.core.instance_inflight() == {"A": 2, "B": 2}
+    assert h.core.scheduler.instance_inflight() == {"A": 2, "B": 2}
     h.log.clear()
     h.complete("a/0")     # A: 1, B: 2 -> the free context goes to A
     assert _binds(h) == ["a/2"]
@@ -75,10 +77,10 @@ def test_instances_are_forgotten_with_their_last_task():
     h.submit("a", [spec("f", 0)], instance_id="A")
     h.submit("b", [spec("g", 0)], instance_id="B")
     h.complete("a/0")
-    h.core.remove_task("a")
-    assert h.core.instance_inflight() == {"B": 1}
-    h.core.cancel_task("b", "bye", h.now)
-    assert h.core.instance_inflight() == {}
+    h.core.lifecycle.remove_task("a")
+    assert h.core.scheduler.instance_inflight() == {"B": 1}
+    h.core.lifecycle.cancel_task("b", "bye", h.now)
+    assert h.core.scheduler.instance_inflight() == {}
 
 
 def test_empty_instance_id_is_its_own_instance():
@@ -171,3 +173,38 @@ def test_a_turn_that_served_nothing_is_void():
     # A filled the executor exactly at its quantum; the turn picked next found no
     # executor, so B (nothing in flight) goes first once room appears.
     assert _instances(h) == "AAABBB"
+
+
+FORMS = list(zip(implementations("fairness", "blockx.core.dispatch"),
+                 implementations("records", "blockx.core.dispatch")))
+
+
+@pytest.mark.parametrize("form", FORMS, ids=[f[0][0] for f in FORMS])
+def test_the_scheduler_takes_turns_like_the_twin(form):
+    """One fair scheduler per implementation, the same operations, the same picks."""
+    from blockx._fast import load
+    ReadyQueue = load("readyqueue").ReadyQueue
+    picks = []
+    for (_, fair), (_, rec) in (form, FORMS[-1]):
+        sched = fair.TaskScheduler(True, 2, 4)
+        tasks = []
+        for tid, inst in (("a", "X"), ("b", "X"), ("c", "Y")):
+            t = rec.TaskCalls(tid, True, 3, 10, 0, sched.attach(inst), False, ReadyQueue())
+            t.ready.push(object())
+            sched.wake(t)
+            tasks.append(t)
+        order = []
+        for _ in range(7):
+            t = sched.next_task()
+            order.append(t.task_id)
+            t.inflight += 1
+            t.instance.inflight += 1
+            sched.served(t)
+        sched.detach(tasks[0])
+        order.append(sorted(sched.instance_inflight().items()))
+        sched.unserved()
+        order.append(sched.next_task().task_id)
+        picks.append(order)
+    assert picks[0] == picks[1]
+    # X and Y tie (in flight, last served): X by id first, quantum 2 each, then turns
+    assert picks[0][:7] == ["a", "b", "c", "c", "a", "b", "c"], picks[0]

@@ -11,7 +11,7 @@ from tests.unit.core.dispatch.parts import Parts
 from tests.unit.core.dispatch.harness import spec
 
 
-from blockx.core.dispatch import dispatchloop as _loop
+from blockx.core.dispatch import records as _records
 
 
 def _intake(**cfg):
@@ -30,7 +30,7 @@ def test_prepare_touches_nothing_and_commit_registers_with_the_task_table():
     task = p.tasks.by_id["t"]
     # Queued compactly: no context, id or key until a call is admitted.
     assert (task.fast_fail, task.total, task.queued, len(p.calls)) == (False, 2, 2, 0)
-    taken = [_loop.take_call(task, p.calls.by_id), _loop.take_call(task, p.calls.by_id)]
+    taken = [_records.take_call(task, p.calls.by_id), _records.take_call(task, p.calls.by_id)]
     assert [(c.call_id, c.index, c.function_id, c.args_json) for c in taken] == [
         ("t/0", 0, "f", b"[1]"), ("t/1", 1, "g", b"[2]")]
     assert [c.key for c in taken] == [p.cache_key("f", "d0", b"[1]"), p.cache_key("g", "d0", b"[2]")]
@@ -51,7 +51,7 @@ def test_stream_batches_come_in_order_within_the_credit_window():
     assert intake.batch_credits("s") == 0
     task = p.tasks.by_id["s"]
     assert task.queued == 2 and len(p.calls) == 0
-    taken = [_loop.take_call(task, p.calls.by_id) for _ in range(2)]
+    taken = [_records.take_call(task, p.calls.by_id) for _ in range(2)]
     assert [(c.call_id, c.index, c.batch_idx) for c in taken] == [("s/0.0", 0, 0), ("s/1.0", 1, 1)]
     assert list(p.calls.by_id) == ["s/0.0", "s/1.0"]
     with pytest.raises(ValueError, match="exceeds the credit window of 2"):
@@ -81,7 +81,7 @@ def test_a_packed_call_list_queues_its_arrays_as_they_are_and_admits_like_a_spec
     assert block.fns == [("f", "d0", "main"), ("g", "d1", "other")]          # entry defaulted
     intake.commit_call_phase(prepared, 0)
     task = p.tasks.by_id["t"]
-    taken = [_loop.take_call(task, p.calls.by_id) for _ in range(3)]
+    taken = [_records.take_call(task, p.calls.by_id) for _ in range(3)]
     assert [(c.call_id, c.index, c.function_id, c.digest, c.entry_selector, c.args_json, c.key)
             for c in taken] == [
         ("t/0", 0, "f", "d0", "main", b"[1]", p.cache_key("f", "d0", b"[1]")),

@@ -34,31 +34,31 @@ from tests.unit.core.dispatch.harness import Harness, of_type, spec
 
 def test_prepare_has_no_side_effects_and_commit_registers():
     h = Harness()
-    p = h.core.prepare_call_phase("t", [spec("f", 1), spec("g", 2)])
-    assert len(p) == 2 and not h.core.has_task("t") and h.core.call_state("t/0") is None
-    assert h.core.commit_call_phase(p, 0) == []
-    assert h.core.call_state("t/0") == "READY" and h.core.task_ready("t") == 2
+    p = h.core.intake.prepare_call_phase("t", [spec("f", 1), spec("g", 2)])
+    assert len(p) == 2 and not ("t" in h.core.tasks) and h.core.tasks.call_state("t/0") is None
+    assert h.core.intake.commit_call_phase(p, 0) == []
+    assert h.core.tasks.call_state("t/0") == "READY" and h.core.tasks.ready_count("t") == 2
     with pytest.raises(ValueError, match="already committed"):
-        h.core.commit_call_phase(p, 0)
+        h.core.intake.commit_call_phase(p, 0)
 
 
 def test_bad_input_gets_a_clear_error():
     core = Harness().core
     with pytest.raises(ValueError, match="task_id must be a non-empty str"):
-        core.prepare_call_phase("", [])
+        core.intake.prepare_call_phase("", [])
     with pytest.raises(ValueError, match="FAST_FAIL or CONTINUE, got 'SOMETIMES'"):
-        core.prepare_call_phase("t", [], "SOMETIMES")
+        core.intake.prepare_call_phase("t", [], "SOMETIMES")
     with pytest.raises(ValueError, match="call 1 args_json must be canonical JSON bytes, got str"):
-        core.prepare_call_phase("t", [spec("f"), PinnedCall("f", "d", "[1]")])
+        core.intake.prepare_call_phase("t", [spec("f"), PinnedCall("f", "d", "[1]")])
     with pytest.raises(ValueError, match="call 0 needs a non-empty function_id"):
-        core.prepare_call_phase("t", [PinnedCall("", "d", b"[]")])
+        core.intake.prepare_call_phase("t", [PinnedCall("", "d", b"[]")])
     with pytest.raises(ValueError, match=r"call 0 must be \(function_id, digest, args_json"):
-        core.prepare_call_phase("t", [("f", b"[]")])
+        core.intake.prepare_call_phase("t", [("f", b"[]")])
     with pytest.raises(ValueError, match="max_attempts must be >= 0"):
-        core.prepare_call_phase("t", [], retry=RetryPolicy(-1, 0, 0))
-    core.commit_call_phase(core.prepare_call_phase("t", []), 0)
+        core.intake.prepare_call_phase("t", [], retry=RetryPolicy(-1, 0, 0))
+    core.intake.commit_call_phase(core.intake.prepare_call_phase("t", []), 0)
     with pytest.raises(ValueError, match="task t already has a call phase"):
-        core.commit_call_phase(core.prepare_call_phase("t", []), 0)
+        core.intake.commit_call_phase(core.intake.prepare_call_phase("t", []), 0)
 
 
 def test_unspecified_policy_means_fast_fail():
@@ -82,8 +82,8 @@ def test_bind_then_dispatch_carries_the_call():
     bind, disp = cmds[0], cmds[1]
     assert bind == BindCall("t/0", "e1", "t", False, "")
     assert disp == DispatchCallCmd("t/0", "e1", "t", "add", "sha", "entry", b"[1,2]", 5000, 1, "")
-    assert h.core.call_state("t/0") == "RUNNING"
-    assert h.core.executor_view("e1").local_inflight == 1
+    assert h.core.tasks.call_state("t/0") == "RUNNING"
+    assert h.core.executors.view("e1").local_inflight == 1
 
 
 def test_unlimited_budget_is_zero():
@@ -104,7 +104,7 @@ def test_outputs_follow_call_list_order_not_completion_order():
 def test_task_window_limits_inflight_and_refills_on_completion():
     h = Harness(DispatcherConfig(task_max_inflight_calls=2), contexts=100)
     h.submit("t", [spec("f", i) for i in range(5)])
-    assert sorted(h.live) == ["t/0", "t/1"] and h.core.task_inflight("t") == 2
+    assert sorted(h.live) == ["t/0", "t/1"] and h.core.tasks.inflight("t") == 2
     h.complete("t/1")
     assert sorted(h.live) == ["t/0", "t/2"]
 
@@ -116,14 +116,14 @@ def test_executor_headroom_and_max_inflight_bound_admission():
     assert len(h.live) == 4
     h.set_executor("e1", usable_contexts=10)
     # e1 now limited by executor_max_inflight = 3.
-    assert h.core.executor_view("e1").local_inflight == 3
-    assert h.core.executor_view("e2").local_inflight == 2
+    assert h.core.executors.view("e1").local_inflight == 3
+    assert h.core.executors.view("e2").local_inflight == 2
 
 
 def test_no_executor_means_nothing_is_admitted_until_one_appears():
     h = Harness(executors=())
     h.submit("t", [spec("f", 1)])
-    assert h.live == {} and h.core.call_state("t/0") == "READY"
+    assert h.live == {} and h.core.tasks.call_state("t/0") == "READY"
     h.set_executor("e9", usable_contexts=1)
     assert list(h.live) == ["t/0"] and h.live["t/0"].executor_id == "e9"
 
@@ -164,7 +164,7 @@ def test_consecutive_duplicates_join_the_leader_in_one_pass():
     h = Harness()
     h.submit("t", [spec("f", 1), spec("f", 1), spec("f", 1), spec("f", 2)])
     assert sorted(h.live) == ["t/0", "t/3"]
-    assert h.core.call_state("t/1") == "READY"
+    assert h.core.tasks.call_state("t/1") == "READY"
     h.complete("t/3", output=b"2")
     h.complete("t/0", output=b"1")
     c = h.converged["t"]
@@ -213,7 +213,7 @@ def test_fast_fail_stops_dispatching_and_drains_once_inflight_reaches_zero():
     assert not c.ok and c.failure_code == "CALL_FAILED" and not c.retryable
     assert "t/0" in c.failure_message and "USER_ERROR: division by zero" in c.failure_message
     assert c.outputs == [] and c.call_count == 5 and c.calls_failed == 1
-    assert h.core.call_state("t/4") is None  # forgotten once settled
+    assert h.core.tasks.call_state("t/4") is None  # forgotten once settled
     assert len(of_type(h.log, BindCall)) == 2
 
 
@@ -222,19 +222,19 @@ def test_queued_calls_get_a_context_only_when_admitted_and_are_still_counted():
     h.submit("t", [spec("f", i) for i in range(6)])
     # Two admitted, and t/2 made to compare its key with t/1's (it waits at the front).
     assert list(h.live) == ["t/0", "t/1"] and h.core.call_count == 3
-    assert (h.core.queued_call_count, h.core.task_ready("t")) == (4, 4)
-    assert (h.core.call_state("t/5"), h.core.call_attempts("t/5")) == ("READY", 0)
-    assert h.core.call_state("t/6") is None and h.core.call_state("t/05") is None
-    assert h.core.task_progress("t") == (6, 0, 0, 0)
+    assert (h.core.queued_call_count, h.core.tasks.ready_count("t")) == (4, 4)
+    assert (h.core.tasks.call_state("t/5"), h.core.tasks.call_attempts("t/5")) == ("READY", 0)
+    assert h.core.tasks.call_state("t/6") is None and h.core.tasks.call_state("t/05") is None
+    assert h.core.tasks.progress("t") == (6, 0, 0, 0)
     h.complete("t/0")
-    assert list(h.live) == ["t/1", "t/2"] and h.core.task_progress("t") == (6, 1, 0, 0)
+    assert list(h.live) == ["t/1", "t/2"] and h.core.tasks.progress("t") == (6, 1, 0, 0)
     h.fail("t/1", "USER_ERROR", False, "boom")
     h.complete("t/2")
     # FAST_FAIL drained the never-admitted t/3..t/5 as CANCELLED (not counted as failed).
     c = h.converged["t"]
     assert not c.ok and c.call_count == 6 and c.calls_failed == 1
-    assert h.core.task_progress("t") == (6, 6, 1, 0) and h.core.queued_call_count == 0
-    assert h.core.call_state("t/5") is None and h.core.call_count == 0
+    assert h.core.tasks.progress("t") == (6, 6, 1, 0) and h.core.queued_call_count == 0
+    assert h.core.tasks.call_state("t/5") is None and h.core.call_count == 0
 
 
 def test_fast_fail_does_not_retry_inflight_failures_after_the_stop():
@@ -277,13 +277,13 @@ def test_continue_all_failed_is_retryable_when_every_failure_was():
 def test_waiting_and_resumed_transitions():
     h = Harness()
     h.submit("t", [spec("f", 1)])
-    h.core.handle_call_waiting("t/0", 2, 0)  # wrong attempt: ignored
-    assert h.core.call_state("t/0") == "RUNNING"
-    h.core.handle_call_waiting("t/0", 1, 0)
-    assert h.core.call_state("t/0") == "WAITING"
-    h.core.handle_call_resumed("t/0", 0)
-    assert h.core.call_state("t/0") == "RUNNING"
-    h.core.handle_call_waiting("t/0", 1, 0)
+    h.core.lifecycle.handle_call_waiting("t/0", 2, 0)  # wrong attempt: ignored
+    assert h.core.tasks.call_state("t/0") == "RUNNING"
+    h.core.lifecycle.handle_call_waiting("t/0", 1, 0)
+    assert h.core.tasks.call_state("t/0") == "WAITING"
+    h.core.lifecycle.handle_call_resumed("t/0", 0)
+    assert h.core.tasks.call_state("t/0") == "RUNNING"
+    h.core.lifecycle.handle_call_waiting("t/0", 1, 0)
     h.complete("t/0")   # completing straight from WAITING is fine
     assert h.converged["t"].ok
 
@@ -292,43 +292,43 @@ def test_cancel_task_cancels_inflight_and_drops_state():
     h = Harness(DispatcherConfig(task_max_inflight_calls=2))
     h.submit("t", [spec("f", i) for i in range(4)])
     attempt = h.attempt("t/0")
-    cmds = h.core.cancel_task("t", "task timed out", h.now)
+    cmds = h.core.lifecycle.cancel_task("t", "task timed out", h.now)
     assert sorted((c.call_id, c.executor_id, c.reason, c.attempt_seq) for c in cmds) == [
         ("t/0", "e1", "task timed out", attempt), ("t/1", "e1", "task timed out", 1)]
     assert all(type(c) is CancelCallCmd for c in cmds)
-    assert not h.core.has_task("t") and h.core.call_count == 0
-    assert h.core.executor_view("e1").local_inflight == 0
+    assert not ("t" in h.core.tasks) and h.core.call_count == 0
+    assert h.core.executors.view("e1").local_inflight == 0
     # The executor's late frames are ignored; nothing converges.
-    assert h.core.handle_call_completed("t/0", 1, b"1", 0, 0) == []
-    assert h.core.handle_call_failed("t/1", 1, "CANCELLED", False, "", 0) == []
+    assert h.core.lifecycle.handle_call_completed("t/0", 1, b"1", 0, 0) == []
+    assert h.core.lifecycle.handle_call_failed("t/1", 1, "CANCELLED", False, "", 0) == []
     assert h.epilogue() == [] and "t" not in h.converged
-    assert h.core.cancel_task("t", "again", 0) == []
+    assert h.core.lifecycle.cancel_task("t", "again", 0) == []
 
 
 def test_remove_task_after_convergence():
     h = Harness()
     h.submit("t", [spec("f", 1)])
     h.complete("t/0")
-    assert h.core.has_task("t")
-    assert h.core.remove_task("t") == []
-    assert not h.core.has_task("t") and h.core.task_count == 0
+    assert ("t" in h.core.tasks)
+    assert h.core.lifecycle.remove_task("t") == []
+    assert not ("t" in h.core.tasks) and h.core.task_count == 0
 
 
 def test_a_bind_the_core_no_longer_wants_is_released():
     h = Harness()
-    p = h.core.prepare_call_phase("t", [spec("f", 1)])
-    h.core.commit_call_phase(p, 0)
-    bind = h.core.dispatch(0)[0]
-    h.core.cancel_task("t", "gone", 0)
-    assert h.core.handle_executor_bound(bind.call_id, 0, "e1") == [UnbindCall("t/0", "e1")]
-    assert h.core.handle_executor_bound(bind.call_id, 0) == []
+    p = h.core.intake.prepare_call_phase("t", [spec("f", 1)])
+    h.core.intake.commit_call_phase(p, 0)
+    bind = h.core.lifecycle.dispatch(0)[0]
+    h.core.lifecycle.cancel_task("t", "gone", 0)
+    assert h.core.lifecycle.handle_executor_bound(bind.call_id, 0, "e1") == [UnbindCall("t/0", "e1")]
+    assert h.core.lifecycle.handle_executor_bound(bind.call_id, 0) == []
 
 
 def test_duplicate_bound_event_is_ignored():
     h = Harness()
     h.submit("t", [spec("f", 1)])
-    assert h.core.handle_executor_bound("t/0", 0, "e1") == []
-    assert h.core.call_state("t/0") == "RUNNING"
+    assert h.core.lifecycle.handle_executor_bound("t/0", 0, "e1") == []
+    assert h.core.tasks.call_state("t/0") == "RUNNING"
 
 
 def test_bind_failure_retries_at_once_without_consuming_an_attempt():
@@ -337,8 +337,8 @@ def test_bind_failure_retries_at_once_without_consuming_an_attempt():
     h.set_executor("e2", usable_contexts=0)
     cmds = h.submit("t", [spec("f", 1)])
     assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 0, False)]
-    assert h.core.executor_view("e1").healthy is False   # avoided until the next snapshot
-    assert h.core.executor_view("e1").local_inflight == 0
+    assert h.core.executors.view("e1").healthy is False   # avoided until the next snapshot
+    assert h.core.executors.view("e1").local_inflight == 0
     h.set_executor("e2", usable_contexts=4)
     h.advance(0)
     assert h.live["t/0"].executor_id == "e2" and h.live["t/0"].attempt_seq == 1
@@ -347,25 +347,25 @@ def test_bind_failure_retries_at_once_without_consuming_an_attempt():
 def test_epilogue_is_quiet_when_nothing_changed():
     h = Harness()
     h.submit("t", [spec("f", 1)])
-    assert h.core.epilogue(h.now) == []
+    assert h.core.lifecycle.epilogue(h.now) == []
 
 
 def test_an_accepted_completion_starts_with_unbind_and_a_duplicate_gets_nothing():
     h = Harness()
     h.submit("t", [spec("f", 1), spec("f", 2)])
     attempt = h.attempt("t/0")
-    first = h.core.handle_call_completed("t/0", attempt, b"1", 0, h.now)
+    first = h.core.lifecycle.handle_call_completed("t/0", attempt, b"1", 0, h.now)
     assert first[0] == UnbindCall("t/0", "e1")
-    assert h.core.handle_call_completed("t/0", attempt, b"1", 0, h.now) == []
+    assert h.core.lifecycle.handle_call_completed("t/0", attempt, b"1", 0, h.now) == []
 
 
 def test_an_accepted_failure_starts_with_unbind_and_a_duplicate_gets_nothing():
     h = Harness()
     h.submit("t", [spec("f", 1), spec("f", 2)], "CONTINUE")
     attempt = h.attempt("t/0")
-    first = h.core.handle_call_failed("t/0", attempt, "USER_ERROR", False, "boom", h.now)
+    first = h.core.lifecycle.handle_call_failed("t/0", attempt, "USER_ERROR", False, "boom", h.now)
     assert first[0] == UnbindCall("t/0", "e1")
-    assert h.core.handle_call_failed("t/0", attempt, "USER_ERROR", False, "boom", h.now) == []
+    assert h.core.lifecycle.handle_call_failed("t/0", attempt, "USER_ERROR", False, "boom", h.now) == []
 
 
 def test_frames_of_an_attempt_that_was_retried_get_nothing():
@@ -374,9 +374,9 @@ def test_frames_of_an_attempt_that_was_retried_get_nothing():
     h.fail("t/0", "IO_ERROR", True)
     h.advance(100)
     assert h.attempt("t/0") == 2
-    assert h.core.handle_call_failed("t/0", 1, "IO_ERROR", True, "late", h.now) == []
-    assert h.core.handle_call_completed("t/0", 1, b"1", 0, h.now) == []
-    assert h.core.call_state("t/0") == "RUNNING"
+    assert h.core.lifecycle.handle_call_failed("t/0", 1, "IO_ERROR", True, "late", h.now) == []
+    assert h.core.lifecycle.handle_call_completed("t/0", 1, b"1", 0, h.now) == []
+    assert h.core.tasks.call_state("t/0") == "RUNNING"
 
 
 def test_a_retry_after_a_failed_attempt_is_flagged_as_a_retry():
@@ -410,9 +410,9 @@ def _retrying_harness():
 
 def test_failure_while_backing_off_is_stale():
     h = _retrying_harness()
-    assert h.core.call_state("t/0") == "READY" and h.core.call_attempts("t/0") == 1
+    assert h.core.tasks.call_state("t/0") == "READY" and h.core.tasks.call_attempts("t/0") == 1
     # A duplicate failure report for attempt 1 (e.g. executor lost after CallFailed).
-    assert h.core.handle_call_failed("t/0", 1, "EXECUTOR_LOST", True, "dup", h.now) == []
+    assert h.core.lifecycle.handle_call_failed("t/0", 1, "EXECUTOR_LOST", True, "dup", h.now) == []
     assert len(h.timers) == 1
     h.advance(100)
     assert h.attempt("t/0") == 2
@@ -421,9 +421,9 @@ def test_failure_while_backing_off_is_stale():
 def test_failure_with_an_old_attempt_seq_is_stale():
     h = _retrying_harness()
     h.advance(100)
-    assert h.core.handle_call_failed("t/0", 1, "USER_ERROR", False, "old", h.now) == []
-    assert h.core.call_state("t/0") == "RUNNING"
-    assert h.core.handle_call_failed("t/0", 3, "USER_ERROR", False, "future", h.now) == []
+    assert h.core.lifecycle.handle_call_failed("t/0", 1, "USER_ERROR", False, "old", h.now) == []
+    assert h.core.tasks.call_state("t/0") == "RUNNING"
+    assert h.core.lifecycle.handle_call_failed("t/0", 3, "USER_ERROR", False, "future", h.now) == []
     h.complete("t/0", output=b"ok")
     assert h.converged["t"].ok and h.converged["t"].calls_failed == 0
 
@@ -431,16 +431,16 @@ def test_failure_with_an_old_attempt_seq_is_stale():
 def test_completion_of_an_old_attempt_is_ignored():
     h = _retrying_harness()
     h.advance(100)
-    assert h.core.handle_call_completed("t/0", 1, b"old", 0, h.now) == []
-    assert h.core.call_state("t/0") == "RUNNING"
+    assert h.core.lifecycle.handle_call_completed("t/0", 1, b"old", 0, h.now) == []
+    assert h.core.tasks.call_state("t/0") == "RUNNING"
     h.complete("t/0", output=b"new")
     assert h.converged["t"].outputs == [b"new"]
 
 
 def test_completion_while_backing_off_is_ignored():
     h = _retrying_harness()
-    assert h.core.handle_call_completed("t/0", 1, b"late", 0, h.now) == []
-    assert h.core.call_state("t/0") == "READY"
+    assert h.core.lifecycle.handle_call_completed("t/0", 1, b"late", 0, h.now) == []
+    assert h.core.tasks.call_state("t/0") == "READY"
 
 
 def test_done_ignores_every_late_event():
@@ -448,13 +448,13 @@ def test_done_ignores_every_late_event():
     h.submit("t", [spec("f", 1), spec("f", 2)])
     h.complete("t/0", output=b"first")
     core = h.core
-    assert core.call_state("t/0") == "DONE"
-    assert core.handle_call_completed("t/0", 1, b"again", 0, h.now) == []
-    assert core.handle_call_failed("t/0", 1, "USER_ERROR", False, "late", h.now) == []
-    assert core.handle_call_waiting("t/0", 1, h.now) == []
-    assert core.handle_call_resumed("t/0", h.now) == []
-    assert core.handle_retry_ready("t/0", h.now) == []
-    assert core.call_state("t/0") == "DONE"
+    assert core.tasks.call_state("t/0") == "DONE"
+    assert core.lifecycle.handle_call_completed("t/0", 1, b"again", 0, h.now) == []
+    assert core.lifecycle.handle_call_failed("t/0", 1, "USER_ERROR", False, "late", h.now) == []
+    assert core.lifecycle.handle_call_waiting("t/0", 1, h.now) == []
+    assert core.lifecycle.handle_call_resumed("t/0", h.now) == []
+    assert core.lifecycle.handle_retry_ready("t/0", h.now) == []
+    assert core.tasks.call_state("t/0") == "DONE"
     h.complete("t/1", output=b"second")
     c = h.converged["t"]
     assert c.outputs == [b"first", b"second"] and c.calls_failed == 0
@@ -462,33 +462,33 @@ def test_done_ignores_every_late_event():
 
 def test_events_for_unknown_calls_are_ignored():
     core = Harness().core
-    assert core.handle_call_completed("nope/0", 1, b"1", 0, 0) == []
-    assert core.handle_call_failed("nope/0", 1, "USER_ERROR", False, "", 0) == []
-    assert core.handle_call_waiting("nope/0", 1, 0) == []
-    assert core.handle_call_resumed("nope/0", 0) == []
-    assert core.handle_retry_ready("nope/0", 0) == []
-    assert core.handle_bind_failed("nope/0", 0) == []
-    assert core.handle_executor_bound("nope/0", 0) == []
+    assert core.lifecycle.handle_call_completed("nope/0", 1, b"1", 0, 0) == []
+    assert core.lifecycle.handle_call_failed("nope/0", 1, "USER_ERROR", False, "", 0) == []
+    assert core.lifecycle.handle_call_waiting("nope/0", 1, 0) == []
+    assert core.lifecycle.handle_call_resumed("nope/0", 0) == []
+    assert core.lifecycle.handle_retry_ready("nope/0", 0) == []
+    assert core.lifecycle.handle_bind_failed("nope/0", 0) == []
+    assert core.lifecycle.handle_executor_bound("nope/0", 0) == []
 
 
 def test_terminal_events_before_the_bind_is_confirmed_are_stale():
     h = Harness()
-    p = h.core.prepare_call_phase("t", [spec("f", 1)])
-    h.core.commit_call_phase(p, 0)
-    h.core.dispatch(0)   # BindCall emitted, not yet confirmed
-    assert h.core.handle_call_failed("t/0", 1, "USER_ERROR", False, "", 0) == []
-    assert h.core.handle_call_completed("t/0", 1, b"1", 0, 0) == []
-    assert h.core.call_state("t/0") == "RUNNING"
+    p = h.core.intake.prepare_call_phase("t", [spec("f", 1)])
+    h.core.intake.commit_call_phase(p, 0)
+    h.core.lifecycle.dispatch(0)   # BindCall emitted, not yet confirmed
+    assert h.core.lifecycle.handle_call_failed("t/0", 1, "USER_ERROR", False, "", 0) == []
+    assert h.core.lifecycle.handle_call_completed("t/0", 1, b"1", 0, 0) == []
+    assert h.core.tasks.call_state("t/0") == "RUNNING"
 
 
 def test_stale_failure_does_not_arm_a_second_timer():
     h = _retrying_harness()
-    cmds = h.core.handle_call_failed("t/0", 1, "OUTBOX_FULL", True, "", h.now)
+    cmds = h.core.lifecycle.handle_call_failed("t/0", 1, "OUTBOX_FULL", True, "", h.now)
     assert of_type(cmds, ArmCallRetry) == [] and len(h.timers) == 1
     # A duplicate retry-ready event (timer fired twice) queues the call once.
     h.advance(100)
-    assert h.core.handle_retry_ready("t/0", h.now) == []
-    assert h.core.task_ready("t") == 0
+    assert h.core.lifecycle.handle_retry_ready("t/0", h.now) == []
+    assert h.core.tasks.ready_count("t") == 0
 
 
 def _two_executors(**cfg):
@@ -506,8 +506,8 @@ def test_inflight_calls_on_the_lost_executor_are_retried_elsewhere():
     assert sorted(c.call_id for c in of_type(cmds, UnbindCall)) == on_a
     assert sorted((c.call_id, c.fire_at_ms) for c in of_type(cmds, ArmCallRetry)) == [
         (c, 10) for c in on_a]
-    assert h.core.executor_view("a").healthy is False
-    assert h.core.executor_view("a").local_inflight == 0
+    assert h.core.executors.view("a").healthy is False
+    assert h.core.executors.view("a").local_inflight == 0
     assert sorted(h.live) == on_b                 # b's calls untouched
     h.advance(10)
     for c in on_a:
@@ -523,8 +523,8 @@ def test_late_frames_from_the_lost_executor_are_stale():
     h.submit("t", [spec("f", 1)])
     eid = h.live["t/0"].executor_id
     h.lose(eid)
-    assert h.core.handle_call_completed("t/0", 1, b"late", 0, h.now) == []
-    assert h.core.handle_call_failed("t/0", 1, "EXECUTOR_LOST", True, "", h.now) == []
+    assert h.core.lifecycle.handle_call_completed("t/0", 1, b"late", 0, h.now) == []
+    assert h.core.lifecycle.handle_call_failed("t/0", 1, "EXECUTOR_LOST", True, "", h.now) == []
     h.advance(10)
     assert h.attempt("t/0") == 2
 
@@ -547,27 +547,27 @@ def test_subtree_on_the_lost_executor_is_cancelled_not_resumed():
     eid = h.live["t/0"].executor_id
     child, _ = h.subcall("t/0", "g", 1)
     grand, _ = h.subcall(child, "k", 1)
-    assert h.core.executor_calls(eid) == ["t/0", child, grand]
+    assert h.core.executors.call_ids(eid) == ["t/0", child, grand]
     cmds = h.lose(eid)
     assert sorted(c.call_id for c in of_type(cmds, CancelCallCmd)) == sorted([child, grand])
     assert of_type(cmds, SubcallDone) == []
-    assert h.core.executor_calls(eid) == []
+    assert h.core.executors.call_ids(eid) == []
     assert of_type(cmds, ArmCallRetry) == [ArmCallRetry("t/0", 10, True)]
 
 
 def test_an_unconfirmed_bind_on_the_lost_executor_is_rolled_back():
     h = Harness(executors=("a",))
-    p = h.core.prepare_call_phase("t", [spec("f", 1)])
-    h.core.commit_call_phase(p, 0)
-    assert of_type(h.core.dispatch(0), BindCall)
-    cmds = h.core.handle_executor_lost("a", 0)
+    p = h.core.intake.prepare_call_phase("t", [spec("f", 1)])
+    h.core.intake.commit_call_phase(p, 0)
+    assert of_type(h.core.lifecycle.dispatch(0), BindCall)
+    cmds = h.core.lifecycle.handle_executor_lost("a", 0)
     assert cmds == [ArmCallRetry("t/0", 0, False)]
-    assert h.core.call_attempts("t/0") == 0
+    assert h.core.tasks.call_attempts("t/0") == 0
 
 
 def test_unknown_executor_loss_is_ignored():
     h = Harness()
-    assert h.core.handle_executor_lost("ghost", 0) == []
+    assert h.core.lifecycle.handle_executor_lost("ghost", 0) == []
 
 
 def test_lost_executor_is_not_selected_until_a_snapshot_restores_it():
@@ -583,7 +583,7 @@ def test_a_loss_detail_reaches_the_failure_message():
     # The sandbox names the limit that killed an executor.
     h = Harness(DispatcherConfig(default_retry_jitter_percent=0), executors=("a",))
     h.submit("t", [spec("f", 1)], retry=(1, 0, 0))
-    h.core.handle_executor_lost("a", h.now, "killed by its memory limit")
+    h.core.lifecycle.handle_executor_lost("a", h.now, "killed by its memory limit")
     h.advance(0)
     c = h.converged["t"]
     assert "EXECUTOR_LOST: executor a lost: killed by its memory limit" in c.failure_message, c.failure_message

@@ -2,7 +2,7 @@
 failed bind does neither; and (the lifecycle's part of it) a failed attempt
 puts the call back to READY with its timer armed, and the timer hands the call
 back only once."""
-from blockx.core.dispatch.calls import DONE, READY, RUNNING, CallRecord
+from blockx.core.dispatch.records import DONE, READY, RUNNING, CallRecord
 from blockx.core.dispatch.commands import ArmCallRetry
 from blockx.core.dispatch.config import DispatcherConfig
 from blockx.core.dispatch.retry import RetryScheduler
@@ -72,11 +72,11 @@ def test_a_timer_hands_the_call_back_once_and_never_after_it_ended():
     c = h.core.calls.by_id["t/0"]
     h.fail("t/0", "EXECUTOR_LOST", True)
     ready = len(c.task.ready)
-    assert h.core.handle_retry_ready("t/0", 100) == []
+    assert h.core.lifecycle.handle_retry_ready("t/0", 100) == []
     assert not c.retry_armed and len(c.task.ready) == ready + 1
-    assert h.core.handle_retry_ready("t/0", 100) == []           # a second timer for the same arm
+    assert h.core.lifecycle.handle_retry_ready("t/0", 100) == []           # a second timer for the same arm
     assert len(c.task.ready) == ready + 1
     c.retry_armed = True
     c.state = DONE                                              # ended while backing off
-    h.core.handle_retry_ready("t/0", 100)
+    h.core.lifecycle.handle_retry_ready("t/0", 100)
     assert len(c.task.ready) == ready + 1 and c.retry_armed

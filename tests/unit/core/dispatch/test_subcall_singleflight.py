@@ -4,7 +4,7 @@ call and completes from it (CompleteCallFromCache, then SubcallDone, counted in
 cache_hits); the leader's failure, retry, cancellation and the waiter's own
 parent ending never leave a waiter hanging nor give it a result that is not
 the function's; a join that would close a wait cycle runs on its own."""
-from blockx.core.dispatch.calls import DONE, READY
+from blockx.core.dispatch.records import DONE, READY
 from blockx.core.dispatch.commands import (
     BindCall, CancelCallCmd, CompleteCallFromCache, DispatchCallCmd, SubcallDone)
 from blockx.core.dispatch.config import DispatcherConfig
@@ -143,12 +143,12 @@ def test_cancelling_the_task_takes_leader_and_waiters_without_binding_anyone():
     lead, _ = h.subcall("t/0", "g", 7)
     waiter, _ = h.subcall("t/1", "g", 7)
     on_root, _ = h.subcall("t/0", "g", 9)           # waits on the root t/2
-    cmds = h.core.cancel_task("t", "deadline", h.now)
+    cmds = h.core.lifecycle.cancel_task("t", "deadline", h.now)
     assert of_type(cmds, BindCall) == [] and of_type(cmds, SubcallDone) == []
     assert sorted(c.call_id for c in cmds) == sorted(["t/0", "t/1", "t/2", lead])
     h.run(cmds)
     assert h.core.call_count == 0 and not h.bound
-    assert h.core.executor_view("a").local_inflight == 0 == h.core.executor_view("b").local_inflight
+    assert h.core.executors.view("a").local_inflight == 0 == h.core.executors.view("b").local_inflight
 
 
 def test_a_root_leader_backing_off_hands_its_subcall_waiters_over_and_is_not_joined():
@@ -224,10 +224,10 @@ def test_a_cycle_through_a_subcall_leader_is_seen_too():
 
 def test_a_root_never_waits_on_a_subcall_leader():
     h = Harness(DispatcherConfig(), executors=("a",), contexts=10)
-    h.feed(h.core.commit_call_stream("s", "FAST_FAIL", None, "", h.now))
-    h.feed(h.core.commit_call_batch(h.core.prepare_call_batch("s", 0, [spec("f", 1)]), h.now))
+    h.feed(h.core.intake.commit_call_stream("s", "FAST_FAIL", None, "", h.now))
+    h.feed(h.core.intake.commit_call_batch(h.core.intake.prepare_call_batch("s", 0, [spec("f", 1)]), h.now))
     lead, _ = h.subcall("s/0.0", "g", 7)
-    cmds = h.feed(h.core.commit_call_batch(h.core.prepare_call_batch("s", 1, [spec("g", 7)]), h.now))
+    cmds = h.feed(h.core.intake.commit_call_batch(h.core.intake.prepare_call_batch("s", 1, [spec("g", 7)]), h.now))
     assert [b.call_id for b in of_type(cmds, BindCall)] == ["s/1.0"]
     later, cmds = h.subcall("s/0.0", "g", 7, request_id="r2")   # now waits on the root
     assert cmds == []

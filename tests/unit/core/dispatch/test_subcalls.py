@@ -6,7 +6,7 @@ cancellation)."""
 import orjson
 import pytest
 
-from blockx.core.dispatch.calls import DONE, RUNNING
+from blockx.core.dispatch.records import DONE, RUNNING
 from blockx.core.dispatch.commands import BindCall, CancelCallCmd, CompleteCallFromCache, SubcallDone
 from blockx.core.dispatch.types import ExecutorSnapshot, SubcallRejected
 from blockx.core.dispatch.commands import (
@@ -117,17 +117,17 @@ def _running(**cfg):
 
 def test_subcall_is_bound_to_the_parent_executor_and_dispatched_with_its_budget():
     h, eid = _running()
-    h.core.handle_call_waiting("t/0", 1, 0)
+    h.core.lifecycle.handle_call_waiting("t/0", 1, 0)
     child, cmds = h.subcall("t/0", "g", 2, budget=1234, request_id="req-1")
     assert child == "t/0/sub-1"
     assert cmds[0] == BindCall(child, eid, "t", True, "t/0")
     assert cmds[1] == DispatchCallCmd(child, eid, "t", "g", "d0", "main", b"[2]", 1234, 1, "t/0")
-    assert h.core.executor_view(eid).local_inflight == 2
-    assert h.core.task_inflight("t") == 1    # not in the admission window
+    assert h.core.executors.view(eid).local_inflight == 2
+    assert h.core.tasks.inflight("t") == 1    # not in the admission window
     cmds = h.complete(child, output=b"42", budget_used_ms=17)
     done = of_type(cmds, SubcallDone)
     assert done == [SubcallDone(child, "t/0", eid, "req-1", True, b"42", "", "", False, 17, 1, "")]
-    assert h.core.call_state("t/0") == "RUNNING"   # the harness resumed it
+    assert h.core.tasks.call_state("t/0") == "RUNNING"   # the harness resumed it
 
 
 def test_subcall_ids_come_from_a_dispatcher_wide_counter():
@@ -147,7 +147,7 @@ def test_subcall_failure_resumes_the_parent_with_subcall_failed():
     assert not done.ok and done.error_kind == "SUBCALL_FAILED" and done.retryable
     assert done.child_error_kind == "IO_ERROR" and "backend down" in done.error_message
     assert of_type(cmds, ArmCallRetry) == []          # MaxAttempts = 1
-    assert h.core.call_state("t/0") == "RUNNING"
+    assert h.core.tasks.call_state("t/0") == "RUNNING"
 
 
 def test_subcalls_never_count_as_roots():
@@ -164,7 +164,7 @@ def test_subcall_bypasses_the_executor_filters():
     h.submit("t", [spec("f", 1)])
     child, cmds = h.subcall("t/0", "g", 1)
     assert of_type(cmds, BindCall)[0].executor_id == "a"
-    assert h.core.executor_view("a").local_inflight == 2
+    assert h.core.executors.view("a").local_inflight == 2
 
 
 @pytest.mark.parametrize("depth_limit", [2, 3])
@@ -196,7 +196,7 @@ def test_the_default_depth_admits_seven_levels_and_refuses_the_eighth():
     res, cmds = h.subcall(parent, "g8", 8)
     assert isinstance(res, SubcallRejected) and res.reason == "DEPTH_EXCEEDED" and cmds == []
     assert "would be at depth 8: its ancestry of 8 calls" in res.message
-    assert h.core.executor_view(eid).local_inflight == 8     # the root and its 7 subcalls, no more
+    assert h.core.executors.view(eid).local_inflight == 8     # the root and its 7 subcalls, no more
 
 
 @pytest.mark.parametrize("depth_limit", [0, 1])
@@ -237,26 +237,26 @@ def test_parent_must_be_active(setup):
     elif setup == "backing_off":
         h.fail("t/0", "EXECUTOR_LOST", True)
     elif setup == "unbound":
-        p = h.core.prepare_call_phase("v", [spec("z", 1)])
-        h.core.commit_call_phase(p, 0)
-        h.core.dispatch(0)
+        p = h.core.intake.prepare_call_phase("v", [spec("z", 1)])
+        h.core.intake.commit_call_phase(p, 0)
+        h.core.lifecycle.dispatch(0)
         parent = "v/0"
-    res, cmds = h.core.add_subcall(parent, eid, "r", "g", "d0", b"[1]", 10, h.now)
+    res, cmds = h.core.lifecycle.add_subcall(parent, eid, "r", "g", "d0", b"[1]", 10, h.now)
     assert isinstance(res, SubcallRejected) and res.reason == "PARENT_NOT_ACTIVE" and res.stale
 
 
 def test_negative_budget_is_rejected():
     h, eid = _running()
-    res, _ = h.core.add_subcall("t/0", eid, "r", "g", "d0", b"[1]", -5, 0)
+    res, _ = h.core.lifecycle.add_subcall("t/0", eid, "r", "g", "d0", b"[1]", -5, 0)
     assert res.reason == "INVALID_BUDGET"
 
 
 def test_malformed_subcall_arguments_raise():
     h, eid = _running()
     with pytest.raises(TypeError, match="args_json must be bytes"):
-        h.core.add_subcall("t/0", eid, "r", "g", "d0", "[1]", 5, 0)
+        h.core.lifecycle.add_subcall("t/0", eid, "r", "g", "d0", "[1]", 5, 0)
     with pytest.raises(TypeError, match="function_id must be a non-empty str"):
-        h.core.add_subcall("t/0", eid, "r", "", "d0", b"[1]", 5, 0)
+        h.core.lifecycle.add_subcall("t/0", eid, "r", "", "d0", b"[1]", 5, 0)
 
 
 def test_cached_result_resumes_the_parent_at_once():
@@ -267,7 +267,7 @@ def test_cached_result_resumes_the_parent_at_once():
     assert cmds[0] == CompleteCallFromCache(second, "t", True, "t/0")
     assert cmds[1] == SubcallDone(second, "t/0", eid, "r2", True, b"77", "", "", False, 0, 1, "")
     assert of_type(cmds, BindCall) == []
-    assert h.core.call_state(second) == "DONE"
+    assert h.core.tasks.call_state(second) == "DONE"
 
 
 def test_subcall_result_feeds_the_task_cache_for_later_roots():
@@ -284,18 +284,18 @@ def test_subcall_is_parked_while_the_parent_executor_is_unhealthy():
     h, eid = _running()
     h.set_executor(eid, healthy=False)
     child, cmds = h.subcall("t/0", "g", 1)
-    assert of_type(cmds, BindCall) == [] and h.core.pending_bind_subcalls() == [child]
-    assert h.core.call_state(child) == "READY"
+    assert of_type(cmds, BindCall) == [] and h.core.subcalls.parked_ids() == [child]
+    assert h.core.tasks.call_state(child) == "READY"
     h.set_executor(eid, healthy=True)
-    assert h.core.pending_bind_subcalls() == [] and h.live[child].executor_id == eid
+    assert h.core.subcalls.parked_ids() == [] and h.live[child].executor_id == eid
 
 
 def test_bind_failure_parks_the_subcall_until_the_next_snapshot():
     h, eid = _running()
     h.fail_binds.add(eid)
     child, cmds = h.subcall("t/0", "g", 1)
-    assert of_type(cmds, ArmCallRetry) == [] and h.core.pending_bind_subcalls() == [child]
-    assert h.core.call_attempts(child) == 0
+    assert of_type(cmds, ArmCallRetry) == [] and h.core.subcalls.parked_ids() == [child]
+    assert h.core.tasks.call_attempts(child) == 0
     h.fail_binds.clear()
     h.sync()
     assert h.live[child].attempt_seq == 1 and h.live[child].executor_id == eid
@@ -311,8 +311,8 @@ def test_parent_completion_cancels_the_whole_subtree():
     cancels = of_type(cmds, CancelCallCmd)
     assert [(c.call_id, c.executor_id, c.attempt_seq) for c in cancels] == [
         (child, eid, 1), (grand, eid, 1)]
-    assert h.core.pending_bind_subcalls() == []
-    assert h.core.executor_view(eid).local_inflight == 0
+    assert h.core.subcalls.parked_ids() == []
+    assert h.core.executors.view(eid).local_inflight == 0
     assert of_type(cmds, SubcallDone) == []
     assert h.converged["t"].ok
 
@@ -322,8 +322,8 @@ def test_a_failed_parent_attempt_cancels_its_subtree_and_late_child_results_are_
     child, _ = h.subcall("t/0", "g", 1)
     cmds = h.fail("t/0", "RESUME_SEND_FAILED", True)
     assert [c.call_id for c in of_type(cmds, CancelCallCmd)] == [child]
-    assert h.core.call_state(child) == "DONE"
-    assert h.core.handle_call_completed(child, 1, b"late", 0, h.now) == []
+    assert h.core.tasks.call_state(child) == "DONE"
+    assert h.core.lifecycle.handle_call_completed(child, 1, b"late", 0, h.now) == []
     h.advance(10)
     assert h.attempt("t/0") == 2
     # The retried parent starts a fresh subtree.
@@ -334,15 +334,15 @@ def test_a_failed_parent_attempt_cancels_its_subtree_and_late_child_results_are_
 def test_cancel_task_cancels_subtrees():
     h, eid = _running()
     child, _ = h.subcall("t/0", "g", 1)
-    cmds = h.core.cancel_task("t", "deadline", h.now)
+    cmds = h.core.lifecycle.cancel_task("t", "deadline", h.now)
     assert sorted(c.call_id for c in cmds) == sorted(["t/0", child])
     assert all(type(c) is CancelCallCmd and c.reason == "deadline" for c in cmds)
-    assert h.core.call_count == 0 and h.core.executor_view(eid).local_inflight == 0
+    assert h.core.call_count == 0 and h.core.executors.view(eid).local_inflight == 0
 
 
 def test_child_completing_after_its_parent_failed_finally_is_ignored():
     h, eid = _running()
     child, _ = h.subcall("t/0", "g", 1)
     h.fail("t/0", "USER_ERROR", False)
-    assert h.core.handle_call_completed(child, 1, b"x", 0, h.now) == []
+    assert h.core.lifecycle.handle_call_completed(child, 1, b"x", 0, h.now) == []
     assert not h.converged["t"].ok

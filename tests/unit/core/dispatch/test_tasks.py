@@ -5,7 +5,7 @@ BatchSettled, StopCallProduction, production_done, and the collected-output
 cap; and hand_over, a stream whose settled batches take their outputs away."""
 import pytest
 
-from blockx.core.dispatch.calls import DONE, CallRecord
+from blockx.core.dispatch.records import DONE, CallRecord
 from blockx.core.dispatch.commands import (
     CancelCallCmd, ConvergeTaskCalls, StopCallProduction)
 from blockx.core.dispatch.commands import (
@@ -116,30 +116,30 @@ def test_cancel_stops_production_cancels_in_flight_and_forgets_everything():
 
 
 def _stream(h, task_id="t", policy="FAST_FAIL", hand_over=False):
-    h.feed(h.core.commit_call_stream(task_id, policy, None, "", h.now, hand_over=hand_over))
+    h.feed(h.core.intake.commit_call_stream(task_id, policy, None, "", h.now, hand_over=hand_over))
 
 
 def _batch(h, idx, calls, task_id="t"):
-    p = h.core.prepare_call_batch(task_id, idx, calls)
-    return h.feed(h.core.commit_call_batch(p, h.now))
+    p = h.core.intake.prepare_call_batch(task_id, idx, calls)
+    return h.feed(h.core.intake.commit_call_batch(p, h.now))
 
 
 def test_batches_run_settle_and_converge_in_call_order():
     h = Harness(contexts=10)
     _stream(h)
-    assert h.core.batch_credits("t") == 2
+    assert h.core.intake.batch_credits("t") == 2
     _batch(h, 0, [spec("f", 0), spec("f", 1)])
     _batch(h, 1, [spec("f", 2)])
     assert sorted(h.live) == ["t/0.0", "t/0.1", "t/1.0"]
-    assert h.core.batch_credits("t") == 0
+    assert h.core.intake.batch_credits("t") == 0
     h.complete("t/1.0", output=b"2")
-    assert h.settled == [BatchSettled("t", 1)] and h.core.batch_credits("t") == 1
-    assert h.core.call_state("t/1.0") is None        # forgotten once settled
+    assert h.settled == [BatchSettled("t", 1)] and h.core.intake.batch_credits("t") == 1
+    assert h.core.tasks.call_state("t/1.0") is None        # forgotten once settled
     h.complete("t/0.1", output=b"1")
     h.complete("t/0.0", output=b"0")
     assert h.settled[-1] == BatchSettled("t", 0)
     assert "t" not in h.converged                     # the producer may still commit
-    h.feed(h.core.production_done("t", h.now))
+    h.feed(h.core.intake.production_done("t", h.now))
     c = h.converged["t"]
     assert c.ok and c.outputs == [b"0", b"1", b"2"] and c.call_count == 3
 
@@ -148,18 +148,18 @@ def test_credit_window_and_order_are_enforced():
     h = Harness(DispatcherConfig(max_outstanding_batches=1))
     _stream(h)
     _batch(h, 0, [spec("f", 0)])
-    p = h.core.prepare_call_batch("t", 1, [spec("f", 1)])
+    p = h.core.intake.prepare_call_batch("t", 1, [spec("f", 1)])
     with pytest.raises(ValueError, match="credit window of 1 unsettled batches"):
-        h.core.commit_call_batch(p, 0)
+        h.core.intake.commit_call_batch(p, 0)
     h.complete("t/0.0")
-    assert h.core.commit_call_batch(p, 0) == []        # the same prepared batch, now allowed
+    assert h.core.intake.commit_call_batch(p, 0) == []        # the same prepared batch, now allowed
     h.epilogue()
-    p3 = h.core.prepare_call_batch("t", 3, [spec("f", 3)])
+    p3 = h.core.intake.prepare_call_batch("t", 3, [spec("f", 3)])
     h.complete("t/1.0")
     with pytest.raises(ValueError, match="batch 3 committed out of order; expected batch 2"):
-        h.core.commit_call_batch(p3, 0)
+        h.core.intake.commit_call_batch(p3, 0)
     with pytest.raises(ValueError, match="already committed"):
-        h.core.commit_call_batch(p, 0)
+        h.core.intake.commit_call_batch(p, 0)
 
 
 def test_empty_batch_settles_at_once():
@@ -167,25 +167,25 @@ def test_empty_batch_settles_at_once():
     _stream(h)
     _batch(h, 0, [])
     assert h.settled == [BatchSettled("t", 0)]
-    h.feed(h.core.production_done("t", h.now))
+    h.feed(h.core.intake.production_done("t", h.now))
     assert h.converged["t"].ok and h.converged["t"].outputs == []
 
 
 def test_batch_limits_are_checked_in_prepare():
     h = Harness(DispatcherConfig(batch_max_rows=2, batch_max_args_bytes=10))
     with pytest.raises(ValueError, match="batch 0 has 3 calls, over batchMaxRows 2"):
-        h.core.prepare_call_batch("t", 0, [spec("f", i) for i in range(3)])
+        h.core.intake.prepare_call_batch("t", 0, [spec("f", i) for i in range(3)])
     with pytest.raises(ValueError, match="carries 14 bytes of args, over batchMaxArgsBytes 10"):
-        h.core.prepare_call_batch("t", 0, [spec("f", 12345), spec("f", 12345)])
+        h.core.intake.prepare_call_batch("t", 0, [spec("f", 12345), spec("f", 12345)])
     with pytest.raises(ValueError, match="batch_idx must be an integer >= 0"):
-        h.core.prepare_call_batch("t", -1, [])
+        h.core.intake.prepare_call_batch("t", -1, [])
 
 
 def test_prepare_batch_has_no_side_effects():
     h = Harness()
     _stream(h)
-    h.core.prepare_call_batch("t", 0, [spec("f", 1)])
-    assert h.core.call_state("t/0.0") is None and h.core.batch_credits("t") == 2
+    h.core.intake.prepare_call_batch("t", 0, [spec("f", 1)])
+    assert h.core.tasks.call_state("t/0.0") is None and h.core.intake.batch_credits("t") == 2
 
 
 def test_fast_fail_stops_production_then_converges_and_discards_late_batches():
@@ -201,10 +201,10 @@ def test_fast_fail_stops_production_then_converges_and_discards_late_batches():
     c = h.converged["t"]
     assert not c.ok and c.failure_code == "CALL_FAILED" and c.outputs == []
     # A batch the producer had prepared before it saw the stop is discarded.
-    late = h.core.prepare_call_batch("t", 1, [spec("f", 2)])
-    assert h.core.commit_call_batch(late, h.now) == [BatchSettled("t", 1)]
+    late = h.core.intake.prepare_call_batch("t", 1, [spec("f", 2)])
+    assert h.core.intake.commit_call_batch(late, h.now) == [BatchSettled("t", 1)]
     assert of_type(h.epilogue(), BindCall) == []
-    assert h.core.production_done("t", h.now) == [] and h.epilogue() == []
+    assert h.core.intake.production_done("t", h.now) == [] and h.epilogue() == []
     assert h.converge_count["t"] == 1 and len(h.stops) == 1
 
 
@@ -245,37 +245,37 @@ def test_commit_after_production_done_is_an_error_and_batch_to_unknown_task_is_d
     h = Harness()
     _stream(h)
     _batch(h, 0, [spec("f", 0)])
-    h.feed(h.core.production_done("t", h.now))
-    p = h.core.prepare_call_batch("t", 1, [spec("f", 1)])
+    h.feed(h.core.intake.production_done("t", h.now))
+    p = h.core.intake.prepare_call_batch("t", 1, [spec("f", 1)])
     with pytest.raises(ValueError, match="committed after production_done"):
-        h.core.commit_call_batch(p, 0)
-    q = h.core.prepare_call_batch("gone", 0, [spec("f", 1)])
-    assert h.core.commit_call_batch(q, 0) == []
+        h.core.intake.commit_call_batch(p, 0)
+    q = h.core.intake.prepare_call_batch("gone", 0, [spec("f", 1)])
+    assert h.core.intake.commit_call_batch(q, 0) == []
 
 
 def test_one_shot_and_stream_entry_points_are_not_interchangeable():
     h = Harness()
     h.submit("one", [spec("f", 1)])
     with pytest.raises(ValueError, match="one-shot call phase, not a stream"):
-        h.core.production_done("one", 0)
-    p = h.core.prepare_call_batch("one", 0, [])
+        h.core.intake.production_done("one", 0)
+    p = h.core.intake.prepare_call_batch("one", 0, [])
     with pytest.raises(ValueError, match="one-shot call phase, not a stream"):
-        h.core.commit_call_batch(p, 0)
+        h.core.intake.commit_call_batch(p, 0)
     with pytest.raises(ValueError, match="goes to commit_call_batch"):
-        h.core.commit_call_phase(p, 0)
-    q = h.core.prepare_call_phase("x", [])
+        h.core.intake.commit_call_phase(p, 0)
+    q = h.core.intake.prepare_call_phase("x", [])
     with pytest.raises(ValueError, match="goes to commit_call_phase"):
-        h.core.commit_call_batch(q, 0)
+        h.core.intake.commit_call_batch(q, 0)
 
 
 def test_cancel_task_stops_the_producer_and_cancels_inflight():
     h = Harness()
     _stream(h)
     _batch(h, 0, [spec("f", 0)])
-    cmds = h.core.cancel_task("t", "timed out", h.now)
+    cmds = h.core.lifecycle.cancel_task("t", "timed out", h.now)
     assert cmds[0] == StopCallProduction("t", "timed out")
     assert of_type(cmds, CancelCallCmd)[0].call_id == "t/0.0"
-    assert h.core.batch_credits("t") == 0
+    assert h.core.intake.batch_credits("t") == 0
 
 
 def test_streaming_roots_and_caches_span_batches():
@@ -285,7 +285,7 @@ def test_streaming_roots_and_caches_span_batches():
     h.complete("t/0.0", output=b"one")
     _batch(h, 1, [spec("f", 1)])
     assert [c.call_id for c in h.cache_hits] == ["t/1.0"]
-    h.feed(h.core.production_done("t", h.now))
+    h.feed(h.core.intake.production_done("t", h.now))
     assert h.converged["t"].outputs == [b"one", b"one"]
 
 
@@ -311,7 +311,7 @@ def test_settled_batches_carry_their_outputs_in_call_order_and_the_core_keeps_no
     task = _task(h)
     assert task.output_bytes == 0 and task.cache == {}
     assert [o for o in task.outputs if o is not None] == []
-    h.feed(h.core.production_done("t", h.now))
+    h.feed(h.core.intake.production_done("t", h.now))
     c = h.converged["t"]
     assert c.ok and c.outputs == [] and c.call_count == 4
 
@@ -322,7 +322,7 @@ def test_without_hand_over_batches_carry_nothing_and_outputs_stay():
     _batch(h, 0, [spec("f", 0)])
     h.complete("t/0.0", output=b"0")
     assert h.settled == [BatchSettled("t", 0, None)]
-    h.feed(h.core.production_done("t", h.now))
+    h.feed(h.core.intake.production_done("t", h.now))
     assert h.converged["t"].outputs == [b"0"]
 
 
@@ -343,7 +343,7 @@ def test_the_output_cap_counts_only_what_the_core_still_holds():
     for i in range(3):
         _batch(h, i, [spec("f", i)])
         h.complete(f"t/{i}.0", output=b"123456")
-    h.feed(h.core.production_done("t", h.now))
+    h.feed(h.core.intake.production_done("t", h.now))
     assert h.converged["t"].ok
     assert [len(b.outputs) for b in h.settled] == [1, 1, 1]
 
@@ -352,14 +352,14 @@ def test_a_cancelled_task_forgets_its_hand_over():
     h = Harness(contexts=10)
     _stream(h, hand_over=True)
     _batch(h, 0, [spec("f", 0)])
-    h.feed(h.core.cancel_task("t", "timed out", h.now))
+    h.feed(h.core.lifecycle.cancel_task("t", "timed out", h.now))
     assert "t" not in h.core.tasks._hand_over
     # the same id again, as a plain stream: its outputs stay in the core
     _stream(h)
     _batch(h, 0, [spec("f", 0)])
     h.complete("t/0.0", output=b"0")
     assert h.settled[-1] == BatchSettled("t", 0, None)
-    h.feed(h.core.production_done("t", h.now))
+    h.feed(h.core.intake.production_done("t", h.now))
     assert h.converged["t"].outputs == [b"0"]
 
 
@@ -380,6 +380,6 @@ def test_later_batches_reuse_the_output_slots_of_settled_ones():
                      ("t/50.0", b"x"), ("t/51.1", b"b")):
         h.complete(cid, output=out)
     assert h.settled[-2:] == [BatchSettled("t", 50, [b"x", b"y"]), BatchSettled("t", 51, [b"a", b"b", b"c", b"d"])]
-    h.feed(h.core.production_done("t", h.now))
+    h.feed(h.core.intake.production_done("t", h.now))
     c = h.converged["t"]
     assert c.ok and c.outputs == [] and c.call_count == 206

@@ -11,6 +11,7 @@ commands the core emitted must agree with the core, and after every step:
 Liveness: finishing every phase, or moving past every deadline, leaves no
 active task and no held slot.
 """
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -223,6 +224,7 @@ class WorkerMachine(RuleBasedStateMachine):
 
     @invariant()
     def consistent(self):
+        self.w.validate_state()
         check_invariants(self.w)
         assert self.w.free_capacity() >= 0
         active = {t for t, p in self.model.items() if p is not TaskPhase.TERMINAL}
@@ -244,3 +246,13 @@ WorkerMachine.TestCase.settings = settings(
     max_examples=100, stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestWorkerMachine = WorkerMachine.TestCase
+
+
+def test_validate_state_names_a_slot_table_that_disagrees_with_the_tasks():
+    from .test_worker_support import make, submit
+    w = make(task_slots=2)
+    submit(w, "a")
+    w.validate_state()
+    w._slots.allocated += 1
+    with pytest.raises(AssertionError, match="slot counts 2/0 but 1/0"):
+        w.validate_state()

@@ -10,7 +10,7 @@ import pytest
 
 from blockx._fast import implementations, load
 
-IMPLS = implementations("dispatchloop", "blockx.core.dispatch")
+IMPLS = implementations("records", "blockx.core.dispatch")
 cache_key = load("cachekey").cache_key
 D = "d" * 64
 
@@ -184,37 +184,6 @@ def test_records_start_like_the_twin(mod, streaming):
     assert _fields(b1, ("idx", "calls", "remaining")) == _fields(b2, ("idx", "calls", "remaining"))
     rec_fields = ("view", "heartbeat_seq", "heartbeat_runnable", "completions", "calls", "attached")
     assert _fields(r1, rec_fields) == _fields(r2, rec_fields)
-
-
-def test_the_scheduler_takes_turns_like_the_twin(mod):
-    """One fair scheduler per implementation, the same operations, the same picks."""
-    from blockx._fast import load
-    ReadyQueue = load("readyqueue").ReadyQueue
-    twin = IMPLS[-1][1]
-    picks = []
-    for m in (mod, twin):
-        sched = m.TaskScheduler(True, 2, 4)
-        tasks = []
-        for tid, inst in (("a", "X"), ("b", "X"), ("c", "Y")):
-            t = m.TaskCalls(tid, True, 3, 10, 0, sched.attach(inst), False, ReadyQueue())
-            t.ready.push(object())
-            sched.wake(t)
-            tasks.append(t)
-        order = []
-        for _ in range(7):
-            t = sched.next_task()
-            order.append(t.task_id)
-            t.inflight += 1
-            t.instance.inflight += 1
-            sched.served(t)
-        sched.detach(tasks[0])
-        order.append(sorted(sched.instance_inflight().items()))
-        sched.unserved()
-        order.append(sched.next_task().task_id)
-        picks.append(order)
-    assert picks[0] == picks[1]
-    # X and Y tie (in flight, last served): X by id first, quantum 2 each, then turns
-    assert picks[0][:7] == ["a", "b", "c", "c", "a", "b", "c"], picks[0]
 
 
 def test_a_block_made_by_hand_is_checked_and_its_cursor_is_not_writable_in_c(mod):

@@ -1,3 +1,6 @@
+# The C declarations of commands.py (Cython's pure-Python mode): the per-call
+# commands as cdef classes and their C constructors, for the compiled loop; the
+# other commands stay dataclasses in both forms.
 cimport cython
 
 

@@ -1,16 +1,21 @@
-# The C declarations of dispatchloop.py (Cython's pure-Python mode): the records
-# as cdef classes, the lifecycle's internal steps as C methods and functions, and
-# the hot paths the compiled loop calls in C (cimported here, so the compiled
-# form never calls a Python collaborator for them).
+# The C declarations of records.py (Cython's pure-Python mode): the dispatcher's
+# records as cdef classes whose fields the loop reads and writes in C, the
+# functions that build them, and set_state: compiled, the one state change is an
+# inline store (the interpreted form checks it against TRANSITIONS).
 cimport cython
 from cpython cimport array as carray
 
-from blockx._fast.readyqueue cimport (ReadyQueue, ready_len, ready_peek, ready_pop, ready_push,
-                                      ready_push_front)
-from blockx._fast.scoring cimport ExecutorView, select_index
+from blockx._fast.readyqueue cimport ReadyQueue, ready_push
 from blockx._fast.cachekey cimport cache_key_c
-from blockx.core.dispatch.callcmds cimport new_bind_call, new_dispatch_call, new_unbind_call
+from blockx._fast.scoring cimport ExecutorView
 
+# The call states in C: the values of records.py's READY ... DONE (a test holds
+# them equal), compared in C by the compiled loop.
+cdef enum:
+    _READY = 0
+    _RUNNING = 1
+    _WAITING = 2
+    _DONE = 3
 
 @cython.final
 cdef class CallRecord:
@@ -78,22 +83,6 @@ cdef class InstanceState:
 
 
 @cython.final
-cdef class TaskScheduler:
-    cdef bint _fair
-    cdef Py_ssize_t _quantum
-    cdef Py_ssize_t _window
-    cdef dict _instances
-    cdef InstanceState _single
-    cdef InstanceState _current
-    cdef Py_ssize_t _left
-    cdef Py_ssize_t _seq
-
-    cpdef object next_task(self)
-    cpdef object served(self, TaskCalls task)
-    cpdef object wake(self, TaskCalls task)
-
-
-@cython.final
 cdef class TaskCalls:
     cdef public object task_id
     cdef public bint fast_fail
@@ -145,39 +134,18 @@ cdef class ExecutorRecord:
     cdef public dict calls
     cdef public bint attached
 
-
-@cython.final
-cdef class CallLifecycle:
-    cdef public dict by_id
-    cdef public object tasks
-    cdef public TaskScheduler sched
-    cdef public object ex
-    cdef public object subcalls
-    cdef public object retry
-    cdef public object deadline
-    cdef public object max_output
-    cdef public object on_terminal
-
-    cdef int _bind_failed(self, CallRecord ctx, now, list out) except -1
-    cdef int _cancel_subtree(self, CallRecord parent, reason, list out) except -1
-    cdef int _attempt_failed(self, CallRecord ctx, kind, bint retryable, message, budget_used_ms,
-                             now, list out) except -1
-    cdef int _drain(self, TaskCalls task, list out) except -1
-    cdef int _set_terminal(self, CallRecord ctx, bint ok, object output, object kind,
-                           object message, object retryable, object budget_used_ms,
-                           bint counted, list out, bint notify) except -1
-    cdef int _settle_waiters(self, CallRecord ctx, bint ok, object output, object kind,
-                             object message, object retryable, bint counted,
-                             list out) except -1
-    cdef int _release_subcall_waiters(self, CallRecord ctx, list out) except -1
-    cdef int _hand_off(self, CallRecord leader, list moved, list out) except -1
+    cpdef int bind(self, CallRecord call) except -1
 
 
 cdef tuple _check_spec(task_id, Py_ssize_t i, spec)
-cdef CallRecord _new_context(str call_id, function_id, digest, entry_selector, args_json, key,
+cdef CallRecord _new_call(str call_id, function_id, digest, entry_selector, args_json, key,
                              Py_ssize_t index, Py_ssize_t batch_idx)
 cdef bint _block_in_range(fidx, offs, Py_ssize_t nfns, Py_ssize_t nargs) except -1
 cdef int _init_block(CallBlock self, prefix, Py_ssize_t batch_idx, list fns, fidx, bytes args,
                      offs) except -1
 cdef CallRecord _take(TaskCalls task, dict by_id)
 cdef int _join(CallRecord leader, CallRecord waiter) except -1
+
+
+cdef inline void set_state(CallRecord call, int state) noexcept:
+    call.state = state

@@ -5,7 +5,7 @@ import pytest
 
 from blockx._fast import compiled, implementations
 
-IMPLS = implementations("callcmds", "blockx.core.dispatch")
+IMPLS = implementations("commands", "blockx.core.dispatch")
 ARGS = {
     "BindCall": ("t/0", "e1", "t", False, ""),
     "UnbindCall": ("t/0", "e1"),
@@ -48,4 +48,4 @@ def test_commands_behave_like_the_twin_dataclasses(mod, name):
 @pytest.mark.parametrize("name", sorted(ARGS))
 def test_compiled_commands_stay_out_of_the_cyclic_gc(name):
     import gc
-    assert not gc.is_tracked(getattr(compiled("callcmds", "blockx.core.dispatch"), name)(*ARGS[name]))
+    assert not gc.is_tracked(getattr(compiled("commands", "blockx.core.dispatch"), name)(*ARGS[name]))

@@ -1,9 +1,13 @@
+# The C declarations of subcalls.py (Cython's pure-Python mode): the binder as a
+# cdef class, and the records and hot paths it uses in C.
 cimport cython
 
 from blockx._fast.scoring cimport ExecutorView
 from blockx._fast.cachekey cimport cache_key_c
-from blockx.core.dispatch.callcmds cimport new_bind_call
-from blockx.core.dispatch.dispatchloop cimport CallRecord, ExecutorRecord, TaskCalls
+from blockx.core.dispatch.commands cimport new_bind_call
+from blockx.core.dispatch.records cimport (_READY as READY, _RUNNING as RUNNING,
+                                           _WAITING as WAITING, CallRecord, ExecutorRecord,
+                                           TaskCalls, set_state)
 
 
 cdef bint _waits_on(CallRecord leader, CallRecord child) except -1
