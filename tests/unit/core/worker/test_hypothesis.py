@@ -249,7 +249,7 @@ TestWorkerMachine = WorkerMachine.TestCase
 
 
 def test_validate_state_names_a_slot_table_that_disagrees_with_the_tasks():
-    from .test_worker_support import make, submit
+    from .test_support import make, submit
     w = make(task_slots=2)
     submit(w, "a")
     w.validate_state()
