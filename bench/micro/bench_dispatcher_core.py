@@ -19,6 +19,7 @@ from bench.micro import register, sides
 REQUIRES = ("blockx/core/dispatch/dispatcher.py", "blockx/core/dispatch/lifecycle.py")
 CALLS = 16
 EXECUTORS = 8
+HEARTBEAT_MS = 1000       # one loop is one ms of the dispatcher's clock
 DIGEST = "3f0a5c1e9b7d2a4c6e8f01234567890abcdef0123456789abcdef0123456789a"
 
 
@@ -34,7 +35,7 @@ def setup():
     core.lifecycle.handle_executor_snapshot_updated(snaps, 0)
     calls = [PinnedCall("transfer_summary", DIGEST, b'["0xabc%d",%d]' % (i, i)) for i in range(CALLS)]
     return {"core": core, "calls": calls, "seq": [0], "Bind": BindCall,
-            "Converge": ConvergeTaskCalls, "twins": fast.NO_EXTENSIONS}
+            "Converge": ConvergeTaskCalls, "twins": fast.NO_EXTENSIONS, "Snapshot": ExecutorSnapshot}
 
 
 
@@ -46,6 +47,7 @@ def run(state, loops):
     prepare, commit = core.intake.prepare_call_phase, core.intake.commit_call_phase
     epilogue, bound = core.lifecycle.epilogue, core.lifecycle.handle_executor_bound
     completed, remove = core.lifecycle.handle_call_completed, core.lifecycle.remove_task
+    snapshot, Snapshot = core.lifecycle.handle_executor_snapshot_updated, state["Snapshot"]
     seq = state["seq"][0]
     now = seq
     converged = 0
@@ -53,6 +55,9 @@ def run(state, loops):
     for _ in range(loops):
         seq += 1
         now += 1
+        if now % HEARTBEAT_MS == 0:      # the executors' heartbeats: their schedulers are alive, not stalled
+            snapshot([Snapshot(f"exec-{i}", True, 0, 64, last_scheduler_active_at_ms=now, heartbeat_seq=now)
+                      for i in range(EXECUTORS)], now)
         task_id = f"task-{seq}"
         commit(prepare(task_id, calls), now)
         binds = [c for c in epilogue(now) if type(c) is Bind]
