@@ -29,3 +29,20 @@ def test_a_spinning_call_fails_on_its_budget_and_its_executor_carries_on(start_w
     # The executor was not killed: no wedge kill, no restart.
     assert _metric(w, "blockx_executor_wedge_kills_total") == 0
     assert _metric(w, "blockx_executor_restarts_total") == 0
+
+
+def test_an_idle_executor_past_the_stall_timeout_is_not_stalled(start_worker):
+    # The Filter step drops an executor whose scheduler stalled past the timeout,
+    # running a call or not. An idle scheduler still wakes on every idle poll, so
+    # a Worker left idle longer than the timeout (5.2 s here) keeps dispatching.
+    w = start_worker({"CALL_DEADLINE_MS": "200"}, executors=1)
+    w.submit_calls("t-before", [("add", [1, 1])])
+    assert w.wait_terminal("t-before", timeout=10).state == pb.TASK_STATE_SUCCEEDED
+    time.sleep(6.5)
+    t0 = time.monotonic()
+    w.submit_calls("t-after", [("add", [2, 1])])
+    res = w.wait_terminal("t-after", timeout=10)
+    assert res.state == pb.TASK_STATE_SUCCEEDED, res.failure_message
+    assert [int(o) for o in res.outputs] == [3]
+    assert time.monotonic() - t0 < 3.0
+    assert _metric(w, "blockx_executor_wedge_kills_total") == 0
