@@ -107,8 +107,10 @@ chromium:
 
 # PostgreSQL (Debian's initdb + pg_ctl) is a test dependency of the data-plane
 # suites: they start a throwaway cluster of their own on a free loopback port.
+# Debian keeps initdb off PATH, under $(PG_LIB)/N/bin (tests/support/postgres.py looks there too).
+PG_LIB ?= /usr/lib/postgresql
 postgres:
-	$(call apt_install,ls /usr/lib/postgresql/*/bin/initdb || command -v initdb,postgresql,PostgreSQL)
+	$(call apt_install,ls $(PG_LIB)/*/bin/initdb || command -v initdb,postgresql,PostgreSQL)
 
 # promtool (Debian's prometheus package) checks and unit-tests
 # deploy/prometheus/alerts.yml and the dashboard's PromQL.
